@@ -1,0 +1,60 @@
+// The one bytes model: bytes read and written per linear-attention layer per decode step for one
+// request, declared once per tensor with its own dtype (as nvbench's add_global_memory_reads).
+// The CLI (`kvbuf bytes`), the sweeps (GB/s columns), the benchmarks and the plots all use it.
+// The formulas are those of ../shared/design/kvbuffer-math.md section 9.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "sim/catalog.h"
+
+namespace kvbuf {
+
+enum class BufferVariant { CachedU, Raw };
+
+struct Precision {
+  int state_bytes = 4;  // s: state element (fp32)
+  int entry_bytes = 2;  // e: buffer element (k, u or v) (bf16)
+  int io_bytes = 2;     // io: q/k/v inputs and outputs (bf16)
+};
+
+// One tensor's traffic in one step: count elements of elem_bytes each, read and/or written.
+struct TensorTraffic {
+  std::string tensor;  // "state", "buffer.keys", "q", "intermediate_states", ...
+  std::string dtype;   // "fp32", "bf16", ...
+  double read_bytes = 0;
+  double write_bytes = 0;
+};
+
+struct StepBytes {
+  std::string mode;  // "recurrent", "kvbuffer", "direct", "verify-classic", "verify-kvbuffer"
+  std::vector<TensorTraffic> tensors;
+  double read_bytes() const;
+  double write_bytes() const;
+  double total_bytes() const { return read_bytes() + write_bytes(); }
+  StepBytes& scale(double factor);  // e.g. by batch
+};
+
+// Bytes of one buffer entry (one token) for one request and one layer.
+double buffer_entry_bytes(const LayerShape& s, const Precision& p, BufferVariant v);
+// Bytes of one recurrent state for one request and one layer.
+double state_bytes(const LayerShape& s, const Precision& p);
+// Conv state (width-1 previous inputs) for one request and one layer.
+double conv_state_bytes(const LayerShape& s, const Precision& p);
+
+// Per layer, per step, per request:
+StepBytes bytes_recurrent(const LayerShape& s, const Precision& p);
+// Buffered decode at buffer fill n (0..C-1) before the step; includes the fold when n == C-1.
+StepBytes bytes_kvbuffer_at_fill(const LayerShape& s, const Precision& p, BufferVariant v, int chunk, int fill);
+// Buffered decode averaged over one whole flush cycle of C steps (what a staggered batch sees).
+StepBytes bytes_kvbuffer_cycle(const LayerShape& s, const Precision& p, BufferVariant v, int chunk);
+// Direct (stateless) mode at buffer fill n: n entries read, 1 written, no state.
+StepBytes bytes_direct_at_fill(const LayerShape& s, const Precision& p, int fill);
+// Classic verify of T tokens: state read + T intermediate states written, then (commit_copy)
+// 1 state read + 1 state write.
+StepBytes bytes_verify_classic(const LayerShape& s, const Precision& p, int tokens, bool commit_copy);
+// Buffered verify of T tokens at fill n with `accepted` entries kept; includes the fold when n+T > C.
+StepBytes bytes_verify_kvbuffer(const LayerShape& s, const Precision& p, BufferVariant v, int chunk,
+                                int tokens, int fill, int accepted);
+
+}  // namespace kvbuf
