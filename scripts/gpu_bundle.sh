@@ -14,4 +14,6 @@ find "$build_dir" -type f -perm -u+x \( -path "*/bench/*" -o -path "*/kernels/*"
 for exe in "$bundle"/bin/*; do
   ldd "$exe" | awk '/=> \// {print $3}' | grep -E "libfmt|libbenchmark|libgtest|libgmock" || true
 done | sort -u | xargs -r -I{} cp -L {} "$bundle/lib/"
-du -sh "$bundle"
+{ git rev-parse --short=12 HEAD; } | tr -d "\n" > "$bundle/COMMIT"
+[ -z "$(git status --porcelain --untracked-files=no)" ] || printf -- "-dirty" >> "$bundle/COMMIT"
+du -sh "$bundle"; echo "commit: $(cat "$bundle/COMMIT")"

@@ -1,0 +1,37 @@
+// The GPU half of the kvbuf CLI, compiled only with CUDA (KVBUF_WITH_CUDA). kvbuf_main.cpp calls
+// these when they exist; without CUDA the commands exit 2 with "requires a CUDA build".
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "sim/catalog.h"
+
+namespace kvbuf {
+
+// `kvbuf sweep`: decode rows (recurrent/kvbuffer/direct) and verify rows (classic/kvbuffer).
+void register_sweep_command(CLI::App& app);
+
+// GPU kernel checks against the reference, run by `kvbuf check` when a GPU answers.
+// Prints one line per case; returns the number of failed cases.
+int run_gpu_checks(uint64_t seed);
+
+// `kvbuf capacity --measure`: largest number of concurrent requests whose pools fit in
+// budget_bytes and run verify steps, found by bisection, for one method.
+struct CapacityMeasureArgs {
+  ModelSpec model;  // after tensor parallelism
+  int drafts = 4;   // T
+  int chunk = 16;   // C (KVBuffer)
+  double budget_bytes = 0;
+  bool kvbuffer = true;  // false: classic (1 + T states per request)
+};
+struct CapacityMeasured {
+  long max_requests = 0;
+  std::string note;
+};
+CapacityMeasured measure_capacity_on_gpu(const CapacityMeasureArgs& args);
+
+// The commit that produced a measurement: $KVBUF_COMMIT (set by scripts/gpu_bundle.sh), else "unknown".
+std::string commit_id();
+
+}  // namespace kvbuf
