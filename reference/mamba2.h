@@ -1,18 +1,24 @@
 // Mamba-2 reference model (Eigen, float64 or float32): the ground truth for every Mamba-2 mode.
-// Semantics (../shared/design/kvbuffer-math.md section 8), per head h, group g = h / (NH/G):
+// Function names mirror the GDN ones (gdn.h).
+// Semantics (../shared/design/kvbuffer-math.md section 8), per head h, group h / (NH/G):
 //   S <- exp(dt A) S + dt x B^T;   y = S C + D x                (S is P x N)
-// dt > 0 (already through softplus), A < 0, so every per-token decay exp(dt A) is in (0, 1].
-// With G_i = sum_{j<=i} dt_j A since the checkpoint S0 (the state after the last fold):
+// dt > 0 (already through softplus), A < 0, so every per-token decay exp(dt A) is in [0, 1).
+// Buffered modes: with G_i = sum_{j<=i} dt_j A since the checkpoint S0 (the state after the last fold),
 //   y_t  = exp(G_t) S0 C_t + sum_{j<=t} exp(G_t - G_j) dt_j (B_j . C_t) x_j + D x_t
 //   fold:  S0 <- exp(G_n) S0 + sum_{j<=n} exp(G_n - G_j) dt_j x_j B_j^T
-// Decay factors are only ever exp(G_i - G_j) with G_i - G_j <= 0, never a quotient of cumulative
-// products, so dt A <= -60 per token underflows to 0 instead of overflowing.
+// No delta rule, so no triangular solve. Decay factors are only ever formed as exp(G_i - G_j) with
+// G_i - G_j <= 0 (never a quotient of cumulative products), so dt A <= -60 per token underflows to 0
+// instead of overflowing. Every function validates its arguments and throws std::invalid_argument
+// with a clear message.
 #pragma once
 #include <Eigen/Dense>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "reference/cross_checks.h"
+#include "reference/gdn.h"
+#include "reference/random_inputs.h"
 
 namespace kvbuf::ref {
 
@@ -23,8 +29,11 @@ struct Mamba2Dims {
   int P = 8;   // head_dim
 };
 
+// Throws std::invalid_argument unless G, NH, N, P > 0 and NH % G == 0.
+void mamba2_validate_dims(const Mamba2Dims& d);
+
 // One request's tokens in the kernel-level (and export) layout, row-major flat:
-// x [T, NH, P]; B, C [T, G, N]; dt [T, NH] (> 0); plus the layer's A (< 0) and D, both [NH].
+// x [T, NH, P]; B, C [T, G, N]; dt [T, NH] (> 0, after softplus); the layer's A (< 0) and D [NH].
 template <class T>
 struct Mamba2Tokens {
   Mamba2Dims dims;
@@ -32,125 +41,179 @@ struct Mamba2Tokens {
   std::vector<T> x, B, C, dt, A, D;
 };
 
-// Per-request state: NH matrices of P x N. An empty vector means "no state" (direct mode).
+// Throws std::invalid_argument when dims are invalid, steps < 0, array sizes do not match dims and
+// steps, some dt is not positive and finite, or some A is not negative and finite.
 template <class T>
-using Mamba2State = std::vector<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>>;
+void mamba2_validate(const Mamba2Tokens<T>& x);
+
+// Tokens [begin, begin + count) of `x` (same A, D).
+template <class T>
+Mamba2Tokens<T> mamba2_slice_tokens(const Mamba2Tokens<T>& x, int begin, int count);
+
+// Per-request state: NH matrices of P x N (serving layout [NH, P, N], N contiguous).
+template <class T>
+using Mamba2State = std::vector<Mat<T>>;
 
 template <class T>
 Mamba2State<T> mamba2_zero_state(const Mamba2Dims& d);
 
-// Random inputs: x, B, C ~ N(0, 1); dt ~ U(dt_min, dt_max); A ~ U(A_min, A_max); D ~ U(0.5, 1.5).
-// The defaults give per-token decays exp(dt A) in about [0.13, 1); dt_min = 8, dt_max = 12 with
-// A in [-16, -8] gives dt A <= -64 (every factor across a token underflows in float32).
-struct Mamba2RandomOptions {
+// Decay distribution: dt ~ U(dt_min, dt_max), A ~ U(A_min, A_max); per-token log decay dt A.
+struct Mamba2DecayRange {
   double dt_min = 0.01, dt_max = 0.5;
   double A_min = -4.0, A_max = -0.5;
+  // dt A in about [-2, -0.005]: the usual regime of trained models.
+  static Mamba2DecayRange typical() { return {}; }
+  // dt A in [-0.05, -0.001]: long memory.
+  static Mamba2DecayRange mild() { return {0.01, 0.05, -1.0, -0.1}; }
+  // dt A in [-160, -60]: every cross-token factor underflows (exp(G) in float32 within two tokens).
+  static Mamba2DecayRange extreme() { return {6.0, 10.0, -16.0, -10.0}; }
 };
-template <class T>
-Mamba2Tokens<T> make_random_mamba2_tokens(const Mamba2Dims& d, int steps, uint64_t seed,
-                                         const Mamba2RandomOptions& opt = {});
-// State entries ~ N(0, 1).
-template <class T>
-Mamba2State<T> make_random_mamba2_state(const Mamba2Dims& d, uint64_t seed);
 
-// Tokens [begin, begin + count) of `x` (same layer parameters A, D).
+// x, B, C ~ N(0, 1); dt, A from `decay`; D ~ U(0.5, 1.5). Drawn in double and rounded to T, so
+// the same rng state gives float tokens that are the rounded double tokens.
 template <class T>
-Mamba2Tokens<T> mamba2_slice_tokens(const Mamba2Tokens<T>& x, int begin, int count);
+Mamba2Tokens<T> make_random_mamba2_tokens(const Mamba2Dims& d, int steps, std::mt19937_64& rng,
+                                         const Mamba2DecayRange& decay = {});
+// A random checkpoint: entries ~ N(0, scale^2).
+template <class T>
+Mamba2State<T> make_random_mamba2_state(const Mamba2Dims& d, std::mt19937_64& rng,
+                                        double scale = 1.0);
 
-// Throws std::invalid_argument when dims are not positive, NH % G != 0, array sizes do not match
-// dims and steps, some dt <= 0 or some A >= 0.
+// The inputs as a kernel would receive them: x, B, C rounded to bf16, dt, A, D to fp32; still held
+// in T, so the float64 reference runs on exactly the kernel's inputs.
 template <class T>
-void mamba2_validate(const Mamba2Tokens<T>& x);
+Mamba2Tokens<T> round_mamba2_tokens_to_bf16(const Mamba2Tokens<T>& x) {
+  Mamba2Tokens<T> r = x;
+  for (auto* a : {&r.x, &r.B, &r.C})
+    for (auto& e : *a) e = round_to_bf16(e);
+  for (auto* a : {&r.dt, &r.A, &r.D})
+    for (auto& e : *a) e = T(float(e));
+  return r;
+}
+
+// Element-wise conversion (float tokens to double, to run the float64 ground truth on exactly the
+// inputs a float32 mode saw).
+template <class To, class From>
+Mamba2Tokens<To> mamba2_cast_tokens(const Mamba2Tokens<From>& x) {
+  auto cast = [](const std::vector<From>& v) { return std::vector<To>(v.begin(), v.end()); };
+  return {x.dims, x.steps, cast(x.x), cast(x.B), cast(x.C), cast(x.dt), cast(x.A), cast(x.D)};
+}
+template <class To, class From>
+Mamba2State<To> mamba2_cast_state(const Mamba2State<From>& s) {
+  Mamba2State<To> r;
+  for (const auto& m : s) r.push_back(m.template cast<To>());
+  return r;
+}
 
 // 1. Recurrent decode (ground truth): all tokens through the recurrence, `state` updated in place;
 //    writes y [T, NH, P].
 template <class T>
 void mamba2_decode_recurrent(const Mamba2Tokens<T>& x, Mamba2State<T>& state, std::vector<T>& y);
 
-// 2. Chunkwise prefill, SSD form: per chunk of `chunk` tokens (16, 32 or 64; the last may be
-//    shorter) Y = (L o C B^T diag(dt)) X + diag(exp(G)) C S^T + D X with L[t,j] = exp(G_t - G_j)
-//    for j <= t, then one state update per chunk. `state` in place; writes y [T, NH, P].
+// 2. Chunkwise prefill, SSD form (chunk usually 16, 32 or 64; the last chunk may be shorter; any
+//    chunk >= 1 is accepted). Per chunk of L tokens and head, G cumulative within the chunk,
+//    X [L x P], B, C [L x N]:
+//      Y = (M o C B^T) diag(dt) X + diag(exp(G)) C S^T + D X,   M[t,j] = exp(G_t - G_j), j <= t
+//      S <- exp(G_L) S + X^T diag(exp(G_L - G_j) dt_j) B
+//    `state` in place; writes y [T, NH, P].
 template <class T>
 void mamba2_prefill_chunk(const Mamba2Tokens<T>& x, int chunk, Mamba2State<T>& state,
                           std::vector<T>& y);
 
-// The KV buffer of one request: up to `capacity` tokens since the checkpoint, per token
-// x_j [NH, P], B_j [G, N], dt_j [NH] and G_j [NH] (cumulative dt A since the checkpoint).
+// The KV buffer of one request together with its checkpoint S0 (section 8).
+// Per buffered token j: x_j [NH, P], B_j [G, N], dt_j [NH], G_j [NH] (cumulative dt A since S0).
+// Invariant between calls: 0 <= fill() < capacity(); S0 is written only by fold().
+// Direct mode (has_state() == false): S0 is absent (read as 0, never read); the first fold
+// creates it.
 template <class T>
-class Mamba2Buffer {
+class Mamba2KVBuffer {
  public:
-  Mamba2Buffer(const Mamba2Dims& d, int capacity);  // throws std::invalid_argument if capacity < 1
+  // Buffered mode from checkpoint s0 (NH matrices P x N).
+  Mamba2KVBuffer(const Mamba2Dims& d, int capacity, Mamba2State<T> s0);
+  // Direct mode: no state until the first fold.
+  Mamba2KVBuffer(const Mamba2Dims& d, int capacity);
+
   const Mamba2Dims& dims() const { return dims_; }
   int capacity() const { return capacity_; }
-  int size() const { return size_; }
-  bool full() const { return size_ == capacity_; }
-  // G of the last buffered token for head h (0 when empty: the checkpoint).
-  T last_G(int h) const;
-  const T* x(int j) const { return &x_[size_t(j) * dims_.NH * dims_.P]; }
-  const T* B(int j) const { return &B_[size_t(j) * dims_.G * dims_.N]; }
-  const T* dt(int j) const { return &dt_[size_t(j) * dims_.NH]; }
-  const T* G(int j) const { return &G_[size_t(j) * dims_.NH]; }
-  // Appends token t of `tok` (G computed from last_G and dt A); throws std::logic_error when full.
-  void append(const Mamba2Tokens<T>& tok, int t);
-  void clear() { size_ = 0; }
+  int fill() const { return int(G_.size()); }
+  bool has_state() const { return has_state_; }
+  int folds() const { return folds_; }
+  // S0 (zeros while !has_state()).
+  const Mamba2State<T>& checkpoint() const { return s0_; }
+  // The state after every token accepted so far: S0 folded with the buffer (nothing modified).
+  Mamba2State<T> state() const;
+  // Buffered entry j (0 <= j < fill()): x [NH, P], B [G, N], dt [NH], G [NH].
+  const std::vector<T>& entry_x(int j) const { return x_[j]; }
+  const std::vector<T>& entry_B(int j) const { return B_[j]; }
+  const std::vector<T>& entry_dt(int j) const { return dt_[j]; }
+  const std::vector<T>& entry_G(int j) const { return G_[j]; }
+
+  // One decode step on token t of x: writes y[0 .. NH*P) for that token from S0 + buffer + the
+  // token itself, appends the token and folds when the buffer becomes full.
+  void decode(const Mamba2Tokens<T>& x, int t, T* y);
+  // Chain verify of window.steps = T tokens: folds first when fill() + T > capacity(), then all T
+  // outputs y [T, NH, P] at once from S0 + buffer + the earlier window tokens. Nothing is appended
+  // until accept(). Throws when T > capacity() or T < 1.
+  void verify(const Mamba2Tokens<T>& window, std::vector<T>& y);
+  // After verify: keeps the first m window tokens (0 <= m <= T), folds if the buffer is full.
+  void accept(int m);
+  // S0 <- exp(G_n) S0 + sum_j exp(G_n - G_j) dt_j x_j B_j^T; empties the buffer. Creates the state
+  // in direct mode. No-op on an empty buffer.
+  void fold();
 
  private:
+  void append(const Mamba2Tokens<T>& x, int t);
+  void check_tokens(const Mamba2Tokens<T>& x) const;
+
   Mamba2Dims dims_;
   int capacity_;
-  int size_ = 0;
-  std::vector<T> x_, B_, dt_, G_;
+  bool has_state_;
+  int folds_ = 0;
+  Mamba2State<T> s0_;
+  std::vector<std::vector<T>> x_, B_, dt_, G_;
+  Mamba2Tokens<T> pending_;  // the last verified window, until accept()
+  bool has_pending_ = false;
 };
 
-// Folds the buffer into the state and empties it (a rank-n update per head). An empty `state`
-// (direct mode) is created here, as if it had been zero.
-template <class T>
-void mamba2_fold(Mamba2State<T>& state, Mamba2Buffer<T>& buf);
-
-// 3. KV-buffered decode from checkpoint `state` and `buf` (possibly non-empty): each output reads
-//    S0 and the buffer, S0 is never written until the buffer is full, then it is folded. The tokens
-//    left in the buffer stay there (call mamba2_fold for the state after all tokens).
-template <class T>
-void mamba2_decode_kvbuffer(const Mamba2Tokens<T>& x, Mamba2State<T>& state, Mamba2Buffer<T>& buf,
-                            std::vector<T>& y);
-// Convenience: empty buffer of `capacity`, all tokens, remaining buffer folded at the end, so
-// `state` is the state after all tokens.
+// 3. KVBuffer decode: buffer of `capacity` from checkpoint `state`, all tokens of x (folding each
+//    time the buffer fills), then the remaining buffer is folded, so `state` is the state after all
+//    tokens. Writes y [T, NH, P].
 template <class T>
 void mamba2_decode_kvbuffer(const Mamba2Tokens<T>& x, int capacity, Mamba2State<T>& state,
                             std::vector<T>& y);
 
-// 5. Short-context direct mode: `state` must start empty (no checkpoint); outputs come from the
-//    buffer alone while the context fits; the first fold (buffer full) creates the state. Remaining
-//    tokens stay in the buffer, as in mamba2_decode_kvbuffer.
+// 5. Short-context direct mode: no state while the context fits (the input value of `state` is
+//    ignored: S0 = 0); the fold on overflow creates it. At the end `state` is the state after all
+//    tokens (remaining buffer folded). Returns true when the buffer overflowed during the sequence
+//    (a state was created before the end).
 template <class T>
-void mamba2_decode_direct(const Mamba2Tokens<T>& x, Mamba2State<T>& state, Mamba2Buffer<T>& buf,
+bool mamba2_decode_direct(const Mamba2Tokens<T>& x, int capacity, Mamba2State<T>& state,
                           std::vector<T>& y);
 
-// 4a. Classic speculative verify (baseline): the chain of T drafts through the recurrence from
-//     `state`, writing T intermediate states; `accept` copies state m back (m = 0: unchanged).
+// 4a. Classic verify, one window of T tokens from `state`: writes y [T, NH, P] and the T
+//     intermediate states (states[i] = state after token i), then commits the accepted one:
+//     state <- states[accept - 1] (accept = 0 keeps state). 0 <= accept <= T.
 template <class T>
-struct Mamba2ClassicVerify {
-  std::vector<T> y;                    // [T, NH, P]
-  std::vector<Mamba2State<T>> states;  // states[i]: the state after draft i + 1
-};
-template <class T>
-Mamba2ClassicVerify<T> mamba2_verify_classic(const Mamba2Tokens<T>& drafts,
-                                             const Mamba2State<T>& state);
-template <class T>
-void mamba2_accept_classic(const Mamba2ClassicVerify<T>& v, int m, Mamba2State<T>& state);
+void mamba2_verify_classic_window(const Mamba2Tokens<T>& window, int accept, Mamba2State<T>& state,
+                                  std::vector<T>& y, std::vector<Mamba2State<T>>& states);
 
-// 4b. Buffered speculative verify: all T outputs at once from S0 + buffer + the drafts themselves;
-//     no state or buffer entry is written, except that when size + T > capacity the buffer is folded
-//     first. Throws std::invalid_argument when T > capacity. An empty `state` is read as zero.
+// Verify drivers over a whole sequence: rounds of windows of `drafts` tokens (the last window may
+// be shorter); each round accepts min(accept, window) tokens (1 <= accept <= drafts) and the next
+// window starts at the first rejected token. y [T, NH, P] holds each token's output from the round
+// that accepted it; `state` ends as the state after all tokens.
+// 4a. Classic: mamba2_verify_classic_window per round.
 template <class T>
-void mamba2_verify_kvbuffer(const Mamba2Tokens<T>& drafts, Mamba2State<T>& state,
-                            Mamba2Buffer<T>& buf, std::vector<T>& y);
-// Appends the first m drafts (0 <= m <= T) to the buffer; folds when that fills it.
+void mamba2_verify_classic(const Mamba2Tokens<T>& x, int drafts, int accept, Mamba2State<T>& state,
+                           std::vector<T>& y);
+// 4b. Buffered: Mamba2KVBuffer::verify + accept per round (fold first when n + T > C), then the
+//     remaining buffer is folded. drafts <= capacity.
 template <class T>
-void mamba2_accept_kvbuffer(const Mamba2Tokens<T>& drafts, int m, Mamba2State<T>& state,
-                            Mamba2Buffer<T>& buf);
+void mamba2_verify_kvbuffer(const Mamba2Tokens<T>& x, int capacity, int drafts, int accept,
+                            Mamba2State<T>& state, std::vector<T>& y);
 
-// Every Mamba-2 mode against the recurrent ground truth on fresh random inputs (float64 and
-// float32); under 2 s.
+// Every Mamba-2 mode against mamba2_decode_recurrent on fresh random inputs, outputs and final
+// state, float64 and float32 (float32 against the float64 recurrence on the same rounded inputs);
+// under 2 s on one core. Part of run_reference_cross_checks.
 std::vector<CrossCheck> run_mamba2_cross_checks(uint64_t seed);
 
 }  // namespace kvbuf::ref
