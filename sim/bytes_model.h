@@ -10,13 +10,20 @@
 
 namespace kvbuf {
 
+// GDN buffer entry: cached-u keeps k, u and G; raw keeps k, v, G and beta (u recomputed).
+// Mamba-2 has one entry kind (x, B, dt, G); its variant argument is ignored.
 enum class BufferVariant { CachedU, Raw };
+const char* variant_name(BufferVariant v);            // "cached-u" or "raw"
+BufferVariant parse_variant(const std::string& name);  // throws std::invalid_argument otherwise
 
 struct Precision {
   int state_bytes = 4;  // s: state element (fp32)
   int entry_bytes = 2;  // e: buffer element (k, u or v) (bf16)
   int io_bytes = 2;     // io: q/k/v inputs and outputs (bf16)
 };
+// "fp32", "bf16", "fp64" or "fp8" for 4, 2, 8, 1 bytes; throws std::invalid_argument otherwise.
+std::string dtype_name(int bytes);
+int dtype_bytes(const std::string& name);  // inverse of dtype_name ("f32"/"f64" also accepted)
 
 // One tensor's traffic in one step: count elements of elem_bytes each, read and/or written.
 struct TensorTraffic {
@@ -33,7 +40,12 @@ struct StepBytes {
   double write_bytes() const;
   double total_bytes() const { return read_bytes() + write_bytes(); }
   StepBytes& scale(double factor);  // e.g. by batch
+  // Adds to the tensor of that name (created on first use, in order of first use).
+  void add(const std::string& tensor, const std::string& dtype, double read, double write);
+  const TensorTraffic* find(const std::string& tensor) const;  // nullptr when absent
 };
+// Element-wise mean of steps (same tensors in the same order; the mode of the first).
+StepBytes average(const std::vector<StepBytes>& steps);
 
 // Bytes of one buffer entry (one token) for one request and one layer.
 double buffer_entry_bytes(const LayerShape& s, const Precision& p, BufferVariant v);
@@ -50,11 +62,21 @@ StepBytes bytes_kvbuffer_at_fill(const LayerShape& s, const Precision& p, Buffer
 StepBytes bytes_kvbuffer_cycle(const LayerShape& s, const Precision& p, BufferVariant v, int chunk);
 // Direct (stateless) mode at buffer fill n: n entries read, 1 written, no state.
 StepBytes bytes_direct_at_fill(const LayerShape& s, const Precision& p, int fill);
+// Direct mode averaged over fills 0..C-1: a request whose whole context fits in the buffer.
+StepBytes bytes_direct_mean(const LayerShape& s, const Precision& p, int chunk);
 // Classic verify of T tokens: state read + T intermediate states written, then (commit_copy)
 // 1 state read + 1 state write.
 StepBytes bytes_verify_classic(const LayerShape& s, const Precision& p, int tokens, bool commit_copy);
-// Buffered verify of T tokens at fill n with `accepted` entries kept; includes the fold when n+T > C.
+// Buffered verify of T tokens at fill n (0..C) with `accepted` (0..T) entries kept: state read,
+// n entries read, T candidate entries written to scratch, commit = m scratch entries read and
+// written into the buffer; plus a state write for the fold-first when n + T > C (the fold is
+// fused: S0 is read once, and the n entries it folds are those already counted).
 StepBytes bytes_verify_kvbuffer(const LayerShape& s, const Precision& p, BufferVariant v, int chunk,
                                 int tokens, int fill, int accepted);
+// Verify rounds that always accept m (1..T) entries, averaged over one fold cycle: the pre-round
+// fills m, 2m, ..., km with k the first round where km + T > C (that round folds). m = 0 never
+// leaves fill 0 (one round, no fold).
+StepBytes bytes_verify_kvbuffer_cycle(const LayerShape& s, const Precision& p, BufferVariant v,
+                                      int chunk, int tokens, int accepted);
 
 }  // namespace kvbuf

@@ -26,13 +26,17 @@ struct ModelSpec {
   std::string name;
   LayerKind kind = LayerKind::GatedDeltaNet;
   int linear_layers = 0;  // layers with a recurrent state
-  int total_layers = 0;   // linear + full attention
+  int total_layers = 0;   // linear + full attention (+ stateless MLP/MoE layers in Nemotron-H)
+  int attn_layers = 0;    // full-attention layers (explicit: Nemotron-H also has MLP-only layers)
   LayerShape layer;       // before tensor parallelism
   int attn_q_heads = 0;   // full-attention layers
   int attn_kv_heads = 0;
   int attn_head_dim = 0;
   double params_billion = 0;  // total parameters, for weight memory (bf16 by default)
-  int full_attn_layers() const { return total_layers - linear_layers; }
+  int tp = 1;                 // tensor-parallel degree already applied to the heads
+  int full_attn_layers() const { return attn_layers; }
+  // bf16 K and V of every full-attention layer for one token of context, on one GPU.
+  double attn_kv_bytes_per_token() const { return 2.0 * attn_layers * attn_kv_heads * attn_head_dim * 2.0; }
 };
 
 const std::vector<ModelSpec>& model_catalog();
@@ -41,7 +45,15 @@ const std::vector<ModelSpec>& model_catalog();
 const ModelSpec& find_model(const std::string& name);
 
 // Divides key/value heads (and attention heads) by tp; throws std::invalid_argument when a head
-// count is not divisible by tp or tp < 1.
+// count is not divisible by tp or tp < 1. Attention KV heads fewer than tp are replicated, as
+// serving engines do (tp a multiple of kv heads leaves one KV head per GPU).
 ModelSpec apply_tensor_parallel(const ModelSpec& model, int tp);
+
+// Throws std::invalid_argument unless every size is positive, value heads are a multiple of key
+// heads (GDN: GQA; Mamba-2: heads per group), attention sizes are non-negative and consistent.
+void validate_model(const ModelSpec& model);
+
+const char* layer_kind_name(LayerKind kind);  // "gdn" or "mamba2"
+LayerKind parse_layer_kind(const std::string& name);  // throws on anything but gdn / mamba2
 
 }  // namespace kvbuf

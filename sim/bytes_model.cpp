@@ -1,0 +1,256 @@
+// Bytes per linear-attention layer per step per request: section 9 of
+// ../shared/design/kvbuffer-math.md, with two corrections our kernels need (a raw GDN entry keeps
+// G and beta: 2 HV 4 bytes of gates; verify writes all T candidate entries to scratch and the
+// commit copies the m accepted ones into the buffer).
+#include "sim/bytes_model.h"
+
+#include <stdexcept>
+
+namespace kvbuf {
+namespace {
+
+struct Part {
+  std::string tensor;
+  std::string dtype;
+  double bytes;
+};
+
+void check_precision(const Precision& p) {
+  if (p.state_bytes <= 0 || p.entry_bytes <= 0 || p.io_bytes <= 0)
+    throw std::invalid_argument("element sizes must be positive");
+}
+
+bool is_gdn(const LayerShape& s) { return s.kind == LayerKind::GatedDeltaNet; }
+
+// One token's inputs (read) and output (written).
+std::vector<Part> token_inputs(const LayerShape& s, const Precision& p) {
+  const double H = s.key_heads, HV = s.value_heads, K = s.head_k, V = s.head_v, io = p.io_bytes;
+  const std::string t = dtype_name(p.io_bytes);
+  if (is_gdn(s))
+    return {{"q", t, H * K * io}, {"k", t, H * K * io}, {"v", t, HV * V * io}, {"gates", "fp32", 2 * HV * 4}};
+  // Mamba-2: G = key_heads, NH = value_heads, N = head_k, P = head_v.
+  return {{"x", t, HV * V * io}, {"B", t, H * K * io}, {"C", t, H * K * io}, {"dt", "fp32", HV * 4}};
+}
+
+Part token_output(const LayerShape& s, const Precision& p) {
+  return {is_gdn(s) ? "o" : "y", dtype_name(p.io_bytes), double(s.value_heads) * s.head_v * p.io_bytes};
+}
+
+// One buffer entry split by tensor; `prefix` names the area ("buffer" or "scratch").
+std::vector<Part> entry_parts(const LayerShape& s, const Precision& p, BufferVariant v, const std::string& prefix) {
+  const double H = s.key_heads, HV = s.value_heads, K = s.head_k, V = s.head_v, e = p.entry_bytes;
+  const std::string t = dtype_name(p.entry_bytes);
+  if (is_gdn(s)) {
+    const bool cached_u = v == BufferVariant::CachedU;
+    return {{prefix + ".keys", t, H * K * e},
+            {prefix + (cached_u ? ".u" : ".v"), t, HV * V * e},
+            {prefix + (cached_u ? ".G" : ".G_beta"), "fp32", (cached_u ? 1 : 2) * HV * 4}};
+  }
+  return {{prefix + ".x", t, HV * V * e}, {prefix + ".B", t, H * K * e}, {prefix + ".dt_G", "fp32", 2 * HV * 4}};
+}
+
+void add_tokens(StepBytes& b, const LayerShape& s, const Precision& p, int tokens) {
+  for (const Part& part : token_inputs(s, p)) b.add(part.tensor, part.dtype, tokens * part.bytes, 0);
+  const Part out = token_output(s, p);
+  b.add(out.tensor, out.dtype, 0, tokens * out.bytes);
+}
+
+void add_entries(StepBytes& b, const LayerShape& s, const Precision& p, BufferVariant v, const std::string& area,
+                 double read_entries, double write_entries) {
+  for (const Part& part : entry_parts(s, p, v, area))
+    b.add(part.tensor, part.dtype, read_entries * part.bytes, write_entries * part.bytes);
+}
+
+void add_state(StepBytes& b, const LayerShape& s, const Precision& p, double reads, double writes) {
+  const double w = state_bytes(s, p);
+  b.add("state", dtype_name(p.state_bytes), reads * w, writes * w);
+}
+
+void check_chunk(int chunk) {
+  if (chunk < 1) throw std::invalid_argument("buffer capacity C must be at least 1, got " + std::to_string(chunk));
+}
+
+}  // namespace
+
+const char* variant_name(BufferVariant v) { return v == BufferVariant::CachedU ? "cached-u" : "raw"; }
+
+BufferVariant parse_variant(const std::string& name) {
+  if (name == "cached-u") return BufferVariant::CachedU;
+  if (name == "raw") return BufferVariant::Raw;
+  throw std::invalid_argument("unknown buffer variant '" + name + "' (known: raw, cached-u)");
+}
+
+std::string dtype_name(int bytes) {
+  switch (bytes) {
+    case 1: return "fp8";
+    case 2: return "bf16";
+    case 4: return "fp32";
+    case 8: return "fp64";
+    default: throw std::invalid_argument("no dtype of " + std::to_string(bytes) + " bytes");
+  }
+}
+
+int dtype_bytes(const std::string& name) {
+  if (name == "fp8") return 1;
+  if (name == "bf16") return 2;
+  if (name == "fp32" || name == "f32") return 4;
+  if (name == "fp64" || name == "f64") return 8;
+  throw std::invalid_argument("unknown dtype '" + name + "' (known: fp8, bf16, fp32, fp64)");
+}
+
+double StepBytes::read_bytes() const {
+  double sum = 0;
+  for (const auto& t : tensors) sum += t.read_bytes;
+  return sum;
+}
+
+double StepBytes::write_bytes() const {
+  double sum = 0;
+  for (const auto& t : tensors) sum += t.write_bytes;
+  return sum;
+}
+
+StepBytes& StepBytes::scale(double factor) {
+  for (auto& t : tensors) {
+    t.read_bytes *= factor;
+    t.write_bytes *= factor;
+  }
+  return *this;
+}
+
+void StepBytes::add(const std::string& tensor, const std::string& dtype, double read, double write) {
+  for (auto& t : tensors)
+    if (t.tensor == tensor) {
+      t.read_bytes += read;
+      t.write_bytes += write;
+      return;
+    }
+  tensors.push_back({tensor, dtype, read, write});
+}
+
+const TensorTraffic* StepBytes::find(const std::string& tensor) const {
+  for (const auto& t : tensors)
+    if (t.tensor == tensor) return &t;
+  return nullptr;
+}
+
+StepBytes average(const std::vector<StepBytes>& steps) {
+  if (steps.empty()) throw std::invalid_argument("average of no steps");
+  StepBytes mean;
+  mean.mode = steps.front().mode;
+  // Tensors that appear only on some steps (the fold's state write) count as zero elsewhere.
+  for (const auto& step : steps)
+    for (const auto& t : step.tensors) mean.add(t.tensor, t.dtype, t.read_bytes, t.write_bytes);
+  return mean.scale(1.0 / steps.size());
+}
+
+double buffer_entry_bytes(const LayerShape& s, const Precision& p, BufferVariant v) {
+  check_precision(p);
+  double sum = 0;
+  for (const Part& part : entry_parts(s, p, v, "buffer")) sum += part.bytes;
+  return sum;
+}
+
+double state_bytes(const LayerShape& s, const Precision& p) {
+  check_precision(p);
+  return double(s.value_heads) * s.head_k * s.head_v * p.state_bytes;
+}
+
+double conv_state_bytes(const LayerShape& s, const Precision& p) {
+  check_precision(p);
+  const double conv_dim = is_gdn(s) ? 2.0 * s.key_heads * s.head_k + double(s.value_heads) * s.head_v
+                                    : double(s.value_heads) * s.head_v + 2.0 * s.key_heads * s.head_k;
+  return conv_dim * (s.conv_width - 1) * p.io_bytes;
+}
+
+StepBytes bytes_recurrent(const LayerShape& s, const Precision& p) {
+  check_precision(p);
+  StepBytes b;
+  b.mode = "recurrent";
+  add_tokens(b, s, p, 1);
+  add_state(b, s, p, 1, 1);
+  return b;
+}
+
+StepBytes bytes_kvbuffer_at_fill(const LayerShape& s, const Precision& p, BufferVariant v, int chunk, int fill) {
+  check_precision(p);
+  check_chunk(chunk);
+  if (fill < 0 || fill >= chunk)
+    throw std::invalid_argument("buffer fill must be in 0..C-1, got " + std::to_string(fill));
+  StepBytes b;
+  b.mode = "kvbuffer";
+  add_tokens(b, s, p, 1);
+  add_state(b, s, p, 1, fill == chunk - 1 ? 1 : 0);
+  add_entries(b, s, p, v, "buffer", fill, 1);
+  return b;
+}
+
+StepBytes bytes_kvbuffer_cycle(const LayerShape& s, const Precision& p, BufferVariant v, int chunk) {
+  check_chunk(chunk);
+  std::vector<StepBytes> steps;
+  for (int n = 0; n < chunk; ++n) steps.push_back(bytes_kvbuffer_at_fill(s, p, v, chunk, n));
+  return average(steps);
+}
+
+StepBytes bytes_direct_at_fill(const LayerShape& s, const Precision& p, int fill) {
+  check_precision(p);
+  if (fill < 0) throw std::invalid_argument("buffer fill must be non-negative, got " + std::to_string(fill));
+  StepBytes b;
+  b.mode = "direct";
+  add_tokens(b, s, p, 1);
+  add_entries(b, s, p, BufferVariant::CachedU, "buffer", fill, 1);
+  return b;
+}
+
+StepBytes bytes_direct_mean(const LayerShape& s, const Precision& p, int chunk) {
+  check_chunk(chunk);
+  std::vector<StepBytes> steps;
+  for (int n = 0; n < chunk; ++n) steps.push_back(bytes_direct_at_fill(s, p, n));
+  return average(steps);
+}
+
+StepBytes bytes_verify_classic(const LayerShape& s, const Precision& p, int tokens, bool commit_copy) {
+  check_precision(p);
+  if (tokens < 1) throw std::invalid_argument("verify needs at least 1 token, got " + std::to_string(tokens));
+  StepBytes b;
+  b.mode = commit_copy ? "verify-classic" : "verify-classic-inplace";
+  add_tokens(b, s, p, tokens);
+  add_state(b, s, p, 1, commit_copy ? 1 : 0);
+  const double w = state_bytes(s, p);
+  b.add("intermediate_states", dtype_name(p.state_bytes), commit_copy ? w : 0, tokens * w);
+  return b;
+}
+
+StepBytes bytes_verify_kvbuffer(const LayerShape& s, const Precision& p, BufferVariant v, int chunk, int tokens,
+                                int fill, int accepted) {
+  check_precision(p);
+  check_chunk(chunk);
+  if (tokens < 1 || tokens > chunk)
+    throw std::invalid_argument("verify tokens T must be in 1..C (C = " + std::to_string(chunk) + "), got " +
+                                std::to_string(tokens));
+  if (fill < 0 || fill > chunk) throw std::invalid_argument("buffer fill must be in 0..C, got " + std::to_string(fill));
+  if (accepted < 0 || accepted > tokens)
+    throw std::invalid_argument("accepted entries must be in 0..T, got " + std::to_string(accepted));
+  StepBytes b;
+  b.mode = "verify-kvbuffer";
+  add_tokens(b, s, p, tokens);
+  add_state(b, s, p, 1, fill + tokens > chunk ? 1 : 0);
+  add_entries(b, s, p, v, "buffer", fill, accepted);
+  add_entries(b, s, p, v, "scratch", accepted, tokens);
+  return b;
+}
+
+StepBytes bytes_verify_kvbuffer_cycle(const LayerShape& s, const Precision& p, BufferVariant v, int chunk,
+                                      int tokens, int accepted) {
+  if (accepted == 0) return bytes_verify_kvbuffer(s, p, v, chunk, tokens, 0, 0);
+  if (tokens < 1 || tokens > chunk || accepted < 0 || accepted > tokens)
+    return bytes_verify_kvbuffer(s, p, v, chunk, tokens, 0, accepted);  // throws the precise message
+  std::vector<StepBytes> rounds;
+  for (int fill = accepted;; fill += accepted) {
+    rounds.push_back(bytes_verify_kvbuffer(s, p, v, chunk, tokens, fill, accepted));
+    if (fill + tokens > chunk) break;
+  }
+  return average(rounds);
+}
+
+}  // namespace kvbuf

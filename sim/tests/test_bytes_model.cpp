@@ -1,0 +1,192 @@
+// The bytes model against hand-written formulas (section 9 of the design note plus our two
+// corrections), written out per shape with literal numbers rather than through the model's helpers.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "sim/bytes_model.h"
+#include "sim/catalog.h"
+
+namespace kvbuf {
+namespace {
+
+const Precision kDefault{4, 2, 2};  // fp32 state, bf16 entries, bf16 io
+
+LayerShape qwen3_next() { return find_model("qwen3-next-80b-a3b").layer; }
+
+// Qwen3-Next, one request, one layer: H=16, HV=32, K=V=128.
+constexpr double kState = 32.0 * 128 * 128 * 4;             // 2,097,152
+constexpr double kTokenRead = 2 * 16 * 128 * 2 + 32 * 128 * 2 + 2 * 32 * 4;  // q, k, v, g+beta
+constexpr double kTokenWrite = 32 * 128 * 2;                  // o
+constexpr double kEntryCachedU = 16 * 128 * 2 + 32 * 128 * 2 + 32 * 4;      // k, u, G = 12,416
+constexpr double kEntryRaw = 16 * 128 * 2 + 32 * 128 * 2 + 2 * 32 * 4;      // k, v, G, beta = 12,544
+
+double sum_of_tensors(const StepBytes& b) {
+  double sum = 0;
+  for (const auto& t : b.tensors) sum += t.read_bytes + t.write_bytes;
+  return sum;
+}
+
+TEST(BytesModel, StateEntryAndConvSizes) {
+  EXPECT_DOUBLE_EQ(state_bytes(qwen3_next(), kDefault), 2097152.0);
+  EXPECT_DOUBLE_EQ(buffer_entry_bytes(qwen3_next(), kDefault, BufferVariant::CachedU), 12416.0);
+  EXPECT_DOUBLE_EQ(buffer_entry_bytes(qwen3_next(), kDefault, BufferVariant::Raw), 12544.0);
+  // conv_dim = 2 H K + HV V = 8192 channels, w - 1 = 3 previous inputs, bf16.
+  EXPECT_DOUBLE_EQ(conv_state_bytes(qwen3_next(), kDefault), 8192.0 * 3 * 2);
+  // fp32 buffer entries double the k and u parts only.
+  EXPECT_DOUBLE_EQ(buffer_entry_bytes(qwen3_next(), {4, 4, 2}, BufferVariant::CachedU),
+                   16 * 128 * 4 + 32 * 128 * 4 + 32 * 4);
+}
+
+TEST(BytesModel, Mamba2Sizes) {
+  // nemotron-3-nano: G=8 groups, NH=64 heads, N=128, P=64.
+  const LayerShape s = find_model("nemotron-3-nano-30b-a3b").layer;
+  EXPECT_DOUBLE_EQ(state_bytes(s, kDefault), 64.0 * 64 * 128 * 4);
+  EXPECT_DOUBLE_EQ(buffer_entry_bytes(s, kDefault, BufferVariant::CachedU), 64 * 64 * 2 + 8 * 128 * 2 + 2 * 64 * 4);
+  EXPECT_DOUBLE_EQ(buffer_entry_bytes(s, kDefault, BufferVariant::Raw),
+                   buffer_entry_bytes(s, kDefault, BufferVariant::CachedU));
+  EXPECT_DOUBLE_EQ(conv_state_bytes(s, kDefault), (64.0 * 64 + 2 * 8 * 128) * 3 * 2);
+  const StepBytes r = bytes_recurrent(s, kDefault);
+  // x, B, C, dt read; y written; state read and written.
+  EXPECT_DOUBLE_EQ(r.read_bytes(), 64 * 64 * 2 + 2 * 8 * 128 * 2 + 64 * 4 + 64.0 * 64 * 128 * 4);
+  EXPECT_DOUBLE_EQ(r.write_bytes(), 64 * 64 * 2 + 64.0 * 64 * 128 * 4);
+  ASSERT_NE(r.find("y"), nullptr);
+  ASSERT_NE(r.find("dt"), nullptr);
+}
+
+TEST(BytesModel, Recurrent) {
+  const StepBytes b = bytes_recurrent(qwen3_next(), kDefault);
+  EXPECT_EQ(b.mode, "recurrent");
+  EXPECT_DOUBLE_EQ(b.read_bytes(), kTokenRead + kState);
+  EXPECT_DOUBLE_EQ(b.write_bytes(), kTokenWrite + kState);
+  EXPECT_DOUBLE_EQ(b.total_bytes(), sum_of_tensors(b));
+  ASSERT_NE(b.find("state"), nullptr);
+  EXPECT_EQ(b.find("state")->dtype, "fp32");
+  EXPECT_EQ(b.find("q")->dtype, "bf16");
+  EXPECT_EQ(b.find("gates")->dtype, "fp32");
+}
+
+TEST(BytesModel, KvbufferAtEveryFill) {
+  for (int C : {1, 2, 3, 16, 64})
+    for (int n = 0; n < C; ++n)
+      for (auto [v, E] : {std::pair{BufferVariant::CachedU, kEntryCachedU}, std::pair{BufferVariant::Raw, kEntryRaw}}) {
+        const StepBytes b = bytes_kvbuffer_at_fill(qwen3_next(), kDefault, v, C, n);
+        const double fold = n == C - 1 ? kState : 0;
+        EXPECT_DOUBLE_EQ(b.read_bytes(), kTokenRead + kState + n * E) << "C " << C << " n " << n;
+        EXPECT_DOUBLE_EQ(b.write_bytes(), kTokenWrite + E + fold) << "C " << C << " n " << n;
+        EXPECT_DOUBLE_EQ(b.total_bytes(), sum_of_tensors(b));
+      }
+}
+
+TEST(BytesModel, KvbufferCycleIsTheAverageOverFills) {
+  for (int C : {1, 4, 16, 64}) {
+    const StepBytes b = bytes_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, C);
+    // state read + state write / C + (C-1)/2 entries read + 1 entry written + token io.
+    const double expected = kTokenRead + kTokenWrite + kState + kState / C + (C - 1) / 2.0 * kEntryCachedU + kEntryCachedU;
+    EXPECT_NEAR(b.total_bytes(), expected, 1e-9 * expected) << "C " << C;
+    EXPECT_DOUBLE_EQ(b.total_bytes(), sum_of_tensors(b));
+  }
+  // C* ~ sqrt(2 W / E) ~ 18 for Qwen3-Next minimises the cycle bytes; the ratio to recurrent there is ~1.8.
+  double best = 1e300;
+  int best_c = 0;
+  for (int C = 1; C <= 64; ++C) {
+    const double t = bytes_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, C).total_bytes();
+    if (t < best) best = t, best_c = C;
+  }
+  EXPECT_GE(best_c, 16);
+  EXPECT_LE(best_c, 20);
+  const double ratio = bytes_recurrent(qwen3_next(), kDefault).total_bytes() / best;
+  EXPECT_GT(ratio, 1.75);
+  EXPECT_LT(ratio, 1.9);
+}
+
+TEST(BytesModel, Direct) {
+  for (int n : {0, 1, 63}) {
+    const StepBytes b = bytes_direct_at_fill(qwen3_next(), kDefault, n);
+    EXPECT_EQ(b.find("state"), nullptr);
+    EXPECT_DOUBLE_EQ(b.read_bytes(), kTokenRead + n * kEntryCachedU);
+    EXPECT_DOUBLE_EQ(b.write_bytes(), kTokenWrite + kEntryCachedU);
+  }
+  const StepBytes mean = bytes_direct_mean(qwen3_next(), kDefault, 64);
+  EXPECT_DOUBLE_EQ(mean.total_bytes(), kTokenRead + kTokenWrite + 31.5 * kEntryCachedU + kEntryCachedU);
+}
+
+TEST(BytesModel, VerifyClassic) {
+  for (int T : {1, 4, 8}) {
+    const StepBytes copy = bytes_verify_classic(qwen3_next(), kDefault, T, true);
+    EXPECT_DOUBLE_EQ(copy.read_bytes(), T * kTokenRead + kState + kState);  // S0, then the accepted state
+    EXPECT_DOUBLE_EQ(copy.write_bytes(), T * kTokenWrite + T * kState + kState);
+    EXPECT_DOUBLE_EQ(copy.find("intermediate_states")->write_bytes, T * kState);
+    const StepBytes inplace = bytes_verify_classic(qwen3_next(), kDefault, T, false);
+    EXPECT_DOUBLE_EQ(inplace.read_bytes(), T * kTokenRead + kState);
+    EXPECT_DOUBLE_EQ(inplace.write_bytes(), T * kTokenWrite + T * kState);
+  }
+}
+
+TEST(BytesModel, VerifyKvbuffer) {
+  const int C = 16;
+  for (int T : {1, 4, 5})
+    for (int n : {0, 3, 12, 16})
+      for (int m = 0; m <= T; ++m) {
+        const StepBytes b = bytes_verify_kvbuffer(qwen3_next(), kDefault, BufferVariant::CachedU, C, T, n, m);
+        const double fold = n + T > C ? kState : 0;
+        // state read, n buffer entries read, T scratch entries written, commit m: read + write.
+        EXPECT_DOUBLE_EQ(b.read_bytes(), T * kTokenRead + kState + n * kEntryCachedU + m * kEntryCachedU);
+        EXPECT_DOUBLE_EQ(b.write_bytes(), T * kTokenWrite + fold + T * kEntryCachedU + m * kEntryCachedU);
+        EXPECT_EQ(b.find("intermediate_states"), nullptr);
+        EXPECT_DOUBLE_EQ(b.total_bytes(), sum_of_tensors(b));
+      }
+}
+
+TEST(BytesModel, VerifyKvbufferCycle) {
+  // C = 16, T = 4, m = 3: pre-round fills 3, 6, 9, 12, 15; the round at 15 folds (15 + 4 > 16).
+  const double per_round = 4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU + 2 * 3 * kEntryCachedU;
+  const double expected = per_round + (3 + 6 + 9 + 12 + 15) / 5.0 * kEntryCachedU + kState / 5.0;
+  const StepBytes b = bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 16, 4, 3);
+  EXPECT_NEAR(b.total_bytes(), expected, 1e-9 * expected);
+  // m = T = C: every round starts full and folds.
+  const StepBytes full = bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 4, 4, 4);
+  EXPECT_DOUBLE_EQ(full.total_bytes(),
+                   bytes_verify_kvbuffer(qwen3_next(), kDefault, BufferVariant::CachedU, 4, 4, 4, 4).total_bytes());
+  EXPECT_DOUBLE_EQ(full.find("state")->write_bytes, kState);
+}
+
+TEST(BytesModel, SmallCustomShape) {
+  // H = 2, HV = 6 (GQA 3), K = 16, V = 24, fp32 entries, bf16 io.
+  const LayerShape s{LayerKind::GatedDeltaNet, 2, 6, 16, 24, 4};
+  const Precision p{4, 4, 2};
+  const double W = 6.0 * 16 * 24 * 4, E = 2 * 16 * 4 + 6 * 24 * 4 + 6 * 4;
+  const double io_read = 2 * 2 * 16 * 2 + 6 * 24 * 2 + 2 * 6 * 4, io_write = 6 * 24 * 2;
+  EXPECT_DOUBLE_EQ(bytes_recurrent(s, p).total_bytes(), io_read + io_write + 2 * W);
+  EXPECT_DOUBLE_EQ(bytes_kvbuffer_at_fill(s, p, BufferVariant::CachedU, 3, 2).total_bytes(),
+                   io_read + io_write + W + 2 * E + E + W);
+  EXPECT_DOUBLE_EQ(bytes_kvbuffer_at_fill(s, p, BufferVariant::Raw, 3, 1).total_bytes(),
+                   io_read + io_write + W + 2 * (E + 6 * 4));
+  EXPECT_DOUBLE_EQ(conv_state_bytes(s, p), (2 * 2 * 16 + 6 * 24) * 3 * 2.0);
+}
+
+TEST(BytesModel, ScaleByBatch) {
+  StepBytes b = bytes_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::Raw, 8);
+  const double one = b.total_bytes();
+  EXPECT_DOUBLE_EQ(b.scale(256).total_bytes(), 256 * one);
+}
+
+TEST(BytesModel, RejectsBadArguments) {
+  const LayerShape s = qwen3_next();
+  EXPECT_THROW(bytes_kvbuffer_at_fill(s, kDefault, BufferVariant::CachedU, 0, 0), std::invalid_argument);
+  EXPECT_THROW(bytes_kvbuffer_at_fill(s, kDefault, BufferVariant::CachedU, 4, 4), std::invalid_argument);
+  EXPECT_THROW(bytes_kvbuffer_at_fill(s, kDefault, BufferVariant::CachedU, 4, -1), std::invalid_argument);
+  EXPECT_THROW(bytes_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, -3), std::invalid_argument);
+  EXPECT_THROW(bytes_direct_at_fill(s, kDefault, -1), std::invalid_argument);
+  EXPECT_THROW(bytes_verify_classic(s, kDefault, 0, true), std::invalid_argument);
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 5, 0, 0), std::invalid_argument);
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 0, 3), std::invalid_argument);
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 5, 0), std::invalid_argument);
+  EXPECT_THROW(bytes_verify_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, 4, 5, 1), std::invalid_argument);
+  EXPECT_THROW(bytes_recurrent(s, {0, 2, 2}), std::invalid_argument);
+  EXPECT_THROW(parse_variant("fast"), std::invalid_argument);
+  EXPECT_THROW(dtype_bytes("int3"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvbuf
