@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace kvbuf::ref {
@@ -30,6 +31,22 @@ double max_rel_err(const std::vector<A>& x, const std::vector<B>& ref) {
     scale = std::max(scale, std::abs(double(ref[i])));
   }
   return diff / std::max(scale, 2.2250738585072014e-308);
+}
+
+// Tolerance for a GDN mode run in precision T against the float64 recurrence, as a normwise
+// relative error (max_rel_err), for head dims K, V and a sequence of `steps` tokens.
+// Derivation: with unit roundoff u (2^-53 for double, 2^-24 for float), one token's update computes
+// dot products of length K (S^T k, S^T q) and, in the buffered forms, sums over at most `steps`
+// buffered tokens and V-long rows, each with a relative error of at most about (K + V + steps) u
+// of the magnitudes involved (the classical gamma_n bound for an n-term sum). The recurrence is
+// non-expansive (S -> exp(g) (I - beta k k^T) S with |k| <= 1, beta in [0, 1], g <= 0), so earlier
+// errors are not amplified, and terms are bounded by about the outputs' own scale (normalised k, q;
+// K^-0.5 on q). Intermediate magnitudes may exceed the result (u = beta (v - S^T k) cancels), so
+// we allow a factor of 16 over the first-order bound: tol = 16 (K + V + steps) u.
+template <class T>
+double gdn_rel_tolerance(int K, int V, int steps) {
+  const double u = std::is_same_v<T, float> ? 0x1p-24 : 0x1p-53;
+  return 16.0 * double(K + V + steps) * u;
 }
 
 // GDN: every mode (chunk prefill, kvbuffer raw and cached-u, direct, classic and buffered verify,

@@ -1,0 +1,30 @@
+// run_reference_cross_checks (what `kvbuf check` prints): every case passes, fast, and each line is
+// printed so the margins are visible in the test log.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "reference/cross_checks.h"
+
+namespace kvbuf::ref {
+namespace {
+
+TEST(GdnCrossChecks, AllPassUnderFiveSeconds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto checks = run_reference_cross_checks(20261129);
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_GT(checks.size(), 40u);
+  for (const auto& c : checks) {
+    std::printf("  %-62s rel err %.2e  tol %.2e  %s\n", c.name.c_str(), c.max_rel_err, c.tol,
+                c.ok ? "ok" : "FAIL");
+    EXPECT_TRUE(c.ok) << c.name << ": " << c.max_rel_err << " > " << c.tol;
+    EXPECT_EQ(c.ok, c.max_rel_err <= c.tol) << c.name;
+  }
+  std::printf("  %zu cross-checks in %.2f s\n", checks.size(), secs);
+  EXPECT_LT(secs, 5.0);
+}
+
+}  // namespace
+}  // namespace kvbuf::ref
