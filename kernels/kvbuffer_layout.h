@@ -20,6 +20,8 @@
 //   fill         [slots] int32     entries held (0..C-1 between steps)
 //   has_state    [slots] int32     0 = direct mode (S0 = 0, no state read or written); set to 1
 //                                  by the fold that creates the state
+//   done_count   [slots] int32     decode-kernel scratch: blocks of the request finished in this
+//                                  launch; the last one advances fill/has_state and re-zeroes it
 #pragma once
 #include <cstddef>
 

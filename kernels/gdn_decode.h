@@ -1,0 +1,81 @@
+// Gated DeltaNet decode kernels (one token per request per step), serving layouts of
+// kernels/kvbuffer_layout.h. Host-side Params structs and one dispatch function per kernel; each
+// dispatch throws std::invalid_argument("unsupported ...") for shapes it has no instantiation for.
+//   gdn_decode_recurrent  (gdn_decode_recurrent.cu)  read S, update, write S (in or out of place)
+//   gdn_decode_kvbuffer   (gdn_decode_kvbuffer.cu)   read S0 + buffer, append, fold when full
+//   gdn_decode_direct     (gdn_decode_kvbuffer.cu)   the same kernel for stateless requests
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace kvbuf {
+
+// One step's token inputs and outputs, shared by every decode kernel.
+struct GdnStepIO {
+  int batch = 0;                     // B request rows
+  int H = 16, HV = 32, K = 128, V = 128;
+  const int32_t* slot = nullptr;     // [B] pool slot per row; negative = padding row
+  const __nv_bfloat16* q = nullptr;  // [B, H, K] un-normalised
+  const __nv_bfloat16* k = nullptr;  // [B, H, K] un-normalised
+  const __nv_bfloat16* v = nullptr;  // [B, HV, V]
+  // Gates given: g (log decay <= 0) and beta, fp32 [B, HV]. Leave both null to compute them in
+  // kernel from a, b (bf16 [B, HV]), A_log and dt_bias (fp32 [HV]):
+  //   g = -exp(A_log) * softplus(a + dt_bias),  beta = sigmoid(b).
+  const float* g = nullptr;
+  const float* beta = nullptr;
+  const __nv_bfloat16* a = nullptr;
+  const __nv_bfloat16* b = nullptr;
+  const float* A_log = nullptr;
+  const float* dt_bias = nullptr;
+  __nv_bfloat16* out = nullptr;      // [B, HV, V]
+  // V rows per thread block (16, 32, 64 or 128, dividing V); 0 = chosen from B x HV against the
+  // multiprocessor count (small batches split each head over more blocks).
+  int rows_per_block = 0;
+};
+
+// Recurrent decode: S [slots, HV, V, K] fp32. state_in == state_out is the in-place placement of
+// serving engines; distinct pools are the out-of-place placement of FLA (every slot of state_out
+// that a row addresses is fully written).
+struct GdnRecurrentParams {
+  GdnStepIO io;
+  const float* state_in = nullptr;
+  float* state_out = nullptr;
+};
+void gdn_decode_recurrent(const GdnRecurrentParams& p, cudaStream_t stream);
+
+enum class GdnBufferVariant { CachedU, Raw };
+enum class GdnEntryType { BF16, FP32 };
+
+// KVBuffer decode on pools of kernels/kvbuffer_layout.h, capacity C = `capacity` (1..64).
+// Per row at fill n (read from `fill`): output from S0 (skipped when has_state == 0) and the n
+// buffered entries; appends the token as entry n, or, when n + 1 == C, folds S0 and all C tokens
+// into the state in the same kernel (creating it in direct mode) and empties the buffer. `fill`
+// and `has_state` are advanced by the last block of each request to finish (counted in
+// `done_count`, which must be zero before the first launch and is left zero).
+struct GdnKVBufferParams {
+  GdnStepIO io;
+  GdnBufferVariant variant = GdnBufferVariant::CachedU;
+  GdnEntryType entry = GdnEntryType::BF16;
+  int capacity = 16;
+  float* state = nullptr;      // [slots, HV, V, K] fp32, in place
+  void* buf_k = nullptr;       // [slots, C, H, K] entry type
+  void* buf_val = nullptr;     // [slots, C, HV, V] entry type: u (cached-u) or v (raw)
+  float* buf_gcum = nullptr;   // [slots, C, HV]
+  float* buf_beta = nullptr;   // [slots, C, HV] raw only
+  int32_t* fill = nullptr;     // [slots]
+  int32_t* has_state = nullptr;   // [slots]
+  int32_t* done_count = nullptr;  // [slots] scratch
+};
+void gdn_decode_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream);
+
+// Direct mode is a per-request property (has_state == 0): the KVBuffer kernel reads no state for
+// such rows, so one launch serves a batch mixing direct and buffered requests. This entry point
+// is that same launch, named for batches of stateless requests.
+void gdn_decode_direct(const GdnKVBufferParams& p, cudaStream_t stream);
+
+// The rows_per_block the dispatch uses for this launch shape (exposed for the sweep's CSV).
+int gdn_decode_rows_per_block(const GdnStepIO& io);
+
+}  // namespace kvbuf

@@ -1,0 +1,138 @@
+// Device helpers shared by the GDN decode kernels (include from .cu files only).
+//
+// Row groups: a state row S[v, :] (K fp32) is handled by a group of 8 consecutive lanes. Lane l
+// of a group holds the K/32 float4 chunks c = i*8 + l (i = 0 .. K/32-1), i.e. elements
+// 4c .. 4c+3, so each load instruction of the group reads 128 contiguous bytes of the row.
+// The same lane owns the same elements of k, q and of every buffered key.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/gdn_decode.h"
+
+namespace kvbuf::gdn_detail {
+
+constexpr int kGroupLanes = 8;
+constexpr int kThreads = 128;                       // per block
+constexpr int kGroups = kThreads / kGroupLanes;     // row groups per block
+
+// Sum over the 8 lanes of a group; every lane gets the total (xor masks < 8 stay in the group).
+__device__ __forceinline__ float group_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  x += __shfl_xor_sync(0xffffffffu, x, 2);
+  x += __shfl_xor_sync(0xffffffffu, x, 4);
+  return x;
+}
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class E>
+__device__ __forceinline__ E from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// Loads this lane's K/32 chunks of a K-vector of type E into x[4 * K/32].
+template <int K>
+__device__ __forceinline__ void load_slice(const float* p, int lane, float* x) {
+#pragma unroll
+  for (int i = 0; i < K / 32; ++i) {
+    const float4 f = reinterpret_cast<const float4*>(p)[i * kGroupLanes + lane];
+    x[4 * i] = f.x, x[4 * i + 1] = f.y, x[4 * i + 2] = f.z, x[4 * i + 3] = f.w;
+  }
+}
+template <int K>
+__device__ __forceinline__ void load_slice(const __nv_bfloat16* p, int lane, float* x) {
+#pragma unroll
+  for (int i = 0; i < K / 32; ++i) {
+    const uint2 raw = reinterpret_cast<const uint2*>(p)[i * kGroupLanes + lane];
+    const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
+    const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+    const float2 a = __bfloat1622float2(lo), b = __bfloat1622float2(hi);
+    x[4 * i] = a.x, x[4 * i + 1] = a.y, x[4 * i + 2] = b.x, x[4 * i + 3] = b.y;
+  }
+}
+template <int K>
+__device__ __forceinline__ void store_slice(float* p, int lane, const float* x) {
+#pragma unroll
+  for (int i = 0; i < K / 32; ++i)
+    reinterpret_cast<float4*>(p)[i * kGroupLanes + lane] =
+        make_float4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]);
+}
+template <int K>
+__device__ __forceinline__ void store_slice(__nv_bfloat16* p, int lane, const float* x) {
+#pragma unroll
+  for (int i = 0; i < K / 32; ++i) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(x[4 * i], x[4 * i + 1]);
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(x[4 * i + 2], x[4 * i + 3]);
+    uint2 raw;
+    raw.x = *reinterpret_cast<const unsigned*>(&lo);
+    raw.y = *reinterpret_cast<const unsigned*>(&hi);
+    reinterpret_cast<uint2*>(p)[i * kGroupLanes + lane] = raw;
+  }
+}
+
+template <int N>
+__device__ __forceinline__ float dot(const float* a, const float* b) {
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) s = fmaf(a[i], b[i], s);
+  return s;
+}
+
+// The token's normalised key and query slices (q also scaled by K^-0.5) and k.q, for key head kh.
+template <int K>
+__device__ __forceinline__ void load_token_kq(const GdnStepIO& io, int row, int kh, int lane, float* k,
+                                              float* q, float& kq) {
+  const size_t off = (size_t(row) * io.H + kh) * K;
+  load_slice<K>(io.k + off, lane, k);
+  load_slice<K>(io.q + off, lane, q);
+  const float kinv = rsqrtf(group_sum(dot<K / 8>(k, k)) + 1e-6f);
+  const float qinv = rsqrtf(group_sum(dot<K / 8>(q, q)) + 1e-6f) * rsqrtf(float(K));
+#pragma unroll
+  for (int i = 0; i < K / 8; ++i) k[i] *= kinv, q[i] *= qinv;
+  kq = group_sum(dot<K / 8>(k, q));
+}
+
+// g (log decay) and beta of value head h for request row `row`: given, or from a, b, A_log, dt_bias.
+__device__ __forceinline__ void load_gates(const GdnStepIO& io, int row, int h, float& g, float& beta) {
+  const int idx = row * io.HV + h;
+  if (io.g) {
+    g = io.g[idx];
+    beta = io.beta[idx];
+    return;
+  }
+  const float x = __bfloat162float(io.a[idx]) + io.dt_bias[h];
+  const float softplus = x > 20.f ? x : log1pf(expf(x));
+  g = -expf(io.A_log[h]) * softplus;
+  beta = 1.f / (1.f + expf(-__bfloat162float(io.b[idx])));
+}
+
+// Block decomposition shared by the decode kernels: blockIdx.x = (row * HV + h) * tiles + tile.
+struct BlockCoords {
+  int row, h, tile, v0;
+};
+__device__ __forceinline__ BlockCoords block_coords(const GdnStepIO& io, int rows_per_block) {
+  const int tiles = io.V / rows_per_block;
+  BlockCoords c;
+  c.tile = blockIdx.x % tiles;
+  c.h = (blockIdx.x / tiles) % io.HV;
+  c.row = blockIdx.x / (tiles * io.HV);
+  c.v0 = c.tile * rows_per_block;
+  return c;
+}
+
+__device__ __forceinline__ void write_zero_output(const GdnStepIO& io, const BlockCoords& c, int rows) {
+  __nv_bfloat16* out = io.out + (size_t(c.row) * io.HV + c.h) * io.V + c.v0;
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) out[r] = __float2bfloat16_rn(0.f);
+}
+
+// Validation shared by the dispatch functions.
+void validate_step_io(const GdnStepIO& io, const char* who);
+int choose_rows_per_block(const GdnStepIO& io);
+
+}  // namespace kvbuf::gdn_detail

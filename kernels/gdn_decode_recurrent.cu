@@ -1,0 +1,141 @@
+// gdn_decode_recurrent: the classic serving decode of Gated DeltaNet, one token per request.
+//
+// Math (kvbuffer-math.md section 1, in the serving layout where row v of head h is S[v, :]):
+//   k <- k / sqrt(|k|^2 + 1e-6),  q <- q / sqrt(|q|^2 + 1e-6) * K^-0.5
+//   a_v = S[v,:].k,  b_v = S[v,:].q                         (one read of the row serves both)
+//   u_v = beta (v_v - e^g a_v)
+//   o_v = e^g b_v + (k.q) u_v                               (= S_new[v,:].q)
+//   S_new[v,:] = e^g S[v,:] + u_v k
+// Layouts: S_in, S_out [slots, HV, V, K] fp32, K contiguous (same pointer = in place);
+//          q, k [B, H, K] bf16; v, out [B, HV, V] bf16; g, beta [B, HV] fp32 (or a, b bf16 [B, HV]
+//          + A_log, dt_bias [HV] fp32); slot [B] int32 (negative: padding, output zeros only).
+// Work split: block = (row, value head, tile of rows_per_block state rows), 128 threads = 16
+// groups of 8 lanes, one state row per group at a time, two rows in flight per group
+// (gdn_decode_device.h); every group normalises k, q itself (no block barrier at all).
+// Template parameters: head dims K = V in {64, 128}.
+//
+// Performance log (H200, 36 layer pools in one CUDA graph, Qwen3-Next shapes H=16 HV=32 K=V=128):
+//   v1 prediction: the kernel moves 2 x 2 MiB per request (state read + write) and a few KiB of
+//   token I/O, with 32 B in flight per thread (2 rows x 16 floats) and 128-thread blocks; expect
+//   >= 90% of the measured copy bandwidth at batch >= 64 and about 3-4 us per layer at batch 1
+//   (launch-latency bound: 256 blocks of 16 rows).
+//   v1 measured: see results/README.md (filled in from the sweep, commit named there).
+#include <stdexcept>
+#include <string>
+
+#include "kernels/common.cuh"
+#include "kernels/gdn_decode.h"
+#include "kernels/gdn_decode_device.h"
+
+namespace kvbuf {
+namespace gdn_detail {
+
+void validate_step_io(const GdnStepIO& io, const char* who) {
+  auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(who) + ": " + m); };
+  if (io.batch < 0) fail("batch must be >= 0");
+  if (io.H <= 0 || io.HV <= 0 || io.HV % io.H != 0) fail("need H > 0 and HV a multiple of H");
+  if (!io.slot || !io.q || !io.k || !io.v || !io.out) fail("slot, q, k, v and out must be set");
+  const bool given = io.g || io.beta;
+  if (given && !(io.g && io.beta)) fail("give both g and beta, or neither");
+  if (!given && !(io.a && io.b && io.A_log && io.dt_bias))
+    fail("without g/beta, a, b, A_log and dt_bias must all be set");
+  if (io.rows_per_block != 0) {
+    const int r = io.rows_per_block;
+    if (!(r == 16 || r == 32 || r == 64 || r == 128) || r > io.V || io.V % r != 0)
+      fail("unsupported rows_per_block " + std::to_string(r) + " (16, 32, 64 or 128, dividing V)");
+  }
+}
+
+int choose_rows_per_block(const GdnStepIO& io) {
+  if (io.rows_per_block) return io.rows_per_block;
+  static int sms = [] {
+    int dev = 0, n = 0;
+    KVB_CUDA_CHECK(cudaGetDevice(&dev));
+    KVB_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  // Up to 16 blocks of 128 threads fit on one multiprocessor: aim for 8 blocks per SM before
+  // making blocks bigger, so that small batches still spread their state over every SM.
+  const long heads = long(io.batch) * io.HV;
+  int rows = io.V;
+  while (rows > 16 && heads * (io.V / rows) < 8L * sms) rows /= 2;
+  return rows;
+}
+
+template <int K, int V>
+__global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecurrentParams p, int rows) {
+  static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
+  constexpr int N = K / 8;  // floats per lane per row
+  const GdnStepIO& io = p.io;
+  const BlockCoords c = block_coords(io, rows);
+  const int slot = io.slot[c.row];
+  if (slot < 0) {
+    write_zero_output(io, c, rows);
+    return;
+  }
+  const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
+  const int kh = c.h / (io.HV / io.H);
+  float k[N], q[N], kq;
+  load_token_kq<K>(io, c.row, kh, lane, k, q, kq);
+  float g, beta;
+  load_gates(io, c.row, c.h, g, beta);
+  const float decay = expf(g);
+
+  const size_t head = (size_t(slot) * io.HV + c.h) * V * K;
+  const float* s_in = p.state_in + head;
+  float* s_out = p.state_out + head;
+  const __nv_bfloat16* vin = io.v + (size_t(c.row) * io.HV + c.h) * V;
+  __nv_bfloat16* out = io.out + (size_t(c.row) * io.HV + c.h) * V;
+
+  constexpr int kUnroll = 2;
+  for (int r0 = c.v0 + group; r0 < c.v0 + rows; r0 += kGroups * kUnroll) {
+    float s[kUnroll][N];
+    bool live[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int r = r0 + u * kGroups;
+      live[u] = r < c.v0 + rows;
+      if (live[u]) load_slice<K>(s_in + size_t(r) * K, lane, s[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (!live[u]) continue;
+      const int r = r0 + u * kGroups;
+      const float a = group_sum(dot<N>(s[u], k));
+      const float b = group_sum(dot<N>(s[u], q));
+      const float uv = beta * (__bfloat162float(vin[r]) - decay * a);
+      if (lane == 0) out[r] = __float2bfloat16_rn(decay * b + kq * uv);
+#pragma unroll
+      for (int i = 0; i < N; ++i) s[u][i] = fmaf(decay, s[u][i], uv * k[i]);
+      store_slice<K>(s_out + size_t(r) * K, lane, s[u]);
+    }
+  }
+}
+
+}  // namespace gdn_detail
+
+int gdn_decode_rows_per_block(const GdnStepIO& io) { return gdn_detail::choose_rows_per_block(io); }
+
+void gdn_decode_recurrent(const GdnRecurrentParams& p, cudaStream_t stream) {
+  using namespace gdn_detail;
+  validate_step_io(p.io, "gdn_decode_recurrent");
+  if (!p.state_in || !p.state_out) throw std::invalid_argument("gdn_decode_recurrent: state_in and state_out must be set");
+  if (p.io.batch == 0) return;
+  const int rows = choose_rows_per_block(p.io);
+  const dim3 grid(unsigned(long(p.io.batch) * p.io.HV * (p.io.V / rows)));
+  const int kv = p.io.K * 1000 + p.io.V;
+  switch (kv) {
+    case 128 * 1000 + 128:
+      gdn_decode_recurrent_kernel<128, 128><<<grid, kThreads, 0, stream>>>(p, rows);
+      break;
+    case 64 * 1000 + 64:
+      gdn_decode_recurrent_kernel<64, 64><<<grid, kThreads, 0, stream>>>(p, rows);
+      break;
+    default:
+      throw std::invalid_argument("gdn_decode_recurrent: unsupported head dims K=" + std::to_string(p.io.K) +
+                                  " V=" + std::to_string(p.io.V) + " (supported: 64x64, 128x128)");
+  }
+  KVB_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kvbuf
