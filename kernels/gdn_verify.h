@@ -1,0 +1,89 @@
+// Gated DeltaNet speculative verify kernels (chains and trees of T <= 8 tokens per request), on the
+// serving layouts of kernels/kvbuffer_layout.h. Host-side Params structs and one dispatch function
+// per kernel; each dispatch throws std::invalid_argument("unsupported ...") for shapes it has no
+// instantiation for (K in {64, 128}, V a multiple of 64, 1 <= T <= 8).
+//   gdn_verify_classic          (gdn_verify_classic.cu)   walk the T tokens, write the state after
+//   gdn_verify_classic_commit                             every token; copy the accepted one back
+//   gdn_verify_kvbuffer         (gdn_verify_kvbuffer.cu)  all T outputs from one read of S0 + the
+//   gdn_verify_kvbuffer_commit                            buffer; append the accepted entries
+//
+// Tokens of one request row: node i = 1..T, with parent p(i) in 0..i-1 (0 = the committed state,
+// i.e. the end of the buffer). A chain is p(i) = i - 1: the last accepted token, then T-1 drafts.
+// Every node's output equals the recurrent output along its root path.
+//
+// KVBuffer protocol (one verify + one commit per step, fill/has_state as in gdn_decode.h):
+//   verify: with n = fill[slot] and D the depth of the tree (T for a chain), if n + D > C the n
+//           buffered entries are folded into S0 first (S0 written back, created in direct mode)
+//           and the window starts from an empty buffer. The T candidate entries (k, u, G) go to a
+//           per-row scratch area, never into the buffer, which other blocks of the request read.
+//   commit: copies the m accepted entries to the buffer at the fill after the verify's fold; if
+//           the buffer is then full (fill + m == C) it folds instead and empties it, so that
+//           0 <= fill < C holds between steps, as gdn_decode_kvbuffer expects.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/gdn_decode.h"
+
+namespace kvbuf {
+
+constexpr int kGdnVerifyMaxTokens = 8;
+
+// One verify step's inputs and outputs: T tokens per request row.
+struct GdnVerifyIO {
+  int batch = 0;   // B request rows
+  int tokens = 0;  // T, 1..8
+  int H = 16, HV = 32, K = 128, V = 128;
+  const int32_t* slot = nullptr;     // [B] pool slot per row; negative = padding row
+  const __nv_bfloat16* q = nullptr;  // [B, T, H, K] un-normalised
+  const __nv_bfloat16* k = nullptr;  // [B, T, H, K] un-normalised
+  const __nv_bfloat16* v = nullptr;  // [B, T, HV, V]
+  const float* g = nullptr;          // [B, T, HV] log decay <= 0
+  const float* beta = nullptr;       // [B, T, HV]
+  // Trees: [B, T], entry i-1 is p(i) in 0..i-1 (an out-of-range entry is read as 0). null = chain.
+  const int32_t* parents = nullptr;
+  __nv_bfloat16* out = nullptr;      // [B, T, HV, V]
+};
+
+// What a commit keeps, per row: accept_len [B] in 0..T (clamped), and accept_nodes [B, T], the
+// 1-based nodes of the accepted root path in order (first accept_len entries used; each must be
+// the parent of the next, the first a child of 0). accept_nodes null = the chain prefix 1..m.
+struct GdnVerifyAccept {
+  const int32_t* accept_len = nullptr;
+  const int32_t* accept_nodes = nullptr;
+};
+
+struct GdnVerifyClassicParams {
+  GdnVerifyIO io;
+  float* state = nullptr;        // [slots, HV, V, K] fp32, K contiguous
+  float* step_states = nullptr;  // [B, T, HV, V, K] fp32: the state after every node
+  GdnVerifyAccept accept;        // commit only
+};
+// Writes out and step_states; reads state.
+void gdn_verify_classic(const GdnVerifyClassicParams& p, cudaStream_t stream);
+// state[slot] <- step_states[row, last accepted node] (m = 0 keeps the state).
+void gdn_verify_classic_commit(const GdnVerifyClassicParams& p, cudaStream_t stream);
+
+struct GdnVerifyKVBufferParams {
+  GdnVerifyIO io;
+  GdnEntryType entry = GdnEntryType::BF16;  // buffer and scratch entries (cached-u variant)
+  int capacity = 16;                        // C, T <= C <= 64
+  float* state = nullptr;                   // [slots, HV, V, K] fp32
+  void* buf_k = nullptr;                    // [slots, C, H, K]
+  void* buf_val = nullptr;                  // [slots, C, HV, V] corrected values u
+  float* buf_gcum = nullptr;                // [slots, C, HV]
+  int32_t* fill = nullptr;                  // [slots]
+  int32_t* has_state = nullptr;             // [slots]
+  // Per-row scratch, written by the verify, read by the commit:
+  void* win_k = nullptr;        // [B, T, H, K]  normalised keys of the T nodes
+  void* win_u = nullptr;        // [B, T, HV, V] their corrected values u
+  float* win_gcum = nullptr;    // [B, T, HV]    their G, relative to S0 after the verify's fold
+  int32_t* win_base = nullptr;  // [B, 2]        fill and has_state after the verify's fold
+  GdnVerifyAccept accept;       // commit only
+};
+void gdn_verify_kvbuffer(const GdnVerifyKVBufferParams& p, cudaStream_t stream);
+void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t stream);
+
+}  // namespace kvbuf

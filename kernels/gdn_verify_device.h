@@ -1,0 +1,168 @@
+// Device helpers shared by the GDN verify kernels (include from .cu files only).
+//
+// Block: 64 threads own 64 consecutive rows S[v0 .. v0+63, :] of one value head of one request
+// (blockIdx.x = (row * HV + h) * tiles + tile, tiles = V / 64). Rows are split over lane pairs:
+// lanes 2r and 2r+1 of warp w hold rows rA = 32w + r and rB = rA + 16; lane parity p holds the
+// float4 chunks f = 2i + p (i = 0 .. K/8-1) of both rows, so each load instruction of a pair reads
+// one full 32-byte sector of a row, and a T-token verify reduces its 2T dot products per row over 2
+// lanes only (one shuffle each), instead of the 8- or 32-lane reductions of a decode layout.
+// After the reduction lane p owns row rA (p = 0) or rB (p = 1): one row per thread.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/gdn_verify.h"
+
+namespace kvbuf::gdn_verify_detail {
+
+constexpr int kRows = 64;     // V rows per block
+constexpr int kThreads = 64;  // one owned row per thread
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class E>
+__device__ __forceinline__ E from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+// The value an entry of type E keeps.
+template <class E>
+__device__ __forceinline__ float round_to(float x) { return to_f32(from_f32<E>(x)); }
+
+__device__ __forceinline__ float dot4(const float4 a, const float4 b, float acc) {
+  acc = fmaf(a.x, b.x, acc);
+  acc = fmaf(a.y, b.y, acc);
+  acc = fmaf(a.z, b.z, acc);
+  return fmaf(a.w, b.w, acc);
+}
+__device__ __forceinline__ float4 axpy4(float a, const float4 x, const float4 y) {
+  return make_float4(fmaf(a, x.x, y.x), fmaf(a, x.y, y.y), fmaf(a, x.z, y.z), fmaf(a, x.w, y.w));
+}
+__device__ __forceinline__ float4 scale4(float a, const float4 x) {
+  return make_float4(a * x.x, a * x.y, a * x.z, a * x.w);
+}
+
+struct VerifyBlock {
+  int row, h, tile, v0;
+  int warp, lane, parity;
+  int rA, rB;   // block-local rows held (k-halves) by this thread
+  int owned;    // block-local row owned after the pair reduction
+};
+__device__ __forceinline__ VerifyBlock verify_block(int HV, int V) {
+  const int tiles = V / kRows;
+  VerifyBlock b;
+  b.tile = blockIdx.x % tiles;
+  b.h = (blockIdx.x / tiles) % HV;
+  b.row = blockIdx.x / (tiles * HV);
+  b.v0 = b.tile * kRows;
+  b.warp = threadIdx.x >> 5;
+  b.lane = threadIdx.x & 31;
+  b.parity = b.lane & 1;
+  b.rA = b.warp * 32 + (b.lane >> 1);
+  b.rB = b.rA + 16;
+  b.owned = b.parity ? b.rB : b.rA;
+  return b;
+}
+
+// This lane's K/8 float4 chunks of rows rA and rB (row pointers to K contiguous fp32).
+template <int KD>
+__device__ __forceinline__ void load_row_halves(const float* rowA, const float* rowB, int parity,
+                                                float4 (&xa)[KD / 8], float4 (&xb)[KD / 8]) {
+#pragma unroll
+  for (int i = 0; i < KD / 8; ++i) {
+    xa[i] = reinterpret_cast<const float4*>(rowA)[2 * i + parity];
+    xb[i] = reinterpret_cast<const float4*>(rowB)[2 * i + parity];
+  }
+}
+template <int KD>
+__device__ __forceinline__ void store_row_halves(float* rowA, float* rowB, int parity,
+                                                 const float4 (&xa)[KD / 8], const float4 (&xb)[KD / 8]) {
+#pragma unroll
+  for (int i = 0; i < KD / 8; ++i) {
+    reinterpret_cast<float4*>(rowA)[2 * i + parity] = xa[i];
+    reinterpret_cast<float4*>(rowB)[2 * i + parity] = xb[i];
+  }
+}
+
+// Partial dot products of rows rA, rB with a padded shared K-vector (this lane's chunks).
+template <int KD>
+__device__ __forceinline__ void dot_row_halves(const float4 (&xa)[KD / 8], const float4 (&xb)[KD / 8],
+                                               const float* s_vec, int parity, float& da, float& db) {
+#pragma unroll
+  for (int i = 0; i < KD / 8; ++i) {
+    const float4 w = reinterpret_cast<const float4*>(s_vec)[2 * i + parity];
+    da = dot4(xa[i], w, da);
+    db = dot4(xb[i], w, db);
+  }
+}
+
+// Loads the T tokens' keys and queries of key head kh, normalised (q also scaled by K^-0.5), into
+// shared rows of kd_pad floats: s_k[t], s_q[t]. Each warp normalises whole vectors.
+template <int KD>
+__device__ __forceinline__ void load_window_kq(const GdnVerifyIO& io, int row, int kh, float* s_k, float* s_q,
+                                               int kd_pad) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  constexpr int PER_LANE = KD / 32;
+  for (int vec = warp; vec < 2 * io.tokens; vec += kThreads / 32) {
+    const int t = vec % io.tokens;
+    const bool is_q = vec >= io.tokens;
+    const __nv_bfloat16* src = (is_q ? io.q : io.k) + ((size_t(row) * io.tokens + t) * io.H + kh) * KD;
+    float x[PER_LANE];
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+      x[i] = __bfloat162float(src[lane * PER_LANE + i]);
+      ss = fmaf(x[i], x[i], ss);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    float scale = rsqrtf(ss + 1e-6f);
+    if (is_q) scale *= rsqrtf(float(KD));
+    float* dst = (is_q ? s_q : s_k) + t * kd_pad;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) dst[lane * PER_LANE + i] = x[i] * scale;
+  }
+}
+
+// Tree structure of one row (run by one thread), 0-based: s_parent[t] in -1..t-1 (-1 = the
+// committed state; out-of-range entries read as -1), s_anc[t] the strict-ancestor bitmask.
+// Returns the depth of the deepest node (T for a chain).
+__device__ __forceinline__ int window_tree(const GdnVerifyIO& io, int row, int* s_parent, unsigned* s_anc) {
+  int depth_of[kGdnVerifyMaxTokens];
+  int depth = 0;
+  for (int t = 0; t < io.tokens; ++t) {
+    int p = io.parents ? io.parents[row * io.tokens + t] - 1 : t - 1;
+    if (p < -1 || p >= t) p = -1;
+    s_parent[t] = p;
+    s_anc[t] = p < 0 ? 0u : (s_anc[p] | (1u << p));
+    depth_of[t] = p < 0 ? 1 : depth_of[p] + 1;
+    depth = max(depth, depth_of[t]);
+  }
+  return depth;
+}
+
+// Fold of n entries into this thread's row halves: x <- exp(G_n) x + sum_j w_j[row] k_j, with the
+// keys in padded shared rows (kd_pad floats) and w_j[r] = exp(G_n - G_j) u_j[r] in s_w[j * kRows + r].
+template <int KD>
+__device__ __forceinline__ void fold_row_halves(float4 (&xa)[KD / 8], float4 (&xb)[KD / 8], float exp_gn, int n,
+                                                const float* s_keys, int kd_pad, const float* s_w,
+                                                const VerifyBlock& b) {
+#pragma unroll
+  for (int i = 0; i < KD / 8; ++i) {
+    xa[i] = scale4(exp_gn, xa[i]);
+    xb[i] = scale4(exp_gn, xb[i]);
+  }
+  for (int j = 0; j < n; ++j) {
+    const float wa = s_w[j * kRows + b.rA], wb = s_w[j * kRows + b.rB];
+    const float4* key = reinterpret_cast<const float4*>(s_keys + j * kd_pad);
+#pragma unroll
+    for (int i = 0; i < KD / 8; ++i) {
+      const float4 kf = key[2 * i + b.parity];
+      xa[i] = axpy4(wa, kf, xa[i]);
+      xb[i] = axpy4(wb, kf, xb[i]);
+    }
+  }
+}
+
+}  // namespace kvbuf::gdn_verify_detail

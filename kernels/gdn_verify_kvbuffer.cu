@@ -1,0 +1,388 @@
+// KVBuffer speculative verify for Gated DeltaNet, chains and trees (shared/design/kvbuffer-math.md
+// sections 3, 5, 6), and its commit.
+//
+// Math, per request and value head, checkpoint S0 (K x V), n buffered entries (k_j, u_j, G_j),
+// window nodes t = 1..T with parents p(t) (0 = the end of the buffer), G_t = G_p(t) + g_t:
+//   a_t = S0^T k_t,  b_t = S0^T q_t                     (2T products from ONE read of S0)
+//   u_t = beta_t (v_t - e^{G_t} a_t - sum_{j<=n} e^{G_t-G_j} (k_j.k_t) u_j
+//                                   - sum_{s in anc(t)} e^{G_t-G_s} (k_s.k_t) u_s)
+//   o_t = e^{G_t} b_t + sum_{j<=n} e^{G_t-G_j} (k_j.q_t) u_j + sum_{s in anc(t)+t} e^{G_t-G_s} (k_s.q_t) u_s
+// The ancestor sums are a T x T forward substitution (a chain: anc(t) = 1..t-1). Every exponent is
+// <= 0. No state is written, except when n + depth > C: then the n entries are folded first,
+//   S0 <- e^{G_n} S0 + sum_j e^{G_n - G_j} k_j u_j^T,
+// in registers (S0 written back once), and the window starts from an empty buffer.
+// Commit: append the m accepted nodes' (k, u, G) at fill; if the buffer is then full, fold all C
+// entries instead (fill 0), so 0 <= fill < C between steps as the decode kernel expects.
+//
+// Layouts (kernels/kvbuffer_layout.h): S: [slots, HV, V, K] fp32, K contiguous; buf_k [slots, C, H, K],
+// buf_val (u) [slots, C, HV, V] in the entry type E (bf16 or fp32); buf_gcum [slots, C, HV] fp32;
+// q, k [B, T, H, K], v [B, T, HV, V] bf16; g, beta [B, T, HV] fp32; out [B, T, HV, V] bf16;
+// scratch win_k [B, T, H, K] E, win_u [B, T, HV, V] E, win_gcum [B, T, HV] fp32, win_base [B, 2].
+// Block: 64 rows of one head (gdn_verify_device.h); the u_j are consumed in the owned-row layout,
+// one coalesced E load per entry, and candidates' u are rounded to E before later nodes use them,
+// so a verified window produces exactly what the same tokens would in successive decode steps.
+//
+// Measured: see results/verify_h200.csv (NVIDIA H200, commit in each row).
+#include <stdexcept>
+#include <string>
+
+#include "kernels/common.cuh"
+#include "kernels/gdn_verify.h"
+#include "kernels/gdn_verify_device.h"
+
+namespace kvbuf {
+namespace {
+
+using namespace gdn_verify_detail;
+
+// Shared-memory carve-up (floats) for TMAX window tokens, capacity C, padded key rows.
+struct VerifySmem {
+  int kp, tmax, c;
+  __host__ __device__ int k() const { return 0; }
+  __host__ __device__ int q() const { return k() + tmax * kp; }
+  __host__ __device__ int keys() const { return q() + tmax * kp; }      // C padded key rows (buffer, or all C on a commit fold)
+  __host__ __device__ int w() const { return keys() + c * kp; }         // fold weights [C, kRows]
+  __host__ __device__ int wu() const { return w() + c * kRows; }        // buffer coefficients [C, TMAX]
+  __host__ __device__ int wo() const { return wu() + c * tmax; }
+  __host__ __device__ int vu() const { return wo() + c * tmax; }       // window coefficients [TMAX, TMAX]
+  __host__ __device__ int vo() const { return vu() + tmax * tmax; }
+  __host__ __device__ int gbuf() const { return vo() + tmax * tmax; }  // G of the buffer [C]
+  __host__ __device__ int gwin() const { return gbuf() + c; }          // G of the window [TMAX]
+  __host__ __device__ int egwin() const { return gwin() + tmax; }
+  __host__ __device__ int beta() const { return egwin() + tmax; }
+  __host__ __device__ size_t bytes() const { return size_t(beta() + tmax) * sizeof(float); }
+};
+
+template <int KD, int TMAX, class E>
+__global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_kernel(const GdnVerifyKVBufferParams p) {
+  constexpr int NF = KD / 8, KP = KD + 4;
+  const GdnVerifyIO& io = p.io;
+  const VerifyBlock b = verify_block(io.HV, io.V);
+  const int T = io.tokens, C = p.capacity;
+  const int ratio = io.HV / io.H, kh = b.h / ratio;
+  const int slot = io.slot[b.row];
+  if (slot < 0) {
+    for (int t = 0; t < T; ++t)
+      io.out[((size_t(b.row) * T + t) * io.HV + b.h) * io.V + b.v0 + threadIdx.x] = __float2bfloat16_rn(0.f);
+    return;
+  }
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  const VerifySmem L{KP, TMAX, C};
+  float *s_k = smem + L.k(), *s_q = smem + L.q(), *s_keys = smem + L.keys(), *s_w = smem + L.w();
+  float *s_wu = smem + L.wu(), *s_wo = smem + L.wo(), *s_vu = smem + L.vu(), *s_vo = smem + L.vo();
+  float *s_gbuf = smem + L.gbuf(), *s_gwin = smem + L.gwin(), *s_egwin = smem + L.egwin(), *s_beta = smem + L.beta();
+  __shared__ int s_parent[TMAX];
+  __shared__ unsigned s_anc[TMAX];
+  __shared__ int s_fold;
+
+  const int n = p.fill[slot];
+  const bool has_state = p.has_state[slot] != 0;
+  // The state loads go first so that they are in flight during the setup below.
+  const size_t head_row0 = (size_t(slot) * io.HV + b.h) * io.V + b.v0;
+  float* rowA = p.state + (head_row0 + b.rA) * KD;
+  float* rowB = p.state + (head_row0 + b.rB) * KD;
+  float4 xa[NF], xb[NF];
+  if (has_state) {
+    load_row_halves<KD>(rowA, rowB, b.parity, xa, xb);
+  } else {
+#pragma unroll
+    for (int i = 0; i < NF; ++i) xa[i] = xb[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+
+  if (threadIdx.x == 0) {
+    const int depth = window_tree(io, b.row, s_parent, s_anc);
+    const bool fold = n + depth > C;
+    s_fold = fold;
+    const float g_base = (!fold && n > 0) ? p.buf_gcum[(size_t(slot) * C + n - 1) * io.HV + b.h] : 0.f;
+    for (int t = 0; t < T; ++t) {
+      const size_t gate = (size_t(b.row) * T + t) * io.HV + b.h;
+      const float G = (s_parent[t] < 0 ? g_base : s_gwin[s_parent[t]]) + io.g[gate];
+      s_gwin[t] = G;
+      s_egwin[t] = expf(G);
+      s_beta[t] = io.beta[gate];
+    }
+  }
+  load_window_kq<KD>(io, b.row, kh, s_k, s_q, KP);
+  const E* buf_k = static_cast<const E*>(p.buf_k) + (size_t(slot) * C * io.H + kh) * KD;
+  const size_t key_stride = size_t(io.H) * KD;
+  for (int idx = threadIdx.x; idx < n * KD; idx += kThreads)
+    s_keys[(idx / KD) * KP + idx % KD] = to_f32(buf_k[(idx / KD) * key_stride + idx % KD]);
+  for (int j = threadIdx.x; j < n; j += kThreads) s_gbuf[j] = p.buf_gcum[(size_t(slot) * C + j) * io.HV + b.h];
+  __syncthreads();
+
+  const bool fold = s_fold;
+  const int n_eff = fold ? 0 : n;
+  const E* buf_u = static_cast<const E*>(p.buf_val) + (size_t(slot) * C * io.HV + b.h) * io.V + b.v0;
+  const size_t val_stride = size_t(io.HV) * io.V;
+  if (fold) {
+    const float g_n = s_gbuf[n - 1];
+    for (int idx = threadIdx.x; idx < n * kRows; idx += kThreads)
+      s_w[idx] = expf(g_n - s_gbuf[idx / kRows]) * to_f32(buf_u[(idx / kRows) * val_stride + idx % kRows]);
+  } else {
+    for (int idx = threadIdx.x; idx < n * T; idx += kThreads) {
+      const int j = idx / T, t = idx % T;
+      const float4* kj = reinterpret_cast<const float4*>(s_keys + j * KP);
+      const float4* kt = reinterpret_cast<const float4*>(s_k + t * KP);
+      const float4* qt = reinterpret_cast<const float4*>(s_q + t * KP);
+      float kk = 0.f, kq = 0.f;
+#pragma unroll 8
+      for (int i = 0; i < KD / 4; ++i) {
+        kk = dot4(kj[i], kt[i], kk);
+        kq = dot4(kj[i], qt[i], kq);
+      }
+      const float decay = expf(s_gwin[t] - s_gbuf[j]);
+      s_wu[j * TMAX + t] = decay * kk;
+      s_wo[j * TMAX + t] = decay * kq;
+    }
+  }
+  for (int idx = threadIdx.x; idx < T * T; idx += kThreads) {
+    const int s = idx / T, t = idx % T;
+    const bool anc = (s_anc[t] >> s) & 1u;
+    float kk = 0.f, kq = 0.f;
+    if (anc || s == t) {
+      const float4* ks = reinterpret_cast<const float4*>(s_k + s * KP);
+      const float4* kt = reinterpret_cast<const float4*>(s_k + t * KP);
+      const float4* qt = reinterpret_cast<const float4*>(s_q + t * KP);
+#pragma unroll 8
+      for (int i = 0; i < KD / 4; ++i) {
+        kk = dot4(ks[i], kt[i], kk);
+        kq = dot4(ks[i], qt[i], kq);
+      }
+      const float decay = expf(s_gwin[t] - s_gwin[s]);
+      kk *= decay;
+      kq *= decay;
+    }
+    s_vu[s * TMAX + t] = anc ? kk : 0.f;
+    s_vo[s * TMAX + t] = kq;
+  }
+  __syncthreads();
+
+  if (fold) {
+    fold_row_halves<KD>(xa, xb, expf(s_gbuf[n - 1]), n, s_keys, KP, s_w, b);
+    store_row_halves<KD>(rowA, rowB, b.parity, xa, xb);
+  }
+  const bool have_s0 = has_state || fold;
+
+  // a_t = S0^T k_t (c = t) and b_t = S0^T q_t (c = TMAX + t), halves over K, then one shuffle.
+  float acc_a[2 * TMAX], acc_b[2 * TMAX];
+#pragma unroll
+  for (int c = 0; c < 2 * TMAX; ++c) acc_a[c] = acc_b[c] = 0.f;
+  if (have_s0) {
+#pragma unroll
+    for (int t = 0; t < TMAX; ++t) {
+      if (t < T) {
+        dot_row_halves<KD>(xa, xb, s_k + t * KP, b.parity, acc_a[t], acc_b[t]);
+        dot_row_halves<KD>(xa, xb, s_q + t * KP, b.parity, acc_a[TMAX + t], acc_b[TMAX + t]);
+      }
+    }
+  }
+  float ab[2 * TMAX];
+#pragma unroll
+  for (int c = 0; c < 2 * TMAX; ++c) {
+    const float keep = b.parity ? acc_b[c] : acc_a[c];
+    const float give = b.parity ? acc_a[c] : acc_b[c];
+    ab[c] = keep + __shfl_xor_sync(0xffffffffu, give, 1);
+  }
+
+  // Owned row: buffer terms, then the forward substitution over the window.
+  const int r = b.owned;
+  float su[TMAX], so[TMAX];
+#pragma unroll
+  for (int t = 0; t < TMAX; ++t) su[t] = so[t] = 0.f;
+#pragma unroll 4
+  for (int j = 0; j < n_eff; ++j) {
+    const float uj = to_f32(buf_u[j * val_stride + r]);
+#pragma unroll
+    for (int t = 0; t < TMAX; ++t) {
+      su[t] = fmaf(s_wu[j * TMAX + t], uj, su[t]);
+      so[t] = fmaf(s_wo[j * TMAX + t], uj, so[t]);
+    }
+  }
+  E* win_u = static_cast<E*>(p.win_u);
+  float u[TMAX];
+#pragma unroll
+  for (int t = 0; t < TMAX; ++t) {
+    u[t] = 0.f;
+    if (t < T) {
+      const size_t tok = ((size_t(b.row) * T + t) * io.HV + b.h) * io.V + b.v0 + r;
+      float x = __bfloat162float(io.v[tok]) - s_egwin[t] * ab[t] - su[t];
+#pragma unroll
+      for (int s = 0; s < t; ++s) x = fmaf(-s_vu[s * TMAX + t], u[s], x);
+      u[t] = round_to<E>(s_beta[t] * x);
+      float o = fmaf(s_egwin[t], ab[TMAX + t], so[t]);
+#pragma unroll
+      for (int s = 0; s <= t; ++s) o = fmaf(s_vo[s * TMAX + t], u[s], o);
+      io.out[tok] = __float2bfloat16_rn(o);
+      win_u[tok] = from_f32<E>(u[t]);
+    }
+  }
+
+  if (b.tile == 0) {
+    if (b.h % ratio == 0) {
+      E* win_k = static_cast<E*>(p.win_k);
+      for (int idx = threadIdx.x; idx < T * KD; idx += kThreads)
+        win_k[((size_t(b.row) * T + idx / KD) * io.H + kh) * KD + idx % KD] = from_f32<E>(s_k[(idx / KD) * KP + idx % KD]);
+    }
+    if (threadIdx.x < T) p.win_gcum[(size_t(b.row) * T + threadIdx.x) * io.HV + b.h] = s_gwin[threadIdx.x];
+    if (b.h == 0 && threadIdx.x == 0) {
+      p.win_base[2 * b.row] = n_eff;
+      p.win_base[2 * b.row + 1] = have_s0 ? 1 : 0;
+    }
+  }
+}
+
+// One block per (row, head, 64-row tile), as the verify. Reads only the scratch written by the
+// verify (never fill/has_state, which block 0 of the request rewrites), so blocks cannot race.
+template <int KD, class E>
+__global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_commit_kernel(const GdnVerifyKVBufferParams p) {
+  constexpr int NF = KD / 8, KP = KD + 4;
+  const GdnVerifyIO& io = p.io;
+  const VerifyBlock b = verify_block(io.HV, io.V);
+  const int T = io.tokens, C = p.capacity;
+  const int ratio = io.HV / io.H, kh = b.h / ratio;
+  const int slot = io.slot[b.row];
+  if (slot < 0) return;
+  __shared__ int s_node[kGdnVerifyMaxTokens];
+  const int n0 = p.win_base[2 * b.row];
+  const bool has_state = p.win_base[2 * b.row + 1] != 0;
+  const int m = min(max(p.accept.accept_len[b.row], 0), T);
+  if (threadIdx.x < m) {
+    const int node = p.accept.accept_nodes ? p.accept.accept_nodes[b.row * T + threadIdx.x] - 1 : int(threadIdx.x);
+    s_node[threadIdx.x] = min(max(node, 0), T - 1);
+  }
+  __syncthreads();
+  const bool first_block = b.h == 0 && b.tile == 0 && threadIdx.x == 0;
+  const bool key_block = b.tile == 0 && b.h % ratio == 0;
+  const E* win_k = static_cast<const E*>(p.win_k);
+  const E* win_u = static_cast<const E*>(p.win_u);
+  E* buf_k = static_cast<E*>(p.buf_k);
+  E* buf_u = static_cast<E*>(p.buf_val);
+  const size_t u_col = size_t(b.h) * io.V + b.v0 + threadIdx.x;  // within [HV, V]
+  auto win_u_at = [&](int node) { return win_u[(size_t(b.row) * T + node) * io.HV * io.V + u_col]; };
+  auto win_k_at = [&](int node, int k) { return win_k[((size_t(b.row) * T + node) * io.H + kh) * KD + k]; };
+  auto win_g_at = [&](int node) { return p.win_gcum[(size_t(b.row) * T + node) * io.HV + b.h]; };
+
+  if (n0 + m < C) {
+    for (int i = 0; i < m; ++i) buf_u[(size_t(slot) * C + n0 + i) * io.HV * io.V + u_col] = win_u_at(s_node[i]);
+    if (key_block)
+      for (int idx = threadIdx.x; idx < m * KD; idx += kThreads)
+        buf_k[((size_t(slot) * C + n0 + idx / KD) * io.H + kh) * KD + idx % KD] = win_k_at(s_node[idx / KD], idx % KD);
+    if (b.tile == 0 && threadIdx.x < m)
+      p.buf_gcum[(size_t(slot) * C + n0 + threadIdx.x) * io.HV + b.h] = win_g_at(s_node[threadIdx.x]);
+    if (first_block) {
+      p.fill[slot] = n0 + m;
+      p.has_state[slot] = has_state ? 1 : 0;
+    }
+    return;
+  }
+
+  // The buffer is full: fold its n0 entries and the m accepted nodes (C in all), empty it.
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  float* s_keys = smem;           // [C, KP]
+  float* s_w = s_keys + C * KP;   // [C, kRows]
+  float* s_g = s_w + C * kRows;   // [C]
+  for (int idx = threadIdx.x; idx < C * KD; idx += kThreads) {
+    const int j = idx / KD, k = idx % KD;
+    s_keys[j * KP + k] = to_f32(j < n0 ? buf_k[((size_t(slot) * C + j) * io.H + kh) * KD + k] : win_k_at(s_node[j - n0], k));
+  }
+  for (int j = threadIdx.x; j < C; j += kThreads)
+    s_g[j] = j < n0 ? p.buf_gcum[(size_t(slot) * C + j) * io.HV + b.h] : win_g_at(s_node[j - n0]);
+  __syncthreads();
+  const float g_c = s_g[C - 1];
+  for (int idx = threadIdx.x; idx < C * kRows; idx += kThreads) {
+    const int j = idx / kRows, r = idx % kRows;
+    const size_t col = size_t(b.h) * io.V + b.v0 + r;
+    const float uj = to_f32(j < n0 ? buf_u[(size_t(slot) * C + j) * io.HV * io.V + col]
+                                   : win_u[(size_t(b.row) * T + s_node[j - n0]) * io.HV * io.V + col]);
+    s_w[idx] = expf(g_c - s_g[j]) * uj;
+  }
+  __syncthreads();
+  const size_t head_row0 = (size_t(slot) * io.HV + b.h) * io.V + b.v0;
+  float* rowA = p.state + (head_row0 + b.rA) * KD;
+  float* rowB = p.state + (head_row0 + b.rB) * KD;
+  float4 xa[NF], xb[NF];
+  if (has_state) {
+    load_row_halves<KD>(rowA, rowB, b.parity, xa, xb);
+  } else {
+#pragma unroll
+    for (int i = 0; i < NF; ++i) xa[i] = xb[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  fold_row_halves<KD>(xa, xb, expf(g_c), C, s_keys, KP, s_w, b);
+  store_row_halves<KD>(rowA, rowB, b.parity, xa, xb);
+  if (first_block) {
+    p.fill[slot] = 0;
+    p.has_state[slot] = 1;
+  }
+}
+
+void validate(const GdnVerifyKVBufferParams& p, const char* who) {
+  const GdnVerifyIO& io = p.io;
+  auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(who) + ": " + what); };
+  if (io.batch < 0) fail("batch must be >= 0");
+  if (io.tokens < 1 || io.tokens > kGdnVerifyMaxTokens)
+    fail("unsupported token count T = " + std::to_string(io.tokens) + " (1..8)");
+  if (io.H < 1 || io.HV < 1 || io.HV % io.H != 0) fail("value heads must be a positive multiple of key heads");
+  if (io.K != 64 && io.K != 128) fail("unsupported key head dim K = " + std::to_string(io.K) + " (64 or 128)");
+  if (io.V < 64 || io.V % 64 != 0) fail("unsupported value head dim V = " + std::to_string(io.V) + " (multiple of 64)");
+  if (p.capacity < io.tokens || p.capacity > 64)
+    fail("unsupported capacity C = " + std::to_string(p.capacity) + " (T <= C <= 64)");
+  if (io.batch > 0 && (!io.slot || !io.q || !io.k || !io.v || !io.g || !io.beta || !io.out || !p.state || !p.buf_k ||
+                       !p.buf_val || !p.buf_gcum || !p.fill || !p.has_state || !p.win_k || !p.win_u ||
+                       !p.win_gcum || !p.win_base))
+    fail("null pointer among inputs, pools or scratch");
+}
+
+template <class Kernel>
+void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, cudaStream_t stream) {
+  if (smem > 48 * 1024) KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const unsigned blocks = unsigned(p.io.batch) * p.io.HV * (p.io.V / kRows);
+  kernel<<<blocks, kThreads, smem, stream>>>(p);
+  KVB_CUDA_CHECK_LAUNCH();
+}
+
+template <int KD, class E>
+void dispatch_tokens(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
+  const int T = p.io.tokens;
+  const int tmax = T <= 2 ? 2 : T <= 4 ? 4 : 8;
+  const size_t smem = VerifySmem{KD + 4, tmax, p.capacity}.bytes();
+  switch (tmax) {
+    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E>, p, smem, stream);
+    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E>, p, smem, stream);
+    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E>, p, smem, stream);
+    default: throw std::invalid_argument("gdn_verify_kvbuffer: unsupported token count " + std::to_string(T));
+  }
+}
+
+}  // namespace
+
+void gdn_verify_kvbuffer(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
+  validate(p, "gdn_verify_kvbuffer");
+  if (p.io.batch == 0) return;
+  const bool bf16 = p.entry == GdnEntryType::BF16;
+  switch (p.io.K) {
+    case 64: return bf16 ? dispatch_tokens<64, __nv_bfloat16>(p, stream) : dispatch_tokens<64, float>(p, stream);
+    case 128: return bf16 ? dispatch_tokens<128, __nv_bfloat16>(p, stream) : dispatch_tokens<128, float>(p, stream);
+    default: throw std::invalid_argument("gdn_verify_kvbuffer: unsupported key head dim " + std::to_string(p.io.K));
+  }
+}
+
+void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
+  validate(p, "gdn_verify_kvbuffer_commit");
+  if (!p.accept.accept_len) throw std::invalid_argument("gdn_verify_kvbuffer_commit: accept_len is null");
+  if (p.io.batch == 0) return;
+  const bool bf16 = p.entry == GdnEntryType::BF16;
+  const size_t smem = size_t(p.capacity) * (p.io.K + 4 + kRows + 1) * sizeof(float);
+  switch (p.io.K) {
+    case 64:
+      return bf16 ? launch(gdn_verify_kvbuffer_commit_kernel<64, __nv_bfloat16>, p, smem, stream)
+                  : launch(gdn_verify_kvbuffer_commit_kernel<64, float>, p, smem, stream);
+    case 128:
+      return bf16 ? launch(gdn_verify_kvbuffer_commit_kernel<128, __nv_bfloat16>, p, smem, stream)
+                  : launch(gdn_verify_kvbuffer_commit_kernel<128, float>, p, smem, stream);
+    default: throw std::invalid_argument("gdn_verify_kvbuffer_commit: unsupported key head dim " + std::to_string(p.io.K));
+  }
+}
+
+}  // namespace kvbuf
