@@ -1,0 +1,68 @@
+// Shared pieces of the kvbuf subcommands: the command record, usage errors (exit 2), and the
+// model selection options (--model NAME | custom dims, --tp).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sim/bytes_model.h"
+#include "sim/catalog.h"
+
+namespace kvbuf::cli {
+
+// Bad input from the command line: kvbuf prints "kvbuf: error: <what>" and exits 2.
+struct UsageError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+// A subcommand and what runs when it was given; run() returns the exit status.
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+Command add_models_command(CLI::App& app);
+Command add_bytes_command(CLI::App& app);
+Command add_check_command(CLI::App& app);
+Command add_export_command(CLI::App& app);
+Command add_capacity_command(CLI::App& app);
+
+// --model NAME (a catalog name; "all" where allowed) or the custom dims --kind --key-heads
+// --value-heads --head-k --head-v --layers; then --tp divides the heads.
+struct ModelOptions {
+  std::string model;
+  std::string kind;
+  int key_heads = 0, value_heads = 0, head_k = 0, head_v = 0, layers = 0;
+  int tp = 1;
+  // Only with add_attention: full-attention layers and weights of a custom model.
+  int attn_layers = 0, attn_kv_heads = 0, attn_head_dim = 0;
+  double params_billion = 0;
+
+  void add_to(CLI::App* cmd, bool allow_all, bool add_attention);
+  // The selected models (the whole catalog for "all") before tensor parallelism.
+  std::vector<ModelSpec> selected() const;
+  // The same after --tp; every error as UsageError.
+  std::vector<ModelSpec> selected_after_tp() const;
+  bool custom() const { return model.empty(); }
+
+ private:
+  bool allow_all_ = false;
+};
+
+// "fp32" etc. -> bytes, as UsageError.
+int parse_dtype_option(const std::string& option, const std::string& value);
+BufferVariant parse_variant_option(const std::string& value);
+
+// Positive integer (or list element) checks, as UsageError naming the option.
+void require_positive(const std::string& option, long value);
+void require_positive(const std::string& option, const std::vector<int>& values);
+
+// $KVBUF_COMMIT (set by scripts/run.sh and scripts/gpu_bundle.sh), else "unknown".
+std::string source_commit();
+
+// Human-readable bytes: "2.00 MiB".
+std::string format_bytes(double bytes);
+
+}  // namespace kvbuf::cli

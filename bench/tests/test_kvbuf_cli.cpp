@@ -1,0 +1,298 @@
+// Runs the built `kvbuf` binary: commands that must succeed do, every bad input exits exactly 2
+// with a message, and `kvbuf export` writes .npy files whose shapes match the manifest and whose
+// outputs and final states equal a fresh recurrent reference run on the exported inputs.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "bench/npy.h"
+#include "reference/cross_checks.h"
+#include "reference/gdn.h"
+#include "reference/mamba2.h"
+
+namespace kvbuf {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int status = -1;
+  std::string out, err;
+};
+
+fs::path scratch_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("kvbuf_cli_tests_" + std::to_string(::getpid())) / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+CliRun kvbuf(const std::string& args) {
+  static int counter = 0;
+  const fs::path dir = scratch_dir("run" + std::to_string(counter++));
+  const std::string cmd =
+      std::string(KVBUF_CLI_PATH) + " " + args + " >" + (dir / "out").string() + " 2>" + (dir / "err").string();
+  const int raw = std::system(cmd.c_str());
+  CliRun r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  r.out = slurp(dir / "out");
+  r.err = slurp(dir / "err");
+  return r;
+}
+
+void expect_usage_error(const std::string& args, const std::string& message_part) {
+  const CliRun r = kvbuf(args);
+  EXPECT_EQ(r.status, 2) << "kvbuf " << args << "\nstdout: " << r.out << "\nstderr: " << r.err;
+  EXPECT_NE(r.err.find(message_part), std::string::npos)
+      << "kvbuf " << args << ": stderr lacks '" << message_part << "':\n" << r.err;
+}
+
+TEST(KvbufCli, ModelsListsTheCatalog) {
+  const CliRun r = kvbuf("models");
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* name : {"qwen3-next-80b-a3b", "qwen3.5-397b-a17b", "nemotron-3-super-120b-a12b"})
+    EXPECT_NE(r.out.find(name), std::string::npos) << name;
+}
+
+TEST(KvbufCli, BytesTableAndCsv) {
+  const fs::path csv = scratch_dir("bytes") / "bytes.csv";
+  const CliRun r = kvbuf("bytes --model qwen3-next-80b-a3b --batch 1,64 --chunk 4,16 --drafts 4 --csv " + csv.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("verify-kvbuffer"), std::string::npos);
+  std::ifstream in(csv);
+  std::string header, line;
+  std::getline(in, header);
+  EXPECT_EQ(header.rfind("model,tp,kind,variant", 0), 0u);
+  EXPECT_NE(header.find("read_bytes"), std::string::npos);
+  int rows = 0;
+  bool saw_state = false;
+  while (std::getline(in, line)) {
+    ++rows;
+    // The recurrent state row at batch 64: 64 x 32 x 128 x 128 x 4 bytes read and written.
+    if (line.find(",recurrent,64,") != std::string::npos && line.find(",state,fp32,") != std::string::npos) {
+      saw_state = true;
+      EXPECT_NE(line.find(",134217728.0,134217728.0,268435456.0,"), std::string::npos) << line;
+    }
+  }
+  EXPECT_TRUE(saw_state);
+  // Per batch: recurrent 6 tensors, verify-classic 7 x 2, per C: kvbuffer 9, direct 8, verify-kvbuffer 12.
+  EXPECT_EQ(rows, 2 * (6 + 14 + 2 * (9 + 8 + 12)));
+}
+
+TEST(KvbufCli, CapacityModelled) {
+  const fs::path csv = scratch_dir("capacity") / "capacity.csv";
+  const CliRun r = kvbuf("capacity --model all --tp 2 --drafts all --chunk 8 --context 4096 --csv " + csv.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::ifstream in(csv);
+  std::string line;
+  int rows = -1;
+  while (std::getline(in, line)) ++rows;
+  EXPECT_EQ(rows, 11 * 8);
+  const CliRun one = kvbuf("capacity --model qwen3-next-80b-a3b --tp 2 --drafts 4 --chunk 16");
+  ASSERT_EQ(one.status, 0) << one.err;
+  EXPECT_NE(one.out.find("4.576x"), std::string::npos) << one.out;
+}
+
+TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
+  const std::string q = "--model qwen3-next-80b-a3b ";
+  expect_usage_error("", "subcommand");
+  expect_usage_error("frobnicate", "frobnicate");
+  expect_usage_error("bytes --model nope", "unknown model 'nope'");
+  expect_usage_error("bytes " + q + "--batch 0", "--batch must be a positive integer");
+  expect_usage_error("bytes " + q + "--batch -3", "--batch");
+  expect_usage_error("bytes " + q + "--batch abc", "batch");
+  expect_usage_error("bytes " + q + "--chunk 0", "--chunk must be a positive integer");
+  expect_usage_error("bytes " + q + "--chunk 4 --drafts 5", "exceeds buffer capacity");
+  expect_usage_error("bytes " + q + "--drafts 4 --accept 5", "--accept");
+  expect_usage_error("bytes " + q + "--tp 3", "not divisible by --tp 3");
+  expect_usage_error("bytes " + q + "--tp 0", "--tp must be at least 1");
+  expect_usage_error("bytes " + q + "--variant fast", "unknown buffer variant");
+  expect_usage_error("bytes " + q + "--state-dtype int4", "unknown dtype");
+  expect_usage_error("bytes " + q + "--csv /nonexistent-dir/x.csv", "cannot write");
+  expect_usage_error("bytes " + q + "--kind gdn", "not both");
+  expect_usage_error("bytes", "give --model");
+  expect_usage_error("bytes --kind gdn --key-heads 3 --value-heads 4 --head-k 8 --head-v 8 --layers 2",
+                     "multiple of key heads");
+  expect_usage_error("bytes --kind gdn --key-heads 2 --value-heads 4 --head-k 0 --head-v 8 --layers 2", "--head-k");
+  expect_usage_error("bytes --kind rwkv --key-heads 2 --value-heads 4 --head-k 8 --head-v 8 --layers 2",
+                     "unknown layer kind");
+  expect_usage_error("bytes --model all", "not supported");
+  expect_usage_error("check --seed abc", "seed");
+  expect_usage_error("capacity " + q + "--chunk 0", "--chunk must be a positive integer");
+  expect_usage_error("capacity " + q + "--drafts 5 --chunk 4", "exceeds buffer capacity");
+  expect_usage_error("capacity " + q + "--drafts all --chunk 4", "exceeds buffer capacity");
+  expect_usage_error("capacity " + q + "--drafts 0", "--drafts must be a positive integer");
+  expect_usage_error("capacity " + q + "--drafts x", "--drafts");
+  expect_usage_error("capacity " + q + "--context 0", "--context must be a positive integer");
+  expect_usage_error("capacity " + q + "--gpu-mem-gib -1", "--gpu-mem-gib must be positive");
+  expect_usage_error("capacity " + q + "--weights-gib -1", "--weights-gib must be non-negative");
+  expect_usage_error("capacity " + q + "--scheduler fifo", "unknown scheduler");
+  expect_usage_error("capacity --model all --tp 16", "not divisible by --tp 16");
+  expect_usage_error("capacity --model nope", "unknown model");
+  expect_usage_error("capacity " + q + "--csv /nonexistent-dir/c.csv", "cannot write");
+  const std::string ex = "export --kind gdn --key-heads 1 --value-heads 2 --head-k 8 --head-v 8 --layers 1 ";
+  const std::string out = " --out " + scratch_dir("bad_export").string();
+  expect_usage_error(ex + "--mode bogus --steps 3" + out, "unknown --mode 'bogus'");
+  expect_usage_error(ex + "--mode kvbuffer --steps 0" + out, "--steps must be a positive integer");
+  expect_usage_error(ex + "--mode kvbuffer --steps 3 --batch -1" + out, "--batch");
+  expect_usage_error(ex + "--mode kvbuffer --steps 3 --chunk 0" + out, "--chunk must be a positive integer");
+  expect_usage_error(ex + "--mode verify --steps 3 --chunk 4 --drafts 5" + out, "exceeds buffer capacity");
+  expect_usage_error(ex + "--mode verify --steps 3 --chunk 4 --drafts 2 --accept 3" + out, "--accept");
+  expect_usage_error(ex + "--mode kvbuffer --steps 3 --variant fast" + out, "unknown buffer variant");
+  expect_usage_error(ex + "--mode kvbuffer --steps 3 --dtype f16" + out, "unknown --dtype");
+  expect_usage_error(ex + "--mode kvbuffer --steps 3", "--out");
+  expect_usage_error(ex + "--mode kvbuffer --steps 3 --out /proc/kvbuf-cannot-write", "cannot write");
+  expect_usage_error(ex + "--mode kvbuffer --steps 100000 --batch 100000" + out, "too large");
+  expect_usage_error("export --model nope --mode kvbuffer --steps 3" + out, "unknown model");
+  expect_usage_error("export --model nemotron-3-nano-30b-a3b --mode kvbuffer --steps 3 --variant raw" + out,
+                     "GDN only");
+#ifndef KVBUF_WITH_CUDA
+  expect_usage_error("sweep --batch 1", "kvbuf sweep requires a CUDA build");
+  expect_usage_error("capacity " + q + "--tp 2 --measure", "requires a CUDA build");
+#endif
+}
+
+// The exported arrays, checked against the manifest, by name.
+std::map<std::string, npy::Array> load_export(const fs::path& dir, const std::string& descr) {
+  std::ifstream in(dir / "manifest.json");
+  const nlohmann::json manifest = nlohmann::json::parse(in);
+  EXPECT_FALSE(manifest.at("semantics").get<std::string>().empty());
+  std::map<std::string, npy::Array> arrays;
+  for (const auto& a : manifest.at("arrays")) {
+    const std::string name = a.at("name");
+    npy::Array arr = npy::read((dir / a.at("file").get<std::string>()).string());
+    EXPECT_EQ(arr.shape, a.at("shape").get<std::vector<size_t>>()) << name;
+    EXPECT_EQ(arr.descr, descr) << name;
+    EXPECT_EQ(a.at("dtype").get<std::string>(), descr) << name;
+    arrays[name] = std::move(arr);
+  }
+  return arrays;
+}
+
+std::vector<double> slice(const npy::Array& a, size_t n) {
+  const size_t per = a.values.size() / a.shape.at(0);
+  return std::vector<double>(a.values.begin() + n * per, a.values.begin() + (n + 1) * per);
+}
+
+template <class M>
+std::vector<double> flatten(const std::vector<M>& state) {
+  std::vector<double> flat;
+  for (const auto& m : state)
+    for (int r = 0; r < m.rows(); ++r)
+      for (int c = 0; c < m.cols(); ++c) flat.push_back(m(r, c));
+  return flat;
+}
+
+template <class M>
+void unflatten(const std::vector<double>& flat, std::vector<M>& state) {
+  size_t i = 0;
+  for (auto& m : state)
+    for (int r = 0; r < m.rows(); ++r)
+      for (int c = 0; c < m.cols(); ++c) m(r, c) = flat.at(i++);
+}
+
+// GDN export, custom dims H = 2, HV = 4 (GQA 2), K = 16, V = 8, batch 2, 13 tokens (not a multiple
+// of any C below). Reference: gdn_decode_recurrent in float64 on the exported inputs and state0.
+// Tolerance: float64 modes differ from the recurrence only by rounding, bounded by the reference's
+// own derived gdn_rel_tolerance (16 (K + V + steps) u); float32 exports use the float32 bound, as
+// the values themselves were computed in float32. The recurrent mode must match exactly.
+void check_gdn_export(const std::string& mode_args, bool f32, bool exact) {
+  const int H = 2, HV = 4, K = 16, V = 8, N = 2, T = 13;
+  const fs::path dir = scratch_dir("export_gdn");
+  const CliRun r = kvbuf(
+      "export --kind gdn --key-heads 2 --value-heads 4 --head-k 16 --head-v 8 --layers 1 --batch 2 --steps 13 "
+      "--seed 7 --dtype " + std::string(f32 ? "f32" : "f64") + " --out " + dir.string() + " " + mode_args);
+  ASSERT_EQ(r.status, 0) << mode_args << "\n" << r.err;
+  auto a = load_export(dir, f32 ? "<f4" : "<f8");
+  for (const char* name : {"q", "k", "v", "g", "beta", "state0", "state_final", "o"})
+    ASSERT_EQ(a.count(name), 1u) << name;
+  EXPECT_EQ(a["q"].shape, (std::vector<size_t>{N, T, H, K}));
+  EXPECT_EQ(a["state0"].shape, (std::vector<size_t>{N, HV, K, V}));
+  const double tol = f32 ? ref::gdn_rel_tolerance<float>(K, V, T) : ref::gdn_rel_tolerance<double>(K, V, T);
+  for (size_t n = 0; n < size_t(N); ++n) {
+    ref::GdnTokens<double> x;
+    x.dims = {H, HV, K, V};
+    x.steps = T;
+    x.q = slice(a["q"], n), x.k = slice(a["k"], n), x.v = slice(a["v"], n);
+    x.g = slice(a["g"], n), x.beta = slice(a["beta"], n);
+    ref::GdnState<double> state = ref::gdn_zero_state<double>(x.dims);
+    unflatten(slice(a["state0"], n), state);
+    std::vector<double> o;
+    ref::gdn_decode_recurrent(x, state, o);
+    const double err_o = ref::max_rel_err(slice(a["o"], n), o);
+    const double err_s = ref::max_rel_err(slice(a["state_final"], n), flatten(state));
+    if (exact) {
+      EXPECT_EQ(err_o, 0.0) << mode_args;
+      EXPECT_EQ(err_s, 0.0) << mode_args;
+    } else {
+      EXPECT_LE(err_o, tol) << mode_args << " request " << n;
+      EXPECT_LE(err_s, tol) << mode_args << " request " << n;
+    }
+    EXPECT_GT(*std::max_element(o.begin(), o.end()), 0.0);  // real, non-zero outputs
+  }
+}
+
+TEST(KvbufCliExport, GdnRecurrentIsExact) { check_gdn_export("--mode recurrent", false, true); }
+TEST(KvbufCliExport, GdnChunk) { check_gdn_export("--mode chunk --chunk 4", false, false); }
+TEST(KvbufCliExport, GdnKvbufferCachedU) { check_gdn_export("--mode kvbuffer --chunk 3", false, false); }
+TEST(KvbufCliExport, GdnKvbufferRaw) { check_gdn_export("--mode kvbuffer --chunk 5 --variant raw", false, false); }
+TEST(KvbufCliExport, GdnVerify) { check_gdn_export("--mode verify --chunk 5 --drafts 3 --accept 2", false, false); }
+TEST(KvbufCliExport, GdnDirectOverflows) { check_gdn_export("--mode direct --chunk 4", false, false); }
+TEST(KvbufCliExport, GdnKvbufferFloat32) { check_gdn_export("--mode kvbuffer --chunk 4", true, false); }
+
+TEST(KvbufCliExport, DirectStateZeroIsZeros) {
+  const fs::path dir = scratch_dir("export_direct");
+  const CliRun r = kvbuf("export --kind gdn --key-heads 1 --value-heads 1 --head-k 8 --head-v 8 --layers 1 --steps 3 "
+                      "--mode direct --chunk 8 --out " + dir.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto a = load_export(dir, "<f8");
+  for (double v : a["state0"].values) EXPECT_EQ(v, 0.0);
+}
+
+// Mamba-2 export, custom dims G = 2, NH = 4, N = 8, P = 6; recurrent reference on the exported
+// inputs, same tolerance reasoning (mamba2 has no delta rule; the GDN bound is looser still).
+TEST(KvbufCliExport, Mamba2KvbufferAndVerify) {
+  const int G = 2, NH = 4, Nst = 8, P = 6, N = 2, T = 11;
+  for (const std::string mode : {"--mode kvbuffer --chunk 4", "--mode verify --chunk 4 --drafts 3 --accept 1"}) {
+    const fs::path dir = scratch_dir("export_mamba2");
+    const CliRun r = kvbuf("export --kind mamba2 --key-heads 2 --value-heads 4 --head-k 8 --head-v 6 --layers 1 "
+                        "--batch 2 --steps 11 --seed 3 --out " + dir.string() + " " + mode);
+    ASSERT_EQ(r.status, 0) << r.err;
+    auto a = load_export(dir, "<f8");
+    EXPECT_EQ(a["B"].shape, (std::vector<size_t>{N, T, G, Nst}));
+    EXPECT_EQ(a["A"].shape, (std::vector<size_t>{NH}));
+    EXPECT_EQ(a["state_final"].shape, (std::vector<size_t>{N, NH, P, Nst}));
+    for (size_t n = 0; n < size_t(N); ++n) {
+      ref::Mamba2Tokens<double> x;
+      x.dims = {G, NH, Nst, P};
+      x.steps = T;
+      x.x = slice(a["x"], n), x.B = slice(a["B"], n), x.C = slice(a["C"], n), x.dt = slice(a["dt"], n);
+      x.A = a["A"].values, x.D = a["D"].values;
+      ref::Mamba2State<double> state = ref::mamba2_zero_state<double>(x.dims);
+      unflatten(slice(a["state0"], n), state);
+      std::vector<double> y;
+      ref::mamba2_decode_recurrent(x, state, y);
+      const double tol = ref::gdn_rel_tolerance<double>(Nst, P, T);
+      EXPECT_LE(ref::max_rel_err(slice(a["y"], n), y), tol) << mode;
+      EXPECT_LE(ref::max_rel_err(slice(a["state_final"], n), flatten(state)), tol) << mode;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvbuf
