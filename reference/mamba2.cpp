@@ -509,10 +509,18 @@ Mamba2Tolerance mamba2_f32_tolerance(const Mamba2Tokens<double>& x, const Mamba2
   const auto& d = x.dims;
   // E: worst exp(G_t - G_j) (t - j) |G|_window over j < t within `window` tokens, with |G|_window
   // the decay accumulated over the window ending at t (an upper bound on the running sum's scale).
-  double E = 0;
+  // L: the decay-weighted count of tokens feeding the state, max over t of
+  // sum_{j<=t} exp(G_t - G_j) (w_t = exp(-a_t) w_{t-1} + 1), since an error made at token j is
+  // multiplied by every later decay; at most the number of tokens.
+  double E = 0, L = 0;
   for (int h = 0; h < d.NH; ++h) {
     std::vector<double> a(size_t(x.steps));
     for (int t = 0; t < x.steps; ++t) a[t] = -x.dt[size_t(t) * d.NH + h] * x.A[h];
+    double w = 0;
+    for (int t = 0; t < x.steps; ++t) {
+      w = std::exp(-a[t]) * w + 1;
+      L = std::max(L, w);
+    }
     for (int t = 0; t < x.steps; ++t) {
       double G_window = 0;
       for (int j = t; j >= 0 && j > t - window; --j) G_window += a[j];
@@ -549,7 +557,7 @@ Mamba2Tolerance mamba2_f32_tolerance(const Mamba2Tokens<double>& x, const Mamba2
     return m;
   };
   const double u = std::ldexp(1.0, -24);
-  const double gamma = 2 * u * (d.N + x.steps + E + 8);
+  const double gamma = 2 * u * (d.N + L + window + E + 8);
   const double tiny = std::numeric_limits<double>::min();
   Mamba2Tolerance tol;
   tol.y = gamma * max_abs(y_abs) / std::max(max_abs(y_ref), tiny);

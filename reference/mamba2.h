@@ -211,6 +211,30 @@ template <class T>
 void mamba2_verify_kvbuffer(const Mamba2Tokens<T>& x, int capacity, int drafts, int accept,
                             Mamba2State<T>& state, std::vector<T>& y);
 
+// float32 tolerances for comparing a mode against mamba2_decode_recurrent in float64 on the same
+// (float-rounded) tokens x and checkpoint s0, as max_rel_err (max |err| / max |ref|) of y and of
+// the final state. `window` is the most tokens a mode keeps since its checkpoint (1 for the
+// recurrent and classic modes, the chunk for prefill, the capacity for buffered modes).
+// Derivation, u = 2^-24: each output element is a sum of terms (S0 C_t, dt_j (B_j . C_t) x_j,
+// D x_t) with products of decay factors; in floating point its error is at most
+// u (N + L + W + E + 8) times the same sum taken over |terms| (Higham's gamma_n for a length-n sum):
+// N for the B.C / S0 C dots; L for the accumulation through the state and its per-token decays,
+// where an error made at token j is damped by every later decay, so L is the decay-weighted token
+// count max_t sum_{j<=t} exp(G_t - G_j) (at most the number of tokens, about 1 / |dt A| in the
+// steady state); W (`window`) for the sums over buffered or chunk tokens (a fold, an output's
+// buffer terms); 8 for the few products and exp per term; and E for the cumulative exponents of
+// the windowed forms: exp(G_t - G_j) with G_t, G_j each a running sum rounded (t - j) times at the
+// scale of |G| in the window, so E = max over j < t in a window of
+// exp(G_t - G_j) (t - j) |G|_window (negligible when the decays are extreme: exp(-60) times it).
+// The sum over |terms| is computed exactly (float64) by the recurrence on |x|, |B|, |C|, |D|,
+// |S0|; dividing its max by max |ref| turns the elementwise bound into the normwise tolerance.
+// A factor 2 covers the first-order approximation of gamma_n and libm's exp (< 1 ulp).
+struct Mamba2Tolerance {
+  double y = 0, state = 0;
+};
+Mamba2Tolerance mamba2_f32_tolerance(const Mamba2Tokens<double>& x, const Mamba2State<double>& s0,
+                                     int window);
+
 // Every Mamba-2 mode against mamba2_decode_recurrent on fresh random inputs, outputs and final
 // state, float64 and float32 (float32 against the float64 recurrence on the same rounded inputs);
 // under 2 s on one core. Part of run_reference_cross_checks.
