@@ -6,6 +6,7 @@
 #include <string>
 
 #include "reference/gdn.h"
+#include "reference/mamba2.h"
 #include "reference/random_inputs.h"
 
 namespace kvbuf::ref {
@@ -153,6 +154,8 @@ std::vector<CrossCheck> run_reference_cross_checks(uint64_t seed) {
     gdn_checks<float>(c, x_direct, out);
     for (size_t i = first; i < out.size(); ++i) out[i].name += label;
   }
+  const std::vector<CrossCheck> mamba = run_mamba2_cross_checks(seed);
+  out.insert(out.end(), mamba.begin(), mamba.end());
   return out;
 }
 

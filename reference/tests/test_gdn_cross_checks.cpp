@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <string>
 
 #include "reference/cross_checks.h"
 
@@ -15,7 +16,14 @@ TEST(GdnCrossChecks, AllPassUnderFiveSeconds) {
   const auto checks = run_reference_cross_checks(20261129);
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ASSERT_GT(checks.size(), 40u);
+  ASSERT_GT(checks.size(), 80u);
+  int gdn = 0, mamba2 = 0;
+  for (const auto& c : checks) {
+    gdn += c.name.rfind("gdn ", 0) == 0;
+    mamba2 += c.name.find("mamba2") != std::string::npos;
+  }
+  EXPECT_EQ(gdn, 84);  // 2 gate regimes x 2 precisions x 21 (every GDN mode, o and state)
+  EXPECT_GT(mamba2, 0);
   for (const auto& c : checks) {
     std::printf("  %-62s rel err %.2e  tol %.2e  %s\n", c.name.c_str(), c.max_rel_err, c.tol,
                 c.ok ? "ok" : "FAIL");
