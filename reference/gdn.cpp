@@ -258,6 +258,20 @@ std::vector<T> GdnKVBuffer<T>::entry_u(int j) const {
 }
 
 template <class T>
+const std::vector<T>& GdnKVBuffer<T>::entry_v(int j) const {
+  if (variant_ != BufferVariant::Raw)
+    throw std::logic_error("GdnKVBuffer::entry_v: only the raw variant keeps v");
+  return v_.at(j);
+}
+
+template <class T>
+const std::vector<T>& GdnKVBuffer<T>::entry_beta(int j) const {
+  if (variant_ != BufferVariant::Raw)
+    throw std::logic_error("GdnKVBuffer::entry_beta: only the raw variant keeps beta");
+  return beta_.at(j);
+}
+
+template <class T>
 GdnState<T> GdnKVBuffer<T>::state() const {
   GdnState<T> s = s0_;
   const int n = fill();

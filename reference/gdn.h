@@ -106,11 +106,14 @@ class GdnKVBuffer {
   const GdnState<T>& checkpoint() const { return s0_; }
   // The state after every token accepted so far: S0 folded with the buffer (nothing modified).
   GdnState<T> state() const;
-  // Buffered entry j (0 <= j < fill()): normalised keys [H, K], G [HV]; u [HV, V] (recomputed
-  // for Raw) or, Raw only, the raw v [HV, V] and beta [HV].
-  const std::vector<T>& entry_k(int j) const { return k_[j]; }
-  const std::vector<T>& entry_G(int j) const { return G_[j]; }
+  // Buffered entry j (0 <= j < fill()), what a kernel's pool row should hold: normalised keys
+  // [H, K], G [HV], u [HV, V] (stored for CachedU, recomputed for Raw); Raw only (throws
+  // std::logic_error for CachedU): the raw v [HV, V] and beta [HV].
+  const std::vector<T>& entry_k(int j) const { return k_.at(j); }
+  const std::vector<T>& entry_G(int j) const { return G_.at(j); }
   std::vector<T> entry_u(int j) const;
+  const std::vector<T>& entry_v(int j) const;
+  const std::vector<T>& entry_beta(int j) const;
 
   // One decode step on token t of x: writes o[0 .. HV*V) for that token, appends the token and
   // folds when the buffer becomes full.

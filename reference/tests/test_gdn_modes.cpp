@@ -246,8 +246,23 @@ TEST(GdnKVBuffer, EntriesHoldTheRecurrenceCorrectedValues) {
     std::vector<double> o(d.HV * d.V);
     for (int t = 0; t < p.x.steps; ++t) buf.decode(p.x, t, o.data());
     ASSERT_EQ(buf.fill(), p.x.steps);
-    for (int j = 0; j < p.x.steps; ++j)
+    double G = 0;
+    for (int j = 0; j < p.x.steps; ++j) {
       EXPECT_LE(max_rel_err(buf.entry_u(j), u_true[j]), 1e-13) << to_string(var) << " entry " << j;
+      G += p.x.g[j * d.HV + 1];
+      EXPECT_DOUBLE_EQ(buf.entry_G(j)[1], G);
+      const GdnTokens<double> tj = gdn_slice_tokens(p.x, j, 1);
+      const Vec<double> k1 = Eigen::Map<const Vec<double>>(&tj.k[d.K], d.K);
+      const Vec<double> kn = k1 / std::sqrt(k1.squaredNorm() + 1e-6);
+      // Key head 1, normalised.
+      EXPECT_LE((Eigen::Map<const Vec<double>>(&buf.entry_k(j)[d.K], d.K) - kn).norm(), 1e-15);
+      if (var == BufferVariant::Raw) {
+        EXPECT_EQ(buf.entry_v(j), tj.v);
+        EXPECT_EQ(buf.entry_beta(j), tj.beta);
+      } else {
+        EXPECT_THROW(buf.entry_v(j), std::logic_error);
+      }
+    }
     EXPECT_LE(max_rel_err(flat(buf.state()), flat(p.truth.state)), 1e-13);
   }
 }
