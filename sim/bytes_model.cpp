@@ -4,6 +4,7 @@
 // commit copies the m accepted ones into the buffer).
 #include "sim/bytes_model.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace kvbuf {
@@ -221,36 +222,58 @@ StepBytes bytes_verify_classic(const LayerShape& s, const Precision& p, int toke
   return b;
 }
 
-StepBytes bytes_verify_kvbuffer(const LayerShape& s, const Precision& p, BufferVariant v, int chunk, int tokens,
-                                int fill, int accepted) {
-  check_precision(p);
+namespace {
+void check_verify(int chunk, int tokens, int fill, int accepted) {
   check_chunk(chunk);
   if (tokens < 1 || tokens > chunk)
     throw std::invalid_argument("verify tokens T must be in 1..C (C = " + std::to_string(chunk) + "), got " +
                                 std::to_string(tokens));
-  if (fill < 0 || fill > chunk) throw std::invalid_argument("buffer fill must be in 0..C, got " + std::to_string(fill));
+  if (fill < 0 || fill >= chunk)
+    throw std::invalid_argument("buffer fill must be in 0..C-1, got " + std::to_string(fill));
   if (accepted < 0 || accepted > tokens)
     throw std::invalid_argument("accepted entries must be in 0..T, got " + std::to_string(accepted));
+}
+}  // namespace
+
+int verify_kvbuffer_next_fill(int chunk, int tokens, int fill, int accepted) {
+  check_verify(chunk, tokens, fill, accepted);
+  const int n0 = fill + tokens > chunk ? 0 : fill;
+  return n0 + accepted < chunk ? n0 + accepted : 0;
+}
+
+StepBytes bytes_verify_kvbuffer(const LayerShape& s, const Precision& p, BufferVariant v, int chunk, int tokens,
+                                int fill, int accepted) {
+  check_precision(p);
+  check_verify(chunk, tokens, fill, accepted);
+  const bool fold_first = fill + tokens > chunk;
+  const int n0 = fold_first ? 0 : fill;
+  const bool commit_fold = n0 + accepted == chunk;
   StepBytes b;
   b.mode = "verify-kvbuffer";
   add_tokens(b, s, p, tokens);
-  add_state(b, s, p, 1, fill + tokens > chunk ? 1 : 0);
-  add_entries(b, s, p, v, "buffer", fill, accepted);
+  add_state(b, s, p, 1 + (commit_fold ? 1 : 0), (fold_first ? 1 : 0) + (commit_fold ? 1 : 0));
+  add_entries(b, s, p, v, "buffer", fill + (commit_fold ? n0 : 0), commit_fold ? 0 : accepted);
   add_entries(b, s, p, v, "scratch", accepted, tokens);
   return b;
 }
 
 StepBytes bytes_verify_kvbuffer_cycle(const LayerShape& s, const Precision& p, BufferVariant v, int chunk,
                                       int tokens, int accepted) {
-  if (accepted == 0) return bytes_verify_kvbuffer(s, p, v, chunk, tokens, 0, 0);
-  if (tokens < 1 || tokens > chunk || accepted < 0 || accepted > tokens)
-    return bytes_verify_kvbuffer(s, p, v, chunk, tokens, 0, accepted);  // throws the precise message
-  std::vector<StepBytes> rounds;
-  for (int fill = accepted;; fill += accepted) {
-    rounds.push_back(bytes_verify_kvbuffer(s, p, v, chunk, tokens, fill, accepted));
-    if (fill + tokens > chunk) break;
+  check_verify(chunk, tokens, 0, accepted);
+  // Follow the fills from an empty buffer until one repeats; the rounds from its first visit on
+  // are the cycle.
+  std::vector<int> fills{0};
+  for (;;) {
+    const int next = verify_kvbuffer_next_fill(chunk, tokens, fills.back(), accepted);
+    const auto seen = std::find(fills.begin(), fills.end(), next);
+    if (seen != fills.end()) {
+      std::vector<StepBytes> rounds;
+      for (auto it = seen; it != fills.end(); ++it)
+        rounds.push_back(bytes_verify_kvbuffer(s, p, v, chunk, tokens, *it, accepted));
+      return average(rounds);
+    }
+    fills.push_back(next);
   }
-  return average(rounds);
 }
 
 }  // namespace kvbuf

@@ -67,15 +67,20 @@ StepBytes bytes_direct_mean(const LayerShape& s, const Precision& p, int chunk);
 // Classic verify of T tokens: state read + T intermediate states written, then (commit_copy)
 // 1 state read + 1 state write.
 StepBytes bytes_verify_classic(const LayerShape& s, const Precision& p, int tokens, bool commit_copy);
-// Buffered verify of T tokens at fill n (0..C) with `accepted` (0..T) entries kept: state read,
-// n entries read, T candidate entries written to scratch, commit = m scratch entries read and
-// written into the buffer; plus a state write for the fold-first when n + T > C (the fold is
-// fused: S0 is read once, and the n entries it folds are those already counted).
+// Buffered verify of T tokens at fill n (0..C-1) keeping `accepted` = m (0..T) entries, as our
+// kernels do it (kernels/gdn_verify.h):
+//   verify: state read, n buffer entries read, the T candidate entries written to a scratch area;
+//           when n + T > C the n entries are folded first (state written once), the window then
+//           starts from an empty buffer (n0 = 0; else n0 = n);
+//   commit: the m accepted entries read from scratch; if n0 + m < C they are written into the
+//           buffer, else (the buffer is full) the commit folds instead: state read and written,
+//           the n0 buffer entries read again, nothing written to the buffer.
 StepBytes bytes_verify_kvbuffer(const LayerShape& s, const Precision& p, BufferVariant v, int chunk,
                                 int tokens, int fill, int accepted);
-// Verify rounds that always accept m (1..T) entries, averaged over one fold cycle: the pre-round
-// fills m, 2m, ..., km with k the first round where km + T > C (that round folds). m = 0 never
-// leaves fill 0 (one round, no fold).
+// The fill before the next verify round after this one (the protocol above).
+int verify_kvbuffer_next_fill(int chunk, int tokens, int fill, int accepted);
+// Verify rounds that always accept m entries, averaged over the periodic cycle of fills that the
+// protocol settles into from an empty buffer (C = 16, T = 4, m = 3: fills 3, 6, 9, 12, 15).
 StepBytes bytes_verify_kvbuffer_cycle(const LayerShape& s, const Precision& p, BufferVariant v,
                                       int chunk, int tokens, int accepted);
 

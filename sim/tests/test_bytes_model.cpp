@@ -125,30 +125,51 @@ TEST(BytesModel, VerifyClassic) {
 
 TEST(BytesModel, VerifyKvbuffer) {
   const int C = 16;
-  for (int T : {1, 4, 5})
-    for (int n : {0, 3, 12, 16})
+  for (int T : {1, 4, 5, 16})
+    for (int n : {0, 3, 11, 12, 15})
       for (int m = 0; m <= T; ++m) {
         const StepBytes b = bytes_verify_kvbuffer(qwen3_next(), kDefault, BufferVariant::CachedU, C, T, n, m);
-        const double fold = n + T > C ? kState : 0;
-        // state read, n buffer entries read, T scratch entries written, commit m: read + write.
-        EXPECT_DOUBLE_EQ(b.read_bytes(), T * kTokenRead + kState + n * kEntryCachedU + m * kEntryCachedU);
-        EXPECT_DOUBLE_EQ(b.write_bytes(), T * kTokenWrite + fold + T * kEntryCachedU + m * kEntryCachedU);
+        // Verify: S0 read, n entries read, T candidates to scratch; fold first (S0 written) when n + T > C.
+        const bool fold_first = n + T > C;
+        const int n0 = fold_first ? 0 : n;
+        // Commit: m candidates read from scratch; into the buffer, or, when that fills it, a fold
+        // (S0 read and written, the n0 buffered entries read again).
+        const bool commit_fold = n0 + m == C;
+        const double read = T * kTokenRead + kState + n * kEntryCachedU + m * kEntryCachedU +
+                            (commit_fold ? kState + n0 * kEntryCachedU : 0);
+        const double write = T * kTokenWrite + (fold_first ? kState : 0) + T * kEntryCachedU +
+                             (commit_fold ? kState : m * kEntryCachedU);
+        EXPECT_DOUBLE_EQ(b.read_bytes(), read) << "T " << T << " n " << n << " m " << m;
+        EXPECT_DOUBLE_EQ(b.write_bytes(), write) << "T " << T << " n " << n << " m " << m;
         EXPECT_EQ(b.find("intermediate_states"), nullptr);
         EXPECT_DOUBLE_EQ(b.total_bytes(), sum_of_tensors(b));
       }
 }
 
 TEST(BytesModel, VerifyKvbufferCycle) {
-  // C = 16, T = 4, m = 3: pre-round fills 3, 6, 9, 12, 15; the round at 15 folds (15 + 4 > 16).
+  // C = 16, T = 4, m = 3: from an empty buffer the fills go 0, 3, 6, 9, 12, 15, then the round at
+  // 15 folds first (15 + 4 > 16) and commits 3 at 0: the cycle is 3, 6, 9, 12, 15.
+  EXPECT_EQ(verify_kvbuffer_next_fill(16, 4, 12, 3), 15);
+  EXPECT_EQ(verify_kvbuffer_next_fill(16, 4, 15, 3), 3);
   const double per_round = 4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU + 2 * 3 * kEntryCachedU;
   const double expected = per_round + (3 + 6 + 9 + 12 + 15) / 5.0 * kEntryCachedU + kState / 5.0;
   const StepBytes b = bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 16, 4, 3);
   EXPECT_NEAR(b.total_bytes(), expected, 1e-9 * expected);
-  // m = T = C: every round starts full and folds.
+  // m = T = C: every round starts empty and its commit folds (S0 read twice, written once).
+  EXPECT_EQ(verify_kvbuffer_next_fill(4, 4, 0, 4), 0);
   const StepBytes full = bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 4, 4, 4);
-  EXPECT_DOUBLE_EQ(full.total_bytes(),
-                   bytes_verify_kvbuffer(qwen3_next(), kDefault, BufferVariant::CachedU, 4, 4, 4, 4).total_bytes());
+  EXPECT_DOUBLE_EQ(full.find("state")->read_bytes, 2 * kState);
   EXPECT_DOUBLE_EQ(full.find("state")->write_bytes, kState);
+  EXPECT_DOUBLE_EQ(full.total_bytes(), 4 * (kTokenRead + kTokenWrite) + 3 * kState + 8 * kEntryCachedU);
+  // C = 8, T = 4, m = 4: 0 -> 4 -> (commit fills it: fold) 0.
+  const StepBytes c8 = bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 8, 4, 4);
+  const double round0 = 4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU + 4 * kEntryCachedU + 4 * kEntryCachedU;
+  const double round4 = 4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU + 4 * kEntryCachedU +
+                        4 * kEntryCachedU + (2 * kState + 4 * kEntryCachedU);
+  EXPECT_NEAR(c8.total_bytes(), (round0 + round4) / 2, 1e-9 * round0);
+  // m = 0 never leaves fill 0.
+  EXPECT_DOUBLE_EQ(bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 8, 4, 0).total_bytes(),
+                   4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU);
 }
 
 TEST(BytesModel, SmallCustomShape) {
@@ -181,7 +202,7 @@ TEST(BytesModel, RejectsBadArguments) {
   EXPECT_THROW(bytes_verify_classic(s, kDefault, 0, true), std::invalid_argument);
   EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 5, 0, 0), std::invalid_argument);
   EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 0, 3), std::invalid_argument);
-  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 5, 0), std::invalid_argument);
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 4, 0), std::invalid_argument);
   EXPECT_THROW(bytes_verify_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, 4, 5, 1), std::invalid_argument);
   EXPECT_THROW(bytes_recurrent(s, {0, 2, 2}), std::invalid_argument);
   EXPECT_THROW(parse_variant("fast"), std::invalid_argument);
