@@ -1,0 +1,419 @@
+// The verify rows of `kvbuf sweep` (run_verify_sweep of bench/sweep.h): classic speculative verify
+// (gdn_verify_classic + gdn_verify_classic_commit) against KVBuffer verify (gdn_verify_kvbuffer +
+// gdn_verify_kvbuffer_commit), chains and trees, per batch x T x C, plus the single-token KVBuffer
+// decode step (gdn_decode_kvbuffer) at the same batch and C for the "verify <= 1.3x decode" figure.
+//
+// Method (as the decode sweep, bench/sweep.h): one state pool (and buffer pool) per linear layer,
+// all layers of one model step (verify + commit per layer) in one CUDA graph, median of samples of
+// whole flush cycles (C steps per sample for buffered methods), latency per layer = sample time /
+// (steps x layers). Each request row accepts a fixed number m of tokens per step, drawn once from
+// the acceptance rate a: m = 1 + the number of leading drafts accepted, each with probability a
+// (at most T - 1), so fills advance at different speeds and stagger (initial fills are random in
+// 0..C-1 too). Per accepted token = per step / E[m], E[m] = (1 - a^T) / (1 - a).
+// Bytes per layer per step come from sim/bytes_model.h (bytes_verify_classic with the commit copy;
+// bytes_verify_kvbuffer at each request's fill, averaged over the simulated steady state, plus the
+// state read + write of the commit's fold when a buffer becomes exactly full).
+// The token inputs are shared by all layers (a few MiB at most), as in the decode sweep; the classic
+// per-node scratch states [B, T, HV, V, K] are shared by the layers too (36 layers of them do not
+// fit at batch 256 x T = 8), which changes nothing in its traffic: they are written once, read once.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bench/csv.h"
+#include "bench/gpu_commands.h"
+#include "bench/sweep.h"
+#include "kernels/common.cuh"
+#include "kernels/gdn_decode.h"
+#include "kernels/gdn_verify.h"
+#include "sim/bytes_model.h"
+
+namespace kvbuf {
+namespace {
+
+std::string fmt_g(double x) { return fmt::format("{:.6g}", x); }
+
+struct VerifyMethod {
+  std::string name;
+  bool kvbuffer;
+  bool tree;
+};
+const std::vector<VerifyMethod>& verify_methods() {
+  static const std::vector<VerifyMethod> m = {
+      {"verify-classic", false, false},
+      {"verify-kvbuffer", true, false},
+      {"verify-classic-tree", false, true},
+      {"verify-kvbuffer-tree", true, true},
+  };
+  return m;
+}
+
+// Tree drafts for the tree rows: a binary heap (node i's parent is i / 2, the root's is 0), as
+// EAGLE-style drafting expands the likeliest candidates; the accepted path ends at the deepest
+// node reachable with the row's m (depth floor(log2 i) + 1).
+int heap_parent(int i) { return i / 2; }
+std::vector<int> heap_path(int depth) {
+  std::vector<int> path;
+  for (int i = 1, d = 0; d < depth; i *= 2, ++d) path.push_back(i);
+  return path;
+}
+int heap_depth(int T) {
+  int d = 0;
+  while ((1 << d) <= T) ++d;
+  return d;
+}
+
+struct Inputs {
+  DeviceBuffer slot, q, k, v, g, beta, parents, out, accept_len, accept_nodes;
+  GdnVerifyIO io;
+  GdnVerifyAccept accept;
+};
+
+Inputs make_inputs(const LayerShape& s, int batch, int T, bool tree, const std::vector<int>& m, uint64_t seed) {
+  Inputs in{DeviceBuffer(size_t(batch) * 4),
+            DeviceBuffer(size_t(batch) * T * s.key_heads * s.head_k * 2),
+            DeviceBuffer(size_t(batch) * T * s.key_heads * s.head_k * 2),
+            DeviceBuffer(size_t(batch) * T * s.value_heads * s.head_v * 2),
+            DeviceBuffer(size_t(batch) * T * s.value_heads * 4),
+            DeviceBuffer(size_t(batch) * T * s.value_heads * 4),
+            DeviceBuffer(size_t(batch) * T * 4),
+            DeviceBuffer(size_t(batch) * T * s.value_heads * s.head_v * 2),
+            DeviceBuffer(size_t(batch) * 4),
+            DeviceBuffer(size_t(batch) * T * 4),
+            {},
+            {}};
+  std::vector<int32_t> slots(batch), parents(size_t(batch) * T), len(batch), nodes(size_t(batch) * T, 1);
+  for (int r = 0; r < batch; ++r) {
+    slots[r] = r;
+    for (int i = 1; i <= T; ++i) parents[size_t(r) * T + i - 1] = tree ? heap_parent(i) : i - 1;
+    if (tree) {
+      const auto path = heap_path(std::min(m[r], heap_depth(T)));
+      len[r] = int(path.size());
+      std::copy(path.begin(), path.end(), nodes.begin() + size_t(r) * T);
+    } else {
+      len[r] = m[r];
+    }
+  }
+  KVB_CUDA_CHECK(cudaMemcpy(in.slot.as<void>(), slots.data(), slots.size() * 4, cudaMemcpyHostToDevice));
+  KVB_CUDA_CHECK(cudaMemcpy(in.parents.as<void>(), parents.data(), parents.size() * 4, cudaMemcpyHostToDevice));
+  KVB_CUDA_CHECK(cudaMemcpy(in.accept_len.as<void>(), len.data(), len.size() * 4, cudaMemcpyHostToDevice));
+  KVB_CUDA_CHECK(cudaMemcpy(in.accept_nodes.as<void>(), nodes.data(), nodes.size() * 4, cudaMemcpyHostToDevice));
+  fill_uniform_bf16(in.q.as<void>(), in.q.bytes() / 2, seed + 1, -1.f, 1.f);
+  fill_uniform_bf16(in.k.as<void>(), in.k.bytes() / 2, seed + 2, -1.f, 1.f);
+  fill_uniform_bf16(in.v.as<void>(), in.v.bytes() / 2, seed + 3, -1.f, 1.f);
+  fill_uniform_f32(in.g.as<float>(), in.g.bytes() / 4, seed + 4, -0.5f, -0.01f);
+  fill_uniform_f32(in.beta.as<float>(), in.beta.bytes() / 4, seed + 5, 0.1f, 0.9f);
+  in.io = GdnVerifyIO{batch, T, s.key_heads, s.value_heads, s.head_k, s.head_v, in.slot.as<int32_t>(),
+                      in.q.as<__nv_bfloat16>(), in.k.as<__nv_bfloat16>(), in.v.as<__nv_bfloat16>(), in.g.as<float>(),
+                      in.beta.as<float>(), tree ? in.parents.as<int32_t>() : nullptr, in.out.as<__nv_bfloat16>()};
+  in.accept = GdnVerifyAccept{in.accept_len.as<int32_t>(), tree ? in.accept_nodes.as<int32_t>() : nullptr};
+  return in;
+}
+
+class VerifySweep {
+ public:
+  explicit VerifySweep(const VerifySweepArgs& a) : a_(a), s_(a.model.layer) {
+    if (s_.kind != LayerKind::GatedDeltaNet)
+      throw std::invalid_argument("verify sweep: GDN models only; " + a.model.name + " is Mamba-2");
+    if (a.layers < 1) throw std::invalid_argument("verify sweep: layers must be >= 1");
+    if (!(a.acceptance >= 0 && a.acceptance <= 1)) throw std::invalid_argument("verify sweep: acceptance must be in [0, 1]");
+    for (const auto& name : a.methods)
+      if (!find(name))
+        throw std::invalid_argument("unknown verify method '" + name +
+                                    "' (verify-classic, verify-kvbuffer, verify-classic-tree, verify-kvbuffer-tree)");
+    for (int T : a.drafts)
+      if (T < 1 || T > kGdnVerifyMaxTokens) throw std::invalid_argument("verify sweep: T must be in 1..8, got " + std::to_string(T));
+    p_.state_bytes = 4, p_.entry_bytes = 2, p_.io_bytes = 2;
+  }
+
+  int run() {
+    fmt::print("\nverify sweep: GPU {} | commit {} | model {} | {} layer pools per step | acceptance {} | copy {:.0f} GB/s\n",
+               a_.gpu, a_.commit, a_.model.name, a_.layers, a_.acceptance, a_.copy_gbps);
+    CsvWriter csv(a_.out_csv, {"model", "method", "batch", "drafts", "chunk", "layers", "acceptance",
+                               "tokens_per_step", "latency_us_median", "latency_us_min", "latency_us_max", "samples",
+                               "latency_us_per_token", "bytes_per_layer_step", "gbps", "frac_copy_bw", "copy_gbps",
+                               "gpu", "commit"});
+    int failed = 0;
+    for (int batch : a_.batches) {
+      for (int T : a_.drafts) {
+        for (const auto& name : a_.methods) {
+          const VerifyMethod& vm = *find(name);
+          try {
+            if (vm.kvbuffer) {
+              for (int C : a_.chunks)
+                if (C >= T) run_kvbuffer(vm, batch, T, C, csv);
+            } else {
+              run_classic(vm, batch, T, csv);
+            }
+          } catch (const std::invalid_argument&) {
+            throw;
+          } catch (const std::exception& e) {
+            ++failed;
+            fmt::print("FAILED {} batch {} T {}: {}\n", name, batch, T, e.what());
+            cudaGetLastError();
+          }
+        }
+      }
+    }
+    summary();
+    return failed;
+  }
+
+ private:
+  static const VerifyMethod* find(const std::string& name) {
+    for (const auto& m : verify_methods())
+      if (m.name == name) return &m;
+    return nullptr;
+  }
+
+  // m per request row (1..T), fixed for the sweep point, from the acceptance rate.
+  std::vector<int> draw_accepts(int batch, int T) const {
+    std::mt19937_64 rng(a_.seed * 7919 + batch * 31 + T);
+    std::bernoulli_distribution accept(a_.acceptance);
+    std::vector<int> m(batch);
+    for (auto& x : m) {
+      x = 1;
+      while (x < T && accept(rng)) ++x;
+    }
+    return m;
+  }
+  double tokens_per_step(int T) const {
+    const double a = a_.acceptance;
+    return a >= 1 ? T : (1 - std::pow(a, T)) / (1 - a);
+  }
+
+  bool fits(size_t need, const std::string& what) const {
+    const size_t free_b = gpu_free_bytes();
+    if (need + (size_t(1) << 30) <= free_b) return true;
+    fmt::print("skip {}: needs {:.1f} GiB, {:.1f} GiB free\n", what, need / double(1 << 30), free_b / double(1 << 30));
+    return false;
+  }
+
+  TimingStats time(const std::function<void(cudaStream_t)>& step, int steps_per_sample) const {
+    GraphTiming how;
+    how.layers = a_.layers;
+    how.steps_per_sample = steps_per_sample;
+    how.budget_s = 0.4;
+    how.min_samples = 5;
+    how.max_samples = 30;
+    return time_graph_steps(step, how);
+  }
+
+  void emit(CsvWriter& csv, const std::string& method, int batch, int T, int C, double tokens, const TimingStats& t,
+            double bytes) {
+    const double gbps = bytes / (t.median_us * 1e-6) / 1e9;
+    csv.row({a_.model.name, method, std::to_string(batch), std::to_string(T), std::to_string(C),
+             std::to_string(a_.layers), fmt_g(a_.acceptance), fmt_g(tokens), fmt_g(t.median_us), fmt_g(t.min_us),
+             fmt_g(t.max_us), std::to_string(t.samples), fmt_g(t.median_us / tokens), fmt_g(bytes), fmt_g(gbps),
+             fmt_g(gbps / a_.copy_gbps), fmt_g(a_.copy_gbps), a_.gpu, a_.commit});
+    fmt::print("{:<22} batch {:>4} T {} C {:>2}: {:9.2f} us/layer/step (min {:.2f} max {:.2f}) {:8.2f} us/token  "
+               "{:6.0f} GB/s {:5.1f}% of copy\n",
+               method, batch, T, C, t.median_us, t.min_us, t.max_us, t.median_us / tokens, gbps,
+               100 * gbps / a_.copy_gbps);
+    results_[{method, batch, T}].push_back({C, t.median_us});
+  }
+
+  void run_classic(const VerifyMethod& vm, int batch, int T, CsvWriter& csv) {
+    const int L = a_.layers;
+    const size_t head = size_t(s_.head_v) * s_.head_k, state_layer = size_t(batch) * s_.value_heads * head;
+    const size_t need = (L * state_layer + size_t(T) * state_layer) * 4;
+    if (!fits(need, fmt::format("{} batch {} T {}", vm.name, batch, T))) return;
+    const auto m = draw_accepts(batch, T);
+    Inputs in = make_inputs(s_, batch, T, vm.tree, m, a_.seed);
+    DeviceBuffer states(L * state_layer * 4), steps(size_t(T) * state_layer * 4);
+    fill_uniform_f32(states.as<float>(), L * state_layer, a_.seed + 11, -1.f, 1.f);
+    KVB_CUDA_CHECK(cudaDeviceSynchronize());
+    auto step = [&](cudaStream_t st) {
+      for (int l = 0; l < L; ++l) {
+        GdnVerifyClassicParams p;
+        p.io = in.io;
+        p.state = states.as<float>() + l * state_layer;
+        p.step_states = steps.as<float>();
+        p.accept = in.accept;
+        gdn_verify_classic(p, st);
+        gdn_verify_classic_commit(p, st);
+      }
+    };
+    const TimingStats t = time(step, 4);
+    double mean_m = 0;
+    for (int x : m) mean_m += vm.tree ? std::min(x, heap_depth(T)) : x;
+    mean_m /= batch;
+    const double bytes = bytes_verify_classic(s_, p_, T, true).scale(batch).total_bytes();
+    emit(csv, vm.name, batch, T, 0, vm.tree ? mean_m : tokens_per_step(T), t, bytes);
+  }
+
+  void run_kvbuffer(const VerifyMethod& vm, int batch, int T, int C, CsvWriter& csv) {
+    const int L = a_.layers, H = s_.key_heads, HV = s_.value_heads, K = s_.head_k, V = s_.head_v;
+    const size_t state_layer = size_t(batch) * HV * V * K;
+    const size_t k_elems = size_t(batch) * C * H * K, u_elems = size_t(batch) * C * HV * V, g_elems = size_t(batch) * C * HV;
+    const size_t wk = size_t(batch) * T * H * K, wu = size_t(batch) * T * HV * V, wg = size_t(batch) * T * HV;
+    const size_t per_layer = state_layer * 4 + (k_elems + u_elems) * 2 + g_elems * 4 + (wk + wu) * 2 + wg * 4 + 5 * batch * 4;
+    if (!fits(L * per_layer, fmt::format("{} batch {} T {} C {}", vm.name, batch, T, C))) return;
+    const auto m = draw_accepts(batch, T);
+    Inputs in = make_inputs(s_, batch, T, vm.tree, m, a_.seed);
+    DeviceBuffer states(L * state_layer * 4), bk(L * k_elems * 2), bu(L * u_elems * 2), bg(L * g_elems * 4),
+        fill(size_t(L) * batch * 4), has(size_t(L) * batch * 4), done(size_t(L) * batch * 4), win_k(L * wk * 2),
+        win_u(L * wu * 2), win_g(L * wg * 4), win_base(size_t(L) * batch * 2 * 4);
+    fill_uniform_f32(states.as<float>(), L * state_layer, a_.seed + 11, -1.f, 1.f);
+    fill_uniform_bf16(bk.as<void>(), L * k_elems, a_.seed + 13, -0.2f, 0.2f);
+    fill_uniform_bf16(bu.as<void>(), L * u_elems, a_.seed + 14, -1.f, 1.f);
+    fill_uniform_f32(bg.as<float>(), L * g_elems, a_.seed + 15, -0.05f, 0.f);
+    // Staggered fills (random 0..C-1, the same in every layer as for a real request), all buffered.
+    std::mt19937_64 rng(a_.seed * 104729 + batch * 131 + C);
+    std::vector<int32_t> fill0(batch);
+    for (auto& f : fill0) f = int(rng() % C);
+    std::vector<int32_t> fills, ones(size_t(L) * batch, 1), zeros(size_t(L) * batch, 0);
+    for (int l = 0; l < L; ++l) fills.insert(fills.end(), fill0.begin(), fill0.end());
+    KVB_CUDA_CHECK(cudaMemcpy(fill.as<void>(), fills.data(), fills.size() * 4, cudaMemcpyHostToDevice));
+    KVB_CUDA_CHECK(cudaMemcpy(has.as<void>(), ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+    KVB_CUDA_CHECK(cudaMemcpy(done.as<void>(), zeros.data(), zeros.size() * 4, cudaMemcpyHostToDevice));
+    KVB_CUDA_CHECK(cudaDeviceSynchronize());
+    auto params = [&](int l) {
+      GdnVerifyKVBufferParams p;
+      p.io = in.io;
+      p.entry = GdnEntryType::BF16;
+      p.capacity = C;
+      p.state = states.as<float>() + l * state_layer;
+      p.buf_k = bk.as<char>() + l * k_elems * 2;
+      p.buf_val = bu.as<char>() + l * u_elems * 2;
+      p.buf_gcum = bg.as<float>() + l * g_elems;
+      p.fill = fill.as<int32_t>() + size_t(l) * batch;
+      p.has_state = has.as<int32_t>() + size_t(l) * batch;
+      p.win_k = win_k.as<char>() + l * wk * 2;
+      p.win_u = win_u.as<char>() + l * wu * 2;
+      p.win_gcum = win_g.as<float>() + l * wg;
+      p.win_base = win_base.as<int32_t>() + size_t(l) * batch * 2;
+      p.accept = in.accept;
+      return p;
+    };
+    auto step = [&](cudaStream_t st) {
+      for (int l = 0; l < L; ++l) {
+        const GdnVerifyKVBufferParams p = params(l);
+        gdn_verify_kvbuffer(p, st);
+        gdn_verify_kvbuffer_commit(p, st);
+      }
+    };
+    const TimingStats t = time(step, std::max(C, 4));
+
+    // Bytes: each row's fill evolves deterministically (fold in verify when n + depth > C, in the
+    // commit when n + m == C); average the bytes model over a long run of steps.
+    const int depth = vm.tree ? heap_depth(T) : T;
+    const StepBytes fold_in_commit = [&] {
+      StepBytes b;
+      b.add("state", "fp32", state_bytes(s_, p_), state_bytes(s_, p_));
+      return b;
+    }();
+    double total = 0;
+    constexpr int kSimSteps = 1024;
+    std::map<std::pair<int, int>, double> memo;
+    for (int r = 0; r < batch; ++r) {
+      const int acc = vm.tree ? std::min(m[r], depth) : m[r];
+      int n = fill0[r];
+      for (int i = 0; i < kSimSteps; ++i) {
+        auto key = std::make_pair(n, acc);
+        auto it = memo.find(key);
+        if (it == memo.end()) it = memo.emplace(key, bytes_verify_kvbuffer_tree(n, T, depth, C, acc)).first;
+        total += it->second;
+        n = n + depth > C ? 0 : n;
+        n += acc;
+        if (n == C) {
+          total += fold_in_commit.total_bytes();
+          n = 0;
+        }
+      }
+    }
+    const double bytes = total / kSimSteps;
+    const double tokens = vm.tree ? [&] {
+      double s = 0;
+      for (int x : m) s += std::min(x, depth);
+      return s / batch;
+    }() : tokens_per_step(T);
+    emit(csv, vm.name, batch, T, C, tokens, t, bytes);
+
+    // The single-token KVBuffer decode step on the same pools (chains only, once per batch x C).
+    if (!vm.tree && !decode_done_.count({batch, C})) {
+      decode_done_[{batch, C}] = true;
+      auto dstep = [&](cudaStream_t st) {
+        for (int l = 0; l < L; ++l) {
+          GdnKVBufferParams p;
+          p.io.batch = batch, p.io.H = H, p.io.HV = HV, p.io.K = K, p.io.V = V;
+          p.io.slot = in.io.slot, p.io.q = in.io.q, p.io.k = in.io.k, p.io.v = in.io.v;
+          p.io.g = in.io.g, p.io.beta = in.io.beta, p.io.out = in.io.out;
+          p.variant = GdnBufferVariant::CachedU, p.entry = GdnEntryType::BF16, p.capacity = C;
+          p.state = states.as<float>() + l * state_layer;
+          p.buf_k = bk.as<char>() + l * k_elems * 2;
+          p.buf_val = bu.as<char>() + l * u_elems * 2;
+          p.buf_gcum = bg.as<float>() + l * g_elems;
+          p.fill = fill.as<int32_t>() + size_t(l) * batch;
+          p.has_state = has.as<int32_t>() + size_t(l) * batch;
+          p.done_count = done.as<int32_t>() + size_t(l) * batch;
+          gdn_decode_kvbuffer(p, st);
+        }
+      };
+      const TimingStats td = time(dstep, std::max(C, 4));
+      const double dbytes = bytes_kvbuffer_cycle(s_, p_, BufferVariant::CachedU, C).scale(batch).total_bytes();
+      emit(csv, "decode-kvbuffer", batch, 1, C, 1.0, td, dbytes);
+    }
+  }
+
+  // bytes_verify_kvbuffer with the fold decided by the tree's depth (a chain: depth = T).
+  double bytes_verify_kvbuffer_tree(int n, int T, int depth, int C, int accepted) const {
+    StepBytes b = bytes_verify_kvbuffer(s_, p_, BufferVariant::CachedU, C, T, n, accepted);
+    const bool model_folds = n + T > C, folds = n + depth > C;
+    if (model_folds != folds) b.add("state", "fp32", 0, (folds ? 1.0 : -1.0) * state_bytes(s_, p_));
+    return b.total_bytes();
+  }
+
+  void summary() const {
+    fmt::print("\nverify summary (us per layer per step, median; kvbuffer at its best C) | {} | commit {}\n", a_.gpu,
+               a_.commit);
+    fmt::print("{:>6} {:>2} {:>12} {:>16} {:>9} {:>16} {:>12}\n", "batch", "T", "classic", "kvbuffer [C]", "speedup",
+               "decode-kvb [C]", "verify/dec");
+    for (int batch : a_.batches)
+      for (int T : a_.drafts) {
+        const auto best = [&](const std::string& name) -> std::pair<int, double> {
+          const auto it = results_.find({name, batch, T});
+          if (it == results_.end()) return {-1, 0};
+          auto b = *std::min_element(it->second.begin(), it->second.end(),
+                                     [](auto& x, auto& y) { return x.second < y.second; });
+          return b;
+        };
+        const auto c = best("verify-classic"), k = best("verify-kvbuffer");
+        if (c.first < 0 && k.first < 0) continue;
+        std::pair<int, double> d{-1, 0};
+        if (k.first >= 0) {
+          const auto it = results_.find({"decode-kvbuffer", batch, 1});
+          if (it != results_.end())
+            for (auto& x : it->second)
+              if (x.first == k.first) d = x;
+        }
+        fmt::print("{:>6} {:>2} {:>12} {:>16} {:>9} {:>16} {:>12}\n", batch, T,
+                   c.first >= 0 ? fmt::format("{:.2f}", c.second) : "-",
+                   k.first >= 0 ? fmt::format("{:.2f} [{}]", k.second, k.first) : "-",
+                   c.first >= 0 && k.first >= 0 ? fmt::format("{:.2f}x", c.second / k.second) : "-",
+                   d.first >= 0 ? fmt::format("{:.2f} [{}]", d.second, d.first) : "-",
+                   d.first >= 0 ? fmt::format("{:.2f}x", k.second / d.second) : "-");
+      }
+  }
+
+  VerifySweepArgs a_;
+  LayerShape s_;
+  Precision p_;
+  std::map<std::tuple<std::string, int, int>, std::vector<std::pair<int, double>>> results_;
+  std::map<std::pair<int, int>, bool> decode_done_;
+};
+
+}  // namespace
+
+int run_verify_sweep(const VerifySweepArgs& args) {
+  VerifySweep sweep(args);
+  return sweep.run();
+}
+
+}  // namespace kvbuf
