@@ -1,0 +1,70 @@
+// GPU tests of the GDN decode kernels against the float64 reference (cases and tolerances in
+// test_gdn_decode_cases.h), plus the dispatch's refusals of unsupported shapes.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "kernels/tests/test_gdn_decode_cases.h"
+
+namespace kvbuf::decode_check {
+namespace {
+
+class GdnDecode : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(GdnDecode, MatchesFloat64Reference) {
+  const DecodeCase& cs = GetParam();
+  // A fresh seed per case and per run of the binary (time-based), printed for reproduction.
+  const uint64_t seed = std::hash<std::string>{}(cs.name) ^ uint64_t(::testing::UnitTest::GetInstance()->random_seed()) ^
+                        uint64_t(std::random_device{}());
+  const CaseResult r = run_decode_case(cs, seed);
+  std::printf("%s (seed %llu)\n", r.line(cs.name).c_str(), (unsigned long long)seed);
+  EXPECT_TRUE(r.passed) << r.message;
+  EXPECT_GT(r.outputs_checked, 0);
+  EXPECT_GT(r.states_checked, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GdnDecode, ::testing::ValuesIn(decode_cases(false)),
+                         [](const ::testing::TestParamInfo<DecodeCase>& info) {
+                           std::string n = info.param.name;
+                           for (char& ch : n)
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+TEST(GdnDecodeDispatch, RefusesUnsupportedShapes) {
+  GdnRecurrentParams p;
+  int32_t* dummy = nullptr;
+  ASSERT_EQ(cudaMalloc(&dummy, 1 << 20), cudaSuccess);
+  p.io.batch = 1, p.io.H = 1, p.io.HV = 1, p.io.K = 96, p.io.V = 96;
+  p.io.slot = dummy;
+  p.io.q = p.io.k = p.io.v = reinterpret_cast<const __nv_bfloat16*>(dummy);
+  p.io.out = reinterpret_cast<__nv_bfloat16*>(dummy);
+  p.io.g = p.io.beta = reinterpret_cast<const float*>(dummy);
+  p.state_in = p.state_out = reinterpret_cast<float*>(dummy);
+  EXPECT_THROW(gdn_decode_recurrent(p, 0), std::invalid_argument);
+  p.io.K = p.io.V = 128;
+  p.io.rows_per_block = 48;
+  EXPECT_THROW(gdn_decode_recurrent(p, 0), std::invalid_argument);
+  p.io.rows_per_block = 0;
+  p.io.beta = nullptr;
+  EXPECT_THROW(gdn_decode_recurrent(p, 0), std::invalid_argument);
+
+  GdnKVBufferParams b;
+  b.io = p.io;
+  b.io.beta = b.io.g;
+  b.state = reinterpret_cast<float*>(dummy);
+  b.buf_k = b.buf_val = dummy;
+  b.buf_gcum = reinterpret_cast<float*>(dummy);
+  b.fill = b.has_state = b.done_count = dummy;
+  b.capacity = 65;
+  EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);
+  b.capacity = 0;
+  EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);
+  b.capacity = 8;
+  b.variant = GdnBufferVariant::Raw;  // no buf_beta
+  EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);
+  cudaFree(dummy);
+}
+
+}  // namespace
+}  // namespace kvbuf::decode_check

@@ -1,0 +1,398 @@
+// The GDN decode kernel checks, shared by the gtest binary (test_gdn_decode.cu) and `kvbuf check`
+// (bench/gpu_checks.cu). Each case runs a batch of requests through the kernel step by step on
+// fresh random bf16-rounded inputs and compares, against ref::gdn_decode_recurrent in float64 on
+// exactly those inputs: every output of every step, and the state of every request after every
+// fold (recurrent: after every step). Requests start at staggered steps (so their buffers sit at
+// different fills: every step some flush); before a request starts and after it ends its row is a
+// padding row, plus fixed padding rows, whose outputs must be exactly zero; slots no row addresses
+// must stay bitwise unchanged; outputs are poisoned (NaN) before every launch and buffer pools are
+// poisoned (NaN) at start, so a read of an unwritten entry shows.
+//
+// Tolerances (norm-wise relative error ||x - ref|| / ||ref||, reference in float64):
+//   output, fp32 state and fp32 entries: rounding the output to bf16 costs at most 2^-9 relative
+//     per element, so at most 2^-9 norm-wise; fp32 arithmetic adds ~1e-6 over a few hundred steps
+//     (dots of K <= 128 terms, relative 2^-24 each, random signs): tol = 2^-9 + 1e-4.
+//   state, fp32 entries (or recurrent): only fp32 arithmetic, ~1e-5 after 256 steps: tol = 1e-4.
+//   bf16 entries: k_j and u_j (cached-u) are rounded to bf16 when stored, 2^-9 relative each, and
+//     every buffered term carries both (u_j k_j, c_j u_j, d_j u_j): up to 2^-8 per term; the output
+//     also sees u_t through c_j u_j (another 2^-8) plus its own 2^-9 rounding:
+//     tol_out = 2^-9 + 2 * 2^-8; each fold adds a 2^-8 error on its increment and earlier errors
+//     only decay (|e^G| <= 1, the delta rule contracts for beta in [0,1]); over the 3-4 folds a
+//     case checks: tol_state = 4 * 2^-8.
+// NaN never passes (comparisons are written as !(err <= tol)). Output errors are per request token
+// (all HV x V values), state errors per request (all HV x K x V values).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/common.cuh"
+#include "kernels/gdn_decode.h"
+#include "reference/gdn.h"
+#include "reference/random_inputs.h"
+
+namespace kvbuf::decode_check {
+
+enum class Kernel { RecurrentInPlace, RecurrentOutOfPlace, KVBuffer, Direct };
+
+struct DecodeCase {
+  std::string name;
+  Kernel kernel = Kernel::KVBuffer;
+  int K = 128;              // = V
+  int H = 2, HV = 4;        // GQA 2
+  int batch = 3;            // requests
+  int pad_rows = 1;         // extra rows with slot -1 every step
+  int capacity = 4;
+  GdnBufferVariant variant = GdnBufferVariant::CachedU;
+  GdnEntryType entry = GdnEntryType::BF16;
+  int cycles = 3;           // full flush cycles every request runs
+  int recurrent_steps = 6;
+  bool gates_in_kernel = false;
+  ref::GateRange gates = ref::GateRange::typical();
+  int direct_every = 0;     // request r starts in direct mode when direct_every && r % direct_every == 0
+  int rows_per_block = 0;
+};
+
+struct CaseResult {
+  bool passed = true;
+  double max_out_err = 0, max_state_err = 0, tol_out = 0, tol_state = 0;
+  long outputs_checked = 0, states_checked = 0;
+  std::string message;
+  std::string line(const std::string& name) const {
+    std::ostringstream s;
+    s << (passed ? "PASS " : "FAIL ") << name << ": out err " << max_out_err << " (tol " << tol_out
+      << ", " << outputs_checked << " token outputs), state err " << max_state_err << " (tol "
+      << tol_state << ", " << states_checked << " states)" << (message.empty() ? "" : " -- " + message);
+    return s.str();
+  }
+};
+
+namespace detail {
+
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(size_t bytes) { KVB_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+inline std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& x) {
+  std::vector<__nv_bfloat16> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint16_t bits = ref::float_to_bf16_bits(x[i]);
+    std::memcpy(&r[i], &bits, 2);
+  }
+  return r;
+}
+inline float bf16_to_float(__nv_bfloat16 b) {
+  uint16_t bits;
+  std::memcpy(&bits, &b, 2);
+  return ref::bf16_bits_to_float(bits);
+}
+template <class T>
+void upload(void* dst, const std::vector<T>& src) {
+  KVB_CUDA_CHECK(cudaMemcpy(dst, src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
+
+}  // namespace detail
+
+inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
+  using namespace detail;
+  CaseResult res;
+  const bool recurrent = cs.kernel == Kernel::RecurrentInPlace || cs.kernel == Kernel::RecurrentOutOfPlace;
+  const bool bf16_entries = !recurrent && cs.entry == GdnEntryType::BF16;
+  res.tol_out = std::ldexp(1.0, -9) + (bf16_entries ? 2 * std::ldexp(1.0, -8) : 1e-4);
+  res.tol_state = bf16_entries ? 4 * std::ldexp(1.0, -8) : 1e-4;
+  auto fail = [&](const std::string& m) {
+    if (res.passed) res.message = m;
+    res.passed = false;
+  };
+
+  std::mt19937_64 rng(seed);
+  const ref::GdnDims dims{cs.H, cs.HV, cs.K, cs.K};
+  const int K = cs.K, V = cs.K, H = cs.H, HV = cs.HV, B = cs.batch, C = recurrent ? 1 : cs.capacity;
+  const int rows = B + cs.pad_rows;
+  const int slots = B + 2;  // two slots no row addresses: must stay untouched
+  const size_t head_elems = size_t(V) * K, slot_elems = size_t(HV) * head_elems;
+
+  // Request r lives in slot slot_of[r], in row row_of[r]; it starts at step start[r].
+  std::vector<int> slot_perm(slots), row_perm(rows);
+  for (int i = 0; i < slots; ++i) slot_perm[i] = i;
+  for (int i = 0; i < rows; ++i) row_perm[i] = i;
+  std::shuffle(slot_perm.begin(), slot_perm.end(), rng);
+  std::shuffle(row_perm.begin(), row_perm.end(), rng);
+  std::vector<int> start(B), own_steps(B), fill(B, 0), folds(B, 0);
+  std::vector<bool> direct(B);
+  int total_steps = 0;
+  for (int r = 0; r < B; ++r) {
+    start[r] = recurrent ? int(rng() % 2) : int(rng() % C);
+    own_steps[r] = recurrent ? cs.recurrent_steps : cs.cycles * C;
+    direct[r] = !recurrent && cs.direct_every && r % cs.direct_every == 0;
+    total_steps = std::max(total_steps, start[r] + own_steps[r]);
+  }
+
+  // State pool(s): random N(0, 1); the reference states start as each request's slot (or zero).
+  std::vector<float> pool_init(size_t(slots) * slot_elems);
+  {
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (auto& x : pool_init) x = nd(rng);
+  }
+  std::vector<ref::GdnState<double>> ref_state(B);
+  for (int r = 0; r < B; ++r) {
+    ref_state[r] = ref::gdn_zero_state<double>(dims);
+    if (direct[r]) continue;
+    const float* s = pool_init.data() + size_t(slot_perm[r]) * slot_elems;
+    for (int h = 0; h < HV; ++h)
+      for (int v = 0; v < V; ++v)
+        for (int k = 0; k < K; ++k) ref_state[r][h](k, v) = s[h * head_elems + size_t(v) * K + k];
+  }
+  Dev pool_a(pool_init.size() * 4), pool_b(pool_init.size() * 4);
+  upload(pool_a.p, pool_init);
+  upload(pool_b.p, pool_init);
+
+  // Buffer pools poisoned with NaN (0xff bytes) so that reading an entry never written shows.
+  const size_t esz = (cs.entry == GdnEntryType::BF16) ? 2 : 4;
+  Dev buf_k(size_t(slots) * C * H * K * esz), buf_val(size_t(slots) * C * HV * V * esz);
+  Dev buf_g(size_t(slots) * C * HV * 4), buf_beta(size_t(slots) * C * HV * 4);
+  Dev d_fill(slots * 4), d_has(slots * 4), d_done(slots * 4);
+  for (Dev* d : {&buf_k, &buf_val, &buf_g, &buf_beta})
+    KVB_CUDA_CHECK(cudaMemset(d->p, 0xff, (d == &buf_k ? size_t(slots) * C * H * K * esz
+                                          : d == &buf_val ? size_t(slots) * C * HV * V * esz
+                                                          : size_t(slots) * C * HV * 4)));
+  std::vector<int32_t> has_init(slots, 1);
+  for (int r = 0; r < B; ++r) has_init[slot_perm[r]] = direct[r] ? 0 : 1;
+  KVB_CUDA_CHECK(cudaMemset(d_fill.p, 0, slots * 4));
+  KVB_CUDA_CHECK(cudaMemset(d_done.p, 0, slots * 4));
+  upload(d_has.p, has_init);
+
+  Dev d_slot(rows * 4), d_q(size_t(rows) * H * K * 2), d_k(size_t(rows) * H * K * 2),
+      d_v(size_t(rows) * HV * V * 2), d_g(size_t(rows) * HV * 4), d_beta(size_t(rows) * HV * 4),
+      d_a(size_t(rows) * HV * 2), d_b(size_t(rows) * HV * 2), d_Alog(HV * 4), d_dtb(HV * 4),
+      d_out(size_t(rows) * HV * V * 2);
+  std::vector<float> A_log(HV), dt_bias(HV);
+  {
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (int h = 0; h < HV; ++h) A_log[h] = u(rng), dt_bias[h] = u(rng);
+    upload(d_Alog.p, A_log);
+    upload(d_dtb.p, dt_bias);
+  }
+
+  GdnStepIO io;
+  io.batch = rows, io.H = H, io.HV = HV, io.K = K, io.V = V;
+  io.slot = d_slot.as<int32_t>();
+  io.q = d_q.as<__nv_bfloat16>(), io.k = d_k.as<__nv_bfloat16>(), io.v = d_v.as<__nv_bfloat16>();
+  if (cs.gates_in_kernel) {
+    io.a = d_a.as<__nv_bfloat16>(), io.b = d_b.as<__nv_bfloat16>();
+    io.A_log = d_Alog.as<float>(), io.dt_bias = d_dtb.as<float>();
+  } else {
+    io.g = d_g.as<float>(), io.beta = d_beta.as<float>();
+  }
+  io.out = d_out.as<__nv_bfloat16>();
+  io.rows_per_block = cs.rows_per_block;
+
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<float> out_host(size_t(rows) * HV * V);
+  std::vector<__nv_bfloat16> out_raw(out_host.size());
+  std::vector<float> state_host(slot_elems);
+  std::vector<double> o_ref;
+  const bool check_every_state = recurrent;
+
+  for (int step = 0; step < total_steps; ++step) {
+    // Random inputs for every row (padding rows too: they must be ignored, not zero).
+    std::vector<int32_t> slot_row(rows, -1);
+    std::vector<float> q(size_t(rows) * H * K), k(q.size()), v(size_t(rows) * HV * V);
+    std::vector<float> g(size_t(rows) * HV), beta(g.size()), a(g.size()), b(g.size());
+    std::vector<ref::GdnTokens<double>> tok(B);
+    std::vector<bool> active(B);
+    for (int r = 0; r < B; ++r) active[r] = step >= start[r] && step < start[r] + own_steps[r];
+    for (int row = 0; row < rows; ++row) {
+      auto t = ref::round_tokens_to_bf16(ref::make_random_gdn_tokens<double>(dims, 1, rng, cs.gates));
+      if (cs.gates_in_kernel) {
+        for (int h = 0; h < HV; ++h) {
+          const double ar = ref::round_to_bf16(2.0 * normal(rng)), br = ref::round_to_bf16(2.0 * normal(rng));
+          a[row * HV + h] = float(ar), b[row * HV + h] = float(br);
+          t.g[h] = ref::gdn_gate_g<double>(ar, A_log[h], dt_bias[h]);
+          t.beta[h] = ref::gdn_gate_beta<double>(br);
+        }
+      }
+      for (int i = 0; i < H * K; ++i) q[row * H * K + i] = float(t.q[i]), k[row * H * K + i] = float(t.k[i]);
+      for (int i = 0; i < HV * V; ++i) v[row * HV * V + i] = float(t.v[i]);
+      for (int h = 0; h < HV; ++h) g[row * HV + h] = float(t.g[h]), beta[row * HV + h] = float(t.beta[h]);
+      const int r = row_perm[row];
+      if (r < B && active[r]) {
+        slot_row[row] = slot_perm[r];
+        tok[r] = t;
+      }
+    }
+    upload(d_slot.p, slot_row);
+    upload(d_q.p, to_bf16(q)), upload(d_k.p, to_bf16(k)), upload(d_v.p, to_bf16(v));
+    upload(d_g.p, g), upload(d_beta.p, beta), upload(d_a.p, to_bf16(a)), upload(d_b.p, to_bf16(b));
+    KVB_CUDA_CHECK(cudaMemset(d_out.p, 0xff, out_raw.size() * 2));
+
+    float* s_in = (step % 2 == 0) ? pool_a.as<float>() : pool_b.as<float>();
+    float* s_out = cs.kernel == Kernel::RecurrentOutOfPlace ? ((step % 2 == 0) ? pool_b.as<float>() : pool_a.as<float>())
+                                                            : s_in;
+    if (cs.kernel != Kernel::RecurrentOutOfPlace) s_in = s_out = pool_a.as<float>();
+    if (recurrent) {
+      GdnRecurrentParams p;
+      p.io = io, p.state_in = s_in, p.state_out = s_out;
+      gdn_decode_recurrent(p, 0);
+    } else {
+      GdnKVBufferParams p;
+      p.io = io, p.variant = cs.variant, p.entry = cs.entry, p.capacity = C;
+      p.state = s_out, p.buf_k = buf_k.p, p.buf_val = buf_val.p, p.buf_gcum = buf_g.as<float>();
+      p.buf_beta = buf_beta.as<float>(), p.fill = d_fill.as<int32_t>(), p.has_state = d_has.as<int32_t>();
+      p.done_count = d_done.as<int32_t>();
+      if (cs.kernel == Kernel::Direct)
+        gdn_decode_direct(p, 0);
+      else
+        gdn_decode_kvbuffer(p, 0);
+    }
+    KVB_CUDA_CHECK(cudaDeviceSynchronize());
+    KVB_CUDA_CHECK(cudaMemcpy(out_raw.data(), d_out.p, out_raw.size() * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < out_raw.size(); ++i) out_host[i] = bf16_to_float(out_raw[i]);
+    std::vector<int32_t> fill_dev(slots), has_dev(slots);
+    KVB_CUDA_CHECK(cudaMemcpy(fill_dev.data(), d_fill.p, slots * 4, cudaMemcpyDeviceToHost));
+    KVB_CUDA_CHECK(cudaMemcpy(has_dev.data(), d_has.p, slots * 4, cudaMemcpyDeviceToHost));
+
+    for (int row = 0; row < rows; ++row) {
+      const int r = row_perm[row];
+      const float* o = out_host.data() + size_t(row) * HV * V;
+      if (!(r < B && active[r])) {
+        for (int i = 0; i < HV * V; ++i)
+          if (!(o[i] == 0.f)) {
+            fail("padding row " + std::to_string(row) + " output not zero at step " + std::to_string(step));
+            break;
+          }
+        continue;
+      }
+      ref::gdn_decode_recurrent<double>(tok[r], ref_state[r], o_ref);
+      double num = 0, den = 0;
+      for (int i = 0; i < HV * V; ++i) {
+        const double d = double(o[i]) - o_ref[i];
+        num += d * d, den += o_ref[i] * o_ref[i];
+      }
+      // Floor: a token whose reference output has RMS below 1e-3 (typical RMS ~ K^-1/2 ~ 0.1; only
+      // extreme gates with beta = 0 on every head get there) is held to an absolute error instead.
+      const double err = std::sqrt(num) / std::max(std::sqrt(den), 1e-3 * std::sqrt(double(HV * V)));
+      res.max_out_err = std::max(res.max_out_err, std::isnan(err) ? INFINITY : err);
+      ++res.outputs_checked;
+      if (!(err <= res.tol_out))
+        fail("output of request " + std::to_string(r) + " at step " + std::to_string(step) + ": rel err " +
+             std::to_string(err));
+
+      bool folded = false;
+      if (!recurrent) {
+        folded = fill[r] + 1 == C;
+        fill[r] = folded ? 0 : fill[r] + 1;
+        if (folded) ++folds[r], direct[r] = false;
+        if (fill_dev[slot_perm[r]] != fill[r] || has_dev[slot_perm[r]] != (direct[r] ? 0 : 1))
+          fail("fill/has_state of request " + std::to_string(r) + " wrong after step " + std::to_string(step));
+      }
+      if (folded || check_every_state) {
+        KVB_CUDA_CHECK(cudaMemcpy(state_host.data(), s_out + size_t(slot_perm[r]) * slot_elems,
+                                  slot_elems * 4, cudaMemcpyDeviceToHost));
+        double sn = 0, sd = 0;
+        for (int h = 0; h < HV; ++h)
+          for (int vv = 0; vv < V; ++vv)
+            for (int kk = 0; kk < K; ++kk) {
+              const double ref_x = ref_state[r][h](kk, vv);
+              const double d = double(state_host[h * head_elems + size_t(vv) * K + kk]) - ref_x;
+              sn += d * d, sd += ref_x * ref_x;
+            }
+        const double serr = std::sqrt(sn) / std::max(std::sqrt(sd), 1e-30);
+        res.max_state_err = std::max(res.max_state_err, std::isnan(serr) ? INFINITY : serr);
+        ++res.states_checked;
+        if (!(serr <= res.tol_state))
+          fail("state of request " + std::to_string(r) + " after step " + std::to_string(step) + ": rel err " +
+               std::to_string(serr));
+      }
+    }
+  }
+  if (!recurrent)
+    for (int r = 0; r < B; ++r)
+      if (folds[r] < cs.cycles) fail("request " + std::to_string(r) + " folded only " + std::to_string(folds[r]) + " times");
+  // Slots no row addressed: bitwise unchanged in every pool the kernel wrote.
+  for (int extra = B; extra < slots; ++extra) {
+    const size_t off = size_t(slot_perm[extra]) * slot_elems;
+    for (Dev* pool : {&pool_a, &pool_b}) {
+      KVB_CUDA_CHECK(cudaMemcpy(state_host.data(), pool->as<float>() + off, slot_elems * 4, cudaMemcpyDeviceToHost));
+      if (std::memcmp(state_host.data(), pool_init.data() + off, slot_elems * 4) != 0)
+        fail("an unaddressed slot was modified");
+    }
+  }
+  return res;
+}
+
+// The cases `kvbuf check` and the gtest binary run. `quick` keeps a representative subset.
+inline std::vector<DecodeCase> decode_cases(bool quick) {
+  std::vector<DecodeCase> cs;
+  auto add = [&](DecodeCase c) { cs.push_back(std::move(c)); };
+  for (int K : {128, 64}) {
+    const std::string d = "K" + std::to_string(K);
+    DecodeCase r;
+    r.K = K, r.kernel = Kernel::RecurrentInPlace, r.name = "recurrent-inplace-" + d + "-b3";
+    add(r);
+    r.kernel = Kernel::RecurrentOutOfPlace, r.name = "recurrent-oop-" + d + "-b3";
+    add(r);
+    r.kernel = Kernel::RecurrentInPlace, r.batch = 64, r.pad_rows = 3, r.recurrent_steps = 3, r.name = "recurrent-inplace-" + d + "-b64";
+    add(r);
+  }
+  {
+    DecodeCase r;
+    r.kernel = Kernel::RecurrentInPlace, r.batch = 1, r.gates_in_kernel = true, r.name = "recurrent-gates-in-kernel-b1";
+    add(r);
+    r.gates = ref::GateRange::extreme(), r.gates_in_kernel = false, r.batch = 3, r.name = "recurrent-extreme-gates-b3";
+    add(r);
+    r.gates = ref::GateRange::typical(), r.rows_per_block = 16, r.name = "recurrent-rows16-b3";
+    add(r);
+  }
+  for (auto variant : {GdnBufferVariant::CachedU, GdnBufferVariant::Raw})
+    for (auto entry : {GdnEntryType::BF16, GdnEntryType::FP32}) {
+      const std::string tag = std::string(variant == GdnBufferVariant::Raw ? "raw" : "cachedu") + "-" +
+                              (entry == GdnEntryType::BF16 ? "bf16" : "fp32");
+      for (int C : {1, 4, 8, 16, 32, 64}) {
+        DecodeCase c;
+        c.variant = variant, c.entry = entry, c.capacity = C, c.batch = 3;
+        c.name = "kvbuffer-" + tag + "-C" + std::to_string(C) + "-b3";
+        if (!quick || C == 4 || C == 16) add(c);
+      }
+      DecodeCase c;
+      c.variant = variant, c.entry = entry;
+      c.capacity = 16, c.batch = 64, c.pad_rows = 2, c.direct_every = 4, c.name = "kvbuffer-" + tag + "-C16-b64-mixed-direct";
+      if (!quick) add(c);
+      c.capacity = 8, c.batch = 1, c.direct_every = 0, c.gates_in_kernel = true, c.name = "kvbuffer-" + tag + "-C8-b1-gates-in-kernel";
+      add(c);
+      c.capacity = 4, c.batch = 3, c.gates_in_kernel = false, c.gates = ref::GateRange::extreme(), c.name = "kvbuffer-" + tag + "-C4-b3-extreme-gates";
+      add(c);
+      c.gates = ref::GateRange::typical(), c.K = 64, c.capacity = 8, c.name = "kvbuffer-" + tag + "-K64-C8-b3";
+      add(c);
+    }
+  {
+    DecodeCase c;
+    c.capacity = 64, c.batch = 64, c.pad_rows = 1, c.name = "kvbuffer-cachedu-bf16-C64-b64";
+    add(c);
+    c.capacity = 32, c.batch = 1, c.name = "kvbuffer-cachedu-bf16-C32-b1";
+    add(c);
+    c.capacity = 16, c.batch = 3, c.rows_per_block = 128, c.name = "kvbuffer-cachedu-bf16-C16-rows128-b3";
+    add(c);
+    c.kernel = Kernel::Direct, c.rows_per_block = 0, c.direct_every = 1, c.capacity = 64, c.batch = 3, c.name = "direct-cachedu-bf16-C64-b3";
+    add(c);
+    c.variant = GdnBufferVariant::Raw, c.capacity = 16, c.name = "direct-raw-bf16-C16-b3";
+    add(c);
+  }
+  return cs;
+}
+
+}  // namespace kvbuf::decode_check
