@@ -84,9 +84,9 @@ void gdn_checks(Case& c, const GdnTokens<double>& x_direct, std::vector<CrossChe
   // Direct mode starts from no state: its ground truth is the recurrence from zero.
   {
     Case d{x_direct, gdn_zero_state<double>(x_direct.dims), {}, {}, &out};
-    GdnState<double> s = d.s0;
-    gdn_decode_recurrent(d.x, s, d.o_ref);
-    d.s_ref = flat(s);
+    GdnState<double> s_zero = d.s0;
+    gdn_decode_recurrent(d.x, s_zero, d.o_ref);
+    d.s_ref = flat(s_zero);
     for (BufferVariant var : {BufferVariant::Raw, BufferVariant::CachedU})
       d.check<T>(std::string("direct ") + to_string(var) + " C=16",
                  [&](auto& x, auto& s, auto& o) { gdn_decode_direct(x, 16, var, s, o); });

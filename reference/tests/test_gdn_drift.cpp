@@ -58,12 +58,12 @@ TEST(GdnDrift, TenThousandStepsFloat32StaysBounded) {
     std::function<void(const GdnTokens<float>&, GdnState<float>&, std::vector<float>&)> run;
   };
   const std::vector<Mode> modes = {
-      {"recurrent", [](auto& x, auto& s, auto& o) { gdn_decode_recurrent(x, s, o); }},
+      {"recurrent", [](auto& xf, auto& s, auto& o) { gdn_decode_recurrent(xf, s, o); }},
       {"kvbuffer cached-u C=16",
-       [](auto& x, auto& s, auto& o) { gdn_decode_kvbuffer(x, 16, BufferVariant::CachedU, s, o); }},
+       [](auto& xf, auto& s, auto& o) { gdn_decode_kvbuffer(xf, 16, BufferVariant::CachedU, s, o); }},
       {"kvbuffer raw C=16",
-       [](auto& x, auto& s, auto& o) { gdn_decode_kvbuffer(x, 16, BufferVariant::Raw, s, o); }},
-      {"chunk 64", [](auto& x, auto& s, auto& o) { gdn_prefill_chunk(x, 64, s, o); }},
+       [](auto& xf, auto& s, auto& o) { gdn_decode_kvbuffer(xf, 16, BufferVariant::Raw, s, o); }},
+      {"chunk 64", [](auto& xf, auto& s, auto& o) { gdn_prefill_chunk(xf, 64, s, o); }},
   };
   std::printf("  float32 drift vs float64 over %d steps (%s, g in [%.2f, %.2f]), bound %.2e:\n",
               steps, dims_str(d).c_str(), gates.g_min, gates.g_max, bound);

@@ -290,7 +290,9 @@ void check_chain_verify(const GdnDims& d, int C, int n, int Tw, BufferVariant va
     buf.verify(cast_tokens<T>(window), ow);
     const bool fold_first = n % C + Tw > C;
     EXPECT_EQ(buf.folds(), folds_before + (fold_first ? 1 : 0));
-    if (!fold_first) EXPECT_EQ(flat(buf.checkpoint()), flat(checkpoint_before));
+    if (!fold_first) {
+      EXPECT_EQ(flat(buf.checkpoint()), flat(checkpoint_before));
+    }
     expect_close(ow, rows(all.o, d, n, Tw), d, n + Tw, "window outputs");
     const int fill_before_accept = buf.fill();
     buf.accept(m);
