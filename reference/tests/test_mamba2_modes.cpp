@@ -45,6 +45,7 @@ void check_all_modes(const Inputs& in, const Truth& truth, const Truth& truth_fr
 struct DimsCase {
   Mamba2Dims d;
 };
+void PrintTo(const DimsCase& c, std::ostream* os) { *os << dims_str(c.d); }
 
 class Mamba2Modes : public ::testing::TestWithParam<DimsCase> {};
 
@@ -71,6 +72,32 @@ INSTANTIATE_TEST_SUITE_P(
       return "G" + std::to_string(d.G) + "_NH" + std::to_string(d.NH) + "_N" + std::to_string(d.N) +
              "_P" + std::to_string(d.P);
     });
+
+// The random inputs keep their promises: ranges, determinism, float tokens = rounded double tokens,
+// and the bf16 rounding gives bf16-representable x, B, C (within 2^-8 relative) and fp32 dt, A, D.
+TEST(Mamba2Inputs, RandomTokensAndBf16Rounding) {
+  const Mamba2Dims d{2, 4, 16, 8};
+  const Mamba2DecayRange range = Mamba2DecayRange::extreme();
+  std::mt19937_64 rng_a(7), rng_b(7);
+  const auto xd = make_random_mamba2_tokens<double>(d, 40, rng_a, range);
+  const auto xf = make_random_mamba2_tokens<float>(d, 40, rng_b, range);
+  for (size_t i = 0; i < xd.x.size(); ++i) ASSERT_EQ(xf.x[i], float(xd.x[i]));
+  for (size_t i = 0; i < xd.C.size(); ++i) ASSERT_EQ(xf.C[i], float(xd.C[i]));
+  for (double dt : xd.dt) ASSERT_TRUE(dt >= range.dt_min && dt <= range.dt_max) << dt;
+  for (double A : xd.A) ASSERT_TRUE(A >= range.A_min && A <= range.A_max) << A;
+  std::mt19937_64 rng_c(7);
+  EXPECT_EQ(make_random_mamba2_tokens<double>(d, 40, rng_c, range).B, xd.B) << "not deterministic";
+
+  const auto r = round_mamba2_tokens_to_bf16(xd);
+  for (auto [rounded, orig] : {std::pair{&r.x, &xd.x}, std::pair{&r.B, &xd.B}, std::pair{&r.C, &xd.C}})
+    for (size_t i = 0; i < orig->size(); ++i) {
+      const double v = (*rounded)[i], o = (*orig)[i];
+      ASSERT_EQ(v, round_to_bf16(v)) << "not bf16-representable";
+      ASSERT_LE(std::abs(v - o), std::ldexp(std::abs(o), -8)) << o << " -> " << v;
+    }
+  for (auto [rounded, orig] : {std::pair{&r.dt, &xd.dt}, std::pair{&r.A, &xd.A}, std::pair{&r.D, &xd.D}})
+    for (size_t i = 0; i < orig->size(); ++i) ASSERT_EQ((*rounded)[i], double(float((*orig)[i])));
+}
 
 // The recurrent float32 run itself, against the float64 recurrence.
 TEST(Mamba2Recurrent, Float32MatchesFloat64) {
