@@ -20,6 +20,7 @@ struct BytesOptions {
   std::string variant = "cached-u";
   std::string state_dtype = "fp32", entry_dtype = "bf16", io_dtype = "bf16";
   std::string csv;
+  bool summary = false;  // omit the per-tensor tables
 };
 
 // One mode's bytes at one chunk (chunk 0 = does not depend on C), with the tokens it accepts.
@@ -98,9 +99,11 @@ int run_bytes(const BytesOptions& o) {
     fmt::print("  {:<22} {:<6} {:>16.1f} {:>16.1f}   total {}\n", "total", "", r.bytes.read_bytes(),
                r.bytes.write_bytes(), format_bytes(r.bytes.total_bytes()));
   };
-  for (const ModeRow& r : fixed) print_tensors(r);
-  for (int C : o.chunks)
-    for (const ModeRow& r : modes_at(s, p, v, C, o.drafts, accept)) print_tensors(r);
+  if (!o.summary) {
+    for (const ModeRow& r : fixed) print_tensors(r);
+    for (int C : o.chunks)
+      for (const ModeRow& r : modes_at(s, p, v, C, o.drafts, accept)) print_tensors(r);
+  }
 
   // Summary over batch x chunk, and the CSV rows.
   const double recurrent_per_token = fixed.front().bytes.total_bytes();
@@ -147,6 +150,7 @@ Command add_bytes_command(CLI::App& app) {
   c.app->add_option("--entry-dtype", o->entry_dtype, "buffer element type (k, u or v)")->capture_default_str();
   c.app->add_option("--io-dtype", o->io_dtype, "q/k/v and output element type")->capture_default_str();
   c.app->add_option("--csv", o->csv, "also write the rows to this CSV file");
+  c.app->add_flag("--summary", o->summary, "print only the totals per batch, C and mode (the CSV keeps every tensor)");
   c.run = [o] { return run_bytes(*o); };
   return c;
 }

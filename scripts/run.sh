@@ -1,11 +1,39 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the main job: on a machine with a GPU the full
-# measured sweep (results/), otherwise the bytes model for Qwen3-Next and the reference cross-checks.
+# measured sweep (results/), otherwise the bytes model for Qwen3-Next, the capacity tables and the
+# reference cross-checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install_deps.sh
 ./scripts/build.sh
-kvbuf=${KVBUF_BUILD_DIR:-build}/bench/kvbuf
-model=qwen3-next-80b-a3b
-"$kvbuf" bytes --model "$model" --batch 1,64,256 --chunk 1,4,16,64
-"$kvbuf" check
+build_dir=${KVBUF_BUILD_DIR:-build}
+kvbuf=$build_dir/bench/kvbuf
+if [ -z "${KVBUF_COMMIT:-}" ] && git rev-parse HEAD >/dev/null 2>&1; then
+  KVBUF_COMMIT=$(git rev-parse --short=12 HEAD)
+  [ -z "$(git status --porcelain --untracked-files=no)" ] || KVBUF_COMMIT+="-dirty"
+  export KVBUF_COMMIT
+fi
+
+# CPU main job: modelled bytes and capacity, then the reference cross-checks (exit 1 on a failure).
+# The bytes CSV (every tensor) goes to the build folder: results/ holds measured GPU runs only.
+cpu_main_job() {
+  local model=qwen3-next-80b-a3b
+  echo "== bytes model: $model, per linear layer per decode step, over batch and buffer size C"
+  "$kvbuf" bytes --model "$model" --batch 1,64,256 --chunk 1,2,4,8,16,32,64 \
+    --summary --csv "$build_dir/bytes_decode_$model.csv"
+  echo
+  echo "== bytes model: $model, speculative verify of T = 4 tokens, 3 accepted per step"
+  "$kvbuf" bytes --model "$model" --batch 1,64,256 --chunk 4,8,16,32,64 --drafts 4 --accept 3 \
+    --summary --csv "$build_dir/bytes_verify_$model.csv"
+  echo
+  echo "== capacity (modelled): $model on one 141 GiB H200 at tp 2, context 32k, C = 8, T = 1..8"
+  "$kvbuf" capacity --model "$model" --tp 2 --context 32768 --chunk 8 --drafts all
+  echo
+  echo "== capacity (modelled): every catalog model at tp 8, context 32k, C = 16, T = 4"
+  "$kvbuf" capacity --model all --tp 8 --context 32768 --chunk 16 --drafts 4 --csv "$build_dir/capacity_model.csv"
+  echo
+  echo "== reference cross-checks"
+  "$kvbuf" check
+}
+
+cpu_main_job
