@@ -156,8 +156,10 @@ void mamba2_validate_dims(const Mamba2Dims& d) {
     fail("heads NH = " + str(d.NH) + " not divisible by groups G = " + str(d.G));
 }
 
+namespace {
+// Everything but the dt values (checked per token by the buffer's decode, for all tokens here).
 template <class T>
-void mamba2_validate(const Mamba2Tokens<T>& x) {
+void validate_sizes_and_A(const Mamba2Tokens<T>& x) {
   const auto& d = x.dims;
   mamba2_validate_dims(d);
   if (x.steps < 0) fail("steps must be >= 0, got " + str(x.steps));
@@ -168,10 +170,16 @@ void mamba2_validate(const Mamba2Tokens<T>& x) {
   check_size(x.dt, steps * d.NH, "dt [T, NH]");
   check_size(x.A, size_t(d.NH), "A [NH]");
   check_size(x.D, size_t(d.NH), "D [NH]");
-  for (size_t i = 0; i < x.dt.size(); ++i) check_dt(x.dt[i], i);
   for (int h = 0; h < d.NH; ++h)
     if (!(x.A[h] < 0) || !std::isfinite(x.A[h]))
       fail("A must be negative and finite; A[" + str(h) + "] = " + str(double(x.A[h])));
+}
+}  // namespace
+
+template <class T>
+void mamba2_validate(const Mamba2Tokens<T>& x) {
+  validate_sizes_and_A(x);
+  for (size_t i = 0; i < x.dt.size(); ++i) check_dt(x.dt[i], i);
 }
 
 template <class T>
@@ -343,17 +351,8 @@ template <class T>
 void Mamba2KVBuffer<T>::decode(const Mamba2Tokens<T>& x, int t, T* y) {
   check_tokens(x);
   if (t < 0 || t >= x.steps) fail("decode: token " + str(t) + " outside 0.." + str(x.steps - 1));
-  check_size(x.x, size_t(x.steps) * dims_.NH * dims_.P, "x [T, NH, P]");
-  check_size(x.B, size_t(x.steps) * dims_.G * dims_.N, "B [T, G, N]");
-  check_size(x.C, size_t(x.steps) * dims_.G * dims_.N, "C [T, G, N]");
-  check_size(x.dt, size_t(x.steps) * dims_.NH, "dt [T, NH]");
-  check_size(x.A, size_t(dims_.NH), "A [NH]");
-  check_size(x.D, size_t(dims_.NH), "D [NH]");
-  for (int h = 0; h < dims_.NH; ++h) {
-    check_dt(x.dt[size_t(t) * dims_.NH + h], size_t(t) * dims_.NH + h);
-    if (!(x.A[h] < 0) || !std::isfinite(x.A[h]))
-      fail("A must be negative and finite; A[" + str(h) + "] = " + str(double(x.A[h])));
-  }
+  validate_sizes_and_A(x);
+  for (int h = 0; h < dims_.NH; ++h) check_dt(x.dt[size_t(t) * dims_.NH + h], size_t(t) * dims_.NH + h);
   has_pending_ = false;
   const auto entries = gather_entries(*this);
   outputs_after_checkpoint(x, t, 1, has_state_ ? &s0_ : nullptr, &entries, y);

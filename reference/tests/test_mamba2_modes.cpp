@@ -67,8 +67,8 @@ INSTANTIATE_TEST_SUITE_P(
                       DimsCase{{2, 2, 64, 32}}, DimsCase{{1, 3, 64, 32}},   // ratio 1, 3
                       DimsCase{{1, 1, 128, 64}}, DimsCase{{1, 2, 128, 64}}  // ratio 1, 2
                       ),
-    [](const auto& info) {
-      const auto& d = info.param.d;
+    [](const ::testing::TestParamInfo<DimsCase>& param_info) {
+      const auto& d = param_info.param.d;
       return "G" + std::to_string(d.G) + "_NH" + std::to_string(d.NH) + "_N" + std::to_string(d.N) +
              "_P" + std::to_string(d.P);
     });
@@ -242,7 +242,9 @@ TEST(Mamba2KVBuffer, DirectModeHasNoStateUntilTheBufferFills) {
   std::vector<double> y(size_t(d.NH) * d.P), y_rec;
   for (int t = 0; t < in.x.steps; ++t) {
     EXPECT_EQ(buf.has_state(), t >= cap) << "token " << t;
-    if (!buf.has_state()) EXPECT_EQ(flat(buf.checkpoint()), flat(in.s0));
+    if (!buf.has_state()) {
+      EXPECT_EQ(flat(buf.checkpoint()), flat(in.s0));
+    }
     buf.decode(in.x, t, y.data());
     mamba2_decode_recurrent(mamba2_slice_tokens(in.x, t, 1), s_rec, y_rec);
     EXPECT_LE(max_rel_err(y, y_rec), kF64Tol) << "token " << t;
