@@ -28,6 +28,7 @@ struct CapacityOptions {
   std::string variant = "cached-u";
   std::string csv;
   bool measure = false;
+  bool count_scratch = false;
 };
 
 std::vector<int> parse_drafts(const std::string& s) {
@@ -84,7 +85,7 @@ int run_capacity(const CapacityOptions& o) {
       csv = std::make_unique<CsvWriter>(
           o.csv,
           std::vector<std::string>{
-              "model", "tp", "kind", "drafts", "chunk", "variant", "scheduler", "context_tokens", "gpu_memory_bytes",
+              "model", "tp", "kind", "drafts", "chunk", "variant", "scheduler", "verify_scratch_counted", "context_tokens", "gpu_memory_bytes",
               "weight_bytes", "pool_bytes", "classic_linear_bytes_per_request", "kvbuffer_linear_bytes_per_request",
               "attn_kv_bytes_per_request", "classic_max_requests_linear", "kvbuffer_max_requests_linear",
               "ratio_linear", "classic_max_requests_whole", "kvbuffer_max_requests_whole", "ratio_whole",
@@ -101,7 +102,8 @@ int run_capacity(const CapacityOptions& o) {
                                                    : "half the context's full-attention KV per request on average",
              o.model.tp);
   fmt::print("per request and linear-attention pool: classic = (1 + T) states and conv windows per layer, "
-             "kvbuffer = 1 state + 1 conv window + C entries per layer\n\n");
+             "kvbuffer = 1 state + 1 conv window + C entries per layer{}\n\n",
+             o.count_scratch ? " + T verify-scratch entries" : "");
   fmt::print("{:<27} {:>2} {:>8} {:>9} {:>11} {:>11} {:>9} {:>9} {:>7} | {:>10} {:>8} {:>8} {:>7}{}\n", "model", "T",
              "weights", "pool", "classic/req", "kvbuf/req", "classic", "kvbuf", "ratio", "+attn/req", "classic",
              "kvbuf", "ratio", o.measure ? " | measured classic kvbuf  ratio" : "");
@@ -119,6 +121,7 @@ int run_capacity(const CapacityOptions& o) {
       in.chunk = o.chunk;
       in.variant = variant;
       in.scheduler = scheduler;
+      in.count_verify_scratch = o.count_scratch;
       const CapacityResult r = capacity_model(in);
       std::string measured_cells, mc, mk, mr;
 #ifdef KVBUF_WITH_CUDA
@@ -150,7 +153,7 @@ int run_capacity(const CapacityOptions& o) {
                  measured_cells);
       if (csv)
         csv->row({m.name, std::to_string(m.tp), layer_kind_name(m.kind), std::to_string(T), std::to_string(o.chunk),
-                  variant_name(variant), scheduler_name(scheduler), std::to_string(o.context),
+                  variant_name(variant), scheduler_name(scheduler), o.count_scratch ? "1" : "0", std::to_string(o.context),
                   fmt::format("{:.0f}", in.gpu_memory_bytes), fmt::format("{:.0f}", in.weight_bytes),
                   fmt::format("{:.0f}", r.pool_bytes), fmt::format("{:.0f}", r.classic.linear_bytes_per_request),
                   fmt::format("{:.0f}", r.kvbuffer.linear_bytes_per_request),
@@ -183,6 +186,8 @@ Command add_capacity_command(CLI::App& app) {
   c.app->add_option("--scheduler", o->scheduler, "full-attention KV policy: reserve | mean")->capture_default_str();
   c.app->add_option("--variant", o->variant, "GDN buffer variant: raw | cached-u")->capture_default_str();
   c.app->add_option("--csv", o->csv, "also write the rows to this CSV file");
+  c.app->add_flag("--count-scratch", o->count_scratch,
+                  "count the T verify-scratch entries per request and layer our kernels allocate (as --measure does)");
   c.app->add_flag("--measure", o->measure, "also measure on the GPU by bisection (CUDA builds)");
   c.run = [o] { return run_capacity(*o); };
   return c;

@@ -54,7 +54,8 @@ CapacityResult capacity_model(const CapacityInputs& in) {
     return m;
   };
   r.classic = method(layers * (1 + in.drafts) * (state + conv));
-  r.kvbuffer = method(layers * (state + conv + in.chunk * entry));
+  const int entries = in.chunk + (in.count_verify_scratch ? in.drafts : 0);
+  r.kvbuffer = method(layers * (state + conv + entries * entry));
   r.ratio_linear_pool = r.classic.linear_bytes_per_request / r.kvbuffer.linear_bytes_per_request;
   r.ratio_whole_model = (r.classic.linear_bytes_per_request + attn) / (r.kvbuffer.linear_bytes_per_request + attn);
   return r;

@@ -149,6 +149,16 @@ TEST(Capacity, RequestCountsTp2) {
   EXPECT_DOUBLE_EQ(capacity_model(mean).kvbuffer.attn_bytes_per_request, attn / 2);
 }
 
+TEST(Capacity, VerifyScratchAddsTEntries) {
+  CapacityInputs in = qwen3_next_inputs(2, 4, 16);
+  const double without = capacity_model(in).kvbuffer.linear_bytes_per_request;
+  in.count_verify_scratch = true;
+  const CapacityResult r = capacity_model(in);
+  const double entry = 8.0 * 128 * 2 + 16 * 128 * 2 + 16 * 4;  // tp 2
+  EXPECT_DOUBLE_EQ(r.kvbuffer.linear_bytes_per_request - without, 36 * 4 * entry);
+  EXPECT_DOUBLE_EQ(r.classic.linear_bytes_per_request, capacity_model(qwen3_next_inputs(2, 4, 16)).classic.linear_bytes_per_request);
+}
+
 TEST(Capacity, WeightsLargerThanMemoryLeaveNoRoom) {
   const CapacityResult r = capacity_model(qwen3_next_inputs(1, 4, 16));  // 160 GB of weights > 141 GiB
   EXPECT_EQ(r.pool_bytes, 0);
