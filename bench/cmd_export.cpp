@@ -179,6 +179,8 @@ int run_export(const ExportOptions& o) {
   require_positive("--batch", o.batch);
   require_positive("--steps", o.steps);
   require_positive("--chunk", o.chunk);
+  if (o.chunk > kMaxBufferCapacity)
+    throw UsageError(fmt::format("--chunk must be at most {}, got {}", kMaxBufferCapacity, o.chunk));
   require_positive("--drafts", o.drafts);
   const int accept = o.accept ? o.accept : o.drafts;
   if (o.mode == "verify") {

@@ -4,7 +4,6 @@
 // commit copies the m accepted ones into the buffer).
 #include "sim/bytes_model.h"
 
-#include <algorithm>
 #include <stdexcept>
 
 namespace kvbuf {
@@ -68,7 +67,9 @@ void add_state(StepBytes& b, const LayerShape& s, const Precision& p, double rea
 }
 
 void check_chunk(int chunk) {
-  if (chunk < 1) throw std::invalid_argument("buffer capacity C must be at least 1, got " + std::to_string(chunk));
+  if (chunk < 1 || chunk > kMaxBufferCapacity)
+    throw std::invalid_argument("buffer capacity C must be in 1.." + std::to_string(kMaxBufferCapacity) + ", got " +
+                                std::to_string(chunk));
 }
 
 }  // namespace
@@ -263,15 +264,17 @@ StepBytes bytes_verify_kvbuffer_cycle(const LayerShape& s, const Precision& p, B
   // Follow the fills from an empty buffer until one repeats; the rounds from its first visit on
   // are the cycle.
   std::vector<int> fills{0};
+  std::vector<int> visited_at(chunk, -1);
+  visited_at[0] = 0;
   for (;;) {
     const int next = verify_kvbuffer_next_fill(chunk, tokens, fills.back(), accepted);
-    const auto seen = std::find(fills.begin(), fills.end(), next);
-    if (seen != fills.end()) {
+    if (visited_at[next] >= 0) {
       std::vector<StepBytes> rounds;
-      for (auto it = seen; it != fills.end(); ++it)
-        rounds.push_back(bytes_verify_kvbuffer(s, p, v, chunk, tokens, *it, accepted));
+      for (size_t i = visited_at[next]; i < fills.size(); ++i)
+        rounds.push_back(bytes_verify_kvbuffer(s, p, v, chunk, tokens, fills[i], accepted));
       return average(rounds);
     }
+    visited_at[next] = int(fills.size());
     fills.push_back(next);
   }
 }

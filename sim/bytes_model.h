@@ -47,6 +47,9 @@ struct StepBytes {
 // Element-wise mean of steps (same tensors in the same order; the mode of the first).
 StepBytes average(const std::vector<StepBytes>& steps);
 
+// Buffer capacities C above this are refused (std::invalid_argument) by every function taking C.
+constexpr int kMaxBufferCapacity = 65536;
+
 // Bytes of one buffer entry (one token) for one request and one layer.
 double buffer_entry_bytes(const LayerShape& s, const Precision& p, BufferVariant v);
 // Bytes of one recurrent state for one request and one layer.

@@ -25,11 +25,17 @@ double default_weight_bytes(const ModelSpec& model, int tp, double bytes_per_par
 }
 
 CapacityResult capacity_model(const CapacityInputs& in) {
-  if (!(in.gpu_memory_bytes > 0)) throw std::invalid_argument("GPU memory must be positive");
-  if (!(in.weight_bytes >= 0)) throw std::invalid_argument("weight memory must be non-negative");
+  // Up to 2^60 bytes, so that request counts stay far inside a long.
+  constexpr double kMaxMemory = 1152921504606846976.0;
+  if (!(in.gpu_memory_bytes > 0 && in.gpu_memory_bytes <= kMaxMemory))
+    throw std::invalid_argument("GPU memory must be positive and at most 2^60 bytes");
+  if (!(in.weight_bytes >= 0 && in.weight_bytes <= kMaxMemory))
+    throw std::invalid_argument("weight memory must be non-negative and at most 2^60 bytes");
   if (in.context < 1) throw std::invalid_argument("context length must be at least 1, got " + std::to_string(in.context));
   if (in.drafts < 1) throw std::invalid_argument("draft count T must be at least 1, got " + std::to_string(in.drafts));
-  if (in.chunk < 1) throw std::invalid_argument("buffer capacity C must be at least 1, got " + std::to_string(in.chunk));
+  if (in.chunk < 1 || in.chunk > kMaxBufferCapacity)
+    throw std::invalid_argument("buffer capacity C must be in 1.." + std::to_string(kMaxBufferCapacity) + ", got " +
+                                std::to_string(in.chunk));
   if (in.drafts > in.chunk)
     throw std::invalid_argument("draft count T (" + std::to_string(in.drafts) + ") exceeds buffer capacity C (" +
                                 std::to_string(in.chunk) + ")");

@@ -92,6 +92,11 @@ TEST(KvbufCli, BytesTableAndCsv) {
   EXPECT_TRUE(saw_state);
   // Per batch: recurrent 6 tensors, verify-classic 7 x 2, per C: kvbuffer 9, direct 8, verify-kvbuffer 12.
   EXPECT_EQ(rows, 2 * (6 + 14 + 2 * (9 + 8 + 12)));
+  // --summary drops the per-tensor tables but keeps the totals.
+  const CliRun summary = kvbuf("bytes --model qwen3-next-80b-a3b --batch 1 --chunk 16 --summary");
+  ASSERT_EQ(summary.status, 0) << summary.err;
+  EXPECT_EQ(summary.out.find("read_bytes"), std::string::npos);
+  EXPECT_NE(summary.out.find("1.789x"), std::string::npos) << summary.out;
 }
 
 TEST(KvbufCli, CapacityModelled) {
@@ -117,6 +122,8 @@ TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
   expect_usage_error("bytes " + q + "--batch -3", "--batch");
   expect_usage_error("bytes " + q + "--batch abc", "batch");
   expect_usage_error("bytes " + q + "--chunk 0", "--chunk must be a positive integer");
+  expect_usage_error("bytes " + q + "--chunk 100000", "buffer capacity C must be in 1..65536");
+  expect_usage_error("bytes " + q + "--batch 99999999999", "batch");
   expect_usage_error("bytes " + q + "--chunk 4 --drafts 5", "exceeds buffer capacity");
   expect_usage_error("bytes " + q + "--drafts 4 --accept 5", "--accept");
   expect_usage_error("bytes " + q + "--tp 3", "not divisible by --tp 3");
@@ -140,6 +147,7 @@ TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
   expect_usage_error("capacity " + q + "--drafts x", "--drafts");
   expect_usage_error("capacity " + q + "--context 0", "--context must be a positive integer");
   expect_usage_error("capacity " + q + "--gpu-mem-gib -1", "--gpu-mem-gib must be positive");
+  expect_usage_error("capacity " + q + "--gpu-mem-gib inf", "GPU memory must be positive and at most");
   expect_usage_error("capacity " + q + "--weights-gib -1", "--weights-gib must be non-negative");
   expect_usage_error("capacity " + q + "--scheduler fifo", "unknown scheduler");
   expect_usage_error("capacity --model all --tp 16", "not divisible by --tp 16");
@@ -151,6 +159,7 @@ TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
   expect_usage_error(ex + "--mode kvbuffer --steps 0" + out, "--steps must be a positive integer");
   expect_usage_error(ex + "--mode kvbuffer --steps 3 --batch -1" + out, "--batch");
   expect_usage_error(ex + "--mode kvbuffer --steps 3 --chunk 0" + out, "--chunk must be a positive integer");
+  expect_usage_error(ex + "--mode kvbuffer --steps 3 --chunk 70000" + out, "--chunk must be at most 65536");
   expect_usage_error(ex + "--mode verify --steps 3 --chunk 4 --drafts 5" + out, "exceeds buffer capacity");
   expect_usage_error(ex + "--mode verify --steps 3 --chunk 4 --drafts 2 --accept 3" + out, "--accept");
   expect_usage_error(ex + "--mode kvbuffer --steps 3 --variant fast" + out, "unknown buffer variant");

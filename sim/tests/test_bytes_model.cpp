@@ -172,6 +172,16 @@ TEST(BytesModel, VerifyKvbufferCycle) {
                    4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU);
 }
 
+TEST(BytesModel, LargestCapacityIsFast) {
+  // One accepted entry per round at C = 65536 walks 65536 fills; the cycle search is linear.
+  const StepBytes b = bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, kMaxBufferCapacity, 8, 1);
+  EXPECT_GT(b.total_bytes(), 0);
+  const StepBytes c = bytes_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, kMaxBufferCapacity);
+  const double C = kMaxBufferCapacity;
+  EXPECT_NEAR(c.total_bytes(), kTokenRead + kTokenWrite + kState + kState / C + (C + 1) / 2 * kEntryCachedU,
+              1e-9 * c.total_bytes());
+}
+
 TEST(BytesModel, SmallCustomShape) {
   // H = 2, HV = 6 (GQA 3), K = 16, V = 24, fp32 entries, bf16 io.
   const LayerShape s{LayerKind::GatedDeltaNet, 2, 6, 16, 24, 4};
@@ -204,6 +214,7 @@ TEST(BytesModel, RejectsBadArguments) {
   EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 0, 3), std::invalid_argument);
   EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 4, 0), std::invalid_argument);
   EXPECT_THROW(bytes_verify_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, 4, 5, 1), std::invalid_argument);
+  EXPECT_THROW(bytes_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, kMaxBufferCapacity + 1), std::invalid_argument);
   EXPECT_THROW(bytes_recurrent(s, {0, 2, 2}), std::invalid_argument);
   EXPECT_THROW(parse_variant("fast"), std::invalid_argument);
   EXPECT_THROW(dtype_bytes("int3"), std::invalid_argument);
