@@ -3,12 +3,12 @@
 // Semantics (../shared/design/kvbuffer-math.md section 8), per head h, group h / (NH/G):
 //   S <- exp(dt A) S + dt x B^T;   y = S C + D x                (S is P x N)
 // dt > 0 (already through softplus), A < 0, so every per-token decay exp(dt A) is in [0, 1).
-// Buffered modes: with G_i = sum_{j<=i} dt_j A since the checkpoint S0 (the state after the last fold),
+// Buffered modes: with G_i = sum_{j<=i} dt_j A since the checkpoint S0 (state after the last fold),
 //   y_t  = exp(G_t) S0 C_t + sum_{j<=t} exp(G_t - G_j) dt_j (B_j . C_t) x_j + D x_t
 //   fold:  S0 <- exp(G_n) S0 + sum_{j<=n} exp(G_n - G_j) dt_j x_j B_j^T
 // No delta rule, so no triangular solve. Decay factors are only ever formed as exp(G_i - G_j) with
-// G_i - G_j <= 0 (never a quotient of cumulative products), so dt A <= -60 per token underflows to 0
-// instead of overflowing. Every function validates its arguments and throws std::invalid_argument
+// G_i - G_j <= 0 (never a quotient of cumulative products), so dt A <= -60 per token underflows to
+// 0 instead of overflowing. Every function validates its arguments and throws std::invalid_argument
 // with a clear message.
 #pragma once
 #include <Eigen/Dense>
@@ -73,7 +73,7 @@ struct Mamba2DecayRange {
 // the same rng state gives float tokens that are the rounded double tokens.
 template <class T>
 Mamba2Tokens<T> make_random_mamba2_tokens(const Mamba2Dims& d, int steps, std::mt19937_64& rng,
-                                         const Mamba2DecayRange& decay = {});
+                                          const Mamba2DecayRange& decay = {});
 // A random checkpoint: entries ~ N(0, scale^2).
 template <class T>
 Mamba2State<T> make_random_mamba2_state(const Mamba2Dims& d, std::mt19937_64& rng,
@@ -217,14 +217,14 @@ void mamba2_verify_kvbuffer(const Mamba2Tokens<T>& x, int capacity, int drafts, 
 // recurrent and classic modes, the chunk for prefill, the capacity for buffered modes).
 // Derivation, u = 2^-24: each output element is a sum of terms (S0 C_t, dt_j (B_j . C_t) x_j,
 // D x_t) with products of decay factors; in floating point its error is at most
-// u (N + L + W + E + 8) times the same sum taken over |terms| (Higham's gamma_n for a length-n sum):
-// N for the B.C / S0 C dots; L for the accumulation through the state and its per-token decays,
-// where an error made at token j is damped by every later decay, so L is the decay-weighted token
-// count max_t sum_{j<=t} exp(G_t - G_j) (at most the number of tokens, about 1 / |dt A| in the
-// steady state); W (`window`) for the sums over buffered or chunk tokens (a fold, an output's
-// buffer terms); 8 for the few products and exp per term; and E for the cumulative exponents of
-// the windowed forms: exp(G_t - G_j) with G_t, G_j each a running sum rounded (t - j) times at the
-// scale of |G| in the window, so E = max over j < t in a window of
+// u (N + L + W + E + 8) times the same sum taken over |terms| (Higham's gamma_n for a length-n
+// sum): N for the B.C / S0 C dots; L for the accumulation through the state and its per-token
+// decays, where an error made at token j is damped by every later decay, so L is the decay-weighted
+// token count max_t sum_{j<=t} exp(G_t - G_j) (at most the number of tokens, about 1 / |dt A| in
+// the steady state); W (`window`, at most the tokens) for the sums over buffered or chunk tokens (a
+// fold, an output's buffer terms); 8 for the few products and exp per term; and E for the
+// cumulative exponents of the windowed forms: exp(G_t - G_j) with G_t, G_j each a running sum
+// rounded (t - j) times at the scale of |G| in the window, so E = max over j < t in a window of
 // exp(G_t - G_j) (t - j) |G|_window (negligible when the decays are extreme: exp(-60) times it).
 // The sum over |terms| is computed exactly (float64) by the recurrence on |x|, |B|, |C|, |D|,
 // |S0|; dividing its max by max |ref| turns the elementwise bound into the normwise tolerance.

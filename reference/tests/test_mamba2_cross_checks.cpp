@@ -15,8 +15,8 @@ TEST(Mamba2CrossChecks, AllPassUnderTwoSeconds) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto checks = run_mamba2_cross_checks(20261129);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (const char* mode : {"recurrent f32", "prefill", "kvbuffer", "direct", "verify classic",
-                           "verify kvbuffer"}) {
+  for (const char* mode :
+       {"recurrent f32", "prefill", "kvbuffer", "direct", "verify classic", "verify kvbuffer"}) {
     bool found = false;
     for (const auto& c : checks) found = found || c.name.find(mode) != std::string::npos;
     EXPECT_TRUE(found) << "no cross-check for " << mode;

@@ -43,8 +43,9 @@ TEST_F(Mamba2Errors, TokenArrays) {
   auto x = in.x;
   x.steps = -1;
   expect_invalid([&] { mamba2_validate(x); }, "steps must be >= 0");
-  for (auto member : {&Mamba2Tokens<double>::x, &Mamba2Tokens<double>::B, &Mamba2Tokens<double>::C,
-                      &Mamba2Tokens<double>::dt, &Mamba2Tokens<double>::A, &Mamba2Tokens<double>::D}) {
+  for (auto member :
+       {&Mamba2Tokens<double>::x, &Mamba2Tokens<double>::B, &Mamba2Tokens<double>::C,
+        &Mamba2Tokens<double>::dt, &Mamba2Tokens<double>::A, &Mamba2Tokens<double>::D}) {
     auto bad = in.x;
     (bad.*member).pop_back();
     expect_invalid([&] { mamba2_validate(bad); }, "elements, expected");
@@ -69,7 +70,8 @@ TEST_F(Mamba2Errors, TokenArrays) {
 TEST_F(Mamba2Errors, StateShape) {
   auto s = in.s0;
   s.pop_back();
-  expect_invalid([&] { mamba2_decode_recurrent(in.x, s, y); }, "state has 3 heads, expected NH = 4");
+  expect_invalid([&] { mamba2_decode_recurrent(in.x, s, y); },
+                 "state has 3 heads, expected NH = 4");
   s = in.s0;
   s[2] = Mat<double>::Zero(16, 8);
   expect_invalid([&] { mamba2_prefill_chunk(in.x, 16, s, y); }, "expected P x N = 8 x 16");
@@ -86,13 +88,15 @@ TEST_F(Mamba2Errors, ChunkCapacityDraftsAccept) {
   expect_invalid([&] { mamba2_verify_kvbuffer(in.x, 4, 5, 1, s, y); },
                  "drafts T = 5 exceed buffer capacity C = 4");
   expect_invalid([&] { mamba2_verify_kvbuffer(in.x, 4, 0, 1, s, y); }, "drafts must be >= 1");
-  expect_invalid([&] { mamba2_verify_kvbuffer(in.x, 4, 3, 4, s, y); }, "accept must be in 1..drafts");
+  expect_invalid([&] { mamba2_verify_kvbuffer(in.x, 4, 3, 4, s, y); },
+                 "accept must be in 1..drafts");
   expect_invalid([&] { mamba2_verify_classic(in.x, 3, 0, s, y); }, "accept must be in 1..drafts");
   std::vector<Mamba2State<double>> states;
   expect_invalid([&] { mamba2_verify_classic_window(in.x, 7, s, y, states); },
                  "accepted length 7 outside 0..6");
-  expect_invalid([&] { mamba2_verify_classic_window(mamba2_slice_tokens(in.x, 0, 0), 0, s, y, states); },
-                 "at least one token");
+  expect_invalid(
+      [&] { mamba2_verify_classic_window(mamba2_slice_tokens(in.x, 0, 0), 0, s, y, states); },
+      "at least one token");
 
   Mamba2KVBuffer<double> buf(d, 4, in.s0);
   expect_invalid([&] { buf.accept(0); }, "accept without a preceding verify");
@@ -114,10 +118,16 @@ TEST_F(Mamba2Errors, SlicesAndRandomRanges) {
   expect_invalid([&] { mamba2_slice_tokens(in.x, -1, 1); }, "outside");
   std::mt19937_64 rng(1);
   expect_invalid([&] { make_random_mamba2_tokens<double>(d, -1, rng); }, "steps must be >= 0");
-  expect_invalid([&] { make_random_mamba2_tokens<double>(d, 3, rng, {0.0, 1.0, -1.0, -0.5}); },
-                 "0 < dt_min <= dt_max");
-  expect_invalid([&] { make_random_mamba2_tokens<double>(d, 3, rng, {0.1, 1.0, -1.0, 0.0}); },
-                 "A_min <= A_max < 0");
+  expect_invalid(
+      [&] {
+        make_random_mamba2_tokens<double>(d, 3, rng, {0.0, 1.0, -1.0, -0.5});
+      },
+      "0 < dt_min <= dt_max");
+  expect_invalid(
+      [&] {
+        make_random_mamba2_tokens<double>(d, 3, rng, {0.1, 1.0, -1.0, 0.0});
+      },
+      "A_min <= A_max < 0");
   expect_invalid([&] { mamba2_f32_tolerance(in.x, in.s0, 0); }, "window must be >= 1");
 }
 

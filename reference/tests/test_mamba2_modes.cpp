@@ -89,13 +89,15 @@ TEST(Mamba2Inputs, RandomTokensAndBf16Rounding) {
   EXPECT_EQ(make_random_mamba2_tokens<double>(d, 40, rng_c, range).B, xd.B) << "not deterministic";
 
   const auto r = round_mamba2_tokens_to_bf16(xd);
-  for (auto [rounded, orig] : {std::pair{&r.x, &xd.x}, std::pair{&r.B, &xd.B}, std::pair{&r.C, &xd.C}})
+  for (auto [rounded, orig] :
+       {std::pair{&r.x, &xd.x}, std::pair{&r.B, &xd.B}, std::pair{&r.C, &xd.C}})
     for (size_t i = 0; i < orig->size(); ++i) {
       const double v = (*rounded)[i], o = (*orig)[i];
       ASSERT_EQ(v, round_to_bf16(v)) << "not bf16-representable";
       ASSERT_LE(std::abs(v - o), std::ldexp(std::abs(o), -8)) << o << " -> " << v;
     }
-  for (auto [rounded, orig] : {std::pair{&r.dt, &xd.dt}, std::pair{&r.A, &xd.A}, std::pair{&r.D, &xd.D}})
+  for (auto [rounded, orig] :
+       {std::pair{&r.dt, &xd.dt}, std::pair{&r.A, &xd.A}, std::pair{&r.D, &xd.D}})
     for (size_t i = 0; i < orig->size(); ++i) ASSERT_EQ((*rounded)[i], double(float((*orig)[i])));
 }
 
@@ -113,7 +115,8 @@ TEST(Mamba2Recurrent, Float32MatchesFloat64) {
 
 // A hand-computed case: one head, N = P = 1, so y = S C + D x is scalar arithmetic.
 TEST(Mamba2Recurrent, ScalarCaseByHand) {
-  Mamba2Tokens<double> x{{1, 1, 1, 1}, 2, {2.0, -1.0}, {0.5, 3.0}, {4.0, 0.25}, {0.1, 0.2}, {-2.0}, {0.5}};
+  Mamba2Tokens<double> x{{1, 1, 1, 1}, 2,          {2.0, -1.0}, {0.5, 3.0},
+                         {4.0, 0.25},  {0.1, 0.2}, {-2.0},      {0.5}};
   Mamba2State<double> s = {Mat<double>::Constant(1, 1, 1.5)};
   std::vector<double> y;
   mamba2_decode_recurrent(x, s, y);
@@ -253,7 +256,8 @@ TEST(Mamba2KVBuffer, DirectModeHasNoStateUntilTheBufferFills) {
 }
 
 // 10,000 decode steps with long memory (decays in [0.95, 1)): the float32 recurrent and buffered
-// decodes against float64, reported at 100, 1000 and 10000 tokens; bounded by the derived tolerance.
+// decodes against float64, reported at 100, 1000 and 10000 tokens; bounded by the derived
+// tolerance.
 TEST(Mamba2Drift, TenThousandStepsFloat32AgainstFloat64) {
   const Mamba2Dims d{1, 2, 64, 32};
   const Inputs in = make_inputs(d, 10000, 2026, Mamba2DecayRange::mild());
@@ -265,12 +269,13 @@ TEST(Mamba2Drift, TenThousandStepsFloat32AgainstFloat64) {
   mamba2_decode_kvbuffer(in.x32, 16, s_buf, y_buf);
   for (int n : {100, 1000, 10000}) {
     const auto want = rows(truth.y, d, n - 100, 100);
-    std::printf("  mamba2 f32 drift, tokens %5d..%5d: recurrent %.2e, kvbuffer C=16 %.2e\n", n - 100,
-                n, max_rel_err(rows(y_rec, d, n - 100, 100), want),
+    std::printf("  mamba2 f32 drift, tokens %5d..%5d: recurrent %.2e, kvbuffer C=16 %.2e\n",
+                n - 100, n, max_rel_err(rows(y_rec, d, n - 100, 100), want),
                 max_rel_err(rows(y_buf, d, n - 100, 100), want));
   }
-  std::printf("  mamba2 f32 drift over all 10000 tokens: recurrent %.2e, kvbuffer %.2e (tol %.2e)\n",
-              max_rel_err(y_rec, truth.y), max_rel_err(y_buf, truth.y), tol.y);
+  std::printf(
+      "  mamba2 f32 drift over all 10000 tokens: recurrent %.2e, kvbuffer %.2e (tol %.2e)\n",
+      max_rel_err(y_rec, truth.y), max_rel_err(y_buf, truth.y), tol.y);
   EXPECT_LE(max_rel_err(y_rec, truth.y), tol.y);
   EXPECT_LE(max_rel_err(y_buf, truth.y), tol.y);
   EXPECT_LE(max_rel_err(flat(s_rec), flat(truth.state)), tol.state);

@@ -34,13 +34,17 @@ inline Inputs make_inputs(const Mamba2Dims& d, int steps, uint64_t seed,
 
 template <class T>
 const Mamba2Tokens<T>& tokens(const Inputs& in) {
-  if constexpr (std::is_same_v<T, float>) return in.x32;
-  else return in.x;
+  if constexpr (std::is_same_v<T, float>)
+    return in.x32;
+  else
+    return in.x;
 }
 template <class T>
 const Mamba2State<T>& state0(const Inputs& in) {
-  if constexpr (std::is_same_v<T, float>) return in.s32;
-  else return in.s0;
+  if constexpr (std::is_same_v<T, float>)
+    return in.s32;
+  else
+    return in.s0;
 }
 
 template <class T>

@@ -35,8 +35,10 @@ void check_round(const Mamba2Dims& d, int cap, int prefix, int drafts, int m, ui
       recurrent_truth(concat(mamba2_slice_tokens(seq, 0, prefix), window), s0);
 
   const Mamba2Tokens<T>& seq_t = [&]() -> const Mamba2Tokens<T>& {
-    if constexpr (std::is_same_v<T, float>) return seq32;
-    else return seq;
+    if constexpr (std::is_same_v<T, float>)
+      return seq32;
+    else
+      return seq;
   }();
   const Mamba2Tokens<T> window_t = mamba2_cast_tokens<T>(window32);
   const Mamba2State<T> s0_t = mamba2_cast_state<T>(s32);
@@ -69,7 +71,8 @@ void check_round(const Mamba2Dims& d, int cap, int prefix, int drafts, int m, ui
   for (int t = prefix + m; t < prefix + m + 2; ++t) {
     std::fill(y1.begin(), y1.end(), std::numeric_limits<T>::quiet_NaN());
     buf.decode(seq_t, t, y1.data());
-    EXPECT_LE(max_rel_err(y1, rows(truth_seq.y, d, t, 1)), tol) << "kvbuffer next " << t << " " << where;
+    EXPECT_LE(max_rel_err(y1, rows(truth_seq.y, d, t, 1)), tol)
+        << "kvbuffer next " << t << " " << where;
   }
 
   // Classic verify.
@@ -84,7 +87,8 @@ void check_round(const Mamba2Dims& d, int cap, int prefix, int drafts, int m, ui
   EXPECT_LE(max_rel_err(flat(s), flat(s_after)), tol) << "classic committed state " << where;
   std::vector<T> y_next;
   mamba2_decode_recurrent(mamba2_slice_tokens(seq_t, prefix + m, 2), s, y_next);
-  EXPECT_LE(max_rel_err(y_next, rows(truth_seq.y, d, prefix + m, 2)), tol) << "classic next " << where;
+  EXPECT_LE(max_rel_err(y_next, rows(truth_seq.y, d, prefix + m, 2)), tol)
+      << "classic next " << where;
 }
 
 TEST(Mamba2Verify, EveryDraftCountAndAcceptedLengthFromSeveralFills) {
@@ -143,7 +147,8 @@ TEST(Mamba2Verify, DriversOverWholeSequences) {
         Mamba2State<float> s32 = in.s32;
         std::vector<float> y32;
         mamba2_verify_kvbuffer(in.x32, cap, drafts, accept, s32, y32);
-        expect_matches(y32, s32, truth, cap, "verify kvbuffer C=" + std::to_string(cap) + " " + what);
+        expect_matches(y32, s32, truth, cap,
+                       "verify kvbuffer C=" + std::to_string(cap) + " " + what);
       }
       Mamba2State<double> s = in.s0;
       std::vector<double> y;
