@@ -13,12 +13,13 @@
 namespace kvbuf::cli {
 
 Command add_check_command(CLI::App& app) {
-  auto seed = std::make_shared<uint64_t>(1);
+  auto seed = std::make_shared<long long>(1);
   Command c;
   c.app = app.add_subcommand("check", "run the reference cross-checks (and the GPU kernel checks in CUDA builds)");
   c.app->add_option("--seed", *seed, "random seed of the inputs")->capture_default_str();
   c.run = [seed] {
-    const std::vector<ref::CrossCheck> checks = ref::run_reference_cross_checks(*seed);
+    if (*seed < 0) throw UsageError(fmt::format("--seed must be non-negative, got {}", *seed));
+    const std::vector<ref::CrossCheck> checks = ref::run_reference_cross_checks(uint64_t(*seed));
     int failed = 0;
     for (const auto& r : checks) {
       if (!r.ok) ++failed;
@@ -30,7 +31,7 @@ Command add_check_command(CLI::App& app) {
       ++failed;
     }
 #ifdef KVBUF_WITH_CUDA
-    const int gpu_failed = run_gpu_checks(*seed);
+    const int gpu_failed = run_gpu_checks(uint64_t(*seed));
     fmt::print("GPU checks: {} failed\n", gpu_failed);
     failed += gpu_failed;
 #endif

@@ -34,7 +34,7 @@ struct ExportOptions {
   int chunk = 16;
   int drafts = 4;
   int accept = 0;  // 0: all T
-  uint64_t seed = 1;
+  long long seed = 1;
   std::string dtype = "f64";
   std::string out;
 };
@@ -105,7 +105,7 @@ template <class T>
 Json export_gdn(const ExportOptions& o, const ModelSpec& m, int accept, Exporter& ex) {
   const ref::GdnDims d{m.layer.key_heads, m.layer.value_heads, m.layer.head_k, m.layer.head_v};
   const size_t N = o.batch, S = o.steps, H = d.H, HV = d.HV, K = d.K, V = d.V;
-  std::mt19937_64 rng(o.seed);
+  std::mt19937_64 rng(uint64_t(o.seed));
   std::vector<T> q, k, v, g, beta, state0, state_final, out;
   for (size_t n = 0; n < N; ++n) {
     const ref::GdnTokens<T> x = ref::round_tokens_to_bf16(ref::make_random_gdn_tokens<T>(d, o.steps, rng));
@@ -136,7 +136,7 @@ template <class T>
 Json export_mamba2(const ExportOptions& o, const ModelSpec& m, int accept, Exporter& ex) {
   const ref::Mamba2Dims d{m.layer.key_heads, m.layer.value_heads, m.layer.head_k, m.layer.head_v};
   const size_t N = o.batch, S = o.steps, G = d.G, NH = d.NH, Nst = d.N, P = d.P;
-  std::mt19937_64 rng(o.seed);
+  std::mt19937_64 rng(uint64_t(o.seed));
   std::vector<T> xs, Bs, Cs, dts, A, D, state0, state_final, out;
   for (size_t n = 0; n < N; ++n) {
     ref::Mamba2Tokens<T> x = ref::round_mamba2_tokens_to_bf16(ref::make_random_mamba2_tokens<T>(d, o.steps, rng));
@@ -189,6 +189,7 @@ int run_export(const ExportOptions& o) {
     if (accept < 1 || accept > o.drafts)
       throw UsageError(fmt::format("--accept must be in 1..T (T = {}), got {}", o.drafts, accept));
   }
+  if (o.seed < 0) throw UsageError(fmt::format("--seed must be non-negative, got {}", o.seed));
   if (o.dtype != "f64" && o.dtype != "f32") throw UsageError("unknown --dtype '" + o.dtype + "' (known: f64, f32)");
   if (o.out.empty()) throw UsageError("--out DIR is required");
   const LayerShape& s = m.layer;

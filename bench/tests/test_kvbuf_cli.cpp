@@ -140,6 +140,7 @@ TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
                      "unknown layer kind");
   expect_usage_error("bytes --model all", "not supported");
   expect_usage_error("check --seed abc", "seed");
+  expect_usage_error("check --seed -1", "--seed must be non-negative");
   expect_usage_error("capacity " + q + "--chunk 0", "--chunk must be a positive integer");
   expect_usage_error("capacity " + q + "--drafts 5 --chunk 4", "exceeds buffer capacity");
   expect_usage_error("capacity " + q + "--drafts all --chunk 4", "exceeds buffer capacity");
@@ -164,6 +165,7 @@ TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
   expect_usage_error(ex + "--mode verify --steps 3 --chunk 4 --drafts 2 --accept 3" + out, "--accept");
   expect_usage_error(ex + "--mode kvbuffer --steps 3 --variant fast" + out, "unknown buffer variant");
   expect_usage_error(ex + "--mode kvbuffer --steps 3 --dtype f16" + out, "unknown --dtype");
+  expect_usage_error(ex + "--mode kvbuffer --steps 3 --seed -5" + out, "--seed must be non-negative");
   expect_usage_error(ex + "--mode kvbuffer --steps 3", "--out");
   expect_usage_error(ex + "--mode kvbuffer --steps 3 --out /proc/kvbuf-cannot-write", "cannot write");
   expect_usage_error(ex + "--mode kvbuffer --steps 100000 --batch 100000" + out, "too large");
