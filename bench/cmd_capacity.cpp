@@ -9,6 +9,7 @@
 #include "sim/capacity.h"
 #ifdef KVBUF_WITH_CUDA
 #include "bench/gpu_commands.h"
+#include "bench/sweep.h"
 #endif
 
 namespace kvbuf::cli {
@@ -89,7 +90,7 @@ int run_capacity(const CapacityOptions& o) {
               "weight_bytes", "pool_bytes", "classic_linear_bytes_per_request", "kvbuffer_linear_bytes_per_request",
               "attn_kv_bytes_per_request", "classic_max_requests_linear", "kvbuffer_max_requests_linear",
               "ratio_linear", "classic_max_requests_whole", "kvbuffer_max_requests_whole", "ratio_whole",
-              "measured_classic_max_requests", "measured_kvbuffer_max_requests", "measured_ratio", "commit"});
+              "measured_classic_max_requests", "measured_kvbuffer_max_requests", "measured_ratio", "gpu", "commit"});
     } catch (const std::runtime_error& e) {
       throw UsageError(fmt::format("--csv: {}", e.what()));
     }
@@ -123,7 +124,7 @@ int run_capacity(const CapacityOptions& o) {
       in.scheduler = scheduler;
       in.count_verify_scratch = o.count_scratch;
       const CapacityResult r = capacity_model(in);
-      std::string measured_cells, mc, mk, mr;
+      std::string measured_cells, mc, mk, mr, gpu;
 #ifdef KVBUF_WITH_CUDA
       if (o.measure) {
         CapacityMeasureArgs args;
@@ -135,6 +136,7 @@ int run_capacity(const CapacityOptions& o) {
         const CapacityMeasured classic = measure_capacity_on_gpu(args);
         args.kvbuffer = true;
         const CapacityMeasured kvb = measure_capacity_on_gpu(args);
+        gpu = gpu_name();
         mc = std::to_string(classic.max_requests);
         mk = std::to_string(kvb.max_requests);
         mr = classic.max_requests ? fmt::format("{:.4f}", double(kvb.max_requests) / classic.max_requests) : "";
@@ -161,7 +163,7 @@ int run_capacity(const CapacityOptions& o) {
                   std::to_string(r.classic.max_requests_linear_pool), std::to_string(r.kvbuffer.max_requests_linear_pool),
                   fmt::format("{:.6f}", r.ratio_linear_pool), std::to_string(r.classic.max_requests_whole_model),
                   std::to_string(r.kvbuffer.max_requests_whole_model), fmt::format("{:.6f}", r.ratio_whole_model), mc,
-                  mk, mr, source_commit()});
+                  mk, mr, gpu, source_commit()});
     }
   }
   fmt::print("\nratio: classic / kvbuffer bytes per request (exact, before rounding to whole requests); "
