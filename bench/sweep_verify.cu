@@ -11,8 +11,8 @@
 // (at most T - 1), so fills advance at different speeds and stagger (initial fills are random in
 // 0..C-1 too). Per accepted token = per step / E[m], E[m] = (1 - a^T) / (1 - a).
 // Bytes per layer per step come from sim/bytes_model.h (bytes_verify_classic with the commit copy;
-// bytes_verify_kvbuffer at each request's fill, averaged over the simulated steady state, plus the
-// state read + write of the commit's fold when a buffer becomes exactly full).
+// bytes_verify_kvbuffer, which counts the commit's fold too, at each request's fill, averaged over
+// the simulated steady state of the fills).
 // The token inputs are shared by all layers (a few MiB at most), as in the decode sweep; the classic
 // per-node scratch states [B, T, HV, V, K] are shared by the layers too (36 layers of them do not
 // fit at batch 256 x T = 8), which changes nothing in its traffic: they are written once, read once.
@@ -301,14 +301,11 @@ class VerifySweep {
     };
     const TimingStats t = time(step, std::max(C, 4));
 
-    // Bytes: each row's fill evolves deterministically (fold in verify when n + depth > C, in the
-    // commit when n + m == C); average the bytes model over a long run of steps.
+    // Bytes: each row's fill evolves deterministically (sim's verify_kvbuffer_next_fill: fold in
+    // the verify when n + T > C, in the commit when the buffer becomes full); the bytes model at
+    // each step's fill, averaged over a long run. Trees fold by depth, not T, in the kernels; their
+    // rows use the chain's fold rule in the bytes model (one state write more or less per cycle).
     const int depth = vm.tree ? heap_depth(T) : T;
-    const StepBytes fold_in_commit = [&] {
-      StepBytes b;
-      b.add("state", "fp32", state_bytes(s_, p_), state_bytes(s_, p_));
-      return b;
-    }();
     double total = 0;
     constexpr int kSimSteps = 1024;
     std::map<std::pair<int, int>, double> memo;
@@ -318,14 +315,10 @@ class VerifySweep {
       for (int i = 0; i < kSimSteps; ++i) {
         auto key = std::make_pair(n, acc);
         auto it = memo.find(key);
-        if (it == memo.end()) it = memo.emplace(key, bytes_verify_kvbuffer_tree(n, T, depth, C, acc)).first;
+        if (it == memo.end())
+          it = memo.emplace(key, bytes_verify_kvbuffer(s_, p_, BufferVariant::CachedU, C, T, n, acc).total_bytes()).first;
         total += it->second;
-        n = n + depth > C ? 0 : n;
-        n += acc;
-        if (n == C) {
-          total += fold_in_commit.total_bytes();
-          n = 0;
-        }
+        n = verify_kvbuffer_next_fill(C, T, n, acc);
       }
     }
     const double bytes = total / kSimSteps;
@@ -360,14 +353,6 @@ class VerifySweep {
       const double dbytes = bytes_kvbuffer_cycle(s_, p_, BufferVariant::CachedU, C).scale(batch).total_bytes();
       emit(csv, "decode-kvbuffer", batch, 1, C, 1.0, td, dbytes);
     }
-  }
-
-  // bytes_verify_kvbuffer with the fold decided by the tree's depth (a chain: depth = T).
-  double bytes_verify_kvbuffer_tree(int n, int T, int depth, int C, int accepted) const {
-    StepBytes b = bytes_verify_kvbuffer(s_, p_, BufferVariant::CachedU, C, T, n, accepted);
-    const bool model_folds = n + T > C, folds = n + depth > C;
-    if (model_folds != folds) b.add("state", "fp32", 0, (folds ? 1.0 : -1.0) * state_bytes(s_, p_));
-    return b.total_bytes();
   }
 
   void summary() const {

@@ -40,16 +40,29 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_classic_kernel(const GdnV
   }
   __shared__ __align__(16) float s_k[kGdnVerifyMaxTokens * KP];
   __shared__ __align__(16) float s_q[kGdnVerifyMaxTokens * KP];
-  __shared__ int s_parent[kGdnVerifyMaxTokens];
+  __shared__ int s_parent[kGdnVerifyMaxTokens], s_praw[kGdnVerifyMaxTokens];
   __shared__ unsigned s_anc[kGdnVerifyMaxTokens];
+  __shared__ float s_decay[kGdnVerifyMaxTokens], s_beta[kGdnVerifyMaxTokens];
+  __shared__ float s_v[kGdnVerifyMaxTokens * kRows];
 
   const size_t head_row0 = (size_t(slot) * io.HV + b.h) * io.V + b.v0;
   const float* s0A = p.state + (head_row0 + b.rA) * KD;
   const float* s0B = p.state + (head_row0 + b.rB) * KD;
   float4 xa[NF], xb[NF];
   load_row_halves<KD>(s0A, s0B, b.parity, xa, xb);
-  if (threadIdx.x == 0) window_tree(io, b.row, s_parent, s_anc);
+  // All token inputs are read up front (into shared memory), so the walk over
+  // the nodes waits on no global load.
+  if (threadIdx.x < T) {
+    const size_t gate = (size_t(b.row) * T + threadIdx.x) * io.HV + b.h;
+    s_decay[threadIdx.x] = expf(io.g[gate]);
+    s_beta[threadIdx.x] = io.beta[gate];
+    if (io.parents) s_praw[threadIdx.x] = io.parents[b.row * T + threadIdx.x];
+  }
+  for (int idx = threadIdx.x; idx < T * kRows; idx += kThreads)
+    s_v[idx] = __bfloat162float(io.v[((size_t(b.row) * T + idx / kRows) * io.HV + b.h) * io.V + b.v0 + idx % kRows]);
   load_window_kq<KD>(io, b.row, kh, s_k, s_q, KP);
+  __syncthreads();
+  if (threadIdx.x == 0) window_tree(T, io.parents ? s_praw : nullptr, s_parent, s_anc);
   __syncthreads();
 
   // Scratch rows of node t for this thread's rows.
@@ -62,10 +75,9 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_classic_kernel(const GdnV
       if (parent < 0) load_row_halves<KD>(s0A, s0B, b.parity, xa, xb);
       else load_row_halves<KD>(step_row(parent, b.rA), step_row(parent, b.rB), b.parity, xa, xb);
     }
-    const size_t gate = (size_t(b.row) * T + t) * io.HV + b.h;
-    const float decay = expf(io.g[gate]), beta = io.beta[gate];
-    const size_t vrow = gate * io.V + b.v0;
-    const float va = __bfloat162float(io.v[vrow + b.rA]), vb = __bfloat162float(io.v[vrow + b.rB]);
+    const float decay = s_decay[t], beta = s_beta[t];
+    const size_t vrow = ((size_t(b.row) * T + t) * io.HV + b.h) * io.V + b.v0;
+    const float va = s_v[t * kRows + b.rA], vb = s_v[t * kRows + b.rB];
     float ka = 0.f, kb = 0.f;
 #pragma unroll
     for (int i = 0; i < NF; ++i) {

@@ -126,13 +126,13 @@ __device__ __forceinline__ void load_window_kq(const GdnVerifyIO& io, int row, i
 }
 
 // Tree structure of one row (run by one thread), 0-based: s_parent[t] in -1..t-1 (-1 = the
-// committed state; out-of-range entries read as -1), s_anc[t] the strict-ancestor bitmask.
-// Returns the depth of the deepest node (T for a chain).
-__device__ __forceinline__ int window_tree(const GdnVerifyIO& io, int row, int* s_parent, unsigned* s_anc) {
+// committed state; out-of-range entries read as -1), s_anc[t] the strict-ancestor bitmask, from the
+// 1-based parents p(i) of the row (null: a chain). Returns the depth of the deepest node.
+__device__ __forceinline__ int window_tree(int T, const int* parents, int* s_parent, unsigned* s_anc) {
   int depth_of[kGdnVerifyMaxTokens];
   int depth = 0;
-  for (int t = 0; t < io.tokens; ++t) {
-    int p = io.parents ? io.parents[row * io.tokens + t] - 1 : t - 1;
+  for (int t = 0; t < T; ++t) {
+    int p = parents ? parents[t] - 1 : t - 1;
     if (p < -1 || p >= t) p = -1;
     s_parent[t] = p;
     s_anc[t] = p < 0 ? 0u : (s_anc[p] | (1u << p));
@@ -142,11 +142,32 @@ __device__ __forceinline__ int window_tree(const GdnVerifyIO& io, int row, int* 
   return depth;
 }
 
+// Four consecutive elements of a shared row of type E as floats (8- or 16-byte aligned).
+__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 load4(const __nv_bfloat16* p) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+// Asynchronous global -> shared copies (cp.async): the block issues all of its buffer reads at
+// once instead of one dependent load per loop iteration.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
 // Fold of n entries into this thread's row halves: x <- exp(G_n) x + sum_j w_j[row] k_j, with the
-// keys in padded shared rows (kd_pad floats) and w_j[r] = exp(G_n - G_j) u_j[r] in s_w[j * kRows + r].
-template <int KD>
+// keys in shared rows of `key_stride` elements and w_j[r] = exp(G_n - G_j) u_j[r] in s_w[j * kRows + r].
+template <int KD, class KT>
 __device__ __forceinline__ void fold_row_halves(float4 (&xa)[KD / 8], float4 (&xb)[KD / 8], float exp_gn, int n,
-                                                const float* s_keys, int kd_pad, const float* s_w,
+                                                const KT* s_keys, int key_stride, const float* s_w,
                                                 const VerifyBlock& b) {
 #pragma unroll
   for (int i = 0; i < KD / 8; ++i) {
@@ -155,10 +176,10 @@ __device__ __forceinline__ void fold_row_halves(float4 (&xa)[KD / 8], float4 (&x
   }
   for (int j = 0; j < n; ++j) {
     const float wa = s_w[j * kRows + b.rA], wb = s_w[j * kRows + b.rB];
-    const float4* key = reinterpret_cast<const float4*>(s_keys + j * kd_pad);
+    const KT* key = s_keys + j * key_stride;
 #pragma unroll
     for (int i = 0; i < KD / 8; ++i) {
-      const float4 kf = key[2 * i + b.parity];
+      const float4 kf = load4(key + 4 * (2 * i + b.parity));
       xa[i] = axpy4(wa, kf, xa[i]);
       xb[i] = axpy4(wb, kf, xb[i]);
     }

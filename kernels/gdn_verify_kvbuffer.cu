@@ -35,27 +35,35 @@ namespace {
 
 using namespace gdn_verify_detail;
 
-// Shared-memory carve-up (floats) for TMAX window tokens, capacity C, padded key rows.
+// Shared-memory carve-up in bytes (16-byte aligned pieces) for TMAX window tokens, capacity C and
+// entry size esz. Buffer keys and u stay in the entry type; key rows are padded by 16 bytes so the
+// lanes of a warp reading different rows hit different banks.
 struct VerifySmem {
-  int kp, tmax, c;
+  int kd, tmax, c, esz;
+  __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
+  __host__ __device__ int kp() const { return kd + 4; }                 // window rows (floats)
+  __host__ __device__ int key_stride() const { return kd + 16 / esz; }  // buffer key rows (entries)
   __host__ __device__ int k() const { return 0; }
-  __host__ __device__ int q() const { return k() + tmax * kp; }
-  __host__ __device__ int keys() const { return q() + tmax * kp; }      // C padded key rows (buffer, or all C on a commit fold)
-  __host__ __device__ int w() const { return keys() + c * kp; }         // fold weights [C, kRows]
-  __host__ __device__ int wu() const { return w() + c * kRows; }        // buffer coefficients [C, TMAX]
-  __host__ __device__ int wo() const { return wu() + c * tmax; }
-  __host__ __device__ int vu() const { return wo() + c * tmax; }       // window coefficients [TMAX, TMAX]
-  __host__ __device__ int vo() const { return vu() + tmax * tmax; }
-  __host__ __device__ int gbuf() const { return vo() + tmax * tmax; }  // G of the buffer [C]
-  __host__ __device__ int gwin() const { return gbuf() + c; }          // G of the window [TMAX]
-  __host__ __device__ int egwin() const { return gwin() + tmax; }
-  __host__ __device__ int beta() const { return egwin() + tmax; }
-  __host__ __device__ size_t bytes() const { return size_t(beta() + tmax) * sizeof(float); }
+  __host__ __device__ int q() const { return k() + tmax * kp() * 4; }
+  __host__ __device__ int keys() const { return q() + tmax * kp() * 4; }           // [C, key_stride] E
+  __host__ __device__ int u() const { return keys() + up16(c * key_stride() * esz); }  // [C, kRows] E
+  __host__ __device__ int w() const { return u() + up16(c * kRows * esz); }         // fold weights [C, kRows]
+  __host__ __device__ int wu() const { return w() + c * kRows * 4; }               // buffer coefficients [C, TMAX]
+  __host__ __device__ int wo() const { return wu() + c * tmax * 4; }
+  __host__ __device__ int vu() const { return wo() + c * tmax * 4; }              // window coefficients [TMAX, TMAX]
+  __host__ __device__ int vo() const { return vu() + tmax * tmax * 4; }
+  __host__ __device__ int gbuf() const { return vo() + tmax * tmax * 4; }         // G of the buffer [C]
+  __host__ __device__ int gwin() const { return gbuf() + up16(c * 4); }           // G of the window [TMAX]
+  __host__ __device__ int egwin() const { return gwin() + tmax * 4; }
+  __host__ __device__ int graw() const { return egwin() + tmax * 4; }             // g of the window [TMAX]
+  __host__ __device__ int beta() const { return graw() + tmax * 4; }
+  __host__ __device__ size_t bytes() const { return size_t(beta() + tmax * 4); }
 };
 
 template <int KD, int TMAX, class E>
 __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_kernel(const GdnVerifyKVBufferParams p) {
   constexpr int NF = KD / 8, KP = KD + 4;
+  constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
   const GdnVerifyIO& io = p.io;
   const VerifyBlock b = verify_block(io.HV, io.V);
   const int T = io.tokens, C = p.capacity;
@@ -67,18 +75,26 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_kernel(const Gdn
     return;
   }
   extern __shared__ float4 smem4[];
-  float* smem = reinterpret_cast<float*>(smem4);
-  const VerifySmem L{KP, TMAX, C};
-  float *s_k = smem + L.k(), *s_q = smem + L.q(), *s_keys = smem + L.keys(), *s_w = smem + L.w();
-  float *s_wu = smem + L.wu(), *s_wo = smem + L.wo(), *s_vu = smem + L.vu(), *s_vo = smem + L.vo();
-  float *s_gbuf = smem + L.gbuf(), *s_gwin = smem + L.gwin(), *s_egwin = smem + L.egwin(), *s_beta = smem + L.beta();
-  __shared__ int s_parent[TMAX];
+  char* smem = reinterpret_cast<char*>(smem4);
+  const VerifySmem L{KD, TMAX, C, ESZ};
+  const int KS = L.key_stride();
+  float *s_k = reinterpret_cast<float*>(smem + L.k()), *s_q = reinterpret_cast<float*>(smem + L.q());
+  E* s_keys = reinterpret_cast<E*>(smem + L.keys());
+  E* s_u = reinterpret_cast<E*>(smem + L.u());
+  float* s_w = reinterpret_cast<float*>(smem + L.w());
+  float *s_wu = reinterpret_cast<float*>(smem + L.wu()), *s_wo = reinterpret_cast<float*>(smem + L.wo());
+  float *s_vu = reinterpret_cast<float*>(smem + L.vu()), *s_vo = reinterpret_cast<float*>(smem + L.vo());
+  float *s_gbuf = reinterpret_cast<float*>(smem + L.gbuf()), *s_gwin = reinterpret_cast<float*>(smem + L.gwin());
+  float *s_egwin = reinterpret_cast<float*>(smem + L.egwin()), *s_graw = reinterpret_cast<float*>(smem + L.graw());
+  float* s_beta = reinterpret_cast<float*>(smem + L.beta());
+  __shared__ int s_parent[TMAX], s_praw[TMAX];
   __shared__ unsigned s_anc[TMAX];
   __shared__ int s_fold;
 
   const int n = p.fill[slot];
   const bool has_state = p.has_state[slot] != 0;
-  // The state loads go first so that they are in flight during the setup below.
+  // Every global read of the block is issued before the first one is consumed: the state rows
+  // (registers), the n buffer entries (cp.async into shared memory), the window's tokens and gates.
   const size_t head_row0 = (size_t(slot) * io.HV + b.h) * io.V + b.v0;
   float* rowA = p.state + (head_row0 + b.rA) * KD;
   float* rowB = p.state + (head_row0 + b.rB) * KD;
@@ -89,47 +105,58 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_kernel(const Gdn
 #pragma unroll
     for (int i = 0; i < NF; ++i) xa[i] = xb[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
-
-  if (threadIdx.x == 0) {
-    const int depth = window_tree(io, b.row, s_parent, s_anc);
-    const bool fold = n + depth > C;
-    s_fold = fold;
-    const float g_base = (!fold && n > 0) ? p.buf_gcum[(size_t(slot) * C + n - 1) * io.HV + b.h] : 0.f;
-    for (int t = 0; t < T; ++t) {
-      const size_t gate = (size_t(b.row) * T + t) * io.HV + b.h;
-      const float G = (s_parent[t] < 0 ? g_base : s_gwin[s_parent[t]]) + io.g[gate];
-      s_gwin[t] = G;
-      s_egwin[t] = expf(G);
-      s_beta[t] = io.beta[gate];
-    }
+  const E* buf_k = static_cast<const E*>(p.buf_k) + (size_t(slot) * C * io.H + kh) * KD;  // entry j: + j H K
+  const E* buf_u = static_cast<const E*>(p.buf_val) + (size_t(slot) * C * io.HV + b.h) * io.V + b.v0;
+  for (int c = threadIdx.x; c < n * (KD / E16); c += kThreads) {
+    const int j = c / (KD / E16), e = (c % (KD / E16)) * E16;
+    cp_async16(s_keys + j * KS + e, buf_k + size_t(j) * io.H * KD + e);
+  }
+  for (int c = threadIdx.x; c < n * (kRows / E16); c += kThreads) {
+    const int j = c / (kRows / E16), e = (c % (kRows / E16)) * E16;
+    cp_async16(s_u + j * kRows + e, buf_u + size_t(j) * io.HV * io.V + e);
+  }
+  for (int j = threadIdx.x; j < n; j += kThreads) cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * io.HV + b.h);
+  if (threadIdx.x < T) {
+    const size_t gate = (size_t(b.row) * T + threadIdx.x) * io.HV + b.h;
+    s_graw[threadIdx.x] = io.g[gate];
+    s_beta[threadIdx.x] = io.beta[gate];
+    if (io.parents) s_praw[threadIdx.x] = io.parents[b.row * T + threadIdx.x];
   }
   load_window_kq<KD>(io, b.row, kh, s_k, s_q, KP);
-  const E* buf_k = static_cast<const E*>(p.buf_k) + (size_t(slot) * C * io.H + kh) * KD;
-  const size_t key_stride = size_t(io.H) * KD;
-  for (int idx = threadIdx.x; idx < n * KD; idx += kThreads)
-    s_keys[(idx / KD) * KP + idx % KD] = to_f32(buf_k[(idx / KD) * key_stride + idx % KD]);
-  for (int j = threadIdx.x; j < n; j += kThreads) s_gbuf[j] = p.buf_gcum[(size_t(slot) * C + j) * io.HV + b.h];
+  cp_async_wait_all();
+  __syncthreads();
+
+  if (threadIdx.x == 0) {
+    const int depth = window_tree(T, io.parents ? s_praw : nullptr, s_parent, s_anc);
+    const bool fold = n + depth > C;
+    s_fold = fold;
+    const float g_base = (!fold && n > 0) ? s_gbuf[n - 1] : 0.f;
+    for (int t = 0; t < T; ++t) {
+      const float G = (s_parent[t] < 0 ? g_base : s_gwin[s_parent[t]]) + s_graw[t];
+      s_gwin[t] = G;
+      s_egwin[t] = expf(G);
+    }
+  }
   __syncthreads();
 
   const bool fold = s_fold;
   const int n_eff = fold ? 0 : n;
-  const E* buf_u = static_cast<const E*>(p.buf_val) + (size_t(slot) * C * io.HV + b.h) * io.V + b.v0;
-  const size_t val_stride = size_t(io.HV) * io.V;
   if (fold) {
     const float g_n = s_gbuf[n - 1];
     for (int idx = threadIdx.x; idx < n * kRows; idx += kThreads)
-      s_w[idx] = expf(g_n - s_gbuf[idx / kRows]) * to_f32(buf_u[(idx / kRows) * val_stride + idx % kRows]);
+      s_w[idx] = expf(g_n - s_gbuf[idx / kRows]) * to_f32(s_u[idx]);
   } else {
     for (int idx = threadIdx.x; idx < n * T; idx += kThreads) {
       const int j = idx / T, t = idx % T;
-      const float4* kj = reinterpret_cast<const float4*>(s_keys + j * KP);
+      const E* kj = s_keys + j * KS;
       const float4* kt = reinterpret_cast<const float4*>(s_k + t * KP);
       const float4* qt = reinterpret_cast<const float4*>(s_q + t * KP);
       float kk = 0.f, kq = 0.f;
 #pragma unroll 8
       for (int i = 0; i < KD / 4; ++i) {
-        kk = dot4(kj[i], kt[i], kk);
-        kq = dot4(kj[i], qt[i], kq);
+        const float4 kf = load4(kj + 4 * i);
+        kk = dot4(kf, kt[i], kk);
+        kq = dot4(kf, qt[i], kq);
       }
       const float decay = expf(s_gwin[t] - s_gbuf[j]);
       s_wu[j * TMAX + t] = decay * kk;
@@ -159,7 +186,7 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_kernel(const Gdn
   __syncthreads();
 
   if (fold) {
-    fold_row_halves<KD>(xa, xb, expf(s_gbuf[n - 1]), n, s_keys, KP, s_w, b);
+    fold_row_halves<KD>(xa, xb, expf(s_gbuf[n - 1]), n, s_keys, KS, s_w, b);
     store_row_halves<KD>(rowA, rowB, b.parity, xa, xb);
   }
   const bool have_s0 = has_state || fold;
@@ -192,7 +219,7 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_kernel(const Gdn
   for (int t = 0; t < TMAX; ++t) su[t] = so[t] = 0.f;
 #pragma unroll 4
   for (int j = 0; j < n_eff; ++j) {
-    const float uj = to_f32(buf_u[j * val_stride + r]);
+    const float uj = to_f32(s_u[j * kRows + r]);
 #pragma unroll
     for (int t = 0; t < TMAX; ++t) {
       su[t] = fmaf(s_wu[j * TMAX + t], uj, su[t]);
@@ -258,16 +285,26 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_commit_kernel(co
   const E* win_u = static_cast<const E*>(p.win_u);
   E* buf_k = static_cast<E*>(p.buf_k);
   E* buf_u = static_cast<E*>(p.buf_val);
-  const size_t u_col = size_t(b.h) * io.V + b.v0 + threadIdx.x;  // within [HV, V]
-  auto win_u_at = [&](int node) { return win_u[(size_t(b.row) * T + node) * io.HV * io.V + u_col]; };
   auto win_k_at = [&](int node, int k) { return win_k[((size_t(b.row) * T + node) * io.H + kh) * KD + k]; };
   auto win_g_at = [&](int node) { return p.win_gcum[(size_t(b.row) * T + node) * io.HV + b.h]; };
 
   if (n0 + m < C) {
-    for (int i = 0; i < m; ++i) buf_u[(size_t(slot) * C + n0 + i) * io.HV * io.V + u_col] = win_u_at(s_node[i]);
+    // 16-byte copies: this block's 64 rows of u for each accepted node, and (one block per key
+    // head) the nodes' keys.
+    constexpr int E16 = 16 / sizeof(E);
+    auto copy16 = [](E* dst, const E* src) { *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src); };
+    const size_t u_block = size_t(b.h) * io.V + b.v0;
+    for (int c = threadIdx.x; c < m * (kRows / E16); c += kThreads) {
+      const int i = c / (kRows / E16), e = (c % (kRows / E16)) * E16;
+      copy16(buf_u + (size_t(slot) * C + n0 + i) * io.HV * io.V + u_block + e,
+             win_u + (size_t(b.row) * T + s_node[i]) * io.HV * io.V + u_block + e);
+    }
     if (key_block)
-      for (int idx = threadIdx.x; idx < m * KD; idx += kThreads)
-        buf_k[((size_t(slot) * C + n0 + idx / KD) * io.H + kh) * KD + idx % KD] = win_k_at(s_node[idx / KD], idx % KD);
+      for (int c = threadIdx.x; c < m * (KD / E16); c += kThreads) {
+        const int i = c / (KD / E16), e = (c % (KD / E16)) * E16;
+        copy16(buf_k + ((size_t(slot) * C + n0 + i) * io.H + kh) * KD + e,
+               win_k + ((size_t(b.row) * T + s_node[i]) * io.H + kh) * KD + e);
+      }
     if (b.tile == 0 && threadIdx.x < m)
       p.buf_gcum[(size_t(slot) * C + n0 + threadIdx.x) * io.HV + b.h] = win_g_at(s_node[threadIdx.x]);
     if (first_block) {
@@ -346,7 +383,7 @@ template <int KD, class E>
 void dispatch_tokens(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
   const int T = p.io.tokens;
   const int tmax = T <= 2 ? 2 : T <= 4 ? 4 : 8;
-  const size_t smem = VerifySmem{KD + 4, tmax, p.capacity}.bytes();
+  const size_t smem = VerifySmem{KD, tmax, p.capacity, sizeof(E)}.bytes();
   switch (tmax) {
     case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E>, p, smem, stream);
     case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E>, p, smem, stream);
