@@ -131,6 +131,48 @@ __device__ __forceinline__ void write_zero_output(const GdnStepIO& io, const Blo
   for (int r = threadIdx.x; r < rows; r += blockDim.x) out[r] = __float2bfloat16_rn(0.f);
 }
 
+// ---- State tiles through the bulk copy engine (sm_90): one thread issues cp.async.bulk copies of
+// the block's contiguous state rows into shared memory, 16 rows (kGroups: one per group) per chunk,
+// each chunk completing on its own mbarrier, all chunks in flight at once. The copies overlap the
+// block's other loads and arithmetic and put up to rows x K x 4 bytes in flight per block without
+// holding registers.
+constexpr int kMaxChunks = 8;  // rows_per_block <= 128
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Thread 0 only: initialise `chunks` barriers and start the copies of rows [0, 16 * chunks) of
+// `src` (rows of K floats) into `tile`. The block must pass a __syncthreads() before any wait.
+template <int K>
+__device__ __forceinline__ void tile_issue(float* tile, const float* src, int chunks, uint64_t* bars) {
+  constexpr uint32_t kChunkBytes = kGroups * K * sizeof(float);
+  for (int c = 0; c < chunks; ++c)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bars + c)));
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  for (int c = 0; c < chunks; ++c) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bars + c)),
+                 "r"(kChunkBytes)
+                 : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            smem_addr(tile + size_t(c) * kGroups * K)),
+        "l"(src + size_t(c) * kGroups * K), "r"(kChunkBytes), "r"(smem_addr(bars + c))
+        : "memory");
+  }
+}
+
+__device__ __forceinline__ void tile_wait(uint64_t* bar) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar))
+        : "memory");
+  } while (!done);
+}
+
 // Validation shared by the dispatch functions.
 void validate_step_io(const GdnStepIO& io, const char* who);
 int choose_rows_per_block(const GdnStepIO& io);

@@ -48,9 +48,11 @@ constexpr int kMaxCapacity = 64;
 constexpr int kUtilePad = 8;  // u tile row stride rows + 8 floats: spreads a group's 8 j's over banks
 
 template <int K, int V, class E, bool RAW>
-__global__ void __launch_bounds__(kThreads) gdn_decode_kvbuffer_kernel(GdnKVBufferParams p, int rows) {
+__global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVBufferParams p, int rows) {
   static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
   constexpr int N = K / 8;
+  extern __shared__ __align__(128) float smem[];
+  __shared__ __align__(8) uint64_t bars[kMaxChunks];
   const GdnStepIO& io = p.io;
   const BlockCoords c = block_coords(io, rows);
   const int slot = io.slot[c.row];
@@ -65,6 +67,10 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_kvbuffer_kernel(GdnKVBuff
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
   const int H = io.H, HV = io.HV;
   const int kh = c.h / (HV / H);
+  const int chunks = rows / kGroups;
+  const size_t head = (size_t(slot) * HV + c.h) * V * K;
+  float* state = p.state + head;
+  if (has_state && threadIdx.x == 0) tile_issue<K>(smem, state + size_t(c.v0) * K, chunks, bars);
 
   float k[N], q[N], kq;
   load_token_kq<K>(io, c.row, kh, lane, k, q, kq);
@@ -76,8 +82,8 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_kvbuffer_kernel(GdnKVBuff
   E* bk = static_cast<E*>(p.buf_k) + size_t(slot) * C * H * K;     // [C, H, K]
   E* bval = static_cast<E*>(p.buf_val) + size_t(slot) * C * HV * V;  // [C, HV, V]
 
-  extern __shared__ float smem[];
-  float* sc = smem;        // c_j
+  float* tile = smem;                   // [rows, K]: this block's S0 rows (when has_state)
+  float* sc = tile + rows * K;          // c_j
   float* sd = sc + C;      // d_j
   float* sw = sd + C;      // e^{G_t - G_j}
   float* rest = sw + C;
@@ -138,91 +144,79 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_kvbuffer_kernel(GdnKVBuff
   }
   __syncthreads();
 
-  const size_t head = (size_t(slot) * HV + c.h) * V * K;
-  float* state = p.state + head;
   const __nv_bfloat16* vin = io.v + (size_t(c.row) * HV + c.h) * V;
   __nv_bfloat16* out = io.out + (size_t(c.row) * HV + c.h) * V;
   float* ua = scratch + group * C;
   const int leader = (threadIdx.x & 31) & ~(kGroupLanes - 1);
 
-  constexpr int kUnroll = 2;
-  for (int r0 = c.v0 + group; r0 < c.v0 + rows; r0 += kGroups * kUnroll) {
-    float s[kUnroll][N];
-    bool live[kUnroll];
+  for (int ch = 0; ch < chunks; ++ch) {
+    const int rl = ch * kGroups + group, r = c.v0 + rl;
+    const float v_r = __bfloat162float(vin[r]);
+    float s[N];
+    if (has_state) {
+      tile_wait(bars + ch);
+      load_slice<K>(tile + size_t(rl) * K, lane, s);
+    } else {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int r = r0 + u * kGroups;
-      live[u] = r < c.v0 + rows;
-      if (live[u] && has_state) {
-        load_slice<K>(state + size_t(r) * K, lane, s[u]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < N; ++i) s[u][i] = 0.f;
-      }
+      for (int i = 0; i < N; ++i) s[i] = 0.f;
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (!live[u]) continue;
-      const int r = r0 + u * kGroups, rl = r - c.v0;
-      const float pa = dot<N>(s[u], k), pb = dot<N>(s[u], q);
-      const float v_r = __bfloat162float(vin[r]);
-      float u_t, o;
-      if (!RAW) {
-        float pc = 0.f, pd = 0.f;
-        for (int j = lane; j < n; j += kGroupLanes) {
-          const float uj = utile[j * ustride + rl];
-          pc = fmaf(sc[j], uj, pc);
-          pd = fmaf(sd[j], uj, pd);
-        }
-        const float s1 = group_sum(fmaf(eG_t, pa, pc));
-        const float s2 = group_sum(fmaf(eG_t, pb, pd));
-        u_t = beta * (v_r - s1);
-        o = s2 + kq * u_t;
-      } else {
-        for (int j = 0; j < n; ++j) {
-          float aj = 0.f;
-          if (has_state) {
-            float kj[N];
-            load_slice<K>(bk + (size_t(j) * H + kh) * K, lane, kj);
-            aj = group_sum(dot<N>(s[u], kj));
-          }
-          if (lane == 0) ua[j] = aj;
-        }
-        const float a_t = group_sum(pa), b_t = group_sum(pb);
-        __syncwarp();
-        u_t = 0.f, o = 0.f;
-        if (lane == 0) {
-          float corr = 0.f, outb = 0.f;
-          for (int j = 0; j < n; ++j) {
-            float x = bj[j] * (to_f32(bval[(size_t(j) * HV + c.h) * V + r]) - eG[j] * ua[j]);
-            for (int i = 0; i < j; ++i) x = fmaf(-L[j * C + i], ua[i], x);
-            ua[j] = x;
-            corr = fmaf(sc[j], x, corr);
-            outb = fmaf(sd[j], x, outb);
-          }
-          u_t = beta * (v_r - eG_t * a_t - corr);
-          o = eG_t * b_t + outb + kq * u_t;
-        }
-        u_t = __shfl_sync(0xffffffffu, u_t, leader);
-        __syncwarp();
+    const float pa = dot<N>(s, k), pb = dot<N>(s, q);
+    float u_t, o;
+    if (!RAW) {
+      float pc = 0.f, pd = 0.f;
+      for (int j = lane; j < n; j += kGroupLanes) {
+        const float uj = utile[j * ustride + rl];
+        pc = fmaf(sc[j], uj, pc);
+        pd = fmaf(sd[j], uj, pd);
       }
-      if (lane == 0) out[r] = __float2bfloat16_rn(o);
-      if (fold) {
-#pragma unroll
-        for (int i = 0; i < N; ++i) s[u][i] = fmaf(eG_t, s[u][i], u_t * k[i]);
-        for (int j = 0; j < n; ++j) {
-          const float wj = sw[j] * (RAW ? ua[j] : utile[j * ustride + rl]);
+      const float s1 = group_sum(fmaf(eG_t, pa, pc));
+      const float s2 = group_sum(fmaf(eG_t, pb, pd));
+      u_t = beta * (v_r - s1);
+      o = s2 + kq * u_t;
+    } else {
+      for (int j = 0; j < n; ++j) {
+        float aj = 0.f;
+        if (has_state) {
           float kj[N];
           load_slice<K>(bk + (size_t(j) * H + kh) * K, lane, kj);
-#pragma unroll
-          for (int i = 0; i < N; ++i) s[u][i] = fmaf(wj, kj[i], s[u][i]);
+          aj = group_sum(dot<N>(s, kj));
         }
-        store_slice<K>(state + size_t(r) * K, lane, s[u]);
-      } else if (lane == 0) {
-        bval[(size_t(n) * HV + c.h) * V + r] = from_f32<E>(RAW ? v_r : u_t);
+        if (lane == 0) ua[j] = aj;
       }
-      if (RAW) __syncwarp();  // ua is rewritten by the next row
+      const float a_t = group_sum(pa), b_t = group_sum(pb);
+      __syncwarp();
+      u_t = 0.f, o = 0.f;
+      if (lane == 0) {
+        float corr = 0.f, outb = 0.f;
+        for (int j = 0; j < n; ++j) {
+          float x = bj[j] * (to_f32(bval[(size_t(j) * HV + c.h) * V + r]) - eG[j] * ua[j]);
+          for (int i = 0; i < j; ++i) x = fmaf(-L[j * C + i], ua[i], x);
+          ua[j] = x;
+          corr = fmaf(sc[j], x, corr);
+          outb = fmaf(sd[j], x, outb);
+        }
+        u_t = beta * (v_r - eG_t * a_t - corr);
+        o = eG_t * b_t + outb + kq * u_t;
+      }
+      u_t = __shfl_sync(0xffffffffu, u_t, leader);
+      __syncwarp();
     }
+    if (lane == 0) out[r] = __float2bfloat16_rn(o);
+    if (fold) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) s[i] = fmaf(eG_t, s[i], u_t * k[i]);
+      for (int j = 0; j < n; ++j) {
+        const float wj = sw[j] * (RAW ? ua[j] : utile[j * ustride + rl]);
+        float kj[N];
+        load_slice<K>(bk + (size_t(j) * H + kh) * K, lane, kj);
+#pragma unroll
+        for (int i = 0; i < N; ++i) s[i] = fmaf(wj, kj[i], s[i]);
+      }
+      store_slice<K>(state + size_t(r) * K, lane, s);
+    } else if (lane == 0) {
+      bval[(size_t(n) * HV + c.h) * V + r] = from_f32<E>(RAW ? v_r : u_t);
+    }
+    if (RAW) __syncwarp();  // ua is rewritten by the next row
   }
 
   if (!fold && c.tile == 0) {
@@ -246,7 +240,7 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_kvbuffer_kernel(GdnKVBuff
 
 size_t kvbuffer_smem_bytes(const GdnKVBufferParams& p, int rows) {
   const size_t C = size_t(p.capacity);
-  size_t floats = 3 * C;
+  size_t floats = size_t(rows) * p.io.K + 3 * C;
   if (p.variant == GdnBufferVariant::Raw)
     floats += C * C + 2 * C + size_t(kGroups) * C;
   else

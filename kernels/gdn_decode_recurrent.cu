@@ -20,6 +20,7 @@
 //   >= 90% of the measured copy bandwidth at batch >= 64 and about 3-4 us per layer at batch 1
 //   (launch-latency bound: 256 blocks of 16 rows).
 //   v1 measured: see results/README.md (filled in from the sweep, commit named there).
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -57,7 +58,7 @@ int choose_rows_per_block(const GdnStepIO& io) {
   // Up to 16 blocks of 128 threads fit on one multiprocessor: aim for 8 blocks per SM before
   // making blocks bigger, so that small batches still spread their state over every SM.
   const long heads = long(io.batch) * io.HV;
-  int rows = io.V;
+  int rows = std::min(io.V, 64);  // 32 KiB tiles: up to 7 blocks per SM by shared memory
   while (rows > 16 && heads * (io.V / rows) < 8L * sms) rows /= 2;
   return rows;
 }
@@ -66,6 +67,8 @@ template <int K, int V>
 __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecurrentParams p, int rows) {
   static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
   constexpr int N = K / 8;  // floats per lane per row
+  extern __shared__ __align__(128) float tile[];  // [rows, K]: this block's state rows
+  __shared__ __align__(8) uint64_t bars[kMaxChunks];
   const GdnStepIO& io = p.io;
   const BlockCoords c = block_coords(io, rows);
   const int slot = io.slot[c.row];
@@ -73,6 +76,10 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
     write_zero_output(io, c, rows);
     return;
   }
+  const size_t head = (size_t(slot) * io.HV + c.h) * V * K;
+  const int chunks = rows / kGroups;
+  if (threadIdx.x == 0) tile_issue<K>(tile, p.state_in + head + size_t(c.v0) * K, chunks, bars);
+
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
   const int kh = c.h / (io.HV / io.H);
   float k[N], q[N], kq;
@@ -80,36 +87,34 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
   float g, beta;
   load_gates(io, c.row, c.h, g, beta);
   const float decay = expf(g);
-
-  const size_t head = (size_t(slot) * io.HV + c.h) * V * K;
-  const float* s_in = p.state_in + head;
   float* s_out = p.state_out + head;
   const __nv_bfloat16* vin = io.v + (size_t(c.row) * io.HV + c.h) * V;
   __nv_bfloat16* out = io.out + (size_t(c.row) * io.HV + c.h) * V;
+  __syncthreads();  // barriers initialised
 
-  constexpr int kUnroll = 2;
-  for (int r0 = c.v0 + group; r0 < c.v0 + rows; r0 += kGroups * kUnroll) {
-    float s[kUnroll][N];
-    bool live[kUnroll];
+  for (int ch = 0; ch < chunks; ++ch) {
+    const int rl = ch * kGroups + group, r = c.v0 + rl;
+    const float v_r = __bfloat162float(vin[r]);
+    tile_wait(bars + ch);
+    float s[N];
+    load_slice<K>(tile + size_t(rl) * K, lane, s);
+    const float a = group_sum(dot<N>(s, k));
+    const float b = group_sum(dot<N>(s, q));
+    const float uv = beta * (v_r - decay * a);
+    if (lane == 0) out[r] = __float2bfloat16_rn(decay * b + kq * uv);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int r = r0 + u * kGroups;
-      live[u] = r < c.v0 + rows;
-      if (live[u]) load_slice<K>(s_in + size_t(r) * K, lane, s[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (!live[u]) continue;
-      const int r = r0 + u * kGroups;
-      const float a = group_sum(dot<N>(s[u], k));
-      const float b = group_sum(dot<N>(s[u], q));
-      const float uv = beta * (__bfloat162float(vin[r]) - decay * a);
-      if (lane == 0) out[r] = __float2bfloat16_rn(decay * b + kq * uv);
-#pragma unroll
-      for (int i = 0; i < N; ++i) s[u][i] = fmaf(decay, s[u][i], uv * k[i]);
-      store_slice<K>(s_out + size_t(r) * K, lane, s[u]);
-    }
+    for (int i = 0; i < N; ++i) s[i] = fmaf(decay, s[i], uv * k[i]);
+    store_slice<K>(s_out + size_t(r) * K, lane, s);
   }
+}
+
+template <int K, int V>
+void launch_recurrent(const GdnRecurrentParams& p, int rows, dim3 grid, cudaStream_t stream) {
+  const size_t smem = size_t(rows) * K * sizeof(float);
+  auto kernel = gdn_decode_recurrent_kernel<K, V>;
+  if (smem > 48 * 1024)
+    KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  kernel<<<grid, kThreads, smem, stream>>>(p, rows);
 }
 
 }  // namespace gdn_detail
@@ -126,10 +131,10 @@ void gdn_decode_recurrent(const GdnRecurrentParams& p, cudaStream_t stream) {
   const int kv = p.io.K * 1000 + p.io.V;
   switch (kv) {
     case 128 * 1000 + 128:
-      gdn_decode_recurrent_kernel<128, 128><<<grid, kThreads, 0, stream>>>(p, rows);
+      launch_recurrent<128, 128>(p, rows, grid, stream);
       break;
     case 64 * 1000 + 64:
-      gdn_decode_recurrent_kernel<64, 64><<<grid, kThreads, 0, stream>>>(p, rows);
+      launch_recurrent<64, 64>(p, rows, grid, stream);
       break;
     default:
       throw std::invalid_argument("gdn_decode_recurrent: unsupported head dims K=" + std::to_string(p.io.K) +
