@@ -38,7 +38,8 @@ std::vector<int> parse_drafts(const std::string& s) {
   size_t pos = 0;
   while (pos <= s.size()) {
     const size_t next = s.find(',', pos);
-    const std::string item = s.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+    const std::string item =
+        s.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
     size_t used = 0;
     int value = 0;
     try {
@@ -46,7 +47,8 @@ std::vector<int> parse_drafts(const std::string& s) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (item.empty() || used != item.size()) throw UsageError("--drafts: expected 'all' or integers T, got '" + s + "'");
+    if (item.empty() || used != item.size())
+      throw UsageError("--drafts: expected 'all' or integers T, got '" + s + "'");
     require_positive("--drafts", value);
     out.push_back(value);
     if (next == std::string::npos) break;
@@ -59,7 +61,8 @@ int run_capacity(const CapacityOptions& o) {
   const std::vector<ModelSpec> before_tp = o.model.selected();
   const std::vector<ModelSpec> models = o.model.selected_after_tp();
   const std::vector<int> drafts = parse_drafts(o.drafts);
-  if (!(o.gpu_mem_gib > 0)) throw UsageError(fmt::format("--gpu-mem-gib must be positive, got {}", o.gpu_mem_gib));
+  if (!(o.gpu_mem_gib > 0))
+    throw UsageError(fmt::format("--gpu-mem-gib must be positive, got {}", o.gpu_mem_gib));
   const bool weights_given = o.weights_option->count() > 0;
   if (weights_given && !(o.weights_gib >= 0))
     throw UsageError(fmt::format("--weights-gib must be non-negative, got {}", o.weights_gib));
@@ -67,7 +70,8 @@ int run_capacity(const CapacityOptions& o) {
   require_positive("--chunk", o.chunk);
   for (int T : drafts)
     if (T > o.chunk)
-      throw UsageError(fmt::format("--drafts T = {} exceeds buffer capacity --chunk C = {} (need T <= C)", T, o.chunk));
+      throw UsageError(fmt::format(
+          "--drafts T = {} exceeds buffer capacity --chunk C = {} (need T <= C)", T, o.chunk));
   const SchedulerPolicy scheduler = [&] {
     try {
       return parse_scheduler(o.scheduler);
@@ -84,30 +88,54 @@ int run_capacity(const CapacityOptions& o) {
   if (!o.csv.empty()) {
     try {
       csv = std::make_unique<CsvWriter>(
-          o.csv,
-          std::vector<std::string>{
-              "model", "tp", "kind", "drafts", "chunk", "variant", "scheduler", "verify_scratch_counted", "context_tokens", "gpu_memory_bytes",
-              "weight_bytes", "pool_bytes", "classic_linear_bytes_per_request", "kvbuffer_linear_bytes_per_request",
-              "attn_kv_bytes_per_request", "classic_max_requests_linear", "kvbuffer_max_requests_linear",
-              "ratio_linear", "classic_max_requests_whole", "kvbuffer_max_requests_whole", "ratio_whole",
-              "measured_classic_max_requests", "measured_kvbuffer_max_requests", "measured_ratio", "gpu", "commit"});
+          o.csv, std::vector<std::string>{"model",
+                                          "tp",
+                                          "kind",
+                                          "drafts",
+                                          "chunk",
+                                          "variant",
+                                          "scheduler",
+                                          "verify_scratch_counted",
+                                          "context_tokens",
+                                          "gpu_memory_bytes",
+                                          "weight_bytes",
+                                          "pool_bytes",
+                                          "classic_linear_bytes_per_request",
+                                          "kvbuffer_linear_bytes_per_request",
+                                          "attn_kv_bytes_per_request",
+                                          "classic_max_requests_linear",
+                                          "kvbuffer_max_requests_linear",
+                                          "ratio_linear",
+                                          "classic_max_requests_whole",
+                                          "kvbuffer_max_requests_whole",
+                                          "ratio_whole",
+                                          "measured_classic_max_requests",
+                                          "measured_kvbuffer_max_requests",
+                                          "measured_ratio",
+                                          "gpu",
+                                          "commit"});
     } catch (const std::runtime_error& e) {
       throw UsageError(fmt::format("--csv: {}", e.what()));
     }
   }
 
-  fmt::print("capacity: {:.1f} GiB GPU memory, context {} tokens, C = {}, {} buffer entries, scheduler {} "
-             "({}), tp {}\n",
-             o.gpu_mem_gib, o.context, o.chunk, variant_name(variant), scheduler_name(scheduler),
-             scheduler == SchedulerPolicy::Reserve ? "full-attention KV of the whole context reserved per request"
-                                                   : "half the context's full-attention KV per request on average",
-             o.model.tp);
-  fmt::print("per request and linear-attention pool: classic = (1 + T) states and conv windows per layer, "
-             "kvbuffer = 1 state + 1 conv window + C entries per layer{}\n\n",
-             o.count_scratch ? " + T verify-scratch entries" : "");
-  fmt::print("{:<27} {:>2} {:>8} {:>9} {:>11} {:>11} {:>9} {:>9} {:>7} | {:>10} {:>8} {:>8} {:>7}{}\n", "model", "T",
-             "weights", "pool", "classic/req", "kvbuf/req", "classic", "kvbuf", "ratio", "+attn/req", "classic",
-             "kvbuf", "ratio", o.measure ? " | measured classic kvbuf  ratio" : "");
+  fmt::print(
+      "capacity: {:.1f} GiB GPU memory, context {} tokens, C = {}, {} buffer entries, scheduler {} "
+      "({}), tp {}\n",
+      o.gpu_mem_gib, o.context, o.chunk, variant_name(variant), scheduler_name(scheduler),
+      scheduler == SchedulerPolicy::Reserve
+          ? "full-attention KV of the whole context reserved per request"
+          : "half the context's full-attention KV per request on average",
+      o.model.tp);
+  fmt::print(
+      "per request and linear-attention pool: classic = (1 + T) states and conv windows per layer, "
+      "kvbuffer = 1 state + 1 conv window + C entries per layer{}\n\n",
+      o.count_scratch ? " + T verify-scratch entries" : "");
+  fmt::print(
+      "{:<27} {:>2} {:>8} {:>9} {:>11} {:>11} {:>9} {:>9} {:>7} | {:>10} {:>8} {:>8} {:>7}{}\n",
+      "model", "T", "weights", "pool", "classic/req", "kvbuf/req", "classic", "kvbuf", "ratio",
+      "+attn/req", "classic", "kvbuf", "ratio",
+      o.measure ? " | measured classic kvbuf  ratio" : "");
   for (size_t i = 0; i < models.size(); ++i) {
     const ModelSpec& m = models[i];
     if (m.kind == LayerKind::Mamba2 && o.variant != "cached-u")
@@ -116,7 +144,8 @@ int run_capacity(const CapacityOptions& o) {
       CapacityInputs in;
       in.model = m;
       in.gpu_memory_bytes = o.gpu_mem_gib * kGiB;
-      in.weight_bytes = weights_given ? o.weights_gib * kGiB : default_weight_bytes(before_tp[i], o.model.tp);
+      in.weight_bytes =
+          weights_given ? o.weights_gib * kGiB : default_weight_bytes(before_tp[i], o.model.tp);
       in.context = o.context;
       in.drafts = T;
       in.chunk = o.chunk;
@@ -139,36 +168,59 @@ int run_capacity(const CapacityOptions& o) {
         gpu = gpu_name();
         mc = std::to_string(classic.max_requests);
         mk = std::to_string(kvb.max_requests);
-        mr = classic.max_requests ? fmt::format("{:.4f}", double(kvb.max_requests) / classic.max_requests) : "";
+        mr = classic.max_requests
+                 ? fmt::format("{:.4f}", double(kvb.max_requests) / classic.max_requests)
+                 : "";
         measured_cells = fmt::format(" | {:>16} {:>5} {:>6}", mc, mk, mr.empty() ? "-" : mr + "x");
         for (const auto* note : {&classic.note, &kvb.note})
           if (!note->empty()) measured_cells += " (" + *note + ")";
       }
 #endif
-      fmt::print("{:<27} {:>2} {:>8} {:>9} {:>11} {:>11} {:>9} {:>9} {:>6.3f}x | {:>10} {:>8} {:>8} {:>6.3f}x{}\n",
-                 m.name, T, fmt::format("{:.1f}G", in.weight_bytes / kGiB), fmt::format("{:.1f}G", r.pool_bytes / kGiB),
-                 fmt::format("{:.1f}M", r.classic.linear_bytes_per_request / (1024 * 1024)),
-                 fmt::format("{:.1f}M", r.kvbuffer.linear_bytes_per_request / (1024 * 1024)),
-                 r.classic.max_requests_linear_pool, r.kvbuffer.max_requests_linear_pool, r.ratio_linear_pool,
-                 fmt::format("{:.1f}M", r.kvbuffer.attn_bytes_per_request / (1024 * 1024)),
-                 r.classic.max_requests_whole_model, r.kvbuffer.max_requests_whole_model, r.ratio_whole_model,
-                 measured_cells);
+      fmt::print(
+          "{:<27} {:>2} {:>8} {:>9} {:>11} {:>11} {:>9} {:>9} {:>6.3f}x | {:>10} {:>8} {:>8} "
+          "{:>6.3f}x{}\n",
+          m.name, T, fmt::format("{:.1f}G", in.weight_bytes / kGiB),
+          fmt::format("{:.1f}G", r.pool_bytes / kGiB),
+          fmt::format("{:.1f}M", r.classic.linear_bytes_per_request / (1024 * 1024)),
+          fmt::format("{:.1f}M", r.kvbuffer.linear_bytes_per_request / (1024 * 1024)),
+          r.classic.max_requests_linear_pool, r.kvbuffer.max_requests_linear_pool,
+          r.ratio_linear_pool,
+          fmt::format("{:.1f}M", r.kvbuffer.attn_bytes_per_request / (1024 * 1024)),
+          r.classic.max_requests_whole_model, r.kvbuffer.max_requests_whole_model,
+          r.ratio_whole_model, measured_cells);
       if (csv)
-        csv->row({m.name, std::to_string(m.tp), layer_kind_name(m.kind), std::to_string(T), std::to_string(o.chunk),
-                  variant_name(variant), scheduler_name(scheduler), o.count_scratch ? "1" : "0", std::to_string(o.context),
-                  fmt::format("{:.0f}", in.gpu_memory_bytes), fmt::format("{:.0f}", in.weight_bytes),
-                  fmt::format("{:.0f}", r.pool_bytes), fmt::format("{:.0f}", r.classic.linear_bytes_per_request),
+        csv->row({m.name,
+                  std::to_string(m.tp),
+                  layer_kind_name(m.kind),
+                  std::to_string(T),
+                  std::to_string(o.chunk),
+                  variant_name(variant),
+                  scheduler_name(scheduler),
+                  o.count_scratch ? "1" : "0",
+                  std::to_string(o.context),
+                  fmt::format("{:.0f}", in.gpu_memory_bytes),
+                  fmt::format("{:.0f}", in.weight_bytes),
+                  fmt::format("{:.0f}", r.pool_bytes),
+                  fmt::format("{:.0f}", r.classic.linear_bytes_per_request),
                   fmt::format("{:.0f}", r.kvbuffer.linear_bytes_per_request),
                   fmt::format("{:.0f}", r.kvbuffer.attn_bytes_per_request),
-                  std::to_string(r.classic.max_requests_linear_pool), std::to_string(r.kvbuffer.max_requests_linear_pool),
-                  fmt::format("{:.6f}", r.ratio_linear_pool), std::to_string(r.classic.max_requests_whole_model),
-                  std::to_string(r.kvbuffer.max_requests_whole_model), fmt::format("{:.6f}", r.ratio_whole_model), mc,
-                  mk, mr, gpu, source_commit()});
+                  std::to_string(r.classic.max_requests_linear_pool),
+                  std::to_string(r.kvbuffer.max_requests_linear_pool),
+                  fmt::format("{:.6f}", r.ratio_linear_pool),
+                  std::to_string(r.classic.max_requests_whole_model),
+                  std::to_string(r.kvbuffer.max_requests_whole_model),
+                  fmt::format("{:.6f}", r.ratio_whole_model),
+                  mc,
+                  mk,
+                  mr,
+                  gpu,
+                  source_commit()});
     }
   }
-  fmt::print("\nratio: classic / kvbuffer bytes per request (exact, before rounding to whole requests); "
-             "+attn/req: full-attention KV per request; weights default to params x 2 bytes / tp; "
-             "a pool of 0 means the weights alone exceed the memory (raise --tp)\n");
+  fmt::print(
+      "\nratio: classic / kvbuffer bytes per request (exact, before rounding to whole requests); "
+      "+attn/req: full-attention KV per request; weights default to params x 2 bytes / tp; "
+      "a pool of 0 means the weights alone exceed the memory (raise --tp)\n");
   if (csv) fmt::print("wrote {}\n", o.csv);
   return 0;
 }
@@ -178,18 +230,25 @@ int run_capacity(const CapacityOptions& o) {
 Command add_capacity_command(CLI::App& app) {
   auto o = std::make_shared<CapacityOptions>();
   Command c;
-  c.app = app.add_subcommand("capacity", "largest number of concurrent requests: classic speculative vs KVBuffer");
+  c.app = app.add_subcommand(
+      "capacity", "largest number of concurrent requests: classic speculative vs KVBuffer");
   o->model.add_to(c.app, true, true);
   c.app->add_option("--gpu-mem-gib", o->gpu_mem_gib, "GPU memory in GiB")->capture_default_str();
-  o->weights_option = c.app->add_option("--weights-gib", o->weights_gib, "weight memory per GPU in GiB (default params x 2 bytes / tp)");
+  o->weights_option =
+      c.app->add_option("--weights-gib", o->weights_gib,
+                        "weight memory per GPU in GiB (default params x 2 bytes / tp)");
   c.app->add_option("--context", o->context, "context length L in tokens")->capture_default_str();
-  c.app->add_option("--drafts", o->drafts, "tokens verified per step T: N[,N..] or 'all' (1..8)")->capture_default_str();
+  c.app->add_option("--drafts", o->drafts, "tokens verified per step T: N[,N..] or 'all' (1..8)")
+      ->capture_default_str();
   c.app->add_option("--chunk", o->chunk, "KVBuffer capacity C (C >= T)")->capture_default_str();
-  c.app->add_option("--scheduler", o->scheduler, "full-attention KV policy: reserve | mean")->capture_default_str();
-  c.app->add_option("--variant", o->variant, "GDN buffer variant: raw | cached-u")->capture_default_str();
+  c.app->add_option("--scheduler", o->scheduler, "full-attention KV policy: reserve | mean")
+      ->capture_default_str();
+  c.app->add_option("--variant", o->variant, "GDN buffer variant: raw | cached-u")
+      ->capture_default_str();
   c.app->add_option("--csv", o->csv, "also write the rows to this CSV file");
   c.app->add_flag("--count-scratch", o->count_scratch,
-                  "count the T verify-scratch entries per request and layer our kernels allocate (as --measure does)");
+                  "count the T verify-scratch entries per request and layer our kernels allocate "
+                  "(as --measure does)");
   c.app->add_flag("--measure", o->measure, "also measure on the GPU by bisection (CUDA builds)");
   c.run = [o] { return run_capacity(*o); };
   return c;

@@ -15,7 +15,8 @@ namespace kvbuf::cli {
 Command add_check_command(CLI::App& app) {
   auto seed = std::make_shared<long long>(1);
   Command c;
-  c.app = app.add_subcommand("check", "run the reference cross-checks (and the GPU kernel checks in CUDA builds)");
+  c.app = app.add_subcommand(
+      "check", "run the reference cross-checks (and the GPU kernel checks in CUDA builds)");
   c.app->add_option("--seed", *seed, "random seed of the inputs")->capture_default_str();
   c.run = [seed] {
     if (*seed < 0) throw UsageError(fmt::format("--seed must be non-negative, got {}", *seed));
@@ -23,9 +24,11 @@ Command add_check_command(CLI::App& app) {
     int failed = 0;
     for (const auto& r : checks) {
       if (!r.ok) ++failed;
-      fmt::print("{:<4} {:<60} rel err {:.3e}  tol {:.3e}\n", r.ok ? "ok" : "FAIL", r.name, r.max_rel_err, r.tol);
+      fmt::print("{:<4} {:<60} rel err {:.3e}  tol {:.3e}\n", r.ok ? "ok" : "FAIL", r.name,
+                 r.max_rel_err, r.tol);
     }
-    fmt::print("reference cross-checks: {} of {} passed (seed {})\n", checks.size() - failed, checks.size(), *seed);
+    fmt::print("reference cross-checks: {} of {} passed (seed {})\n", checks.size() - failed,
+               checks.size(), *seed);
     if (checks.empty()) {
       fmt::print("no reference cross-checks ran\n");
       ++failed;

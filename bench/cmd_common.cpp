@@ -8,7 +8,8 @@ namespace kvbuf::cli {
 
 void ModelOptions::add_to(CLI::App* cmd, bool allow_all, bool add_attention) {
   cmd->add_option("--model", model,
-                  allow_all ? "catalog model name, or 'all' (see `kvbuf models`)" : "catalog model name (see `kvbuf models`)");
+                  allow_all ? "catalog model name, or 'all' (see `kvbuf models`)"
+                            : "catalog model name (see `kvbuf models`)");
   cmd->add_option("--kind", kind, "custom model: gdn | mamba2");
   cmd->add_option("--key-heads", key_heads, "custom model: key heads H (Mamba-2: groups G)");
   cmd->add_option("--value-heads", value_heads, "custom model: value heads HV (Mamba-2: heads NH)");
@@ -17,19 +18,23 @@ void ModelOptions::add_to(CLI::App* cmd, bool allow_all, bool add_attention) {
   cmd->add_option("--layers", layers, "custom model: linear-attention layers");
   cmd->add_option("--tp", tp, "tensor-parallel degree (divides the heads)")->capture_default_str();
   if (add_attention) {
-    cmd->add_option("--attn-layers", attn_layers, "custom model: full-attention layers")->capture_default_str();
+    cmd->add_option("--attn-layers", attn_layers, "custom model: full-attention layers")
+        ->capture_default_str();
     cmd->add_option("--attn-kv-heads", attn_kv_heads, "custom model: full-attention KV heads");
     cmd->add_option("--attn-head-dim", attn_head_dim, "custom model: full-attention head dim");
-    cmd->add_option("--params-billion", params_billion, "custom model: parameters (weights at 2 bytes each)");
+    cmd->add_option("--params-billion", params_billion,
+                    "custom model: parameters (weights at 2 bytes each)");
   }
   allow_all_ = allow_all;
 }
 
 std::vector<ModelSpec> ModelOptions::selected() const {
-  const bool any_custom = !kind.empty() || key_heads || value_heads || head_k || head_v || layers || attn_layers ||
-                          attn_kv_heads || attn_head_dim || params_billion;
+  const bool any_custom = !kind.empty() || key_heads || value_heads || head_k || head_v || layers ||
+                          attn_layers || attn_kv_heads || attn_head_dim || params_billion;
   if (!model.empty()) {
-    if (any_custom) throw UsageError("give either --model or the custom dims (--kind, --key-heads, ...), not both");
+    if (any_custom)
+      throw UsageError(
+          "give either --model or the custom dims (--kind, --key-heads, ...), not both");
     if (model == "all") {
       if (!allow_all_) throw UsageError("--model all is not supported by this command");
       return model_catalog();
@@ -40,7 +45,8 @@ std::vector<ModelSpec> ModelOptions::selected() const {
       throw UsageError(e.what());
     }
   }
-  if (kind.empty()) throw UsageError("give --model NAME or a custom model (--kind gdn|mamba2 with its dims)");
+  if (kind.empty())
+    throw UsageError("give --model NAME or a custom model (--kind gdn|mamba2 with its dims)");
   ModelSpec m;
   m.name = "custom";
   try {
@@ -52,7 +58,8 @@ std::vector<ModelSpec> ModelOptions::selected() const {
   const int values[] = {key_heads, value_heads, head_k, head_v, layers};
   for (int i = 0; i < 5; ++i)
     if (values[i] <= 0)
-      throw UsageError(fmt::format("custom model: {} must be a positive integer, got {}", names[i], values[i]));
+      throw UsageError(
+          fmt::format("custom model: {} must be a positive integer, got {}", names[i], values[i]));
   m.layer = LayerShape{m.kind, key_heads, value_heads, head_k, head_v, 4};
   m.linear_layers = layers;
   m.attn_layers = attn_layers;
@@ -98,7 +105,8 @@ BufferVariant parse_variant_option(const std::string& value) {
 }
 
 void require_positive(const std::string& option, long value) {
-  if (value <= 0) throw UsageError(fmt::format("{} must be a positive integer, got {}", option, value));
+  if (value <= 0)
+    throw UsageError(fmt::format("{} must be a positive integer, got {}", option, value));
 }
 
 void require_positive(const std::string& option, const std::vector<int>& values) {

@@ -1,8 +1,8 @@
 // kvbuf: the command-line front end. Exit status: 0 success, 1 a failed check or runtime error,
 // 2 bad input (usage errors, including every CLI11 parse error).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -16,18 +16,21 @@ int main(int argc, char** argv) {
   using namespace kvbuf::cli;
   CLI::App app{"kvbuf: memory traffic, latency and capacity of KV-buffered linear attention"};
   app.require_subcommand(1);
-  std::vector<Command> commands = {add_models_command(app), add_bytes_command(app), add_check_command(app),
-                                   add_export_command(app), add_capacity_command(app)};
+  std::vector<Command> commands = {add_models_command(app), add_bytes_command(app),
+                                   add_check_command(app), add_export_command(app),
+                                   add_capacity_command(app)};
 #ifdef KVBUF_WITH_CUDA
   kvbuf::register_sweep_command(app);
 #else
   CLI::App* sweep = app.add_subcommand("sweep", "GPU timing sweep (CUDA builds only)");
   sweep->allow_extras();
-  commands.push_back({sweep, [] () -> int { throw UsageError("kvbuf sweep requires a CUDA build"); }});
+  commands.push_back(
+      {sweep, []() -> int { throw UsageError("kvbuf sweep requires a CUDA build"); }});
 #endif
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
-    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) known |= sub->check_name(argv[1]);
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+      known |= sub->check_name(argv[1]);
     if (!known) {
       fmt::print(stderr, "kvbuf: error: unknown command '{}' (run kvbuf --help)\n", argv[1]);
       return 2;

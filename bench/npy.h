@@ -51,13 +51,14 @@ inline std::string header(const std::string& descr, const std::vector<size_t>& s
   return h + dict;
 }
 
-// Writes data (element_count(shape) values, C order) to path; throws std::runtime_error on I/O failure.
+// Writes data (element_count(shape) values, C order) to path; throws std::runtime_error on I/O
+// failure.
 template <class T>
 void write(const std::string& path, const std::vector<T>& data, const std::vector<size_t>& shape) {
   if (!host_is_little_endian()) throw std::runtime_error("npy: big-endian hosts are not supported");
   if (data.size() != element_count(shape))
-    throw std::logic_error("npy: " + path + ": " + std::to_string(data.size()) + " values for shape of " +
-                           std::to_string(element_count(shape)));
+    throw std::logic_error("npy: " + path + ": " + std::to_string(data.size()) +
+                           " values for shape of " + std::to_string(element_count(shape)));
   std::ofstream out(path, std::ios::binary);
   if (!out) throw std::runtime_error("cannot write " + path);
   const std::string h = header(descr<T>(), shape);
@@ -67,7 +68,7 @@ void write(const std::string& path, const std::vector<T>& data, const std::vecto
 }
 
 struct Array {
-  std::string descr;           // "<f4" or "<f8"
+  std::string descr;  // "<f4" or "<f8"
   std::vector<size_t> shape;
   std::vector<double> values;  // C order, widened to double
 };
@@ -78,7 +79,8 @@ inline Array read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot read " + path);
   char magic[8];
-  if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0) throw std::runtime_error(path + ": not a .npy file");
+  if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0)
+    throw std::runtime_error(path + ": not a .npy file");
   size_t header_len = 0;
   if (magic[6] == 1) {
     unsigned char b[2];
@@ -92,7 +94,8 @@ inline Array read(const std::string& path) {
     throw std::runtime_error(path + ": unsupported .npy version");
   }
   std::string dict(header_len, '\0');
-  if (!in.read(dict.data(), std::streamsize(header_len))) throw std::runtime_error(path + ": truncated header");
+  if (!in.read(dict.data(), std::streamsize(header_len)))
+    throw std::runtime_error(path + ": truncated header");
   auto value_after = [&](const std::string& key) {
     const size_t k = dict.find("'" + key + "'");
     if (k == std::string::npos) throw std::runtime_error(path + ": header lacks " + key);
@@ -101,15 +104,18 @@ inline Array read(const std::string& path) {
   Array a;
   size_t d = dict.find('\'', value_after("descr"));
   a.descr = dict.substr(d + 1, dict.find('\'', d + 1) - d - 1);
-  if (a.descr != "<f4" && a.descr != "<f8") throw std::runtime_error(path + ": unsupported dtype " + a.descr);
+  if (a.descr != "<f4" && a.descr != "<f8")
+    throw std::runtime_error(path + ": unsupported dtype " + a.descr);
   if (dict.compare(dict.find_first_not_of(' ', value_after("fortran_order")), 5, "False") != 0)
     throw std::runtime_error(path + ": Fortran order not supported");
   const size_t open = dict.find('(', value_after("shape")), close = dict.find(')', open);
-  if (open == std::string::npos || close == std::string::npos) throw std::runtime_error(path + ": bad shape");
+  if (open == std::string::npos || close == std::string::npos)
+    throw std::runtime_error(path + ": bad shape");
   std::string dims = dict.substr(open + 1, close - open - 1);
   for (size_t pos = 0; pos < dims.size();) {
     const size_t next = dims.find(',', pos);
-    const std::string item = dims.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+    const std::string item =
+        dims.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
     if (item.find_first_not_of(' ') != std::string::npos) a.shape.push_back(std::stoull(item));
     if (next == std::string::npos) break;
     pos = next + 1;
@@ -117,13 +123,16 @@ inline Array read(const std::string& path) {
   const size_t n = element_count(a.shape);
   a.values.resize(n);
   if (a.descr == "<f8") {
-    if (!in.read(reinterpret_cast<char*>(a.values.data()), std::streamsize(n * 8))) throw std::runtime_error(path + ": truncated data");
+    if (!in.read(reinterpret_cast<char*>(a.values.data()), std::streamsize(n * 8)))
+      throw std::runtime_error(path + ": truncated data");
   } else {
     std::vector<float> f(n);
-    if (!in.read(reinterpret_cast<char*>(f.data()), std::streamsize(n * 4))) throw std::runtime_error(path + ": truncated data");
+    if (!in.read(reinterpret_cast<char*>(f.data()), std::streamsize(n * 4)))
+      throw std::runtime_error(path + ": truncated data");
     for (size_t i = 0; i < n; ++i) a.values[i] = f[i];
   }
-  if (in.peek() != std::char_traits<char>::eof()) throw std::runtime_error(path + ": trailing bytes after data");
+  if (in.peek() != std::char_traits<char>::eof())
+    throw std::runtime_error(path + ": trailing bytes after data");
   return a;
 }
 

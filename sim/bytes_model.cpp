@@ -27,17 +27,23 @@ std::vector<Part> token_inputs(const LayerShape& s, const Precision& p) {
   const double H = s.key_heads, HV = s.value_heads, K = s.head_k, V = s.head_v, io = p.io_bytes;
   const std::string t = dtype_name(p.io_bytes);
   if (is_gdn(s))
-    return {{"q", t, H * K * io}, {"k", t, H * K * io}, {"v", t, HV * V * io}, {"gates", "fp32", 2 * HV * 4}};
+    return {{"q", t, H * K * io},
+            {"k", t, H * K * io},
+            {"v", t, HV * V * io},
+            {"gates", "fp32", 2 * HV * 4}};
   // Mamba-2: G = key_heads, NH = value_heads, N = head_k, P = head_v.
-  return {{"x", t, HV * V * io}, {"B", t, H * K * io}, {"C", t, H * K * io}, {"dt", "fp32", HV * 4}};
+  return {
+      {"x", t, HV * V * io}, {"B", t, H * K * io}, {"C", t, H * K * io}, {"dt", "fp32", HV * 4}};
 }
 
 Part token_output(const LayerShape& s, const Precision& p) {
-  return {is_gdn(s) ? "o" : "y", dtype_name(p.io_bytes), double(s.value_heads) * s.head_v * p.io_bytes};
+  return {is_gdn(s) ? "o" : "y", dtype_name(p.io_bytes),
+          double(s.value_heads) * s.head_v * p.io_bytes};
 }
 
 // One buffer entry split by tensor; `prefix` names the area ("buffer" or "scratch").
-std::vector<Part> entry_parts(const LayerShape& s, const Precision& p, BufferVariant v, const std::string& prefix) {
+std::vector<Part> entry_parts(const LayerShape& s, const Precision& p, BufferVariant v,
+                              const std::string& prefix) {
   const double H = s.key_heads, HV = s.value_heads, K = s.head_k, V = s.head_v, e = p.entry_bytes;
   const std::string t = dtype_name(p.entry_bytes);
   if (is_gdn(s)) {
@@ -46,17 +52,20 @@ std::vector<Part> entry_parts(const LayerShape& s, const Precision& p, BufferVar
             {prefix + (cached_u ? ".u" : ".v"), t, HV * V * e},
             {prefix + (cached_u ? ".G" : ".G_beta"), "fp32", (cached_u ? 1 : 2) * HV * 4}};
   }
-  return {{prefix + ".x", t, HV * V * e}, {prefix + ".B", t, H * K * e}, {prefix + ".dt_G", "fp32", 2 * HV * 4}};
+  return {{prefix + ".x", t, HV * V * e},
+          {prefix + ".B", t, H * K * e},
+          {prefix + ".dt_G", "fp32", 2 * HV * 4}};
 }
 
 void add_tokens(StepBytes& b, const LayerShape& s, const Precision& p, int tokens) {
-  for (const Part& part : token_inputs(s, p)) b.add(part.tensor, part.dtype, tokens * part.bytes, 0);
+  for (const Part& part : token_inputs(s, p))
+    b.add(part.tensor, part.dtype, tokens * part.bytes, 0);
   const Part out = token_output(s, p);
   b.add(out.tensor, out.dtype, 0, tokens * out.bytes);
 }
 
-void add_entries(StepBytes& b, const LayerShape& s, const Precision& p, BufferVariant v, const std::string& area,
-                 double read_entries, double write_entries) {
+void add_entries(StepBytes& b, const LayerShape& s, const Precision& p, BufferVariant v,
+                 const std::string& area, double read_entries, double write_entries) {
   for (const Part& part : entry_parts(s, p, v, area))
     b.add(part.tensor, part.dtype, read_entries * part.bytes, write_entries * part.bytes);
 }
@@ -68,13 +77,16 @@ void add_state(StepBytes& b, const LayerShape& s, const Precision& p, double rea
 
 void check_chunk(int chunk) {
   if (chunk < 1 || chunk > kMaxBufferCapacity)
-    throw std::invalid_argument("buffer capacity C must be in 1.." + std::to_string(kMaxBufferCapacity) + ", got " +
+    throw std::invalid_argument("buffer capacity C must be in 1.." +
+                                std::to_string(kMaxBufferCapacity) + ", got " +
                                 std::to_string(chunk));
 }
 
 }  // namespace
 
-const char* variant_name(BufferVariant v) { return v == BufferVariant::CachedU ? "cached-u" : "raw"; }
+const char* variant_name(BufferVariant v) {
+  return v == BufferVariant::CachedU ? "cached-u" : "raw";
+}
 
 BufferVariant parse_variant(const std::string& name) {
   if (name == "cached-u") return BufferVariant::CachedU;
@@ -84,11 +96,16 @@ BufferVariant parse_variant(const std::string& name) {
 
 std::string dtype_name(int bytes) {
   switch (bytes) {
-    case 1: return "fp8";
-    case 2: return "bf16";
-    case 4: return "fp32";
-    case 8: return "fp64";
-    default: throw std::invalid_argument("no dtype of " + std::to_string(bytes) + " bytes");
+    case 1:
+      return "fp8";
+    case 2:
+      return "bf16";
+    case 4:
+      return "fp32";
+    case 8:
+      return "fp64";
+    default:
+      throw std::invalid_argument("no dtype of " + std::to_string(bytes) + " bytes");
   }
 }
 
@@ -120,7 +137,8 @@ StepBytes& StepBytes::scale(double factor) {
   return *this;
 }
 
-void StepBytes::add(const std::string& tensor, const std::string& dtype, double read, double write) {
+void StepBytes::add(const std::string& tensor, const std::string& dtype, double read,
+                    double write) {
   for (auto& t : tensors)
     if (t.tensor == tensor) {
       t.read_bytes += read;
@@ -160,8 +178,9 @@ double state_bytes(const LayerShape& s, const Precision& p) {
 
 double conv_state_bytes(const LayerShape& s, const Precision& p) {
   check_precision(p);
-  const double conv_dim = is_gdn(s) ? 2.0 * s.key_heads * s.head_k + double(s.value_heads) * s.head_v
-                                    : double(s.value_heads) * s.head_v + 2.0 * s.key_heads * s.head_k;
+  const double conv_dim = is_gdn(s)
+                              ? 2.0 * s.key_heads * s.head_k + double(s.value_heads) * s.head_v
+                              : double(s.value_heads) * s.head_v + 2.0 * s.key_heads * s.head_k;
   return conv_dim * (s.conv_width - 1) * p.io_bytes;
 }
 
@@ -174,7 +193,8 @@ StepBytes bytes_recurrent(const LayerShape& s, const Precision& p) {
   return b;
 }
 
-StepBytes bytes_kvbuffer_at_fill(const LayerShape& s, const Precision& p, BufferVariant v, int chunk, int fill) {
+StepBytes bytes_kvbuffer_at_fill(const LayerShape& s, const Precision& p, BufferVariant v,
+                                 int chunk, int fill) {
   check_precision(p);
   check_chunk(chunk);
   if (fill < 0 || fill >= chunk)
@@ -187,7 +207,8 @@ StepBytes bytes_kvbuffer_at_fill(const LayerShape& s, const Precision& p, Buffer
   return b;
 }
 
-StepBytes bytes_kvbuffer_cycle(const LayerShape& s, const Precision& p, BufferVariant v, int chunk) {
+StepBytes bytes_kvbuffer_cycle(const LayerShape& s, const Precision& p, BufferVariant v,
+                               int chunk) {
   check_chunk(chunk);
   std::vector<StepBytes> steps;
   for (int n = 0; n < chunk; ++n) steps.push_back(bytes_kvbuffer_at_fill(s, p, v, chunk, n));
@@ -196,7 +217,8 @@ StepBytes bytes_kvbuffer_cycle(const LayerShape& s, const Precision& p, BufferVa
 
 StepBytes bytes_direct_at_fill(const LayerShape& s, const Precision& p, int fill) {
   check_precision(p);
-  if (fill < 0) throw std::invalid_argument("buffer fill must be non-negative, got " + std::to_string(fill));
+  if (fill < 0)
+    throw std::invalid_argument("buffer fill must be non-negative, got " + std::to_string(fill));
   StepBytes b;
   b.mode = "direct";
   add_tokens(b, s, p, 1);
@@ -211,9 +233,11 @@ StepBytes bytes_direct_mean(const LayerShape& s, const Precision& p, int chunk) 
   return average(steps);
 }
 
-StepBytes bytes_verify_classic(const LayerShape& s, const Precision& p, int tokens, bool commit_copy) {
+StepBytes bytes_verify_classic(const LayerShape& s, const Precision& p, int tokens,
+                               bool commit_copy) {
   check_precision(p);
-  if (tokens < 1) throw std::invalid_argument("verify needs at least 1 token, got " + std::to_string(tokens));
+  if (tokens < 1)
+    throw std::invalid_argument("verify needs at least 1 token, got " + std::to_string(tokens));
   StepBytes b;
   b.mode = commit_copy ? "verify-classic" : "verify-classic-inplace";
   add_tokens(b, s, p, tokens);
@@ -227,12 +251,13 @@ namespace {
 void check_verify(int chunk, int tokens, int fill, int accepted) {
   check_chunk(chunk);
   if (tokens < 1 || tokens > chunk)
-    throw std::invalid_argument("verify tokens T must be in 1..C (C = " + std::to_string(chunk) + "), got " +
-                                std::to_string(tokens));
+    throw std::invalid_argument("verify tokens T must be in 1..C (C = " + std::to_string(chunk) +
+                                "), got " + std::to_string(tokens));
   if (fill < 0 || fill >= chunk)
     throw std::invalid_argument("buffer fill must be in 0..C-1, got " + std::to_string(fill));
   if (accepted < 0 || accepted > tokens)
-    throw std::invalid_argument("accepted entries must be in 0..T, got " + std::to_string(accepted));
+    throw std::invalid_argument("accepted entries must be in 0..T, got " +
+                                std::to_string(accepted));
 }
 }  // namespace
 
@@ -242,8 +267,8 @@ int verify_kvbuffer_next_fill(int chunk, int tokens, int fill, int accepted) {
   return n0 + accepted < chunk ? n0 + accepted : 0;
 }
 
-StepBytes bytes_verify_kvbuffer(const LayerShape& s, const Precision& p, BufferVariant v, int chunk, int tokens,
-                                int fill, int accepted) {
+StepBytes bytes_verify_kvbuffer(const LayerShape& s, const Precision& p, BufferVariant v, int chunk,
+                                int tokens, int fill, int accepted) {
   check_precision(p);
   check_verify(chunk, tokens, fill, accepted);
   const bool fold_first = fill + tokens > chunk;
@@ -258,8 +283,8 @@ StepBytes bytes_verify_kvbuffer(const LayerShape& s, const Precision& p, BufferV
   return b;
 }
 
-StepBytes bytes_verify_kvbuffer_cycle(const LayerShape& s, const Precision& p, BufferVariant v, int chunk,
-                                      int tokens, int accepted) {
+StepBytes bytes_verify_kvbuffer_cycle(const LayerShape& s, const Precision& p, BufferVariant v,
+                                      int chunk, int tokens, int accepted) {
   check_verify(chunk, tokens, 0, accepted);
   // Follow the fills from an empty buffer until one repeats; the rounds from its first visit on
   // are the cycle.

@@ -13,7 +13,7 @@ namespace kvbuf {
 // GDN buffer entry: cached-u keeps k, u and G; raw keeps k, v, G and beta (u recomputed).
 // Mamba-2 has one entry kind (x, B, dt, G); its variant argument is ignored.
 enum class BufferVariant { CachedU, Raw };
-const char* variant_name(BufferVariant v);            // "cached-u" or "raw"
+const char* variant_name(BufferVariant v);             // "cached-u" or "raw"
 BufferVariant parse_variant(const std::string& name);  // throws std::invalid_argument otherwise
 
 struct Precision {
@@ -60,7 +60,8 @@ double conv_state_bytes(const LayerShape& s, const Precision& p);
 // Per layer, per step, per request:
 StepBytes bytes_recurrent(const LayerShape& s, const Precision& p);
 // Buffered decode at buffer fill n (0..C-1) before the step; includes the fold when n == C-1.
-StepBytes bytes_kvbuffer_at_fill(const LayerShape& s, const Precision& p, BufferVariant v, int chunk, int fill);
+StepBytes bytes_kvbuffer_at_fill(const LayerShape& s, const Precision& p, BufferVariant v,
+                                 int chunk, int fill);
 // Buffered decode averaged over one whole flush cycle of C steps (what a staggered batch sees).
 StepBytes bytes_kvbuffer_cycle(const LayerShape& s, const Precision& p, BufferVariant v, int chunk);
 // Direct (stateless) mode at buffer fill n: n entries read, 1 written, no state.
@@ -69,7 +70,8 @@ StepBytes bytes_direct_at_fill(const LayerShape& s, const Precision& p, int fill
 StepBytes bytes_direct_mean(const LayerShape& s, const Precision& p, int chunk);
 // Classic verify of T tokens: state read + T intermediate states written, then (commit_copy)
 // 1 state read + 1 state write.
-StepBytes bytes_verify_classic(const LayerShape& s, const Precision& p, int tokens, bool commit_copy);
+StepBytes bytes_verify_classic(const LayerShape& s, const Precision& p, int tokens,
+                               bool commit_copy);
 // Buffered verify of T tokens at fill n (0..C-1) keeping `accepted` = m (0..T) entries, as our
 // kernels do it (kernels/gdn_verify.h):
 //   verify: state read, n buffer entries read, the T candidate entries written to a scratch area;

@@ -7,11 +7,15 @@
 namespace kvbuf {
 namespace {
 
-long fit(double pool, double per_request) { return per_request > 0 ? long(std::floor(pool / per_request)) : 0; }
+long fit(double pool, double per_request) {
+  return per_request > 0 ? long(std::floor(pool / per_request)) : 0;
+}
 
 }  // namespace
 
-const char* scheduler_name(SchedulerPolicy p) { return p == SchedulerPolicy::Reserve ? "reserve" : "mean"; }
+const char* scheduler_name(SchedulerPolicy p) {
+  return p == SchedulerPolicy::Reserve ? "reserve" : "mean";
+}
 
 SchedulerPolicy parse_scheduler(const std::string& name) {
   if (name == "reserve") return SchedulerPolicy::Reserve;
@@ -31,14 +35,19 @@ CapacityResult capacity_model(const CapacityInputs& in) {
     throw std::invalid_argument("GPU memory must be positive and at most 2^60 bytes");
   if (!(in.weight_bytes >= 0 && in.weight_bytes <= kMaxMemory))
     throw std::invalid_argument("weight memory must be non-negative and at most 2^60 bytes");
-  if (in.context < 1) throw std::invalid_argument("context length must be at least 1, got " + std::to_string(in.context));
-  if (in.drafts < 1) throw std::invalid_argument("draft count T must be at least 1, got " + std::to_string(in.drafts));
+  if (in.context < 1)
+    throw std::invalid_argument("context length must be at least 1, got " +
+                                std::to_string(in.context));
+  if (in.drafts < 1)
+    throw std::invalid_argument("draft count T must be at least 1, got " +
+                                std::to_string(in.drafts));
   if (in.chunk < 1 || in.chunk > kMaxBufferCapacity)
-    throw std::invalid_argument("buffer capacity C must be in 1.." + std::to_string(kMaxBufferCapacity) + ", got " +
+    throw std::invalid_argument("buffer capacity C must be in 1.." +
+                                std::to_string(kMaxBufferCapacity) + ", got " +
                                 std::to_string(in.chunk));
   if (in.drafts > in.chunk)
-    throw std::invalid_argument("draft count T (" + std::to_string(in.drafts) + ") exceeds buffer capacity C (" +
-                                std::to_string(in.chunk) + ")");
+    throw std::invalid_argument("draft count T (" + std::to_string(in.drafts) +
+                                ") exceeds buffer capacity C (" + std::to_string(in.chunk) + ")");
   validate_model(in.model);
 
   const LayerShape& s = in.model.layer;
@@ -46,7 +55,8 @@ CapacityResult capacity_model(const CapacityInputs& in) {
   const double state = state_bytes(s, in.precision);
   const double conv = conv_state_bytes(s, in.precision);
   const double entry = buffer_entry_bytes(s, in.precision, in.variant);
-  const double kv_tokens = in.scheduler == SchedulerPolicy::Reserve ? double(in.context) : in.context / 2.0;
+  const double kv_tokens =
+      in.scheduler == SchedulerPolicy::Reserve ? double(in.context) : in.context / 2.0;
   const double attn = kv_tokens * in.model.attn_kv_bytes_per_token();
 
   CapacityResult r;
@@ -63,7 +73,8 @@ CapacityResult capacity_model(const CapacityInputs& in) {
   const int entries = in.chunk + (in.count_verify_scratch ? in.drafts : 0);
   r.kvbuffer = method(layers * (state + conv + entries * entry));
   r.ratio_linear_pool = r.classic.linear_bytes_per_request / r.kvbuffer.linear_bytes_per_request;
-  r.ratio_whole_model = (r.classic.linear_bytes_per_request + attn) / (r.kvbuffer.linear_bytes_per_request + attn);
+  r.ratio_whole_model =
+      (r.classic.linear_bytes_per_request + attn) / (r.kvbuffer.linear_bytes_per_request + attn);
   return r;
 }
 

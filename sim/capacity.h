@@ -15,8 +15,8 @@ namespace kvbuf {
 //   mean:    pages allocated on demand, requests spread evenly over their lifetime: L / 2 tokens
 //            per request on average (an optimistic steady state, not a guarantee).
 enum class SchedulerPolicy { Reserve, Mean };
-const char* scheduler_name(SchedulerPolicy p);              // "reserve" / "mean"
-SchedulerPolicy parse_scheduler(const std::string& name);   // throws std::invalid_argument
+const char* scheduler_name(SchedulerPolicy p);             // "reserve" / "mean"
+SchedulerPolicy parse_scheduler(const std::string& name);  // throws std::invalid_argument
 
 struct CapacityInputs {
   ModelSpec model;  // after tensor parallelism (per-GPU heads)

@@ -87,12 +87,14 @@ void validate_model(const ModelSpec& m) {
   if (s.kind != m.kind) throw bad("model '" + m.name + "': layer kind differs from model kind");
   if (s.key_heads <= 0) throw bad(std::string(kh) + " must be positive");
   if (s.value_heads <= 0) throw bad(std::string(vh) + " must be positive");
-  if (s.head_k <= 0) throw bad(gdn_kind ? "head-k (K) must be positive" : "d_state (N) must be positive");
-  if (s.head_v <= 0) throw bad(gdn_kind ? "head-v (V) must be positive" : "head_dim (P) must be positive");
+  if (s.head_k <= 0)
+    throw bad(gdn_kind ? "head-k (K) must be positive" : "d_state (N) must be positive");
+  if (s.head_v <= 0)
+    throw bad(gdn_kind ? "head-v (V) must be positive" : "head_dim (P) must be positive");
   if (s.conv_width < 1) throw bad("conv width must be at least 1");
   if (s.value_heads % s.key_heads != 0)
-    throw bad(std::string(vh) + " (" + std::to_string(s.value_heads) + ") must be a multiple of " + kh +
-              " (" + std::to_string(s.key_heads) + ")");
+    throw bad(std::string(vh) + " (" + std::to_string(s.value_heads) + ") must be a multiple of " +
+              kh + " (" + std::to_string(s.key_heads) + ")");
   if (m.linear_layers <= 0) throw bad("linear layers must be positive");
   if (m.attn_layers < 0) throw bad("attention layers must be non-negative");
   if (m.total_layers < m.linear_layers + m.attn_layers)
@@ -126,8 +128,8 @@ ModelSpec apply_tensor_parallel(const ModelSpec& model, int tp) {
     } else if (tp % model.attn_kv_heads == 0) {
       m.attn_kv_heads = 1;  // replicated: each GPU keeps the KV of one head
     } else {
-      throw bad("attention kv heads (" + std::to_string(model.attn_kv_heads) + ") of '" + model.name +
-                "' neither divide nor are divisible by --tp " + std::to_string(tp));
+      throw bad("attention kv heads (" + std::to_string(model.attn_kv_heads) + ") of '" +
+                model.name + "' neither divide nor are divisible by --tp " + std::to_string(tp));
     }
   }
   return m;

@@ -36,7 +36,9 @@ struct ModelSpec {
   int tp = 1;                 // tensor-parallel degree already applied to the heads
   int full_attn_layers() const { return attn_layers; }
   // bf16 K and V of every full-attention layer for one token of context, on one GPU.
-  double attn_kv_bytes_per_token() const { return 2.0 * attn_layers * attn_kv_heads * attn_head_dim * 2.0; }
+  double attn_kv_bytes_per_token() const {
+    return 2.0 * attn_layers * attn_kv_heads * attn_head_dim * 2.0;
+  }
 };
 
 const std::vector<ModelSpec>& model_catalog();
@@ -53,7 +55,7 @@ ModelSpec apply_tensor_parallel(const ModelSpec& model, int tp);
 // heads (GDN: GQA; Mamba-2: heads per group), attention sizes are non-negative and consistent.
 void validate_model(const ModelSpec& model);
 
-const char* layer_kind_name(LayerKind kind);  // "gdn" or "mamba2"
+const char* layer_kind_name(LayerKind kind);          // "gdn" or "mamba2"
 LayerKind parse_layer_kind(const std::string& name);  // throws on anything but gdn / mamba2
 
 }  // namespace kvbuf

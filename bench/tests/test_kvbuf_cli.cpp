@@ -4,11 +4,11 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
-#include <cstdlib>
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -29,7 +29,8 @@ struct CliRun {
 };
 
 fs::path scratch_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("kvbuf_cli_tests_" + std::to_string(::getpid())) / name;
+  const fs::path dir =
+      fs::temp_directory_path() / ("kvbuf_cli_tests_" + std::to_string(::getpid())) / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -45,8 +46,8 @@ std::string slurp(const fs::path& p) {
 CliRun kvbuf(const std::string& args) {
   static int counter = 0;
   const fs::path dir = scratch_dir("run" + std::to_string(counter++));
-  const std::string cmd =
-      std::string(KVBUF_CLI_PATH) + " " + args + " >" + (dir / "out").string() + " 2>" + (dir / "err").string();
+  const std::string cmd = std::string(KVBUF_CLI_PATH) + " " + args + " >" + (dir / "out").string() +
+                          " 2>" + (dir / "err").string();
   const int raw = std::system(cmd.c_str());
   CliRun r;
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
@@ -59,7 +60,8 @@ void expect_usage_error(const std::string& args, const std::string& message_part
   const CliRun r = kvbuf(args);
   EXPECT_EQ(r.status, 2) << "kvbuf " << args << "\nstdout: " << r.out << "\nstderr: " << r.err;
   EXPECT_NE(r.err.find(message_part), std::string::npos)
-      << "kvbuf " << args << ": stderr lacks '" << message_part << "':\n" << r.err;
+      << "kvbuf " << args << ": stderr lacks '" << message_part << "':\n"
+      << r.err;
 }
 
 TEST(KvbufCli, ModelsListsTheCatalog) {
@@ -71,7 +73,9 @@ TEST(KvbufCli, ModelsListsTheCatalog) {
 
 TEST(KvbufCli, BytesTableAndCsv) {
   const fs::path csv = scratch_dir("bytes") / "bytes.csv";
-  const CliRun r = kvbuf("bytes --model qwen3-next-80b-a3b --batch 1,64 --chunk 4,16 --drafts 4 --csv " + csv.string());
+  const CliRun r =
+      kvbuf("bytes --model qwen3-next-80b-a3b --batch 1,64 --chunk 4,16 --drafts 4 --csv " +
+            csv.string());
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("verify-kvbuffer"), std::string::npos);
   std::ifstream in(csv);
@@ -84,13 +88,15 @@ TEST(KvbufCli, BytesTableAndCsv) {
   while (std::getline(in, line)) {
     ++rows;
     // The recurrent state row at batch 64: 64 x 32 x 128 x 128 x 4 bytes read and written.
-    if (line.find(",recurrent,64,") != std::string::npos && line.find(",state,fp32,") != std::string::npos) {
+    if (line.find(",recurrent,64,") != std::string::npos &&
+        line.find(",state,fp32,") != std::string::npos) {
       saw_state = true;
       EXPECT_NE(line.find(",134217728.0,134217728.0,268435456.0,"), std::string::npos) << line;
     }
   }
   EXPECT_TRUE(saw_state);
-  // Per batch: recurrent 6 tensors, verify-classic 7 x 2, per C: kvbuffer 9, direct 8, verify-kvbuffer 12.
+  // Per batch: recurrent 6 tensors, verify-classic 7 x 2, per C: kvbuffer 9, direct 8,
+  // verify-kvbuffer 12.
   EXPECT_EQ(rows, 2 * (6 + 14 + 2 * (9 + 8 + 12)));
   // --summary drops the per-tensor tables but keeps the totals.
   const CliRun summary = kvbuf("bytes --model qwen3-next-80b-a3b --batch 1 --chunk 16 --summary");
@@ -101,7 +107,8 @@ TEST(KvbufCli, BytesTableAndCsv) {
 
 TEST(KvbufCli, CapacityModelled) {
   const fs::path csv = scratch_dir("capacity") / "capacity.csv";
-  const CliRun r = kvbuf("capacity --model all --tp 2 --drafts all --chunk 8 --context 4096 --csv " + csv.string());
+  const CliRun r = kvbuf(
+      "capacity --model all --tp 2 --drafts all --chunk 8 --context 4096 --csv " + csv.string());
   ASSERT_EQ(r.status, 0) << r.err;
   std::ifstream in(csv);
   std::string line;
@@ -133,11 +140,15 @@ TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
   expect_usage_error("bytes " + q + "--csv /nonexistent-dir/x.csv", "cannot write");
   expect_usage_error("bytes " + q + "--kind gdn", "not both");
   expect_usage_error("bytes", "give --model");
-  expect_usage_error("bytes --kind gdn --key-heads 3 --value-heads 4 --head-k 8 --head-v 8 --layers 2",
-                     "multiple of key heads");
-  expect_usage_error("bytes --kind gdn --key-heads 2 --value-heads 4 --head-k 0 --head-v 8 --layers 2", "--head-k");
-  expect_usage_error("bytes --kind rwkv --key-heads 2 --value-heads 4 --head-k 8 --head-v 8 --layers 2",
-                     "unknown layer kind");
+  expect_usage_error(
+      "bytes --kind gdn --key-heads 3 --value-heads 4 --head-k 8 --head-v 8 --layers 2",
+      "multiple of key heads");
+  expect_usage_error(
+      "bytes --kind gdn --key-heads 2 --value-heads 4 --head-k 0 --head-v 8 --layers 2",
+      "--head-k");
+  expect_usage_error(
+      "bytes --kind rwkv --key-heads 2 --value-heads 4 --head-k 8 --head-v 8 --layers 2",
+      "unknown layer kind");
   expect_usage_error("bytes --model all", "not supported");
   expect_usage_error("check --seed abc", "seed");
   expect_usage_error("check --seed -1", "--seed must be non-negative");
@@ -148,30 +159,40 @@ TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
   expect_usage_error("capacity " + q + "--drafts x", "--drafts");
   expect_usage_error("capacity " + q + "--context 0", "--context must be a positive integer");
   expect_usage_error("capacity " + q + "--gpu-mem-gib -1", "--gpu-mem-gib must be positive");
-  expect_usage_error("capacity " + q + "--gpu-mem-gib inf", "GPU memory must be positive and at most");
+  expect_usage_error("capacity " + q + "--gpu-mem-gib inf",
+                     "GPU memory must be positive and at most");
   expect_usage_error("capacity " + q + "--weights-gib -1", "--weights-gib must be non-negative");
   expect_usage_error("capacity " + q + "--scheduler fifo", "unknown scheduler");
   expect_usage_error("capacity --model all --tp 16", "not divisible by --tp 16");
   expect_usage_error("capacity --model nope", "unknown model");
   expect_usage_error("capacity " + q + "--csv /nonexistent-dir/c.csv", "cannot write");
-  const std::string ex = "export --kind gdn --key-heads 1 --value-heads 2 --head-k 8 --head-v 8 --layers 1 ";
+  const std::string ex =
+      "export --kind gdn --key-heads 1 --value-heads 2 --head-k 8 --head-v 8 --layers 1 ";
   const std::string out = " --out " + scratch_dir("bad_export").string();
   expect_usage_error(ex + "--mode bogus --steps 3" + out, "unknown --mode 'bogus'");
   expect_usage_error(ex + "--mode kvbuffer --steps 0" + out, "--steps must be a positive integer");
   expect_usage_error(ex + "--mode kvbuffer --steps 3 --batch -1" + out, "--batch");
-  expect_usage_error(ex + "--mode kvbuffer --steps 3 --chunk 0" + out, "--chunk must be a positive integer");
-  expect_usage_error(ex + "--mode kvbuffer --steps 3 --chunk 70000" + out, "--chunk must be at most 65536");
-  expect_usage_error(ex + "--mode verify --steps 3 --chunk 4 --drafts 5" + out, "exceeds buffer capacity");
-  expect_usage_error(ex + "--mode verify --steps 3 --chunk 4 --drafts 2 --accept 3" + out, "--accept");
-  expect_usage_error(ex + "--mode kvbuffer --steps 3 --variant fast" + out, "unknown buffer variant");
+  expect_usage_error(ex + "--mode kvbuffer --steps 3 --chunk 0" + out,
+                     "--chunk must be a positive integer");
+  expect_usage_error(ex + "--mode kvbuffer --steps 3 --chunk 70000" + out,
+                     "--chunk must be at most 65536");
+  expect_usage_error(ex + "--mode verify --steps 3 --chunk 4 --drafts 5" + out,
+                     "exceeds buffer capacity");
+  expect_usage_error(ex + "--mode verify --steps 3 --chunk 4 --drafts 2 --accept 3" + out,
+                     "--accept");
+  expect_usage_error(ex + "--mode kvbuffer --steps 3 --variant fast" + out,
+                     "unknown buffer variant");
   expect_usage_error(ex + "--mode kvbuffer --steps 3 --dtype f16" + out, "unknown --dtype");
-  expect_usage_error(ex + "--mode kvbuffer --steps 3 --seed -5" + out, "--seed must be non-negative");
+  expect_usage_error(ex + "--mode kvbuffer --steps 3 --seed -5" + out,
+                     "--seed must be non-negative");
   expect_usage_error(ex + "--mode kvbuffer --steps 3", "--out");
-  expect_usage_error(ex + "--mode kvbuffer --steps 3 --out /proc/kvbuf-cannot-write", "cannot write");
+  expect_usage_error(ex + "--mode kvbuffer --steps 3 --out /proc/kvbuf-cannot-write",
+                     "cannot write");
   expect_usage_error(ex + "--mode kvbuffer --steps 100000 --batch 100000" + out, "too large");
   expect_usage_error("export --model nope --mode kvbuffer --steps 3" + out, "unknown model");
-  expect_usage_error("export --model nemotron-3-nano-30b-a3b --mode kvbuffer --steps 3 --variant raw" + out,
-                     "GDN only");
+  expect_usage_error(
+      "export --model nemotron-3-nano-30b-a3b --mode kvbuffer --steps 3 --variant raw" + out,
+      "GDN only");
 #ifndef KVBUF_WITH_CUDA
   expect_usage_error("sweep --batch 1", "kvbuf sweep requires a CUDA build");
   expect_usage_error("capacity " + q + "--tp 2 --measure", "requires a CUDA build");
@@ -226,15 +247,18 @@ void check_gdn_export(const std::string& mode_args, bool f32, bool exact) {
   const int H = 2, HV = 4, K = 16, V = 8, N = 2, T = 13;
   const fs::path dir = scratch_dir("export_gdn");
   const CliRun r = kvbuf(
-      "export --kind gdn --key-heads 2 --value-heads 4 --head-k 16 --head-v 8 --layers 1 --batch 2 --steps 13 "
-      "--seed 7 --dtype " + std::string(f32 ? "f32" : "f64") + " --out " + dir.string() + " " + mode_args);
+      "export --kind gdn --key-heads 2 --value-heads 4 --head-k 16 --head-v 8 --layers 1 --batch 2 "
+      "--steps 13 "
+      "--seed 7 --dtype " +
+      std::string(f32 ? "f32" : "f64") + " --out " + dir.string() + " " + mode_args);
   ASSERT_EQ(r.status, 0) << mode_args << "\n" << r.err;
   auto a = load_export(dir, f32 ? "<f4" : "<f8");
   for (const char* name : {"q", "k", "v", "g", "beta", "state0", "state_final", "o"})
     ASSERT_EQ(a.count(name), 1u) << name;
   EXPECT_EQ(a["q"].shape, (std::vector<size_t>{N, T, H, K}));
   EXPECT_EQ(a["state0"].shape, (std::vector<size_t>{N, HV, K, V}));
-  const double tol = f32 ? ref::gdn_rel_tolerance<float>(K, V, T) : ref::gdn_rel_tolerance<double>(K, V, T);
+  const double tol =
+      f32 ? ref::gdn_rel_tolerance<float>(K, V, T) : ref::gdn_rel_tolerance<double>(K, V, T);
   for (size_t n = 0; n < size_t(N); ++n) {
     ref::GdnTokens<double> x;
     x.dims = {H, HV, K, V};
@@ -260,16 +284,28 @@ void check_gdn_export(const std::string& mode_args, bool f32, bool exact) {
 
 TEST(KvbufCliExport, GdnRecurrentIsExact) { check_gdn_export("--mode recurrent", false, true); }
 TEST(KvbufCliExport, GdnChunk) { check_gdn_export("--mode chunk --chunk 4", false, false); }
-TEST(KvbufCliExport, GdnKvbufferCachedU) { check_gdn_export("--mode kvbuffer --chunk 3", false, false); }
-TEST(KvbufCliExport, GdnKvbufferRaw) { check_gdn_export("--mode kvbuffer --chunk 5 --variant raw", false, false); }
-TEST(KvbufCliExport, GdnVerify) { check_gdn_export("--mode verify --chunk 5 --drafts 3 --accept 2", false, false); }
-TEST(KvbufCliExport, GdnDirectOverflows) { check_gdn_export("--mode direct --chunk 4", false, false); }
-TEST(KvbufCliExport, GdnKvbufferFloat32) { check_gdn_export("--mode kvbuffer --chunk 4", true, false); }
+TEST(KvbufCliExport, GdnKvbufferCachedU) {
+  check_gdn_export("--mode kvbuffer --chunk 3", false, false);
+}
+TEST(KvbufCliExport, GdnKvbufferRaw) {
+  check_gdn_export("--mode kvbuffer --chunk 5 --variant raw", false, false);
+}
+TEST(KvbufCliExport, GdnVerify) {
+  check_gdn_export("--mode verify --chunk 5 --drafts 3 --accept 2", false, false);
+}
+TEST(KvbufCliExport, GdnDirectOverflows) {
+  check_gdn_export("--mode direct --chunk 4", false, false);
+}
+TEST(KvbufCliExport, GdnKvbufferFloat32) {
+  check_gdn_export("--mode kvbuffer --chunk 4", true, false);
+}
 
 TEST(KvbufCliExport, DirectStateZeroIsZeros) {
   const fs::path dir = scratch_dir("export_direct");
-  const CliRun r = kvbuf("export --kind gdn --key-heads 1 --value-heads 1 --head-k 8 --head-v 8 --layers 1 --steps 3 "
-                      "--mode direct --chunk 8 --out " + dir.string());
+  const CliRun r = kvbuf(
+      "export --kind gdn --key-heads 1 --value-heads 1 --head-k 8 --head-v 8 --layers 1 --steps 3 "
+      "--mode direct --chunk 8 --out " +
+      dir.string());
   ASSERT_EQ(r.status, 0) << r.err;
   auto a = load_export(dir, "<f8");
   for (double v : a["state0"].values) EXPECT_EQ(v, 0.0);
@@ -279,10 +315,13 @@ TEST(KvbufCliExport, DirectStateZeroIsZeros) {
 // inputs, same tolerance reasoning (mamba2 has no delta rule; the GDN bound is looser still).
 TEST(KvbufCliExport, Mamba2KvbufferAndVerify) {
   const int G = 2, NH = 4, Nst = 8, P = 6, N = 2, T = 11;
-  for (const std::string mode : {"--mode kvbuffer --chunk 4", "--mode verify --chunk 4 --drafts 3 --accept 1"}) {
+  for (const std::string mode :
+       {"--mode kvbuffer --chunk 4", "--mode verify --chunk 4 --drafts 3 --accept 1"}) {
     const fs::path dir = scratch_dir("export_mamba2");
-    const CliRun r = kvbuf("export --kind mamba2 --key-heads 2 --value-heads 4 --head-k 8 --head-v 6 --layers 1 "
-                        "--batch 2 --steps 11 --seed 3 --out " + dir.string() + " " + mode);
+    const CliRun r = kvbuf(
+        "export --kind mamba2 --key-heads 2 --value-heads 4 --head-k 8 --head-v 6 --layers 1 "
+        "--batch 2 --steps 11 --seed 3 --out " +
+        dir.string() + " " + mode);
     ASSERT_EQ(r.status, 0) << r.err;
     auto a = load_export(dir, "<f8");
     EXPECT_EQ(a["B"].shape, (std::vector<size_t>{N, T, G, Nst}));
@@ -292,7 +331,8 @@ TEST(KvbufCliExport, Mamba2KvbufferAndVerify) {
       ref::Mamba2Tokens<double> x;
       x.dims = {G, NH, Nst, P};
       x.steps = T;
-      x.x = slice(a["x"], n), x.B = slice(a["B"], n), x.C = slice(a["C"], n), x.dt = slice(a["dt"], n);
+      x.x = slice(a["x"], n), x.B = slice(a["B"], n), x.C = slice(a["C"], n),
+      x.dt = slice(a["dt"], n);
       x.A = a["A"].values, x.D = a["D"].values;
       ref::Mamba2State<double> state = ref::mamba2_zero_state<double>(x.dims);
       unflatten(slice(a["state0"], n), state);

@@ -15,11 +15,11 @@ const Precision kDefault{4, 2, 2};  // fp32 state, bf16 entries, bf16 io
 LayerShape qwen3_next() { return find_model("qwen3-next-80b-a3b").layer; }
 
 // Qwen3-Next, one request, one layer: H=16, HV=32, K=V=128.
-constexpr double kState = 32.0 * 128 * 128 * 4;             // 2,097,152
+constexpr double kState = 32.0 * 128 * 128 * 4;                              // 2,097,152
 constexpr double kTokenRead = 2 * 16 * 128 * 2 + 32 * 128 * 2 + 2 * 32 * 4;  // q, k, v, g+beta
-constexpr double kTokenWrite = 32 * 128 * 2;                  // o
-constexpr double kEntryCachedU = 16 * 128 * 2 + 32 * 128 * 2 + 32 * 4;      // k, u, G = 12,416
-constexpr double kEntryRaw = 16 * 128 * 2 + 32 * 128 * 2 + 2 * 32 * 4;      // k, v, G, beta = 12,544
+constexpr double kTokenWrite = 32 * 128 * 2;                                 // o
+constexpr double kEntryCachedU = 16 * 128 * 2 + 32 * 128 * 2 + 32 * 4;       // k, u, G = 12,416
+constexpr double kEntryRaw = 16 * 128 * 2 + 32 * 128 * 2 + 2 * 32 * 4;  // k, v, G, beta = 12,544
 
 double sum_of_tensors(const StepBytes& b) {
   double sum = 0;
@@ -42,7 +42,8 @@ TEST(BytesModel, Mamba2Sizes) {
   // nemotron-3-nano: G=8 groups, NH=64 heads, N=128, P=64.
   const LayerShape s = find_model("nemotron-3-nano-30b-a3b").layer;
   EXPECT_DOUBLE_EQ(state_bytes(s, kDefault), 64.0 * 64 * 128 * 4);
-  EXPECT_DOUBLE_EQ(buffer_entry_bytes(s, kDefault, BufferVariant::CachedU), 64 * 64 * 2 + 8 * 128 * 2 + 2 * 64 * 4);
+  EXPECT_DOUBLE_EQ(buffer_entry_bytes(s, kDefault, BufferVariant::CachedU),
+                   64 * 64 * 2 + 8 * 128 * 2 + 2 * 64 * 4);
   EXPECT_DOUBLE_EQ(buffer_entry_bytes(s, kDefault, BufferVariant::Raw),
                    buffer_entry_bytes(s, kDefault, BufferVariant::CachedU));
   EXPECT_DOUBLE_EQ(conv_state_bytes(s, kDefault), (64.0 * 64 + 2 * 8 * 128) * 3 * 2);
@@ -69,7 +70,8 @@ TEST(BytesModel, Recurrent) {
 TEST(BytesModel, KvbufferAtEveryFill) {
   for (int C : {1, 2, 3, 16, 64})
     for (int n = 0; n < C; ++n)
-      for (auto [v, E] : {std::pair{BufferVariant::CachedU, kEntryCachedU}, std::pair{BufferVariant::Raw, kEntryRaw}}) {
+      for (auto [v, E] : {std::pair{BufferVariant::CachedU, kEntryCachedU},
+                          std::pair{BufferVariant::Raw, kEntryRaw}}) {
         const StepBytes b = bytes_kvbuffer_at_fill(qwen3_next(), kDefault, v, C, n);
         const double fold = n == C - 1 ? kState : 0;
         EXPECT_DOUBLE_EQ(b.read_bytes(), kTokenRead + kState + n * E) << "C " << C << " n " << n;
@@ -82,15 +84,18 @@ TEST(BytesModel, KvbufferCycleIsTheAverageOverFills) {
   for (int C : {1, 4, 16, 64}) {
     const StepBytes b = bytes_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, C);
     // state read + state write / C + (C-1)/2 entries read + 1 entry written + token io.
-    const double expected = kTokenRead + kTokenWrite + kState + kState / C + (C - 1) / 2.0 * kEntryCachedU + kEntryCachedU;
+    const double expected = kTokenRead + kTokenWrite + kState + kState / C +
+                            (C - 1) / 2.0 * kEntryCachedU + kEntryCachedU;
     EXPECT_NEAR(b.total_bytes(), expected, 1e-9 * expected) << "C " << C;
     EXPECT_DOUBLE_EQ(b.total_bytes(), sum_of_tensors(b));
   }
-  // C* ~ sqrt(2 W / E) ~ 18 for Qwen3-Next minimises the cycle bytes; the ratio to recurrent there is ~1.8.
+  // C* ~ sqrt(2 W / E) ~ 18 for Qwen3-Next minimises the cycle bytes; the ratio to recurrent there
+  // is ~1.8.
   double best = 1e300;
   int best_c = 0;
   for (int C = 1; C <= 64; ++C) {
-    const double t = bytes_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, C).total_bytes();
+    const double t =
+        bytes_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, C).total_bytes();
     if (t < best) best = t, best_c = C;
   }
   EXPECT_GE(best_c, 16);
@@ -108,13 +113,15 @@ TEST(BytesModel, Direct) {
     EXPECT_DOUBLE_EQ(b.write_bytes(), kTokenWrite + kEntryCachedU);
   }
   const StepBytes mean = bytes_direct_mean(qwen3_next(), kDefault, 64);
-  EXPECT_DOUBLE_EQ(mean.total_bytes(), kTokenRead + kTokenWrite + 31.5 * kEntryCachedU + kEntryCachedU);
+  EXPECT_DOUBLE_EQ(mean.total_bytes(),
+                   kTokenRead + kTokenWrite + 31.5 * kEntryCachedU + kEntryCachedU);
 }
 
 TEST(BytesModel, VerifyClassic) {
   for (int T : {1, 4, 8}) {
     const StepBytes copy = bytes_verify_classic(qwen3_next(), kDefault, T, true);
-    EXPECT_DOUBLE_EQ(copy.read_bytes(), T * kTokenRead + kState + kState);  // S0, then the accepted state
+    EXPECT_DOUBLE_EQ(copy.read_bytes(),
+                     T * kTokenRead + kState + kState);  // S0, then the accepted state
     EXPECT_DOUBLE_EQ(copy.write_bytes(), T * kTokenWrite + T * kState + kState);
     EXPECT_DOUBLE_EQ(copy.find("intermediate_states")->write_bytes, T * kState);
     const StepBytes inplace = bytes_verify_classic(qwen3_next(), kDefault, T, false);
@@ -128,8 +135,10 @@ TEST(BytesModel, VerifyKvbuffer) {
   for (int T : {1, 4, 5, 16})
     for (int n : {0, 3, 11, 12, 15})
       for (int m = 0; m <= T; ++m) {
-        const StepBytes b = bytes_verify_kvbuffer(qwen3_next(), kDefault, BufferVariant::CachedU, C, T, n, m);
-        // Verify: S0 read, n entries read, T candidates to scratch; fold first (S0 written) when n + T > C.
+        const StepBytes b =
+            bytes_verify_kvbuffer(qwen3_next(), kDefault, BufferVariant::CachedU, C, T, n, m);
+        // Verify: S0 read, n entries read, T candidates to scratch; fold first (S0 written) when n
+        // + T > C.
         const bool fold_first = n + T > C;
         const int n0 = fold_first ? 0 : n;
         // Commit: m candidates read from scratch; into the buffer, or, when that fills it, a fold
@@ -151,34 +160,45 @@ TEST(BytesModel, VerifyKvbufferCycle) {
   // 15 folds first (15 + 4 > 16) and commits 3 at 0: the cycle is 3, 6, 9, 12, 15.
   EXPECT_EQ(verify_kvbuffer_next_fill(16, 4, 12, 3), 15);
   EXPECT_EQ(verify_kvbuffer_next_fill(16, 4, 15, 3), 3);
-  const double per_round = 4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU + 2 * 3 * kEntryCachedU;
+  const double per_round =
+      4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU + 2 * 3 * kEntryCachedU;
   const double expected = per_round + (3 + 6 + 9 + 12 + 15) / 5.0 * kEntryCachedU + kState / 5.0;
-  const StepBytes b = bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 16, 4, 3);
+  const StepBytes b =
+      bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 16, 4, 3);
   EXPECT_NEAR(b.total_bytes(), expected, 1e-9 * expected);
   // m = T = C: every round starts empty and its commit folds (S0 read twice, written once).
   EXPECT_EQ(verify_kvbuffer_next_fill(4, 4, 0, 4), 0);
-  const StepBytes full = bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 4, 4, 4);
+  const StepBytes full =
+      bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 4, 4, 4);
   EXPECT_DOUBLE_EQ(full.find("state")->read_bytes, 2 * kState);
   EXPECT_DOUBLE_EQ(full.find("state")->write_bytes, kState);
-  EXPECT_DOUBLE_EQ(full.total_bytes(), 4 * (kTokenRead + kTokenWrite) + 3 * kState + 8 * kEntryCachedU);
+  EXPECT_DOUBLE_EQ(full.total_bytes(),
+                   4 * (kTokenRead + kTokenWrite) + 3 * kState + 8 * kEntryCachedU);
   // C = 8, T = 4, m = 4: 0 -> 4 -> (commit fills it: fold) 0.
-  const StepBytes c8 = bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 8, 4, 4);
-  const double round0 = 4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU + 4 * kEntryCachedU + 4 * kEntryCachedU;
-  const double round4 = 4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU + 4 * kEntryCachedU +
-                        4 * kEntryCachedU + (2 * kState + 4 * kEntryCachedU);
+  const StepBytes c8 =
+      bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 8, 4, 4);
+  const double round0 = 4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU +
+                        4 * kEntryCachedU + 4 * kEntryCachedU;
+  const double round4 = 4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU +
+                        4 * kEntryCachedU + 4 * kEntryCachedU + (2 * kState + 4 * kEntryCachedU);
   EXPECT_NEAR(c8.total_bytes(), (round0 + round4) / 2, 1e-9 * round0);
   // m = 0 never leaves fill 0.
-  EXPECT_DOUBLE_EQ(bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 8, 4, 0).total_bytes(),
-                   4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU);
+  EXPECT_DOUBLE_EQ(
+      bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 8, 4, 0)
+          .total_bytes(),
+      4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU);
 }
 
 TEST(BytesModel, LargestCapacityIsFast) {
   // One accepted entry per round at C = 65536 walks 65536 fills; the cycle search is linear.
-  const StepBytes b = bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, kMaxBufferCapacity, 8, 1);
+  const StepBytes b = bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU,
+                                                  kMaxBufferCapacity, 8, 1);
   EXPECT_GT(b.total_bytes(), 0);
-  const StepBytes c = bytes_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, kMaxBufferCapacity);
+  const StepBytes c =
+      bytes_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, kMaxBufferCapacity);
   const double C = kMaxBufferCapacity;
-  EXPECT_NEAR(c.total_bytes(), kTokenRead + kTokenWrite + kState + kState / C + (C + 1) / 2 * kEntryCachedU,
+  EXPECT_NEAR(c.total_bytes(),
+              kTokenRead + kTokenWrite + kState + kState / C + (C + 1) / 2 * kEntryCachedU,
               1e-9 * c.total_bytes());
 }
 
@@ -204,17 +224,26 @@ TEST(BytesModel, ScaleByBatch) {
 
 TEST(BytesModel, RejectsBadArguments) {
   const LayerShape s = qwen3_next();
-  EXPECT_THROW(bytes_kvbuffer_at_fill(s, kDefault, BufferVariant::CachedU, 0, 0), std::invalid_argument);
-  EXPECT_THROW(bytes_kvbuffer_at_fill(s, kDefault, BufferVariant::CachedU, 4, 4), std::invalid_argument);
-  EXPECT_THROW(bytes_kvbuffer_at_fill(s, kDefault, BufferVariant::CachedU, 4, -1), std::invalid_argument);
-  EXPECT_THROW(bytes_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, -3), std::invalid_argument);
+  EXPECT_THROW(bytes_kvbuffer_at_fill(s, kDefault, BufferVariant::CachedU, 0, 0),
+               std::invalid_argument);
+  EXPECT_THROW(bytes_kvbuffer_at_fill(s, kDefault, BufferVariant::CachedU, 4, 4),
+               std::invalid_argument);
+  EXPECT_THROW(bytes_kvbuffer_at_fill(s, kDefault, BufferVariant::CachedU, 4, -1),
+               std::invalid_argument);
+  EXPECT_THROW(bytes_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, -3),
+               std::invalid_argument);
   EXPECT_THROW(bytes_direct_at_fill(s, kDefault, -1), std::invalid_argument);
   EXPECT_THROW(bytes_verify_classic(s, kDefault, 0, true), std::invalid_argument);
-  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 5, 0, 0), std::invalid_argument);
-  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 0, 3), std::invalid_argument);
-  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 4, 0), std::invalid_argument);
-  EXPECT_THROW(bytes_verify_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, 4, 5, 1), std::invalid_argument);
-  EXPECT_THROW(bytes_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, kMaxBufferCapacity + 1), std::invalid_argument);
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 5, 0, 0),
+               std::invalid_argument);
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 0, 3),
+               std::invalid_argument);
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 4, 0),
+               std::invalid_argument);
+  EXPECT_THROW(bytes_verify_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, 4, 5, 1),
+               std::invalid_argument);
+  EXPECT_THROW(bytes_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, kMaxBufferCapacity + 1),
+               std::invalid_argument);
   EXPECT_THROW(bytes_recurrent(s, {0, 2, 2}), std::invalid_argument);
   EXPECT_THROW(parse_variant("fast"), std::invalid_argument);
   EXPECT_THROW(dtype_bytes("int3"), std::invalid_argument);

@@ -90,7 +90,8 @@ TEST(Catalog, ValidateRejectsBadCustomShapes) {
 }
 
 // Hand formula for Qwen3-Next, per linear layer and request:
-//   state 32*128*128*4, conv (2*16*128 + 32*128) * 3 * 2, cached-u entry 16*128*2 + 32*128*2 + 32*4.
+//   state 32*128*128*4, conv (2*16*128 + 32*128) * 3 * 2, cached-u entry 16*128*2 + 32*128*2 +
+//   32*4.
 double hand_ratio_qwen3_next(int T, int C) {
   const double state = 32.0 * 128 * 128 * 4, conv = (2.0 * 16 * 128 + 32 * 128) * 3 * 2;
   const double entry = 16.0 * 128 * 2 + 32 * 128 * 2 + 32 * 4;
@@ -127,7 +128,8 @@ TEST(Capacity, RatioMatchesHandFormulaAndLimits) {
 TEST(Capacity, RequestCountsTp2) {
   const CapacityInputs in = qwen3_next_inputs(2, 4, 8);
   const CapacityResult r = capacity_model(in);
-  // TP 2 halves the heads: state 16*128*128*4, conv (2*8*128 + 16*128) * 3 * 2, entry 8*128*2 + 16*128*2 + 16*4.
+  // TP 2 halves the heads: state 16*128*128*4, conv (2*8*128 + 16*128) * 3 * 2, entry 8*128*2 +
+  // 16*128*2 + 16*4.
   const double state = 16.0 * 128 * 128 * 4, conv = (2.0 * 8 * 128 + 16 * 128) * 6,
                entry = 8.0 * 128 * 2 + 16 * 128 * 2 + 16 * 4;
   const double pool = 141 * kGiB - 80e9 * 2 / 2;
@@ -156,11 +158,13 @@ TEST(Capacity, VerifyScratchAddsTEntries) {
   const CapacityResult r = capacity_model(in);
   const double entry = 8.0 * 128 * 2 + 16 * 128 * 2 + 16 * 4;  // tp 2
   EXPECT_DOUBLE_EQ(r.kvbuffer.linear_bytes_per_request - without, 36 * 4 * entry);
-  EXPECT_DOUBLE_EQ(r.classic.linear_bytes_per_request, capacity_model(qwen3_next_inputs(2, 4, 16)).classic.linear_bytes_per_request);
+  EXPECT_DOUBLE_EQ(r.classic.linear_bytes_per_request,
+                   capacity_model(qwen3_next_inputs(2, 4, 16)).classic.linear_bytes_per_request);
 }
 
 TEST(Capacity, WeightsLargerThanMemoryLeaveNoRoom) {
-  const CapacityResult r = capacity_model(qwen3_next_inputs(1, 4, 16));  // 160 GB of weights > 141 GiB
+  const CapacityResult r =
+      capacity_model(qwen3_next_inputs(1, 4, 16));  // 160 GB of weights > 141 GiB
   EXPECT_EQ(r.pool_bytes, 0);
   EXPECT_EQ(r.classic.max_requests_linear_pool, 0);
   EXPECT_EQ(r.kvbuffer.max_requests_whole_model, 0);
