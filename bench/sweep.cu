@@ -64,6 +64,15 @@ __global__ void stagger_fill_kernel(int32_t* fill, int32_t* has_state, int32_t* 
     done[i] = 0;
   }
 }
+// Scheduler metadata for one step, shared by every layer: fill + 1, or 0 after the fold at C-1
+// (when the request gets its state, unless the sweep keeps it in direct mode).
+__global__ void advance_row_meta_kernel(int32_t* fill, int32_t* has_state, int n, int capacity, int keep_direct) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int f = fill[i] + 1;
+  fill[i] = f == capacity ? 0 : f;
+  if (f == capacity && !keep_direct) has_state[i] = 1;
+}
 unsigned grid_for(size_t n) { return unsigned(std::min<size_t>((n + 255) / 256, 132 * 32)); }
 }  // namespace
 
@@ -193,6 +202,7 @@ struct DecodeKernel {
   bool direct;           // every request stateless
   GdnBufferVariant variant;
   GdnEntryType entry;
+  bool pool_fill = false;  // fill/has_state advanced in kernel (else scheduler metadata per step)
 };
 
 const std::vector<DecodeKernel>& decode_kernels() {
@@ -203,6 +213,7 @@ const std::vector<DecodeKernel>& decode_kernels() {
       {"kvbuffer-fp32", true, false, false, GdnBufferVariant::CachedU, GdnEntryType::FP32},
       {"kvbuffer-raw", true, false, false, GdnBufferVariant::Raw, GdnEntryType::BF16},
       {"direct", true, false, true, GdnBufferVariant::CachedU, GdnEntryType::BF16},
+      {"kvbuffer-poolfill", true, false, false, GdnBufferVariant::CachedU, GdnEntryType::BF16, true},
   };
   return k;
 }
@@ -360,7 +371,8 @@ class DecodeSweep {
                  s_elems = size_t(batch) * cmax * HV;
     DeviceBuffer bk(kd.buffered ? L * k_elems * esz : 0), bv(kd.buffered ? L * v_elems * esz : 0),
         bg(kd.buffered ? L * s_elems * 4 : 0), bb(kd.buffered ? L * s_elems * 4 : 0),
-        fill(kd.buffered ? size_t(L) * batch * 4 : 0), has(fill.bytes()), done(fill.bytes());
+        fill(kd.buffered ? size_t(L) * batch * 4 : 0), has(fill.bytes()), done(fill.bytes()),
+        row_fill(kd.buffered ? size_t(batch) * 4 : 0), row_has(row_fill.bytes());
     if (kd.buffered) {
       if (esz == 2) {
         fill_uniform_bf16(bk.as<void>(), L * k_elems, args_.seed + 13, -0.2f, 0.2f);
@@ -392,10 +404,13 @@ class DecodeSweep {
                                                                   done.as<int32_t>(), size_t(L) * batch, batch, chunk,
                                                                   kd.direct ? 0 : 1);
         KVB_CUDA_CHECK_LAUNCH();
+        stagger_fill_kernel<<<grid_for(batch), 256>>>(row_fill.as<int32_t>(), row_has.as<int32_t>(),
+                                                     done.as<int32_t>(), batch, batch, chunk, kd.direct ? 0 : 1);
+        KVB_CUDA_CHECK_LAUNCH();
         KVB_CUDA_CHECK(cudaDeviceSynchronize());
         step = [&, L, chunk](cudaStream_t s) {
           // Direct mode: requests stay stateless (the fold at fill C-1 would otherwise end it).
-          if (kd.direct) KVB_CUDA_CHECK(cudaMemsetAsync(has.as<void>(), 0, has.bytes(), s));
+          if (kd.direct && kd.pool_fill) KVB_CUDA_CHECK(cudaMemsetAsync(has.as<void>(), 0, has.bytes(), s));
           for (int l = 0; l < L; ++l) {
             GdnKVBufferParams p;
             p.io = in.io;
@@ -409,10 +424,19 @@ class DecodeSweep {
             p.fill = fill.as<int32_t>() + size_t(l) * batch;
             p.has_state = has.as<int32_t>() + size_t(l) * batch;
             p.done_count = done.as<int32_t>() + size_t(l) * batch;
+            if (!kd.pool_fill) {
+              p.fill = p.has_state = p.done_count = nullptr;
+              p.row_fill = row_fill.as<int32_t>(), p.row_has_state = row_has.as<int32_t>();
+            }
             if (kd.direct)
               gdn_decode_direct(p, s);
             else
               gdn_decode_kvbuffer(p, s);
+          }
+          if (!kd.pool_fill) {
+            advance_row_meta_kernel<<<(batch + 255) / 256, 256, 0, s>>>(row_fill.as<int32_t>(), row_has.as<int32_t>(),
+                                                                       batch, chunk, kd.direct ? 1 : 0);
+            KVB_CUDA_CHECK_LAUNCH();
           }
         };
       }
@@ -505,8 +529,9 @@ void register_sweep_command(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--kernels", args->kernels,
-                  "recurrent, recurrent-oop, kvbuffer, kvbuffer-fp32, kvbuffer-raw, direct, and verify methods "
-                  "(verify-...) handled by the verify sweep")
+                  "recurrent, recurrent-oop, kvbuffer, kvbuffer-fp32, kvbuffer-raw, direct, kvbuffer-poolfill "
+                  "(fill advanced in kernel instead of scheduler metadata), and verify methods (verify-...) "
+                  "handled by the verify sweep")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--out", args->out, "decode CSV path")->capture_default_str();
@@ -543,7 +568,8 @@ void register_sweep_command(CLI::App& app) {
         verify.push_back(k);
       } else {
         throw cli::UsageError("--kernels: unknown kernel '" + k +
-                              "' (recurrent, recurrent-oop, kvbuffer, kvbuffer-fp32, kvbuffer-raw, direct, verify-...)");
+                              "' (recurrent, recurrent-oop, kvbuffer, kvbuffer-fp32, kvbuffer-raw, direct, kvbuffer-poolfill, "
+                              "verify-...)");
       }
     }
     if (!verify.empty() && !run_verify_sweep)

@@ -67,6 +67,11 @@ struct GdnKVBufferParams {
   int32_t* fill = nullptr;     // [slots]
   int32_t* has_state = nullptr;   // [slots]
   int32_t* done_count = nullptr;  // [slots] scratch
+  // Scheduler metadata instead (both or neither): this step's fill and has_state per request row
+  // [B], read-only; the kernel then neither reads nor advances fill/has_state/done_count, and the
+  // caller advances its copy (fill + 1, or 0 and has_state = 1 after the fold at fill C - 1).
+  const int32_t* row_fill = nullptr;
+  const int32_t* row_has_state = nullptr;
 };
 void gdn_decode_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream);
 

@@ -21,7 +21,10 @@
 //   fill, has_state, done_count [slots] int32; token I/O as gdn_decode_recurrent.
 // Races: blocks of one request (value heads x V tiles) read fill/has_state at entry; the last of
 // them to finish (atomic count in done_count) advances them, so no block sees another's update
-// within a launch. Entry n is written by this launch and only entries < n are read.
+// within a launch. With scheduler metadata (row_fill, row_has_state: step inputs per row, as a
+// serving engine passes sequence positions to every layer) nothing is advanced in kernel: no
+// atomics, and the fill is known one dependent load earlier. Entry n is written by this launch
+// and only entries < n are read.
 // Work split: block = (row, value head, tile of rows_per_block rows), 128 threads = 16 groups of 8
 // lanes, one row per group at a time; the per-block scalars (c_j, d_j, decays) and the cached u
 // tile [n, rows] go through shared memory (dynamic, sized by C: C is a runtime value, since only
@@ -53,6 +56,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   constexpr int N = K / 8;
   extern __shared__ __align__(128) float smem[];
   __shared__ __align__(8) uint64_t bars[kMaxChunks];
+  __shared__ float sv[kMaxChunks * kGroups];  // v of this block's rows
   const GdnStepIO& io = p.io;
   const BlockCoords c = block_coords(io, rows);
   const int slot = io.slot[c.row];
@@ -61,8 +65,9 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     return;
   }
   const int C = p.capacity;
-  const int n = p.fill[slot];
-  const bool has_state = p.has_state[slot] != 0;
+  const bool row_meta = p.row_fill != nullptr;
+  const int n = row_meta ? p.row_fill[c.row] : p.fill[slot];
+  const bool has_state = (row_meta ? p.row_has_state[c.row] : p.has_state[slot]) != 0;
   const bool fold = n + 1 == C;
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
   const int H = io.H, HV = io.HV;
@@ -95,6 +100,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   float* scratch = bj + C;              // raw: [kGroups][C] per-group a_j, then u_j
 
   // Loops with shuffles run the same trip count on every group of a warp (full-mask shuffles).
+#pragma unroll 2
   for (int base = 0; base < n; base += kGroups) {
     const int j = base + group;
     float kj[N];
@@ -137,21 +143,41 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
       }
     }
   } else {
-    for (int idx = threadIdx.x; idx < n * rows; idx += kThreads) {
-      const int j = idx / rows, r = idx % rows;
-      utile[j * ustride + r] = to_f32(bval[(size_t(j) * HV + c.h) * V + c.v0 + r]);
+    // u tile [n][rows]: 16-byte loads, kStage per thread issued before any is used.
+    constexpr int kVec = 16 / sizeof(E), kStage = 4;
+    const int vecs_per_j = rows / kVec, total = n * vecs_per_j;
+    for (int base = 0; base < total; base += kThreads * kStage) {
+      uint4 raw[kStage];
+#pragma unroll
+      for (int u = 0; u < kStage; ++u) {
+        const int idx = base + u * kThreads + threadIdx.x;
+        if (idx < total) {
+          const int j = idx / vecs_per_j, x = idx % vecs_per_j;
+          raw[u] = *reinterpret_cast<const uint4*>(bval + (size_t(j) * HV + c.h) * V + c.v0 + x * kVec);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kStage; ++u) {
+        const int idx = base + u * kThreads + threadIdx.x;
+        if (idx < total) {
+          const int j = idx / vecs_per_j, x = idx % vecs_per_j;
+          const E* e = reinterpret_cast<const E*>(&raw[u]);
+#pragma unroll
+          for (int i = 0; i < kVec; ++i) utile[j * ustride + x * kVec + i] = to_f32(e[i]);
+        }
+      }
     }
   }
+  for (int r = threadIdx.x; r < rows; r += kThreads) sv[r] = __bfloat162float(io.v[(size_t(c.row) * HV + c.h) * V + c.v0 + r]);
   __syncthreads();
 
-  const __nv_bfloat16* vin = io.v + (size_t(c.row) * HV + c.h) * V;
   __nv_bfloat16* out = io.out + (size_t(c.row) * HV + c.h) * V;
   float* ua = scratch + group * C;
   const int leader = (threadIdx.x & 31) & ~(kGroupLanes - 1);
 
   for (int ch = 0; ch < chunks; ++ch) {
     const int rl = ch * kGroups + group, r = c.v0 + rl;
-    const float v_r = __bfloat162float(vin[r]);
+    const float v_r = sv[rl];
     float s[N];
     if (has_state) {
       tile_wait(bars + ch);
@@ -205,6 +231,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     if (fold) {
 #pragma unroll
       for (int i = 0; i < N; ++i) s[i] = fmaf(eG_t, s[i], u_t * k[i]);
+#pragma unroll 4
       for (int j = 0; j < n; ++j) {
         const float wj = sw[j] * (RAW ? ua[j] : utile[j * ustride + rl]);
         float kj[N];
@@ -226,6 +253,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
       if (RAW) p.buf_beta[(size_t(slot) * C + n) * HV + c.h] = beta;
     }
   }
+  if (row_meta) return;  // the scheduler advances its own fill / has_state
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
@@ -279,8 +307,11 @@ void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* w
   auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(who) + ": " + m); };
   if (p.capacity < 1 || p.capacity > kMaxCapacity)
     fail("unsupported capacity " + std::to_string(p.capacity) + " (1.." + std::to_string(kMaxCapacity) + ")");
-  if (!p.state || !p.buf_k || !p.buf_val || !p.buf_gcum || !p.fill || !p.has_state || !p.done_count)
-    fail("state, buf_k, buf_val, buf_gcum, fill, has_state and done_count must be set");
+  if (!p.state || !p.buf_k || !p.buf_val || !p.buf_gcum)
+    fail("state, buf_k, buf_val and buf_gcum must be set");
+  if (bool(p.row_fill) != bool(p.row_has_state)) fail("give both row_fill and row_has_state, or neither");
+  if (!p.row_fill && !(p.fill && p.has_state && p.done_count))
+    fail("without row_fill/row_has_state, fill, has_state and done_count must be set");
   if (p.variant == GdnBufferVariant::Raw && !p.buf_beta) fail("the raw variant needs buf_beta");
   if (p.io.batch == 0) return;
   const int rows = choose_rows_per_block(p.io);

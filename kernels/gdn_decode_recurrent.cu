@@ -69,6 +69,7 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
   constexpr int N = K / 8;  // floats per lane per row
   extern __shared__ __align__(128) float tile[];  // [rows, K]: this block's state rows
   __shared__ __align__(8) uint64_t bars[kMaxChunks];
+  __shared__ float sv[kMaxChunks * kGroups];  // v of this block's rows
   const GdnStepIO& io = p.io;
   const BlockCoords c = block_coords(io, rows);
   const int slot = io.slot[c.row];
@@ -90,11 +91,12 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
   float* s_out = p.state_out + head;
   const __nv_bfloat16* vin = io.v + (size_t(c.row) * io.HV + c.h) * V;
   __nv_bfloat16* out = io.out + (size_t(c.row) * io.HV + c.h) * V;
-  __syncthreads();  // barriers initialised
+  for (int r = threadIdx.x; r < rows; r += kThreads) sv[r] = __bfloat162float(vin[c.v0 + r]);
+  __syncthreads();  // barriers initialised, sv loaded
 
   for (int ch = 0; ch < chunks; ++ch) {
     const int rl = ch * kGroups + group, r = c.v0 + rl;
-    const float v_r = __bfloat162float(vin[r]);
+    const float v_r = sv[rl];
     tile_wait(bars + ch);
     float s[N];
     load_slice<K>(tile + size_t(rl) * K, lane, s);

@@ -60,6 +60,7 @@ struct DecodeCase {
   ref::GateRange gates = ref::GateRange::typical();
   int direct_every = 0;     // request r starts in direct mode when direct_every && r % direct_every == 0
   int rows_per_block = 0;
+  bool row_metadata = false;  // fill/has_state as per-row step inputs instead of pool arrays
 };
 
 struct CaseResult {
@@ -177,6 +178,7 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
   KVB_CUDA_CHECK(cudaMemset(d_done.p, 0, slots * 4));
   upload(d_has.p, has_init);
 
+  Dev d_row_fill(rows * 4), d_row_has(rows * 4);
   Dev d_slot(rows * 4), d_q(size_t(rows) * H * K * 2), d_k(size_t(rows) * H * K * 2),
       d_v(size_t(rows) * HV * V * 2), d_g(size_t(rows) * HV * 4), d_beta(size_t(rows) * HV * 4),
       d_a(size_t(rows) * HV * 2), d_b(size_t(rows) * HV * 2), d_Alog(HV * 4), d_dtb(HV * 4),
@@ -237,6 +239,15 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
       }
     }
     upload(d_slot.p, slot_row);
+    if (cs.row_metadata) {
+      std::vector<int32_t> row_fill(rows, 0), row_has(rows, 0);
+      for (int row = 0; row < rows; ++row) {
+        const int r = row_perm[row];
+        if (r < B && active[r]) row_fill[row] = fill[r], row_has[row] = direct[r] ? 0 : 1;
+      }
+      upload(d_row_fill.p, row_fill);
+      upload(d_row_has.p, row_has);
+    }
     upload(d_q.p, to_bf16(q)), upload(d_k.p, to_bf16(k)), upload(d_v.p, to_bf16(v));
     upload(d_g.p, g), upload(d_beta.p, beta), upload(d_a.p, to_bf16(a)), upload(d_b.p, to_bf16(b));
     KVB_CUDA_CHECK(cudaMemset(d_out.p, 0xff, out_raw.size() * 2));
@@ -255,6 +266,10 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
       p.state = s_out, p.buf_k = buf_k.p, p.buf_val = buf_val.p, p.buf_gcum = buf_g.as<float>();
       p.buf_beta = buf_beta.as<float>(), p.fill = d_fill.as<int32_t>(), p.has_state = d_has.as<int32_t>();
       p.done_count = d_done.as<int32_t>();
+      if (cs.row_metadata) {
+        p.fill = p.has_state = p.done_count = nullptr;
+        p.row_fill = d_row_fill.as<int32_t>(), p.row_has_state = d_row_has.as<int32_t>();
+      }
       if (cs.kernel == Kernel::Direct)
         gdn_decode_direct(p, 0);
       else
@@ -298,7 +313,8 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
         folded = fill[r] + 1 == C;
         fill[r] = folded ? 0 : fill[r] + 1;
         if (folded) ++folds[r], direct[r] = false;
-        if (fill_dev[slot_perm[r]] != fill[r] || has_dev[slot_perm[r]] != (direct[r] ? 0 : 1))
+        if (!cs.row_metadata &&
+            (fill_dev[slot_perm[r]] != fill[r] || has_dev[slot_perm[r]] != (direct[r] ? 0 : 1)))
           fail("fill/has_state of request " + std::to_string(r) + " wrong after step " + std::to_string(step));
       }
       if (folded || check_every_state) {
@@ -391,6 +407,18 @@ inline std::vector<DecodeCase> decode_cases(bool quick) {
     c.kernel = Kernel::Direct, c.rows_per_block = 0, c.direct_every = 1, c.capacity = 64, c.batch = 3, c.name = "direct-cachedu-bf16-C64-b3";
     add(c);
     c.variant = GdnBufferVariant::Raw, c.capacity = 16, c.name = "direct-raw-bf16-C16-b3";
+    add(c);
+  }
+  // Scheduler metadata (row_fill / row_has_state) instead of the pool's fill counters.
+  for (auto variant : {GdnBufferVariant::CachedU, GdnBufferVariant::Raw}) {
+    const std::string tag = variant == GdnBufferVariant::Raw ? "raw" : "cachedu";
+    DecodeCase c;
+    c.row_metadata = true, c.variant = variant;
+    c.capacity = 16, c.batch = 64, c.pad_rows = 2, c.direct_every = 3, c.name = "rowmeta-" + tag + "-C16-b64-mixed-direct";
+    add(c);
+    c.capacity = 1, c.batch = 3, c.direct_every = 0, c.name = "rowmeta-" + tag + "-C1-b3";
+    add(c);
+    c.capacity = 64, c.batch = 1, c.entry = GdnEntryType::FP32, c.name = "rowmeta-" + tag + "-fp32-C64-b1";
     add(c);
   }
   return cs;
