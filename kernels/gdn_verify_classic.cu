@@ -40,28 +40,25 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_classic_kernel(const GdnV
   }
   __shared__ __align__(16) float s_k[kGdnVerifyMaxTokens * KP];
   __shared__ __align__(16) float s_q[kGdnVerifyMaxTokens * KP];
+  __shared__ __align__(16) __nv_bfloat16 s_raw_kq[2 * kGdnVerifyMaxTokens * KD];
+  __shared__ __align__(16) __nv_bfloat16 s_raw_v[kGdnVerifyMaxTokens * kRows];
+  __shared__ float s_g[kGdnVerifyMaxTokens], s_beta[kGdnVerifyMaxTokens];
   __shared__ int s_parent[kGdnVerifyMaxTokens], s_praw[kGdnVerifyMaxTokens];
   __shared__ unsigned s_anc[kGdnVerifyMaxTokens];
-  __shared__ float s_decay[kGdnVerifyMaxTokens], s_beta[kGdnVerifyMaxTokens];
-  __shared__ float s_v[kGdnVerifyMaxTokens * kRows];
 
+  // Every global read is issued up front (tokens and gates by cp.async, the state into registers),
+  // so the walk over the nodes waits on no global load.
+  copy_window_kq_async<KD>(io, b.row, kh, s_raw_kq);
+  copy_window_v_async(io, b.row, b.h, b.v0, s_raw_v);
+  copy_window_gates_async(io, b.row, b.h, s_g, s_beta, s_praw);
   const size_t head_row0 = (size_t(slot) * io.HV + b.h) * io.V + b.v0;
   const float* s0A = p.state + (head_row0 + b.rA) * KD;
   const float* s0B = p.state + (head_row0 + b.rB) * KD;
   float4 xa[NF], xb[NF];
   load_row_halves<KD>(s0A, s0B, b.parity, xa, xb);
-  // All token inputs are read up front (into shared memory), so the walk over
-  // the nodes waits on no global load.
-  if (threadIdx.x < T) {
-    const size_t gate = (size_t(b.row) * T + threadIdx.x) * io.HV + b.h;
-    s_decay[threadIdx.x] = expf(io.g[gate]);
-    s_beta[threadIdx.x] = io.beta[gate];
-    if (io.parents) s_praw[threadIdx.x] = io.parents[b.row * T + threadIdx.x];
-  }
-  for (int idx = threadIdx.x; idx < T * kRows; idx += kThreads)
-    s_v[idx] = __bfloat162float(io.v[((size_t(b.row) * T + idx / kRows) * io.HV + b.h) * io.V + b.v0 + idx % kRows]);
-  load_window_kq<KD>(io, b.row, kh, s_k, s_q, KP);
+  cp_async_wait_all();
   __syncthreads();
+  normalise_window_kq<KD>(T, s_raw_kq, s_k, s_q, KP);
   if (threadIdx.x == 0) window_tree(T, io.parents ? s_praw : nullptr, s_parent, s_anc);
   __syncthreads();
 
@@ -75,9 +72,9 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_classic_kernel(const GdnV
       if (parent < 0) load_row_halves<KD>(s0A, s0B, b.parity, xa, xb);
       else load_row_halves<KD>(step_row(parent, b.rA), step_row(parent, b.rB), b.parity, xa, xb);
     }
-    const float decay = s_decay[t], beta = s_beta[t];
+    const float decay = expf(s_g[t]), beta = s_beta[t];
     const size_t vrow = ((size_t(b.row) * T + t) * io.HV + b.h) * io.V + b.v0;
-    const float va = s_v[t * kRows + b.rA], vb = s_v[t * kRows + b.rB];
+    const float va = __bfloat162float(s_raw_v[t * kRows + b.rA]), vb = __bfloat162float(s_raw_v[t * kRows + b.rB]);
     float ka = 0.f, kb = 0.f;
 #pragma unroll
     for (int i = 0; i < NF; ++i) {

@@ -97,34 +97,6 @@ __device__ __forceinline__ void dot_row_halves(const float4 (&xa)[KD / 8], const
   }
 }
 
-// Loads the T tokens' keys and queries of key head kh, normalised (q also scaled by K^-0.5), into
-// shared rows of kd_pad floats: s_k[t], s_q[t]. Each warp normalises whole vectors.
-template <int KD>
-__device__ __forceinline__ void load_window_kq(const GdnVerifyIO& io, int row, int kh, float* s_k, float* s_q,
-                                               int kd_pad) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  constexpr int PER_LANE = KD / 32;
-  for (int vec = warp; vec < 2 * io.tokens; vec += kThreads / 32) {
-    const int t = vec % io.tokens;
-    const bool is_q = vec >= io.tokens;
-    const __nv_bfloat16* src = (is_q ? io.q : io.k) + ((size_t(row) * io.tokens + t) * io.H + kh) * KD;
-    float x[PER_LANE];
-    float ss = 0.f;
-#pragma unroll
-    for (int i = 0; i < PER_LANE; ++i) {
-      x[i] = __bfloat162float(src[lane * PER_LANE + i]);
-      ss = fmaf(x[i], x[i], ss);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    float scale = rsqrtf(ss + 1e-6f);
-    if (is_q) scale *= rsqrtf(float(KD));
-    float* dst = (is_q ? s_q : s_k) + t * kd_pad;
-#pragma unroll
-    for (int i = 0; i < PER_LANE; ++i) dst[lane * PER_LANE + i] = x[i] * scale;
-  }
-}
-
 // Tree structure of one row (run by one thread), 0-based: s_parent[t] in -1..t-1 (-1 = the
 // committed state; out-of-range entries read as -1), s_anc[t] the strict-ancestor bitmask, from the
 // 1-based parents p(i) of the row (null: a chain). Returns the depth of the deepest node.
@@ -162,6 +134,62 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// Issues the copies of the T tokens' raw keys and queries of key head kh (bf16) into
+// s_raw [2T, KD]: rows 0..T-1 keys, T..2T-1 queries.
+template <int KD>
+__device__ __forceinline__ void copy_window_kq_async(const GdnVerifyIO& io, int row, int kh, __nv_bfloat16* s_raw) {
+  constexpr int CH = KD / 8;  // 16-byte chunks per row
+  for (int c = threadIdx.x; c < 2 * io.tokens * CH; c += kThreads) {
+    const int vec = c / CH, e = (c % CH) * 8, t = vec % io.tokens;
+    const __nv_bfloat16* src = (vec < io.tokens ? io.k : io.q) + ((size_t(row) * io.tokens + t) * io.H + kh) * KD + e;
+    cp_async16(s_raw + vec * KD + e, src);
+  }
+}
+// Issues the copies of the T tokens' values of value head h, rows v0 .. v0+kRows-1: s_v [T, kRows].
+__device__ __forceinline__ void copy_window_v_async(const GdnVerifyIO& io, int row, int h, int v0, __nv_bfloat16* s_v) {
+  constexpr int CH = kRows / 8;
+  for (int c = threadIdx.x; c < io.tokens * CH; c += kThreads) {
+    const int t = c / CH, e = (c % CH) * 8;
+    cp_async16(s_v + t * kRows + e, io.v + ((size_t(row) * io.tokens + t) * io.HV + h) * io.V + v0 + e);
+  }
+}
+// Issues the copies of the T tokens' gates of value head h (and the parents, for trees).
+__device__ __forceinline__ void copy_window_gates_async(const GdnVerifyIO& io, int row, int h, float* s_g,
+                                                        float* s_beta, int* s_parents) {
+  const int t = threadIdx.x;
+  if (t < io.tokens) {
+    const size_t gate = (size_t(row) * io.tokens + t) * io.HV + h;
+    cp_async4(s_g + t, io.g + gate);
+    cp_async4(s_beta + t, io.beta + gate);
+    if (io.parents) cp_async4(s_parents + t, io.parents + size_t(row) * io.tokens + t);
+  }
+}
+// Once the copies landed: normalised keys and queries (q also scaled by K^-0.5) as padded fp32
+// rows s_k[t], s_q[t] of kd_pad floats. Each warp normalises whole vectors.
+template <int KD>
+__device__ __forceinline__ void normalise_window_kq(int T, const __nv_bfloat16* s_raw, float* s_k, float* s_q,
+                                                    int kd_pad) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  constexpr int PER_LANE = KD / 32;
+  for (int vec = warp; vec < 2 * T; vec += kThreads / 32) {
+    float x[PER_LANE];
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+      x[i] = __bfloat162float(s_raw[vec * KD + lane * PER_LANE + i]);
+      ss = fmaf(x[i], x[i], ss);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    const bool is_q = vec >= T;
+    float scale = rsqrtf(ss + 1e-6f);
+    if (is_q) scale *= rsqrtf(float(KD));
+    float* dst = (is_q ? s_q : s_k) + (vec % T) * kd_pad;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) dst[lane * PER_LANE + i] = x[i] * scale;
+  }
+}
 
 // Fold of n entries into this thread's row halves: x <- exp(G_n) x + sum_j w_j[row] k_j, with the
 // keys in shared rows of `key_stride` elements and w_j[r] = exp(G_n - G_j) u_j[r] in s_w[j * kRows + r].

@@ -57,7 +57,9 @@ struct VerifySmem {
   __host__ __device__ int egwin() const { return gwin() + tmax * 4; }
   __host__ __device__ int graw() const { return egwin() + tmax * 4; }             // g of the window [TMAX]
   __host__ __device__ int beta() const { return graw() + tmax * 4; }
-  __host__ __device__ size_t bytes() const { return size_t(beta() + tmax * 4); }
+  __host__ __device__ int raw_kq() const { return up16(beta() + tmax * 4); }        // [2 TMAX, KD] bf16
+  __host__ __device__ int raw_v() const { return raw_kq() + 2 * tmax * kd * 2; }     // [TMAX, kRows] bf16
+  __host__ __device__ size_t bytes() const { return size_t(raw_v() + tmax * kRows * 2); }
 };
 
 template <int KD, int TMAX, class E>
@@ -87,14 +89,20 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_kernel(const Gdn
   float *s_gbuf = reinterpret_cast<float*>(smem + L.gbuf()), *s_gwin = reinterpret_cast<float*>(smem + L.gwin());
   float *s_egwin = reinterpret_cast<float*>(smem + L.egwin()), *s_graw = reinterpret_cast<float*>(smem + L.graw());
   float* s_beta = reinterpret_cast<float*>(smem + L.beta());
+  __nv_bfloat16* s_raw_kq = reinterpret_cast<__nv_bfloat16*>(smem + L.raw_kq());
+  __nv_bfloat16* s_raw_v = reinterpret_cast<__nv_bfloat16*>(smem + L.raw_v());
   __shared__ int s_parent[TMAX], s_praw[TMAX];
   __shared__ unsigned s_anc[TMAX];
   __shared__ int s_fold;
 
+  // Every global read of the block is issued before the first one is consumed: the window's
+  // tokens and gates (cp.async into shared memory, independent of the pools), then the state rows
+  // (registers) and the n buffer entries (cp.async).
+  copy_window_kq_async<KD>(io, b.row, kh, s_raw_kq);
+  copy_window_v_async(io, b.row, b.h, b.v0, s_raw_v);
+  copy_window_gates_async(io, b.row, b.h, s_graw, s_beta, s_praw);
   const int n = p.fill[slot];
   const bool has_state = p.has_state[slot] != 0;
-  // Every global read of the block is issued before the first one is consumed: the state rows
-  // (registers), the n buffer entries (cp.async into shared memory), the window's tokens and gates.
   const size_t head_row0 = (size_t(slot) * io.HV + b.h) * io.V + b.v0;
   float* rowA = p.state + (head_row0 + b.rA) * KD;
   float* rowB = p.state + (head_row0 + b.rB) * KD;
@@ -116,15 +124,9 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_kernel(const Gdn
     cp_async16(s_u + j * kRows + e, buf_u + size_t(j) * io.HV * io.V + e);
   }
   for (int j = threadIdx.x; j < n; j += kThreads) cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * io.HV + b.h);
-  if (threadIdx.x < T) {
-    const size_t gate = (size_t(b.row) * T + threadIdx.x) * io.HV + b.h;
-    s_graw[threadIdx.x] = io.g[gate];
-    s_beta[threadIdx.x] = io.beta[gate];
-    if (io.parents) s_praw[threadIdx.x] = io.parents[b.row * T + threadIdx.x];
-  }
-  load_window_kq<KD>(io, b.row, kh, s_k, s_q, KP);
   cp_async_wait_all();
   __syncthreads();
+  normalise_window_kq<KD>(T, s_raw_kq, s_k, s_q, KP);
 
   if (threadIdx.x == 0) {
     const int depth = window_tree(T, io.parents ? s_praw : nullptr, s_parent, s_anc);
@@ -233,7 +235,7 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_kernel(const Gdn
     u[t] = 0.f;
     if (t < T) {
       const size_t tok = ((size_t(b.row) * T + t) * io.HV + b.h) * io.V + b.v0 + r;
-      float x = __bfloat162float(io.v[tok]) - s_egwin[t] * ab[t] - su[t];
+      float x = __bfloat162float(s_raw_v[t * kRows + r]) - s_egwin[t] * ab[t] - su[t];
 #pragma unroll
       for (int s = 0; s < t; ++s) x = fmaf(-s_vu[s * TMAX + t], u[s], x);
       u[t] = round_to<E>(s_beta[t] * x);
