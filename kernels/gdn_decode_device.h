@@ -173,6 +173,13 @@ __device__ __forceinline__ void tile_wait(uint64_t* bar) {
   } while (!done);
 }
 
+// 16-byte asynchronous global -> shared copy (cp.async, bypassing L1); cp_async_wait_all() then a
+// block barrier make the data visible to every thread.
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gsrc) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(smem_dst)), "l"(gsrc) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 // Validation shared by the dispatch functions.
 void validate_step_io(const GdnStepIO& io, const char* who);
 int choose_rows_per_block(const GdnStepIO& io);

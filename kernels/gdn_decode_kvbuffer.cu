@@ -48,7 +48,7 @@ namespace kvbuf {
 namespace gdn_detail {
 
 constexpr int kMaxCapacity = 64;
-constexpr int kUtilePad = 8;  // u tile row stride rows + 8 floats: spreads a group's 8 j's over banks
+constexpr int kUtilePad = 8;  // u tile row stride rows + 8: 16-byte rows, a group's 8 j's on distinct banks
 
 template <int K, int V, class E, bool RAW>
 __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVBufferParams p, int rows) {
@@ -77,35 +77,60 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   float* state = p.state + head;
   if (has_state && threadIdx.x == 0) tile_issue<K>(smem, state + size_t(c.v0) * K, chunks, bars);
 
+  // Everything the block reads from the buffer goes to shared memory in one round trip:
+  // keys [n][K] and (cached-u) u tile [n][rows] by cp.async (16 B each, no registers held),
+  // G_j (and beta_j) by plain loads, all issued before the first wait.
+  E* bk = static_cast<E*>(p.buf_k) + size_t(slot) * C * H * K;       // [C, H, K]
+  E* bval = static_cast<E*>(p.buf_val) + size_t(slot) * C * HV * V;  // [C, HV, V]
+  float* gcum = p.buf_gcum + size_t(slot) * C * HV;                  // [C, HV]
+  constexpr int kVec = 16 / sizeof(E);
+  const int ustride = rows + kUtilePad;
+  float* tile = smem;                                                // [rows, K] S0 rows
+  E* skeys = reinterpret_cast<E*>(tile + rows * K);                  // [C][K] keys k_j
+  E* utile = skeys + C * K;                                          // cached: [C][ustride] u_j
+  float* sG = reinterpret_cast<float*>(utile + (RAW ? 0 : C * ustride));  // G_j
+  float* sc = sG + C;                                                // c_j
+  float* sd = sc + C;                                                // d_j
+  float* sw = sd + C;                                                // e^{G_t - G_j}
+  float* L = sw + C;      // raw: [C][C], L[j][i] = beta_j e^{G_j-G_i} k_i.k_j (i < j < n)
+  float* eG = L + C * C;  // raw: e^{G_j}
+  float* bj = eG + C;     // raw: beta_j
+  float* scratch = bj + C;  // raw: [kGroups][C] per-group a_j, then u_j
+  {
+    const int kvecs = K / kVec;
+    for (int idx = threadIdx.x; idx < n * kvecs; idx += kThreads) {
+      const int j = idx / kvecs, x = idx % kvecs;
+      cp_async16(skeys + j * K + x * kVec, bk + (size_t(j) * H + kh) * K + x * kVec);
+    }
+    if (!RAW) {
+      const int uvecs = rows / kVec;
+      for (int idx = threadIdx.x; idx < n * uvecs; idx += kThreads) {
+        const int j = idx / uvecs, x = idx % uvecs;
+        cp_async16(utile + j * ustride + x * kVec, bval + (size_t(j) * HV + c.h) * V + c.v0 + x * kVec);
+      }
+    }
+    for (int j = threadIdx.x; j < n; j += kThreads) {
+      sG[j] = gcum[j * HV + c.h];
+      if (RAW) bj[j] = p.buf_beta[(size_t(slot) * C + j) * HV + c.h];
+    }
+    for (int r = threadIdx.x; r < rows; r += kThreads)
+      sv[r] = __bfloat162float(io.v[(size_t(c.row) * HV + c.h) * V + c.v0 + r]);
+  }
   float k[N], q[N], kq;
   load_token_kq<K>(io, c.row, kh, lane, k, q, kq);
   float g, beta;
   load_gates(io, c.row, c.h, g, beta);
-  float* gcum = p.buf_gcum + size_t(slot) * C * HV;  // [C, HV]
   const float G_t = (n > 0 ? gcum[(n - 1) * HV + c.h] : 0.f) + g;
   const float eG_t = expf(G_t);
-  E* bk = static_cast<E*>(p.buf_k) + size_t(slot) * C * H * K;     // [C, H, K]
-  E* bval = static_cast<E*>(p.buf_val) + size_t(slot) * C * HV * V;  // [C, HV, V]
+  cp_async_wait_all();
+  __syncthreads();
 
-  float* tile = smem;                   // [rows, K]: this block's S0 rows (when has_state)
-  float* sc = tile + rows * K;          // c_j
-  float* sd = sc + C;      // d_j
-  float* sw = sd + C;      // e^{G_t - G_j}
-  float* rest = sw + C;
-  const int ustride = rows + kUtilePad;
-  float* utile = rest;                  // cached: [n][ustride], u_j[v0 + r]
-  float* L = rest;                      // raw: [C][C], L[j][i] = beta_j e^{G_j-G_i} k_i.k_j (i < j < n)
-  float* eG = L + C * C;                // raw: e^{G_j}
-  float* bj = eG + C;                   // raw: beta_j
-  float* scratch = bj + C;              // raw: [kGroups][C] per-group a_j, then u_j
-
-  // Loops with shuffles run the same trip count on every group of a warp (full-mask shuffles).
-#pragma unroll 2
+  // Per-block scalars over the buffered keys (shuffle loops: same trip count on every group).
   for (int base = 0; base < n; base += kGroups) {
     const int j = base + group;
     float kj[N];
     if (j < n) {
-      load_slice<K>(bk + (size_t(j) * H + kh) * K, lane, kj);
+      load_slice<K>(skeys + j * K, lane, kj);
     } else {
 #pragma unroll
       for (int i = 0; i < N; ++i) kj[i] = 0.f;
@@ -113,15 +138,11 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     const float dk = group_sum(dot<N>(kj, k));
     const float dq = group_sum(dot<N>(kj, q));
     if (j < n && lane == 0) {
-      const float G_j = gcum[j * HV + c.h];
-      const float e = expf(G_t - G_j);
+      const float e = expf(G_t - sG[j]);
       sc[j] = e * dk;
       sd[j] = e * dq;
       sw[j] = e;
-      if (RAW) {
-        eG[j] = expf(G_j);
-        bj[j] = p.buf_beta[(size_t(slot) * C + j) * HV + c.h];
-      }
+      if (RAW) eG[j] = expf(sG[j]);
     }
   }
   if (RAW) {
@@ -130,45 +151,16 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
       const bool lower = idx < n * n && i < j;
       float ki[N], kj[N];
       if (lower) {
-        load_slice<K>(bk + (size_t(i) * H + kh) * K, lane, ki);
-        load_slice<K>(bk + (size_t(j) * H + kh) * K, lane, kj);
+        load_slice<K>(skeys + i * K, lane, ki);
+        load_slice<K>(skeys + j * K, lane, kj);
       } else {
 #pragma unroll
         for (int e = 0; e < N; ++e) ki[e] = kj[e] = 0.f;
       }
       const float d = group_sum(dot<N>(ki, kj));
-      if (lower && lane == 0) {
-        const float G_j = gcum[j * HV + c.h], G_i = gcum[i * HV + c.h];
-        L[j * C + i] = p.buf_beta[(size_t(slot) * C + j) * HV + c.h] * expf(G_j - G_i) * d;
-      }
-    }
-  } else {
-    // u tile [n][rows]: 16-byte loads, kStage per thread issued before any is used.
-    constexpr int kVec = 16 / sizeof(E), kStage = 4;
-    const int vecs_per_j = rows / kVec, total = n * vecs_per_j;
-    for (int base = 0; base < total; base += kThreads * kStage) {
-      uint4 raw[kStage];
-#pragma unroll
-      for (int u = 0; u < kStage; ++u) {
-        const int idx = base + u * kThreads + threadIdx.x;
-        if (idx < total) {
-          const int j = idx / vecs_per_j, x = idx % vecs_per_j;
-          raw[u] = *reinterpret_cast<const uint4*>(bval + (size_t(j) * HV + c.h) * V + c.v0 + x * kVec);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kStage; ++u) {
-        const int idx = base + u * kThreads + threadIdx.x;
-        if (idx < total) {
-          const int j = idx / vecs_per_j, x = idx % vecs_per_j;
-          const E* e = reinterpret_cast<const E*>(&raw[u]);
-#pragma unroll
-          for (int i = 0; i < kVec; ++i) utile[j * ustride + x * kVec + i] = to_f32(e[i]);
-        }
-      }
+      if (lower && lane == 0) L[j * C + i] = bj[j] * expf(sG[j] - sG[i]) * d;
     }
   }
-  for (int r = threadIdx.x; r < rows; r += kThreads) sv[r] = __bfloat162float(io.v[(size_t(c.row) * HV + c.h) * V + c.v0 + r]);
   __syncthreads();
 
   __nv_bfloat16* out = io.out + (size_t(c.row) * HV + c.h) * V;
@@ -191,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     if (!RAW) {
       float pc = 0.f, pd = 0.f;
       for (int j = lane; j < n; j += kGroupLanes) {
-        const float uj = utile[j * ustride + rl];
+        const float uj = to_f32(utile[j * ustride + rl]);
         pc = fmaf(sc[j], uj, pc);
         pd = fmaf(sd[j], uj, pd);
       }
@@ -204,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
         float aj = 0.f;
         if (has_state) {
           float kj[N];
-          load_slice<K>(bk + (size_t(j) * H + kh) * K, lane, kj);
+          load_slice<K>(skeys + j * K, lane, kj);
           aj = group_sum(dot<N>(s, kj));
         }
         if (lane == 0) ua[j] = aj;
@@ -233,9 +225,9 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
       for (int i = 0; i < N; ++i) s[i] = fmaf(eG_t, s[i], u_t * k[i]);
 #pragma unroll 4
       for (int j = 0; j < n; ++j) {
-        const float wj = sw[j] * (RAW ? ua[j] : utile[j * ustride + rl]);
+        const float wj = sw[j] * (RAW ? ua[j] : to_f32(utile[j * ustride + rl]));
         float kj[N];
-        load_slice<K>(bk + (size_t(j) * H + kh) * K, lane, kj);
+        load_slice<K>(skeys + j * K, lane, kj);
 #pragma unroll
         for (int i = 0; i < N; ++i) s[i] = fmaf(wj, kj[i], s[i]);
       }
@@ -267,13 +259,14 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
 }
 
 size_t kvbuffer_smem_bytes(const GdnKVBufferParams& p, int rows) {
-  const size_t C = size_t(p.capacity);
-  size_t floats = size_t(rows) * p.io.K + 3 * C;
+  const size_t C = size_t(p.capacity), K = size_t(p.io.K);
+  const size_t esz = p.entry == GdnEntryType::FP32 ? 4 : 2;
+  size_t bytes = size_t(rows) * K * 4 + C * K * esz + 4 * C * 4;
   if (p.variant == GdnBufferVariant::Raw)
-    floats += C * C + 2 * C + size_t(kGroups) * C;
+    bytes += (C * C + 2 * C + size_t(kGroups) * C) * 4;
   else
-    floats += C * size_t(rows + kUtilePad);
-  return floats * sizeof(float);
+    bytes += C * size_t(rows + kUtilePad) * esz;
+  return bytes;
 }
 
 template <int K, int V, class E, bool RAW>
