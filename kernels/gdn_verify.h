@@ -12,13 +12,18 @@
 // Every node's output equals the recurrent output along its root path.
 //
 // KVBuffer protocol (one verify + one commit per step, fill/has_state as in gdn_decode.h):
-//   verify: with n = fill[slot] and D the depth of the tree (T for a chain), if n + D > C the n
-//           buffered entries are folded into S0 first (S0 written back, created in direct mode)
-//           and the window starts from an empty buffer. The T candidate entries (k, u, G) go to a
-//           per-row scratch area, never into the buffer, which other blocks of the request read.
-//   commit: copies the m accepted entries to the buffer at the fill after the verify's fold; if
-//           the buffer is then full (fill + m == C) it folds instead and empties it, so that
-//           0 <= fill < C holds between steps, as gdn_decode_kvbuffer expects.
+//   verify: with n = fill[slot] and D the depth of the tree (T for a chain), if n > 0 and
+//           n + D >= C the n buffered entries are folded into S0 first (S0 written back, created
+//           in direct mode) and the window starts from an empty buffer. The T candidate entries
+//           (k, u, G) go to a per-row scratch area, never into the buffer, which other blocks of
+//           the request read.
+//   commit: copies the m accepted entries to the buffer at the fill after the verify's fold. By
+//           the rule above n0 + m <= C - 1 unless n0 = 0 and m = T = C: only then is the buffer
+//           full, and the commit folds it instead (fill 0), so 0 <= fill < C holds between steps,
+//           as gdn_decode_kvbuffer expects. Folding at n + D = C already (rather than n + D > C,
+//           design note section 5) costs one state write in the verify, which holds S0 in
+//           registers anyway, instead of a state read + write in the commit when all T drafts
+//           are accepted.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -8,11 +8,12 @@
 //                                   - sum_{s in anc(t)} e^{G_t-G_s} (k_s.k_t) u_s)
 //   o_t = e^{G_t} b_t + sum_{j<=n} e^{G_t-G_j} (k_j.q_t) u_j + sum_{s in anc(t)+t} e^{G_t-G_s} (k_s.q_t) u_s
 // The ancestor sums are a T x T forward substitution (a chain: anc(t) = 1..t-1). Every exponent is
-// <= 0. No state is written, except when n + depth > C: then the n entries are folded first,
-//   S0 <- e^{G_n} S0 + sum_j e^{G_n - G_j} k_j u_j^T,
-// in registers (S0 written back once), and the window starts from an empty buffer.
-// Commit: append the m accepted nodes' (k, u, G) at fill; if the buffer is then full, fold all C
-// entries instead (fill 0), so 0 <= fill < C between steps as the decode kernel expects.
+// <= 0. No state is written, except when n > 0 and n + depth >= C: then the n entries are folded
+// first, S0 <- e^{G_n} S0 + sum_j e^{G_n - G_j} k_j u_j^T, in registers (S0 written back once),
+// and the window starts from an empty buffer.
+// Commit: append the m accepted nodes' (k, u, G) at fill; the buffer can only become full when
+// T == C (then all C entries are folded instead, fill 0), so 0 <= fill < C holds between steps as
+// the decode kernel expects (protocol in gdn_verify.h).
 //
 // Layouts (kernels/kvbuffer_layout.h): S: [slots, HV, V, K] fp32, K contiguous; buf_k [slots, C, H, K],
 // buf_val (u) [slots, C, HV, V] in the entry type E (bf16 or fp32); buf_gcum [slots, C, HV] fp32;
@@ -130,7 +131,7 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_kernel(const Gdn
 
   if (threadIdx.x == 0) {
     const int depth = window_tree(T, io.parents ? s_praw : nullptr, s_parent, s_anc);
-    const bool fold = n + depth > C;
+    const bool fold = n > 0 && n + depth >= C;
     s_fold = fold;
     const float g_base = (!fold && n > 0) ? s_gbuf[n - 1] : 0.f;
     for (int t = 0; t < T; ++t) {
@@ -261,62 +262,101 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_kernel(const Gdn
   }
 }
 
-// One block per (row, head, 64-row tile), as the verify. Reads only the scratch written by the
-// verify (never fill/has_state, which block 0 of the request rewrites), so blocks cannot race.
+// Commit, one block per request row: copies the m accepted nodes' entries (k per key head, u and G
+// per value head) from the scratch to buffer positions n0 .. n0+m-1 in 16-byte pieces, all loads
+// of a thread issued before its stores, and sets fill and has_state. It reads only the scratch the
+// verify wrote (never fill/has_state, which it rewrites). A buffer that becomes full (n0 + m == C,
+// possible only when T == C, see the verify's fold rule) is emptied here and folded by
+// gdn_verify_kvbuffer_commit_fold_kernel, which reads the same scratch.
+constexpr int kCommitThreads = 256;
+template <class E>
+__global__ void __launch_bounds__(kCommitThreads) gdn_verify_kvbuffer_commit_kernel(const GdnVerifyKVBufferParams p) {
+  const GdnVerifyIO& io = p.io;
+  const int row = blockIdx.x, T = io.tokens, C = p.capacity;
+  const int slot = io.slot[row];
+  if (slot < 0) return;
+  __shared__ int s_node[kGdnVerifyMaxTokens];
+  const int n0 = p.win_base[2 * row];
+  const bool has_state = p.win_base[2 * row + 1] != 0;
+  const int m = min(max(p.accept.accept_len[row], 0), T);
+  if (threadIdx.x < m) {
+    const int node = p.accept.accept_nodes ? p.accept.accept_nodes[row * T + threadIdx.x] - 1 : int(threadIdx.x);
+    s_node[threadIdx.x] = min(max(node, 0), T - 1);
+  }
+  __syncthreads();
+  if (n0 + m >= C) {
+    if (threadIdx.x == 0) {
+      p.fill[slot] = 0;
+      p.has_state[slot] = 1;
+    }
+    return;
+  }
+  constexpr int E16 = 16 / sizeof(E);
+  const int u_chunks = io.HV * io.V / E16, k_chunks = io.H * io.K / E16;  // per entry
+  const int total = m * (u_chunks + k_chunks);
+  const uint4* win_u = static_cast<const uint4*>(p.win_u);
+  const uint4* win_k = static_cast<const uint4*>(p.win_k);
+  uint4* buf_u = static_cast<uint4*>(p.buf_val);
+  uint4* buf_k = static_cast<uint4*>(p.buf_k);
+  constexpr int kBatch = 8;
+  for (int base = threadIdx.x; base < total; base += kBatch * kCommitThreads) {
+    uint4 x[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int c = base + i * kCommitThreads;
+      if (c < total) {
+        const int e = c / (u_chunks + k_chunks), w = c % (u_chunks + k_chunks);
+        const size_t src = size_t(row) * T + s_node[e];
+        x[i] = w < u_chunks ? win_u[src * u_chunks + w] : win_k[src * k_chunks + (w - u_chunks)];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int c = base + i * kCommitThreads;
+      if (c < total) {
+        const int e = c / (u_chunks + k_chunks), w = c % (u_chunks + k_chunks);
+        const size_t dst = size_t(slot) * C + n0 + e;
+        if (w < u_chunks) buf_u[dst * u_chunks + w] = x[i];
+        else buf_k[dst * k_chunks + (w - u_chunks)] = x[i];
+      }
+    }
+  }
+  for (int c = threadIdx.x; c < m * io.HV; c += kCommitThreads) {
+    const int e = c / io.HV, h = c % io.HV;
+    p.buf_gcum[(size_t(slot) * C + n0 + e) * io.HV + h] = p.win_gcum[(size_t(row) * T + s_node[e]) * io.HV + h];
+  }
+  if (threadIdx.x == 0) {
+    p.fill[slot] = n0 + m;
+    p.has_state[slot] = has_state ? 1 : 0;
+  }
+}
+
+// The commit's fold of a full buffer, one block per (row, head, 64-row tile) as the verify:
+// S0 <- e^{G_C} S0 + sum_j e^{G_C - G_j} k_j u_j^T over the n0 buffered entries and the m accepted
+// nodes (C in all); rows whose buffer is not full exit at once.
 template <int KD, class E>
-__global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_commit_kernel(const GdnVerifyKVBufferParams p) {
+__global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_commit_fold_kernel(const GdnVerifyKVBufferParams p) {
   constexpr int NF = KD / 8, KP = KD + 4;
   const GdnVerifyIO& io = p.io;
   const VerifyBlock b = verify_block(io.HV, io.V);
   const int T = io.tokens, C = p.capacity;
-  const int ratio = io.HV / io.H, kh = b.h / ratio;
+  const int kh = b.h / (io.HV / io.H);
   const int slot = io.slot[b.row];
   if (slot < 0) return;
-  __shared__ int s_node[kGdnVerifyMaxTokens];
   const int n0 = p.win_base[2 * b.row];
   const bool has_state = p.win_base[2 * b.row + 1] != 0;
   const int m = min(max(p.accept.accept_len[b.row], 0), T);
+  if (n0 + m < C) return;
+  __shared__ int s_node[kGdnVerifyMaxTokens];
   if (threadIdx.x < m) {
     const int node = p.accept.accept_nodes ? p.accept.accept_nodes[b.row * T + threadIdx.x] - 1 : int(threadIdx.x);
     s_node[threadIdx.x] = min(max(node, 0), T - 1);
   }
   __syncthreads();
-  const bool first_block = b.h == 0 && b.tile == 0 && threadIdx.x == 0;
-  const bool key_block = b.tile == 0 && b.h % ratio == 0;
   const E* win_k = static_cast<const E*>(p.win_k);
   const E* win_u = static_cast<const E*>(p.win_u);
-  E* buf_k = static_cast<E*>(p.buf_k);
-  E* buf_u = static_cast<E*>(p.buf_val);
-  auto win_k_at = [&](int node, int k) { return win_k[((size_t(b.row) * T + node) * io.H + kh) * KD + k]; };
-  auto win_g_at = [&](int node) { return p.win_gcum[(size_t(b.row) * T + node) * io.HV + b.h]; };
-
-  if (n0 + m < C) {
-    // 16-byte copies: this block's 64 rows of u for each accepted node, and (one block per key
-    // head) the nodes' keys.
-    constexpr int E16 = 16 / sizeof(E);
-    auto copy16 = [](E* dst, const E* src) { *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src); };
-    const size_t u_block = size_t(b.h) * io.V + b.v0;
-    for (int c = threadIdx.x; c < m * (kRows / E16); c += kThreads) {
-      const int i = c / (kRows / E16), e = (c % (kRows / E16)) * E16;
-      copy16(buf_u + (size_t(slot) * C + n0 + i) * io.HV * io.V + u_block + e,
-             win_u + (size_t(b.row) * T + s_node[i]) * io.HV * io.V + u_block + e);
-    }
-    if (key_block)
-      for (int c = threadIdx.x; c < m * (KD / E16); c += kThreads) {
-        const int i = c / (KD / E16), e = (c % (KD / E16)) * E16;
-        copy16(buf_k + ((size_t(slot) * C + n0 + i) * io.H + kh) * KD + e,
-               win_k + ((size_t(b.row) * T + s_node[i]) * io.H + kh) * KD + e);
-      }
-    if (b.tile == 0 && threadIdx.x < m)
-      p.buf_gcum[(size_t(slot) * C + n0 + threadIdx.x) * io.HV + b.h] = win_g_at(s_node[threadIdx.x]);
-    if (first_block) {
-      p.fill[slot] = n0 + m;
-      p.has_state[slot] = has_state ? 1 : 0;
-    }
-    return;
-  }
-
-  // The buffer is full: fold its n0 entries and the m accepted nodes (C in all), empty it.
+  const E* buf_k = static_cast<const E*>(p.buf_k);
+  const E* buf_u = static_cast<const E*>(p.buf_val);
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   float* s_keys = smem;           // [C, KP]
@@ -324,10 +364,12 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_commit_kernel(co
   float* s_g = s_w + C * kRows;   // [C]
   for (int idx = threadIdx.x; idx < C * KD; idx += kThreads) {
     const int j = idx / KD, k = idx % KD;
-    s_keys[j * KP + k] = to_f32(j < n0 ? buf_k[((size_t(slot) * C + j) * io.H + kh) * KD + k] : win_k_at(s_node[j - n0], k));
+    s_keys[j * KP + k] = to_f32(j < n0 ? buf_k[((size_t(slot) * C + j) * io.H + kh) * KD + k]
+                                       : win_k[((size_t(b.row) * T + s_node[j - n0]) * io.H + kh) * KD + k]);
   }
   for (int j = threadIdx.x; j < C; j += kThreads)
-    s_g[j] = j < n0 ? p.buf_gcum[(size_t(slot) * C + j) * io.HV + b.h] : win_g_at(s_node[j - n0]);
+    s_g[j] = j < n0 ? p.buf_gcum[(size_t(slot) * C + j) * io.HV + b.h]
+                    : p.win_gcum[(size_t(b.row) * T + s_node[j - n0]) * io.HV + b.h];
   __syncthreads();
   const float g_c = s_g[C - 1];
   for (int idx = threadIdx.x; idx < C * kRows; idx += kThreads) {
@@ -350,10 +392,6 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_commit_kernel(co
   }
   fold_row_halves<KD>(xa, xb, expf(g_c), C, s_keys, KP, s_w, b);
   store_row_halves<KD>(rowA, rowB, b.parity, xa, xb);
-  if (first_block) {
-    p.fill[slot] = 0;
-    p.has_state[slot] = 1;
-  }
 }
 
 void validate(const GdnVerifyKVBufferParams& p, const char* who) {
@@ -374,10 +412,10 @@ void validate(const GdnVerifyKVBufferParams& p, const char* who) {
 }
 
 template <class Kernel>
-void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, cudaStream_t stream) {
+void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, unsigned blocks, int threads,
+            cudaStream_t stream) {
   if (smem > 48 * 1024) KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const unsigned blocks = unsigned(p.io.batch) * p.io.HV * (p.io.V / kRows);
-  kernel<<<blocks, kThreads, smem, stream>>>(p);
+  kernel<<<blocks, threads, smem, stream>>>(p);
   KVB_CUDA_CHECK_LAUNCH();
 }
 
@@ -386,10 +424,11 @@ void dispatch_tokens(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
   const int T = p.io.tokens;
   const int tmax = T <= 2 ? 2 : T <= 4 ? 4 : 8;
   const size_t smem = VerifySmem{KD, tmax, p.capacity, sizeof(E)}.bytes();
+  const unsigned blocks = unsigned(p.io.batch) * p.io.HV * (p.io.V / kRows);
   switch (tmax) {
-    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E>, p, smem, stream);
-    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E>, p, smem, stream);
-    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E>, p, smem, stream);
+    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E>, p, smem, blocks, kThreads, stream);
+    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E>, p, smem, blocks, kThreads, stream);
+    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E>, p, smem, blocks, kThreads, stream);
     default: throw std::invalid_argument("gdn_verify_kvbuffer: unsupported token count " + std::to_string(T));
   }
 }
@@ -412,16 +451,25 @@ void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t s
   if (!p.accept.accept_len) throw std::invalid_argument("gdn_verify_kvbuffer_commit: accept_len is null");
   if (p.io.batch == 0) return;
   const bool bf16 = p.entry == GdnEntryType::BF16;
-  const size_t smem = size_t(p.capacity) * (p.io.K + 4 + kRows + 1) * sizeof(float);
-  switch (p.io.K) {
-    case 64:
-      return bf16 ? launch(gdn_verify_kvbuffer_commit_kernel<64, __nv_bfloat16>, p, smem, stream)
-                  : launch(gdn_verify_kvbuffer_commit_kernel<64, float>, p, smem, stream);
-    case 128:
-      return bf16 ? launch(gdn_verify_kvbuffer_commit_kernel<128, __nv_bfloat16>, p, smem, stream)
-                  : launch(gdn_verify_kvbuffer_commit_kernel<128, float>, p, smem, stream);
-    default: throw std::invalid_argument("gdn_verify_kvbuffer_commit: unsupported key head dim " + std::to_string(p.io.K));
+  // The buffer can become full at the commit only when T == C (the verify folds when n + depth >= C):
+  // then the fold kernel runs first, reading the scratch and buffer the copy kernel leaves untouched.
+  if (p.io.tokens == p.capacity) {
+    const size_t smem = size_t(p.capacity) * (p.io.K + 4 + kRows + 1) * sizeof(float);
+    const unsigned blocks = unsigned(p.io.batch) * p.io.HV * (p.io.V / kRows);
+    switch (p.io.K) {
+      case 64:
+        bf16 ? launch(gdn_verify_kvbuffer_commit_fold_kernel<64, __nv_bfloat16>, p, smem, blocks, kThreads, stream)
+             : launch(gdn_verify_kvbuffer_commit_fold_kernel<64, float>, p, smem, blocks, kThreads, stream);
+        break;
+      case 128:
+        bf16 ? launch(gdn_verify_kvbuffer_commit_fold_kernel<128, __nv_bfloat16>, p, smem, blocks, kThreads, stream)
+             : launch(gdn_verify_kvbuffer_commit_fold_kernel<128, float>, p, smem, blocks, kThreads, stream);
+        break;
+      default: throw std::invalid_argument("gdn_verify_kvbuffer_commit: unsupported key head dim " + std::to_string(p.io.K));
+    }
   }
+  if (bf16) launch(gdn_verify_kvbuffer_commit_kernel<__nv_bfloat16>, p, 0, unsigned(p.io.batch), kCommitThreads, stream);
+  else launch(gdn_verify_kvbuffer_commit_kernel<float>, p, 0, unsigned(p.io.batch), kCommitThreads, stream);
 }
 
 }  // namespace kvbuf

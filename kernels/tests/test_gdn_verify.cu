@@ -285,7 +285,7 @@ TEST_P(GdnVerifyKVBufferTest, MatchesRecurrentOfAcceptedTokens) {
       }
       int depth = 0;
       for (int t = 0; t < T; ++t) depth = std::max(depth, int(root_path(par0[r], t).size()));
-      folded[r] = h_fill[kSlots[r]] + depth > C;
+      folded[r] = h_fill[kSlots[r]] > 0 && h_fill[kSlots[r]] + depth >= C;  // gdn_verify.h protocol
       for (int t = 0; t < T; ++t) {
         const auto path = root_path(par0[r], t);
         GdnState<double> s = ref_state[r];
