@@ -26,17 +26,39 @@
 // atomics, and the fill is known one dependent load earlier. Entry n is written by this launch
 // and only entries < n are read.
 // Work split: block = (row, value head, tile of rows_per_block rows), 128 threads = 16 groups of 8
-// lanes, one row per group at a time; the per-block scalars (c_j, d_j, decays) and the cached u
-// tile [n, rows] go through shared memory (dynamic, sized by C: C is a runtime value, since only
-// buffer sizes and loop trip counts depend on it). Templates: K = V in {64, 128}, entry type
-// E in {bf16, fp32}, variant {cached-u, raw}.
+// lanes, one row per group per 16-row chunk. S0 rows arrive by bulk copies (as in
+// gdn_decode_recurrent) started as soon as has_state is known; the buffered keys [n, K], the u tile
+// [n, rows] and G_j reach shared memory in the same round trip (cp.async); per-block scalars
+// (c_j, d_j, decays) come from shared memory. C is a runtime value (1..64): only buffer sizes and
+// trip counts depend on it. Templates: K = V in {64, 128}, entry type E in {bf16, fp32}, variant
+// {cached-u, raw}.
 //
-// Performance log (H200, 36 layer pools in one CUDA graph, Qwen3-Next shapes H=16 HV=32 K=V=128):
-//   v1 prediction: per step a request reads S0 once (2 MiB), writes it on 1/C of the steps, and
-//   reads (C-1)/2 entries of 12 KiB (bf16): at C = 16 that is 2 + 0.125 + 0.09 MiB against the
-//   recurrent 4 MiB, so about 1.8x faster per token than recurrent at batch >= 64 if it streams at
-//   the same fraction of bandwidth; at batch 1 the phase-1 dots over n keys add < 1 us.
-//   v1 measured: see results/README.md (filled in from the sweep, commit named there).
+// Performance log (H200, 36 layer pools in one CUDA graph, Qwen3-Next shapes H=16 HV=32 K=V=128,
+// per layer, median, at the best C; targets: >= 1.7x recurrent at batch 256, never slower than
+// recurrent at batch 1, ReplaySSM 7.5 / 45.7 / 161 / 316 us at batch 1 / 64 / 256 / 512):
+//   v1 (d48b046) register streaming like recurrent v1. Predicted ~1.8x at C = 16 (2.2 MiB against
+//     4 MiB per request). Measured at 256: C=4 206.6 us (1.38x), C=16 225 us (63% of copy);
+//     batch 1 4.79 us (recurrent 3.94). Missed: direct mode, with almost no bytes, still took 158 us
+//     at batch 256 C=4, so the time was not bytes but each block's chain of dependent loads
+//     (slot -> fill -> G -> a serial loop over keys -> a serial u-tile loop -> rows, one v load per
+//     chunk) with 4 resident blocks per SM.
+//   v2 (3a6d77a) S0 through bulk copies: 256 C=4 209.7 (1.30x): no gain, the chain dominates.
+//   v3 (56a8e3e) fill/has_state as scheduler row metadata (no atomic, fill known with the slot),
+//     v staged once, u tile by 16-byte loads. Predicted batch 1 at recurrent level, large batch
+//     +20%. Measured: batch 1 3.99 (= recurrent), 256 C=4 188.7 (1.44x); direct C=64 still 287 us.
+//   v4 (1221994) keys, u tile and G_j in one cp.async round trip, dots from shared memory.
+//     Predicted: C=16 at 256 toward the bytes limit (~150 us, 1.8x). Measured (results/
+//     decode_h200.csv): batch 1 4.01 us [C=1] (recurrent 3.92), 32 28.97 [4] (1.30x), 64 50.03
+//     [4] (1.42x), 128 93.5 [8] (1.47x), 256 177.2 [8] (1.53x; C=16 186.5), 512 346.4 [8]
+//     (1.55x). Missed 1.7x: at C=8 the kernel moves 83% of copy bandwidth where recurrent moves
+//     94%, and the best C is 4-8, not the bytes optimum ~16, because every buffered entry costs
+//     more time than its bytes (per-block staging and dot products over n keys repeated by the
+//     2 V-tiles and the 2 value heads of a key head, smem footprint limiting residency to 3-5
+//     blocks/SM). Next: a persistent grid that prefetches the next (request, head) item's S0 tile
+//     and buffer while computing the current one, and one block per key head (both value heads)
+//     to share the key staging; direct-only launches without the S0 tile in shared memory.
+//   Direct mode (same kernel, has_state = 0): batch 64: 32.5 us at C=2 (0.46x recurrent), 64.4 us
+//     at C=64 (0.91x): missed the 0.5x at C=64 for the same chain/residency reason.
 #include <stdexcept>
 #include <string>
 

@@ -10,16 +10,33 @@
 //          q, k [B, H, K] bf16; v, out [B, HV, V] bf16; g, beta [B, HV] fp32 (or a, b bf16 [B, HV]
 //          + A_log, dt_bias [HV] fp32); slot [B] int32 (negative: padding, output zeros only).
 // Work split: block = (row, value head, tile of rows_per_block state rows), 128 threads = 16
-// groups of 8 lanes, one state row per group at a time, two rows in flight per group
-// (gdn_decode_device.h); every group normalises k, q itself (no block barrier at all).
+// groups of 8 lanes (gdn_decode_device.h). Thread 0 starts bulk copies (cp.async.bulk, 16 rows per
+// chunk, one mbarrier each) of the block's contiguous S rows into shared memory, all in flight at
+// once; meanwhile every group normalises k, q and the block stages v; then each group takes one
+// row per chunk, as soon as its chunk lands, and stores the new row straight to global memory.
+// rows_per_block: up to 64 (32 KiB tiles), smaller for small batches (8 blocks per SM wanted).
 // Template parameters: head dims K = V in {64, 128}.
 //
-// Performance log (H200, 36 layer pools in one CUDA graph, Qwen3-Next shapes H=16 HV=32 K=V=128):
-//   v1 prediction: the kernel moves 2 x 2 MiB per request (state read + write) and a few KiB of
-//   token I/O, with 32 B in flight per thread (2 rows x 16 floats) and 128-thread blocks; expect
-//   >= 90% of the measured copy bandwidth at batch >= 64 and about 3-4 us per layer at batch 1
-//   (launch-latency bound: 256 blocks of 16 rows).
-//   v1 measured: see results/README.md (filled in from the sweep, commit named there).
+// Performance log (H200, copy ceiling measured in the same run ~4230-4266 GB/s; 36 layer pools in
+// one CUDA graph, Qwen3-Next shapes H=16 HV=32 K=V=128, per layer, median; targets: FLA 4.2 us at
+// batch 1 and 259 us at 256 out of place, vLLM 543 us at 512 in place):
+//   v1 (d48b046, run on a dirty tree) register streaming, 2 rows in flight per 8-lane group, 94
+//     registers (5 blocks/SM). Predicted >= 90% of copy at batch >= 64. Measured: batch 1 3.94 us,
+//     256: 284.4 in place (89.8%), 279.2 out of place (91.4%); 512: 562.7 / 552.7. Missed by a
+//     little: 64 B in flight per thread x 640 threads per SM is ~40 KiB, under Little's law
+//     (~4.2 TB/s x ~1.5 us / 132 SMs ~ 48 KiB).
+//   v2 (3a6d77a) S tiles through the bulk copy engine into shared memory, all chunks in flight at
+//     block start, 72 registers. Predicted: up to ~190 KiB in flight per SM, in place to the
+//     in-place ceiling (~3960 GB/s, 93%), out of place ~95%. Measured: 256: 272.6 (93.5%) /
+//     269.6 (95.3%); 512: 540.8 / 534.5; batch 1 3.73. As predicted.
+//   v3 (56a8e3e) v of the block's rows staged once (was one dependent load per chunk): predicted a
+//     small gain at small batch only; measured no change beyond run-to-run spread (batch 1 3.7-4.0).
+//   Result (1221994, results/decode_h200.csv): batch 1 3.92 us (oop 3.85), 8 11.67, 64 71.0
+//     (89.2% of copy), 128 137.6 (92.1%), 256 270.8 in place (93.6%) / 268.3 out of place
+//     (94.5%), 512 537.3 (94.4%) / 532.0 (95.3%). Beats 4.2 us at batch 1 and 543 us at 512; out
+//     of place at 256 is 3.6% slower than FLA's 259 us (97% of copy): the remaining gap is each
+//     block's dependent start (slot -> copy issue -> first chunk) that a persistent grid with a
+//     prefetched next tile would hide.
 #include <algorithm>
 #include <stdexcept>
 #include <string>

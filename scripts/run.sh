@@ -36,4 +36,24 @@ cpu_main_job() {
   "$kvbuf" check
 }
 
-cpu_main_job
+# GPU main job: the kernel checks, then the measured sweeps (decode and verify) row by row into
+# results/, and the decode plot. Axis values are explicit so that the CSV says what was swept.
+gpu_main_job() {
+  local model=qwen3-next-80b-a3b
+  local gpu
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($NF)}')
+  echo "== GPU kernel checks against the reference ($gpu)"
+  "$kvbuf" check
+  echo
+  echo "== decode and verify sweep: $model on $gpu"
+  "$kvbuf" sweep --model "$model" --batch 1,8,32,64,128,256,512 --chunk 1,2,4,8,16,32,64 \
+    --kernels recurrent,recurrent-oop,kvbuffer,kvbuffer-fp32,kvbuffer-raw,direct,verify-classic,verify-kvbuffer \
+    --drafts 1,2,3,4,5,8 --out "results/decode_$gpu.csv" --verify-out "results/verify_$gpu.csv"
+  python3 scripts/plot.py "results/decode_$gpu.csv" "results/decode_$gpu.png"
+}
+
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  gpu_main_job
+else
+  cpu_main_job
+fi
