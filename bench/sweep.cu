@@ -574,6 +574,13 @@ void register_sweep_command(CLI::App& app) {
     }
     if (!verify.empty() && !run_verify_sweep)
       throw cli::UsageError("--kernels: verify methods need the verify sweep (bench/sweep_verify.cu), not in this build");
+    const LayerShape& shape = models[0].layer;
+    if (any_decode && shape.kind == LayerKind::GatedDeltaNet &&
+        !(shape.head_k == shape.head_v && (shape.head_k == 64 || shape.head_k == 128)))
+      throw cli::UsageError("kvbuf sweep: unsupported head dims K=" + std::to_string(shape.head_k) +
+                            " V=" + std::to_string(shape.head_v) + " (the decode kernels support 64x64 and 128x128)");
+    if (any_decode && shape.kind != LayerKind::GatedDeltaNet)
+      throw cli::UsageError("kvbuf sweep: the decode kernels are Gated DeltaNet kernels; " + models[0].name + " is Mamba-2");
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
       throw std::runtime_error("kvbuf sweep: no CUDA device answers");
