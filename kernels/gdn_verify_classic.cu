@@ -12,7 +12,9 @@
 // instruction, each thread keeps 2 x K/8 loads in flight, and a node whose parent is not the
 // previous node (trees) reloads its parent's state (from the pool or the scratch it just wrote).
 //
-// Measured: see results/verify_h200.csv (NVIDIA H200, commit in each row).
+// Measured (NVIDIA H200, Qwen3-Next shapes, 36 layer pools in one CUDA graph, verify + commit per
+// layer, commit cbece77d677e, results/verify_h200.csv): T = 5: 12.9 us at batch 1, 681.3 us at 128,
+// 1352.1 us at 256, 75% of the copy bandwidth at batch >= 64 (T = 1: 84%).
 #include <stdexcept>
 #include <string>
 

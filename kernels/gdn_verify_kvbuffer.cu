@@ -23,7 +23,10 @@
 // one coalesced E load per entry, and candidates' u are rounded to E before later nodes use them,
 // so a verified window produces exactly what the same tokens would in successive decode steps.
 //
-// Measured: see results/verify_h200.csv (NVIDIA H200, commit in each row).
+// Measured (NVIDIA H200, Qwen3-Next shapes, 36 layer pools in one CUDA graph, C = 16, verify +
+// commit per layer, commit cbece77d677e, results/verify_h200.csv): T = 4: 13.4 us at batch 1,
+// 199.9 us at 128 (2.95x faster than classic verify + commit, 1.90x a single-token KVBuffer decode
+// step, 43% of the copy bandwidth); T = 5: 17.2 / 224.1 / 427.8 us at batch 1 / 128 / 256.
 #include <stdexcept>
 #include <string>
 
