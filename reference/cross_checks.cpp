@@ -20,27 +20,6 @@ std::vector<double> flat(const GdnState<T>& s) {
   return f;
 }
 
-template <class To, class From>
-GdnTokens<To> cast_tokens(const GdnTokens<From>& x) {
-  GdnTokens<To> y;
-  y.dims = x.dims;
-  y.steps = x.steps;
-  auto c = [](const std::vector<From>& a) { return std::vector<To>(a.begin(), a.end()); };
-  y.q = c(x.q);
-  y.k = c(x.k);
-  y.v = c(x.v);
-  y.g = c(x.g);
-  y.beta = c(x.beta);
-  return y;
-}
-
-template <class To, class From>
-GdnState<To> cast_state(const GdnState<From>& s) {
-  GdnState<To> r;
-  for (const auto& m : s) r.push_back(m.template cast<To>());
-  return r;
-}
-
 const char* type_name(double) { return "f64"; }
 const char* type_name(float) { return "f32"; }
 
@@ -54,8 +33,8 @@ struct Case {
 
   template <class T, class Run>
   void check(const std::string& mode, Run run) {
-    const GdnTokens<T> xt = cast_tokens<T>(x);
-    GdnState<T> s = cast_state<T>(s0);
+    const GdnTokens<T> xt = gdn_cast_tokens<T>(x);
+    GdnState<T> s = gdn_cast_state<T>(s0);
     std::vector<T> o;
     run(xt, s, o);
     const double tol = gdn_rel_tolerance<T>(x.dims.K, x.dims.V, x.steps);
@@ -101,11 +80,11 @@ void gdn_checks(Case& c, const GdnTokens<double>& x_direct, std::vector<CrossChe
     const GdnTokens<double> nodes = make_random_gdn_tokens<double>(d, int(parents.size()), rng);
     double worst = 0;
     for (BufferVariant var : {BufferVariant::Raw, BufferVariant::CachedU}) {
-      GdnKVBuffer<T> buf(d, 8, var, cast_state<T>(c.s0));
+      GdnKVBuffer<T> buf(d, 8, var, gdn_cast_state<T>(c.s0));
       std::vector<T> o_prefix(size_t(d.HV) * d.V), o_tree;
-      const GdnTokens<T> xt = cast_tokens<T>(c.x);
+      const GdnTokens<T> xt = gdn_cast_tokens<T>(c.x);
       for (int t = 0; t < prefix; ++t) buf.decode(xt, t, o_prefix.data());
-      gdn_verify_tree(buf, cast_tokens<T>(nodes), parents, o_tree);
+      gdn_verify_tree(buf, gdn_cast_tokens<T>(nodes), parents, o_tree);
       for (int i = 1; i <= int(parents.size()); ++i) {
         std::vector<int> path;
         for (int p = i; p > 0; p = parents[p - 1]) path.insert(path.begin(), p);

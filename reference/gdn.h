@@ -54,6 +54,19 @@ using GdnState = std::vector<Mat<T>>;
 template <class T>
 GdnState<T> gdn_zero_state(const GdnDims& d);
 
+// The same tokens or state in another precision (e.g. float32 runs of float64-drawn inputs).
+template <class To, class From>
+GdnTokens<To> gdn_cast_tokens(const GdnTokens<From>& x) {
+  auto cast = [](const std::vector<From>& v) { return std::vector<To>(v.begin(), v.end()); };
+  return {x.dims, x.steps, cast(x.q), cast(x.k), cast(x.v), cast(x.g), cast(x.beta)};
+}
+template <class To, class From>
+GdnState<To> gdn_cast_state(const GdnState<From>& s) {
+  GdnState<To> r;
+  for (const auto& m : s) r.push_back(m.template cast<To>());
+  return r;
+}
+
 // Gates from a model's raw inputs: g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b).
 // softplus is evaluated without overflow (x for x > 20); g <= 0 always.
 template <class T>

@@ -27,7 +27,7 @@ template <class Run>
 Drift measure(const GdnTokens<double>& x, const Truth& truth, Run run) {
   GdnState<float> s = gdn_zero_state<float>(x.dims);
   std::vector<float> o;
-  run(cast_tokens<float>(x), s, o);
+  run(gdn_cast_tokens<float>(x), s, o);
   double scale = 0;
   for (double e : truth.o) scale = std::max(scale, std::abs(e));
   const size_t row = size_t(x.dims.HV) * x.dims.V;

@@ -118,9 +118,9 @@ TEST(GdnRecurrent, ValueHeadReadsKeyHeadHOverRatio) {
 
 template <class T>
 void check_chunk(const Problem& p, int chunk) {
-  GdnState<T> s = cast_state<T>(p.s0);
+  GdnState<T> s = gdn_cast_state<T>(p.s0);
   std::vector<T> o;
-  gdn_prefill_chunk(cast_tokens<T>(p.x), chunk, s, o);
+  gdn_prefill_chunk(gdn_cast_tokens<T>(p.x), chunk, s, o);
   const std::string what = "chunk=" + std::to_string(chunk);
   expect_close(o, p.truth.o, p.x.dims, p.x.steps, what + " o");
   expect_close(flat(s), flat(p.truth.state), p.x.dims, p.x.steps, what + " state");
@@ -144,9 +144,9 @@ TEST(GdnPrefillChunk, OddChunkSizesAgree) {
 
 template <class T>
 void check_kvbuffer(const Problem& p, int C, BufferVariant var) {
-  GdnState<T> s = cast_state<T>(p.s0);
+  GdnState<T> s = gdn_cast_state<T>(p.s0);
   std::vector<T> o;
-  gdn_decode_kvbuffer(cast_tokens<T>(p.x), C, var, s, o);
+  gdn_decode_kvbuffer(gdn_cast_tokens<T>(p.x), C, var, s, o);
   const std::string what = std::string("kvbuffer ") + to_string(var) + " C=" + std::to_string(C);
   expect_close(o, p.truth.o, p.x.dims, p.x.steps, what + " o");
   expect_close(flat(s), flat(p.truth.state), p.x.dims, p.x.steps, what + " state");
@@ -167,9 +167,9 @@ TEST(GdnDecodeKVBuffer, MatchesRecurrent) {
 template <class T>
 void check_direct(const GdnTokens<double>& x, const Truth& zero_truth, int C, BufferVariant var) {
   std::mt19937_64 rng(1);  // the input state must be ignored: make it non-zero
-  GdnState<T> s = cast_state<T>(make_random_gdn_state<double>(x.dims, rng));
+  GdnState<T> s = gdn_cast_state<T>(make_random_gdn_state<double>(x.dims, rng));
   std::vector<T> o;
-  const bool overflowed = gdn_decode_direct(cast_tokens<T>(x), C, var, s, o);
+  const bool overflowed = gdn_decode_direct(gdn_cast_tokens<T>(x), C, var, s, o);
   const std::string what = std::string("direct ") + to_string(var) + " C=" + std::to_string(C);
   EXPECT_EQ(overflowed, x.steps >= C) << what;
   expect_close(o, zero_truth.o, x.dims, x.steps, what + " o");
@@ -281,13 +281,13 @@ void check_chain_verify(const GdnDims& d, int C, int n, int Tw, BufferVariant va
   for (int m = 0; m <= Tw; ++m) {
     SCOPED_TRACE(std::string(to_string(var)) + " " + type_name(T{}) + " C=" + std::to_string(C) +
                  " n=" + std::to_string(n) + " T=" + std::to_string(Tw) + " m=" + std::to_string(m));
-    GdnKVBuffer<T> buf(d, C, var, cast_state<T>(s0));
+    GdnKVBuffer<T> buf(d, C, var, gdn_cast_state<T>(s0));
     std::vector<T> o(d.HV * d.V), ow;
-    const GdnTokens<T> pt = cast_tokens<T>(prefix);
+    const GdnTokens<T> pt = gdn_cast_tokens<T>(prefix);
     for (int t = 0; t < n; ++t) buf.decode(pt, t, o.data());
     const int folds_before = buf.folds();
     const GdnState<T> checkpoint_before = buf.checkpoint();
-    buf.verify(cast_tokens<T>(window), ow);
+    buf.verify(gdn_cast_tokens<T>(window), ow);
     const bool fold_first = n % C + Tw > C;
     EXPECT_EQ(buf.folds(), folds_before + (fold_first ? 1 : 0));
     if (!fold_first) {
@@ -299,7 +299,7 @@ void check_chain_verify(const GdnDims& d, int C, int n, int Tw, BufferVariant va
     EXPECT_EQ(buf.fill(), (fill_before_accept + m) % C);
     const Truth upto = recurrent_truth(concat(prefix, gdn_slice_tokens(window, 0, m)), s0);
     expect_close(flat(buf.state()), flat(upto.state), d, n + m, "state after accept");
-    buf.decode(cast_tokens<T>(next), 0, o.data());
+    buf.decode(gdn_cast_tokens<T>(next), 0, o.data());
     const Truth after = recurrent_truth(next, upto.state);
     expect_close(o, after.o, d, n + m + 1, "decode after accept");
   }
@@ -408,11 +408,11 @@ void check_tree(const GdnDims& d, int C, int n, int nodes_count, BufferVariant v
   } while (depth > C);
   SCOPED_TRACE(std::string(to_string(var)) + " " + type_name(T{}) + " C=" + std::to_string(C) +
                " n=" + std::to_string(n) + " nodes=" + std::to_string(nodes_count));
-  GdnKVBuffer<T> buf(d, C, var, cast_state<T>(s0));
+  GdnKVBuffer<T> buf(d, C, var, gdn_cast_state<T>(s0));
   std::vector<T> o(d.HV * d.V), ot;
-  const GdnTokens<T> pt = cast_tokens<T>(prefix);
+  const GdnTokens<T> pt = gdn_cast_tokens<T>(prefix);
   for (int t = 0; t < n; ++t) buf.decode(pt, t, o.data());
-  gdn_verify_tree(buf, cast_tokens<T>(nodes), parents, ot);
+  gdn_verify_tree(buf, gdn_cast_tokens<T>(nodes), parents, ot);
   for (int i = 1; i <= nodes_count; ++i) {
     const std::vector<int> path = root_path(parents, i);
     const Truth ti = recurrent_truth(concat(prefix, path_tokens(nodes, path)), s0);
@@ -425,7 +425,7 @@ void check_tree(const GdnDims& d, int C, int n, int nodes_count, BufferVariant v
   buf.accept_path(path);
   const Truth upto = recurrent_truth(concat(prefix, path_tokens(nodes, path)), s0);
   expect_close(flat(buf.state()), flat(upto.state), d, n + int(path.size()), "state after path");
-  buf.decode(cast_tokens<T>(next), 0, o.data());
+  buf.decode(gdn_cast_tokens<T>(next), 0, o.data());
   expect_close(o, recurrent_truth(next, upto.state).o, d, n + int(path.size()) + 1,
                "decode after path");
 }
@@ -492,13 +492,13 @@ TEST(GdnExtremeGates, HugeCumulativeDecayNeverOverflows) {
   const GateRange huge{-2000.0, -1000.0, 0.0, 1.0, 0.0, 0.0};
   const Problem p = make_problem(d, 100, 9, huge);
   for (BufferVariant var : kVariants) {
-    GdnState<float> s = cast_state<float>(p.s0);
+    GdnState<float> s = gdn_cast_state<float>(p.s0);
     std::vector<float> o;
-    gdn_decode_kvbuffer(cast_tokens<float>(p.x), 64, var, s, o);
+    gdn_decode_kvbuffer(gdn_cast_tokens<float>(p.x), 64, var, s, o);
     for (float e : o) ASSERT_TRUE(std::isfinite(e));
     expect_close(o, p.truth.o, d, p.x.steps, "huge decay o");
-    GdnState<float> sc = cast_state<float>(p.s0);
-    gdn_prefill_chunk(cast_tokens<float>(p.x), 64, sc, o);
+    GdnState<float> sc = gdn_cast_state<float>(p.s0);
+    gdn_prefill_chunk(gdn_cast_tokens<float>(p.x), 64, sc, o);
     expect_close(o, p.truth.o, d, p.x.steps, "huge decay chunk o");
   }
 }

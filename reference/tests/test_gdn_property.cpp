@@ -47,10 +47,10 @@ Config random_config(std::mt19937_64& rng) {
 template <class T>
 void check_config(const Config& c, const GdnTokens<double>& x, const GdnState<double>& s0,
                   const Truth& truth, const Truth& zero_truth) {
-  const GdnTokens<T> xt = cast_tokens<T>(x);
+  const GdnTokens<T> xt = gdn_cast_tokens<T>(x);
   const int L = x.steps;
   auto run = [&](const std::string& what, auto f, const Truth& want, bool from_zero = false) {
-    GdnState<T> s = from_zero ? gdn_zero_state<T>(c.d) : cast_state<T>(s0);
+    GdnState<T> s = from_zero ? gdn_zero_state<T>(c.d) : gdn_cast_state<T>(s0);
     std::vector<T> o;
     f(s, o);
     expect_close(o, want.o, c.d, L, what + " o");

@@ -20,27 +20,6 @@ std::vector<T> flat(const GdnState<T>& s) {
   return f;
 }
 
-template <class To, class From>
-GdnTokens<To> cast_tokens(const GdnTokens<From>& x) {
-  GdnTokens<To> y;
-  y.dims = x.dims;
-  y.steps = x.steps;
-  auto c = [](const std::vector<From>& a) { return std::vector<To>(a.begin(), a.end()); };
-  y.q = c(x.q);
-  y.k = c(x.k);
-  y.v = c(x.v);
-  y.g = c(x.g);
-  y.beta = c(x.beta);
-  return y;
-}
-
-template <class To, class From>
-GdnState<To> cast_state(const GdnState<From>& s) {
-  GdnState<To> r;
-  for (const auto& m : s) r.push_back(m.template cast<To>());
-  return r;
-}
-
 // a followed by b.
 template <class T>
 GdnTokens<T> concat(const GdnTokens<T>& a, const GdnTokens<T>& b) {
