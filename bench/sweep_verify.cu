@@ -11,7 +11,7 @@
 // (at most T - 1), so fills advance at different speeds and stagger (initial fills are random in
 // 0..C-1 too). Per accepted token = per step / E[m], E[m] = (1 - a^T) / (1 - a).
 // Bytes per layer per step come from sim/bytes_model.h (bytes_verify_classic with the commit copy;
-// bytes_verify_kvbuffer at each request's fill, adjusted to the kernels' fold rule (step_bytes),
+// bytes_verify_kvbuffer at each request's fill under the kernels' fold rule (verify_kvbuffer_next_fill),
 // averaged over the simulated steady state of the fills).
 // The token inputs are shared by all layers (a few MiB at most), as in the decode sweep; the classic
 // per-node scratch states [B, T, HV, V, K] are shared by the layers too (36 layers of them do not
@@ -301,9 +301,10 @@ class VerifySweep {
     };
     const TimingStats t = time(step, std::max(C, 4));
 
-    // Bytes: each row's fill evolves deterministically under the kernels' protocol (gdn_verify.h);
-    // step_bytes() at each step's fill, averaged over a long run. Trees fold by depth in the
-    // kernels; their bytes use the chain's rule (T), a state write more or less now and then.
+    // Bytes: each row's fill evolves deterministically under the kernels' protocol (gdn_verify.h,
+    // modelled by sim's verify_kvbuffer_next_fill); bytes_verify_kvbuffer at each step's fill,
+    // averaged over a long run. Trees fold by depth in the kernels; their bytes use the chain's
+    // rule (T), a state write more or less now and then.
     const int depth = vm.tree ? heap_depth(T) : T;
     double total = 0;
     constexpr int kSimSteps = 1024;
@@ -314,10 +315,11 @@ class VerifySweep {
       for (int i = 0; i < kSimSteps; ++i) {
         auto key = std::make_pair(n, acc);
         auto it = memo.find(key);
-        if (it == memo.end()) it = memo.emplace(key, step_bytes(n, T, C, acc)).first;
+        if (it == memo.end())
+          it = memo.emplace(key, bytes_verify_kvbuffer(s_, p_, BufferVariant::CachedU, C, T, n, acc).total_bytes())
+                   .first;
         total += it->second;
-        n = (n > 0 && n + depth >= C ? 0 : n) + acc;
-        if (n == C) n = 0;
+        n = verify_kvbuffer_next_fill(C, depth, n, acc);
       }
     }
     const double bytes = total / kSimSteps;
@@ -352,21 +354,6 @@ class VerifySweep {
       const double dbytes = bytes_kvbuffer_cycle(s_, p_, BufferVariant::CachedU, C).scale(batch).total_bytes();
       emit(csv, "decode-kvbuffer", batch, 1, C, 1.0, td, dbytes);
     }
-  }
-
-  // Bytes of one verify + commit under the kernels' protocol, from sim's bytes_verify_kvbuffer,
-  // whose fold rule is n + T > C. The two agree except at n + T == C (n > 0), where the kernels
-  // fold in the verify (one state write; the commit then copies the m entries into the emptied
-  // buffer) while sim's rule folds in the commit when m == T (state read + write, the n entries
-  // read again, nothing written to the buffer) and otherwise not at all.
-  double step_bytes(int n, int T, int C, int m) const {
-    double total = bytes_verify_kvbuffer(s_, p_, BufferVariant::CachedU, C, T, n, m).total_bytes();
-    if (n > 0 && n + T == C) {
-      const double state = state_bytes(s_, p_), entry = buffer_entry_bytes(s_, p_, BufferVariant::CachedU);
-      total += state;
-      if (m == T) total += -2 * state - n * entry + m * entry;
-    }
-    return total;
   }
 
   void summary() const {

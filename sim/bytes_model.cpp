@@ -261,9 +261,11 @@ void check_verify(int chunk, int tokens, int fill, int accepted) {
 }
 }  // namespace
 
+bool verify_folds_first(int chunk, int tokens, int fill) { return fill > 0 && fill + tokens >= chunk; }
+
 int verify_kvbuffer_next_fill(int chunk, int tokens, int fill, int accepted) {
   check_verify(chunk, tokens, fill, accepted);
-  const int n0 = fill + tokens > chunk ? 0 : fill;
+  const int n0 = verify_folds_first(chunk, tokens, fill) ? 0 : fill;
   return n0 + accepted < chunk ? n0 + accepted : 0;
 }
 
@@ -271,7 +273,7 @@ StepBytes bytes_verify_kvbuffer(const LayerShape& s, const Precision& p, BufferV
                                 int tokens, int fill, int accepted) {
   check_precision(p);
   check_verify(chunk, tokens, fill, accepted);
-  const bool fold_first = fill + tokens > chunk;
+  const bool fold_first = verify_folds_first(chunk, tokens, fill);
   const int n0 = fold_first ? 0 : fill;
   const bool commit_fold = n0 + accepted == chunk;
   StepBytes b;

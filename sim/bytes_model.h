@@ -75,17 +75,21 @@ StepBytes bytes_verify_classic(const LayerShape& s, const Precision& p, int toke
 // Buffered verify of T tokens at fill n (0..C-1) keeping `accepted` = m (0..T) entries, as our
 // kernels do it (kernels/gdn_verify.h):
 //   verify: state read, n buffer entries read, the T candidate entries written to a scratch area;
-//           when n + T > C the n entries are folded first (state written once), the window then
-//           starts from an empty buffer (n0 = 0; else n0 = n);
+//           when n > 0 and n + T >= C the n entries are folded first (state written once), the
+//           window then starts from an empty buffer (n0 = 0; else n0 = n). Folding already at
+//           n + T == C (the design note says n + T > C) keeps every commit from filling the buffer
+//           unless T == C, so fill stays < C between steps without a fold in the commit;
 //   commit: the m accepted entries read from scratch; if n0 + m < C they are written into the
-//           buffer, else (the buffer is full) the commit folds instead: state read and written,
-//           the n0 buffer entries read again, nothing written to the buffer.
+//           buffer, else (n0 = 0, m = T = C: the buffer is full) the commit folds instead: state
+//           read and written, the n0 buffer entries read again, nothing written to the buffer.
 StepBytes bytes_verify_kvbuffer(const LayerShape& s, const Precision& p, BufferVariant v, int chunk,
                                 int tokens, int fill, int accepted);
+// Whether a verify of T tokens at fill n folds the buffer first (the protocol above).
+bool verify_folds_first(int chunk, int tokens, int fill);
 // The fill before the next verify round after this one (the protocol above).
 int verify_kvbuffer_next_fill(int chunk, int tokens, int fill, int accepted);
 // Verify rounds that always accept m entries, averaged over the periodic cycle of fills that the
-// protocol settles into from an empty buffer (C = 16, T = 4, m = 3: fills 3, 6, 9, 12, 15).
+// protocol settles into from an empty buffer (C = 16, T = 4, m = 3: fills 3, 6, 9, 12).
 StepBytes bytes_verify_kvbuffer_cycle(const LayerShape& s, const Precision& p, BufferVariant v,
                                       int chunk, int tokens, int accepted);
 

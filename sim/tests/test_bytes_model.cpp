@@ -137,9 +137,9 @@ TEST(BytesModel, VerifyKvbuffer) {
       for (int m = 0; m <= T; ++m) {
         const StepBytes b =
             bytes_verify_kvbuffer(qwen3_next(), kDefault, BufferVariant::CachedU, C, T, n, m);
-        // Verify: S0 read, n entries read, T candidates to scratch; fold first (S0 written) when n
-        // + T > C.
-        const bool fold_first = n + T > C;
+        // Verify: S0 read, n entries read, T candidates to scratch; fold first (S0 written) when
+        // n > 0 and n + T >= C.
+        const bool fold_first = n > 0 && n + T >= C;
         const int n0 = fold_first ? 0 : n;
         // Commit: m candidates read from scratch; into the buffer, or, when that fills it, a fold
         // (S0 read and written, the n0 buffered entries read again).
@@ -156,13 +156,13 @@ TEST(BytesModel, VerifyKvbuffer) {
 }
 
 TEST(BytesModel, VerifyKvbufferCycle) {
-  // C = 16, T = 4, m = 3: from an empty buffer the fills go 0, 3, 6, 9, 12, 15, then the round at
-  // 15 folds first (15 + 4 > 16) and commits 3 at 0: the cycle is 3, 6, 9, 12, 15.
-  EXPECT_EQ(verify_kvbuffer_next_fill(16, 4, 12, 3), 15);
-  EXPECT_EQ(verify_kvbuffer_next_fill(16, 4, 15, 3), 3);
+  // C = 16, T = 4, m = 3: from an empty buffer the fills go 0, 3, 6, 9, 12, then the round at
+  // 12 folds first (12 + 4 >= 16) and commits 3 at 0: the cycle is 3, 6, 9, 12.
+  EXPECT_EQ(verify_kvbuffer_next_fill(16, 4, 9, 3), 12);
+  EXPECT_EQ(verify_kvbuffer_next_fill(16, 4, 12, 3), 3);
   const double per_round =
       4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU + 2 * 3 * kEntryCachedU;
-  const double expected = per_round + (3 + 6 + 9 + 12 + 15) / 5.0 * kEntryCachedU + kState / 5.0;
+  const double expected = per_round + (3 + 6 + 9 + 12) / 4.0 * kEntryCachedU + kState / 4.0;
   const StepBytes b =
       bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 16, 4, 3);
   EXPECT_NEAR(b.total_bytes(), expected, 1e-9 * expected);
@@ -174,14 +174,13 @@ TEST(BytesModel, VerifyKvbufferCycle) {
   EXPECT_DOUBLE_EQ(full.find("state")->write_bytes, kState);
   EXPECT_DOUBLE_EQ(full.total_bytes(),
                    4 * (kTokenRead + kTokenWrite) + 3 * kState + 8 * kEntryCachedU);
-  // C = 8, T = 4, m = 4: 0 -> 4 -> (commit fills it: fold) 0.
+  // C = 8, T = 4, m = 4: 0 -> 4, then every round at 4 folds first (4 + 4 >= 8) and commits 4
+  // into the emptied buffer: the cycle is the round at 4 alone.
   const StepBytes c8 =
       bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 8, 4, 4);
-  const double round0 = 4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU +
-                        4 * kEntryCachedU + 4 * kEntryCachedU;
-  const double round4 = 4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU +
-                        4 * kEntryCachedU + 4 * kEntryCachedU + (2 * kState + 4 * kEntryCachedU);
-  EXPECT_NEAR(c8.total_bytes(), (round0 + round4) / 2, 1e-9 * round0);
+  const double round4 = 4 * (kTokenRead + kTokenWrite) + 2 * kState + 4 * kEntryCachedU +
+                        4 * kEntryCachedU + 4 * kEntryCachedU + 4 * kEntryCachedU;
+  EXPECT_NEAR(c8.total_bytes(), round4, 1e-9 * round4);
   // m = 0 never leaves fill 0.
   EXPECT_DOUBLE_EQ(
       bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 8, 4, 0)
