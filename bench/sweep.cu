@@ -203,6 +203,7 @@ struct DecodeKernel {
   GdnBufferVariant variant;
   GdnEntryType entry;
   bool pool_fill = false;  // fill/has_state advanced in kernel (else scheduler metadata per step)
+  GdnDecodePath path = GdnDecodePath::Auto;  // the dispatch's choice, or one path forced
 };
 
 const std::vector<DecodeKernel>& decode_kernels() {
@@ -214,6 +215,10 @@ const std::vector<DecodeKernel>& decode_kernels() {
       {"kvbuffer-raw", true, false, false, GdnBufferVariant::Raw, GdnEntryType::BF16},
       {"direct", true, false, true, GdnBufferVariant::CachedU, GdnEntryType::BF16},
       {"kvbuffer-poolfill", true, false, false, GdnBufferVariant::CachedU, GdnEntryType::BF16, true},
+      {"kvbuffer-single", true, false, false, GdnBufferVariant::CachedU, GdnEntryType::BF16, false, GdnDecodePath::Single},
+      {"kvbuffer-split", true, false, false, GdnBufferVariant::CachedU, GdnEntryType::BF16, false, GdnDecodePath::Split},
+      {"direct-single", true, false, true, GdnBufferVariant::CachedU, GdnEntryType::BF16, false, GdnDecodePath::Single},
+      {"direct-split", true, false, true, GdnBufferVariant::CachedU, GdnEntryType::BF16, false, GdnDecodePath::Split},
   };
   return k;
 }
@@ -372,7 +377,8 @@ class DecodeSweep {
     DeviceBuffer bk(kd.buffered ? L * k_elems * esz : 0), bv(kd.buffered ? L * v_elems * esz : 0),
         bg(kd.buffered ? L * s_elems * 4 : 0), bb(kd.buffered ? L * s_elems * 4 : 0),
         fill(kd.buffered ? size_t(L) * batch * 4 : 0), has(fill.bytes()), done(fill.bytes()),
-        row_fill(kd.buffered ? size_t(batch) * 4 : 0), row_has(row_fill.bytes());
+        row_fill(kd.buffered ? size_t(batch) * 4 : 0), row_has(row_fill.bytes()),
+        scratch(kd.buffered ? size_t(batch) * HV * 2 * V * 4 : 0);  // split path: one step's r, s (layers reuse it)
     if (kd.buffered) {
       if (esz == 2) {
         fill_uniform_bf16(bk.as<void>(), L * k_elems, args_.seed + 13, -0.2f, 0.2f);
@@ -415,6 +421,7 @@ class DecodeSweep {
             GdnKVBufferParams p;
             p.io = in.io;
             p.variant = kd.variant, p.entry = kd.entry, p.capacity = chunk;
+            p.path = kd.path, p.scratch = scratch.as<float>();
             p.state = states.as<float>() + l * (state_per_layer / 4);
             // Layer l's pools at capacity `chunk`, laid out inside the cmax-sized allocation.
             p.buf_k = bk.as<char>() + l * k_elems * esz;
@@ -530,7 +537,8 @@ void register_sweep_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--kernels", args->kernels,
                   "recurrent, recurrent-oop, kvbuffer, kvbuffer-fp32, kvbuffer-raw, direct, kvbuffer-poolfill "
-                  "(fill advanced in kernel instead of scheduler metadata), and verify methods (verify-...) "
+                  "(fill advanced in kernel instead of scheduler metadata), kvbuffer-single, kvbuffer-split, "
+                  "direct-single, direct-split (one decode path forced), and verify methods (verify-...) "
                   "handled by the verify sweep")
       ->delimiter(',')
       ->capture_default_str();
@@ -569,7 +577,7 @@ void register_sweep_command(CLI::App& app) {
       } else {
         throw cli::UsageError("--kernels: unknown kernel '" + k +
                               "' (recurrent, recurrent-oop, kvbuffer, kvbuffer-fp32, kvbuffer-raw, direct, kvbuffer-poolfill, "
-                              "verify-...)");
+                              "kvbuffer-single, kvbuffer-split, direct-single, direct-split, verify-...)");
       }
     }
     if (!verify.empty() && !run_verify_sweep)

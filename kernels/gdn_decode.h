@@ -47,6 +47,11 @@ void gdn_decode_recurrent(const GdnRecurrentParams& p, cudaStream_t stream);
 
 enum class GdnBufferVariant { CachedU, Raw };
 enum class GdnEntryType { BF16, FP32 };
+// Which launch shape gdn_decode_kvbuffer uses (gdn_decode_kvbuffer.cu says when each wins):
+// Single = one kernel per step; Split = a buffer kernel per (row, key head) then a state-streaming
+// kernel for the rows with a state or a fold (cached-u only, needs row_fill/row_has_state and
+// `scratch`); Auto = the dispatch picks by batch and falls back to Single where Split cannot run.
+enum class GdnDecodePath { Auto, Single, Split };
 
 // KVBuffer decode on pools of kernels/kvbuffer_layout.h, capacity C = `capacity` (1..64).
 // Per row at fill n (read from `fill`): output from S0 (skipped when has_state == 0) and the n
@@ -72,6 +77,10 @@ struct GdnKVBufferParams {
   // caller advances its copy (fill + 1, or 0 and has_state = 1 after the fold at fill C - 1).
   const int32_t* row_fill = nullptr;
   const int32_t* row_has_state = nullptr;
+  GdnDecodePath path = GdnDecodePath::Auto;
+  // Split path only: fp32 workspace [B, HV, 2, V] (per row and value head, the buffered terms
+  // r_v = sum_j c_j u_j[v] and s_v = sum_j d_j u_j[v]); without it Auto runs the single kernel.
+  float* scratch = nullptr;
 };
 void gdn_decode_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream);
 

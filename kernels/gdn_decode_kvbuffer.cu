@@ -33,6 +33,26 @@
 // trip counts depend on it. Templates: K = V in {64, 128}, entry type E in {bf16, fp32}, variant
 // {cached-u, raw}.
 //
+// Two launch shapes (GdnKVBufferParams::path), same math and layouts:
+//   single: the kernel below, one block per (row, value head, V tile) does everything. Used at
+//     batch < kSplitMinBatch (one launch is cheaper where latency, not bytes, sets the time; C = 1
+//     there degenerates to recurrent), for the raw variant, and with fill counters in the pool
+//     (no row metadata): the split kernels have no in-kernel fill advance.
+//   split (cached-u, scheduler row metadata, `scratch` given; the default from kSplitMinBatch):
+//     kernel A per (row, key head) stages the n buffered keys, G_j and u_j rows once for the R
+//     value heads sharing the key head, computes c_j, d_j (groups of lanes over j in parallel)
+//     and r_v = sum_j c_j u_j[v], s_v = sum_j d_j u_j[v] per value head into scratch [B, HV, 2, V]
+//     fp32, and finishes direct-mode tokens that do not fold (no state, nothing for kernel B).
+//     Kernel B, shaped like gdn_decode_recurrent (same tiles, bulk copies, all chunks in flight),
+//     streams S0 rows for rows with a state or a fold: a_v, b_v, then
+//       u_t[v] = beta (v_v - e^{G_t} a_v - r_v),  o_v = e^{G_t} b_v + s_v + (k_t.q_t) u_t[v],
+//     appends u_t, and writes S0 only when the request folds (fold inside B: the folding blocks,
+//     1/C of the requests when fills are staggered, read the keys and their u_j rows from
+//     global memory; a third launch would cost one more dependent launch gap, ~2 us per layer,
+//     for work that is 1/C of B's blocks). B is launched with programmatic dependent launch: A
+//     triggers at entry, B starts its S0 copies while A's last wave runs and waits
+//     (griddepcontrol.wait) only before reading scratch.
+//
 // Performance log (H200, 36 layer pools in one CUDA graph, Qwen3-Next shapes H=16 HV=32 K=V=128,
 // per layer, median, at the best C; targets: >= 1.7x recurrent at batch 256, never slower than
 // recurrent at batch 1, ReplaySSM 7.5 / 45.7 / 161 / 316 us at batch 1 / 64 / 256 / 512):
@@ -59,6 +79,15 @@
 //     to share the key staging; direct-only launches without the S0 tile in shared memory.
 //   Direct mode (same kernel, has_state = 0): batch 64: 32.5 us at C=2 (0.46x recurrent), 64.4 us
 //     at C=64 (0.91x): missed the 0.5x at C=64 for the same chain/residency reason.
+//   v5 split path (kernels A + B above; single kernel kept at batch 1). Predicted, written before
+//     measuring: at 256, C = 16: B reads S0 (512 MiB) at ~4.3-4.4 TB/s read-only ~122-125 us,
+//     + fold writes 1/16 (~8 us) + A mostly hidden under B (~4.4 waves of A blocks, only the last
+//     overlapped: ~8-12 us exposed) -> ~140-150 us (1.8x, under ReplaySSM's 161); best C 16-32.
+//     64: ~42-47 us (ReplaySSM 45.7); 512: ~280-300 us (316). Direct, C = 64, batch 256: A reads
+//     ~100 MB of entries with ~3 DRAM round trips per block, B only folds 1/64 of the rows:
+//     ~30-40 us (~0.13x recurrent); batch 64 ~12-15 us (~0.2x). Batch 8: unclear (two launches
+//     against a latency-bound single kernel); the sweep measures both (kvbuffer vs
+//     kvbuffer-single).
 #include <stdexcept>
 #include <string>
 
@@ -70,7 +99,9 @@ namespace kvbuf {
 namespace gdn_detail {
 
 constexpr int kMaxCapacity = 64;
-constexpr int kUtilePad = 8;  // u tile row stride rows + 8: 16-byte rows, a group's 8 j's on distinct banks
+constexpr int kUtilePad = 8;
+// Auto picks the split path from this many request rows (header: prediction and measurement).
+constexpr int kSplitMinBatch = 8;  // u tile row stride rows + 8: 16-byte rows, a group's 8 j's on distinct banks
 
 template <int K, int V, class E, bool RAW>
 __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVBufferParams p, int rows) {
@@ -280,6 +311,192 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   }
 }
 
+// ---- Split path (cached-u, scheduler row metadata): kernel A then kernel B in one stream.
+
+// Kernel A, the buffer kernel: one block per (row, key head), covering the R = HV/H value heads
+// that share the key head's buffered keys. Every read is issued before the first wait: the u rows
+// [R, n, V] by cp.async into shared memory, G_j per (head, j), and each group's keys j (8 lanes
+// per key, groups over j in parallel) for k_j.k_t and k_j.q_t; the keys are read once per key
+// head, not per value head and V tile. Then one thread per (value head, v) sums
+// r_v = sum_j c_j u_j[v] and s_v = sum_j d_j u_j[v] from shared memory. Rows with a state or a
+// fold get r, s in `scratch` for kernel B; a direct-mode token with no fold is finished here
+// (u_t, o, append). Appends k_t and G_t unless the row folds. Triggers kernel B's launch at once
+// (programmatic dependent launch): B starts streaming S0 while A runs and waits for A only
+// before it reads `scratch`.
+template <int K, int V, class E>
+__global__ void __launch_bounds__(kThreads) gdn_kvbuffer_split_buffer_kernel(GdnKVBufferParams p) {
+  static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
+  constexpr int N = K / 8;
+  constexpr int kVec = 16 / sizeof(E);
+  extern __shared__ __align__(128) float smem[];
+  const GdnStepIO& io = p.io;
+  const int H = io.H, HV = io.HV, R = HV / H;
+  const int row = blockIdx.x / H, kh = blockIdx.x % H;
+  const int slot = io.slot[row], n = p.row_fill[row];
+  const bool has_state = p.row_has_state[row] != 0;
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  __nv_bfloat16* out = io.out + (size_t(row) * HV + size_t(kh) * R) * V;  // [R, V]: this key head's value heads
+  if (slot < 0) {
+    for (int i = threadIdx.x; i < R * V; i += kThreads) out[i] = __float2bfloat16_rn(0.f);
+    return;
+  }
+  const int C = p.capacity;
+  const bool fold = n + 1 == C;
+  const bool finish_here = !has_state && !fold;
+  const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
+  E* bk = static_cast<E*>(p.buf_k) + size_t(slot) * C * H * K;       // [C, H, K]
+  E* bval = static_cast<E*>(p.buf_val) + size_t(slot) * C * HV * V;  // [C, HV, V]
+  float* gcum = p.buf_gcum + size_t(slot) * C * HV;                  // [C, HV]
+  E* su = reinterpret_cast<E*>(smem);                                // [R][C][V] u_j rows
+  float* sdk = reinterpret_cast<float*>(su + size_t(R) * C * V);     // [C] k_j.k_t
+  float* sdq = sdk + C;       // [C] k_j.q_t
+  float* sG = sdq + C;        // [R][C] G_j, then c_j
+  float* sd = sG + R * C;     // [R][C] d_j
+  float* sGt = sd + R * C;    // [R] G_t
+  float* sbeta = sGt + R;     // [R] beta
+
+  const int vvecs = V / kVec;
+  for (int idx = threadIdx.x; idx < R * n * vvecs; idx += kThreads) {
+    const int x = idx % vvecs, ij = idx / vvecs, i = ij / n, j = ij % n;
+    cp_async16(su + (size_t(i) * C + j) * V + x * kVec, bval + (size_t(j) * HV + kh * R + i) * V + x * kVec);
+  }
+  for (int idx = threadIdx.x; idx < R * n; idx += kThreads) {
+    const int i = idx / n, j = idx % n;
+    sG[i * C + j] = gcum[j * HV + kh * R + i];
+  }
+  for (int i = threadIdx.x; i < R; i += kThreads) {
+    const int h = kh * R + i;
+    float g, beta;
+    load_gates(io, row, h, g, beta);
+    const float G_t = (n > 0 ? gcum[(n - 1) * HV + h] : 0.f) + g;
+    sGt[i] = G_t, sbeta[i] = beta;
+    if (!fold) gcum[n * HV + h] = G_t;
+  }
+  float k[N], q[N], kq;
+  load_token_kq<K>(io, row, kh, lane, k, q, kq);
+  for (int base = 0; base < n; base += kGroups) {  // same trip count on every group (shuffles)
+    const int j = base + group;
+    float kj[N];
+    if (j < n) {
+      load_slice<K>(bk + (size_t(j) * H + kh) * K, lane, kj);
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; ++i) kj[i] = 0.f;
+    }
+    const float dk = group_sum(dot<N>(kj, k));
+    const float dq = group_sum(dot<N>(kj, q));
+    if (j < n && lane == 0) sdk[j] = dk, sdq[j] = dq;
+  }
+  if (!fold && group == 0) store_slice<K>(bk + (size_t(n) * H + kh) * K, lane, k);
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < R * n; idx += kThreads) {
+    const int i = idx / n, j = idx % n;
+    const float e = expf(sGt[i] - sG[i * C + j]);
+    sG[i * C + j] = e * sdk[j];  // c_j
+    sd[i * C + j] = e * sdq[j];
+  }
+  cp_async_wait_all();
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < R * V; idx += kThreads) {
+    const int i = idx / V, v = idx % V, h = kh * R + i;
+    const E* uj = su + size_t(i) * C * V + v;  // u_j[v] at uj[j * V]
+    const float* ci = sG + i * C;
+    const float* di = sd + i * C;
+    float r = 0.f, s = 0.f;
+#pragma unroll 8
+    for (int j = 0; j < n; ++j) {
+      const float u = to_f32(uj[j * V]);
+      r = fmaf(ci[j], u, r);
+      s = fmaf(di[j], u, s);
+    }
+    if (finish_here) {
+      const float u_t = sbeta[i] * (__bfloat162float(io.v[(size_t(row) * HV + h) * V + v]) - r);
+      out[idx] = __float2bfloat16_rn(s + kq * u_t);
+      bval[(size_t(n) * HV + h) * V + v] = from_f32<E>(u_t);
+    } else {
+      float* rs = p.scratch + (size_t(row) * HV + h) * 2 * V;
+      rs[v] = r;
+      rs[V + v] = s;
+    }
+  }
+}
+
+// Kernel B, the state kernel: the recurrent kernel's shape (block = (row, value head, V tile),
+// S0 rows by bulk copies, all chunks in flight) for rows with a state or a fold; other rows exit
+// at once (kernel A finished them). u_t and o from S0 plus kernel A's r, s; appends u_t, or folds
+// (keys and u_j read from global memory by the folding blocks only: 1/C of the requests).
+template <int K, int V, class E>
+__global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(GdnKVBufferParams p, int rows) {
+  static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
+  constexpr int N = K / 8;
+  extern __shared__ __align__(128) float tile[];  // [rows, K] S0 rows
+  __shared__ __align__(8) uint64_t bars[kMaxChunks];
+  __shared__ float sv[kMaxChunks * kGroups], sr[kMaxChunks * kGroups], ss[kMaxChunks * kGroups];
+  __shared__ float sw[kMaxCapacity];  // e^{G_t - G_j}, folding blocks only
+  const GdnStepIO& io = p.io;
+  const BlockCoords c = block_coords(io, rows);
+  const int slot = io.slot[c.row], n = p.row_fill[c.row];
+  const bool has_state = p.row_has_state[c.row] != 0;
+  const int C = p.capacity;
+  const bool fold = n + 1 == C;
+  if (slot < 0 || (!has_state && !fold)) return;  // kernel A wrote the zero output / finished the token
+  const int H = io.H, HV = io.HV, kh = c.h / (HV / H);
+  const int chunks = rows / kGroups;
+  float* state = p.state + (size_t(slot) * HV + c.h) * V * K;
+  if (has_state && threadIdx.x == 0) tile_issue<K>(tile, state + size_t(c.v0) * K, chunks, bars);
+  const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
+  const E* bk = static_cast<const E*>(p.buf_k) + size_t(slot) * C * H * K;
+  E* bval = static_cast<E*>(p.buf_val) + size_t(slot) * C * HV * V;
+  const float* gcum = p.buf_gcum + size_t(slot) * C * HV;
+  float k[N], q[N], kq;
+  load_token_kq<K>(io, c.row, kh, lane, k, q, kq);
+  float g, beta;
+  load_gates(io, c.row, c.h, g, beta);
+  const float G_t = (n > 0 ? gcum[(n - 1) * HV + c.h] : 0.f) + g;
+  const float eG_t = expf(G_t);
+  for (int r = threadIdx.x; r < rows; r += kThreads) sv[r] = __bfloat162float(io.v[(size_t(c.row) * HV + c.h) * V + c.v0 + r]);
+  if (fold)
+    for (int j = threadIdx.x; j < n; j += kThreads) sw[j] = expf(G_t - gcum[j * HV + c.h]);
+  // Kernel A's r, s: wait for A's grid (a no-op when launched without programmatic dependence).
+  // Nothing above reads what A writes (scratch, entry n of k and G) or writes what A reads.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const float* rs = p.scratch + (size_t(c.row) * HV + c.h) * 2 * V;
+  for (int r = threadIdx.x; r < rows; r += kThreads) sr[r] = rs[c.v0 + r], ss[r] = rs[V + c.v0 + r];
+  __syncthreads();  // barriers initialised, sv / sr / ss / sw loaded
+
+  __nv_bfloat16* out = io.out + (size_t(c.row) * HV + c.h) * V;
+  for (int ch = 0; ch < chunks; ++ch) {
+    const int rl = ch * kGroups + group, r = c.v0 + rl;
+    float s[N];
+    if (has_state) {
+      tile_wait(bars + ch);
+      load_slice<K>(tile + size_t(rl) * K, lane, s);
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; ++i) s[i] = 0.f;
+    }
+    const float a = group_sum(dot<N>(s, k));
+    const float b = group_sum(dot<N>(s, q));
+    const float u_t = beta * (sv[rl] - fmaf(eG_t, a, sr[rl]));
+    if (lane == 0) out[r] = __float2bfloat16_rn(fmaf(eG_t, b, ss[rl]) + kq * u_t);
+    if (fold) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) s[i] = fmaf(eG_t, s[i], u_t * k[i]);
+#pragma unroll 2
+      for (int j = 0; j < n; ++j) {
+        const float wj = sw[j] * to_f32(bval[(size_t(j) * HV + c.h) * V + r]);
+        float kj[N];
+        load_slice<K>(bk + (size_t(j) * H + kh) * K, lane, kj);
+#pragma unroll
+        for (int i = 0; i < N; ++i) s[i] = fmaf(wj, kj[i], s[i]);
+      }
+      store_slice<K>(state + size_t(r) * K, lane, s);
+    } else if (lane == 0) {
+      bval[(size_t(n) * HV + c.h) * V + r] = from_f32<E>(u_t);
+    }
+  }
+}
+
 size_t kvbuffer_smem_bytes(const GdnKVBufferParams& p, int rows) {
   const size_t C = size_t(p.capacity), K = size_t(p.io.K);
   const size_t esz = p.entry == GdnEntryType::FP32 ? 4 : 2;
@@ -302,9 +519,49 @@ void launch_kvbuffer(const GdnKVBufferParams& p, int rows, cudaStream_t stream) 
   KVB_CUDA_CHECK_LAUNCH();
 }
 
+template <int K, int V, class E>
+void launch_split(const GdnKVBufferParams& p, int rows, cudaStream_t stream) {
+  const int R = p.io.HV / p.io.H;
+  const size_t C = size_t(p.capacity);
+  const size_t smem_a = R * C * V * sizeof(E) + (2 * C + 2 * R * C + 2 * size_t(R)) * sizeof(float);
+  auto buffer_kernel = gdn_kvbuffer_split_buffer_kernel<K, V, E>;
+  if (smem_a > 48 * 1024)
+    KVB_CUDA_CHECK(cudaFuncSetAttribute(buffer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_a)));
+  buffer_kernel<<<unsigned(long(p.io.batch) * p.io.H), kThreads, smem_a, stream>>>(p);
+  KVB_CUDA_CHECK_LAUNCH();
+  const size_t smem_b = size_t(rows) * K * sizeof(float);
+  auto state_kernel = gdn_kvbuffer_split_state_kernel<K, V, E>;
+  if (smem_b > 48 * 1024)
+    KVB_CUDA_CHECK(cudaFuncSetAttribute(state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_b)));
+  // Programmatic dependent launch: B may start once every block of A has started (A triggers at
+  // entry); B's griddepcontrol.wait orders its reads of A's scratch.
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(long(p.io.batch) * p.io.HV * (p.io.V / rows)));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem_b;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  KVB_CUDA_CHECK(cudaLaunchKernelEx(&cfg, state_kernel, p, rows));
+  KVB_CUDA_CHECK_LAUNCH();
+}
+
 template <int K, int V>
-void dispatch_entry(const GdnKVBufferParams& p, int rows, cudaStream_t stream) {
+void dispatch_entry(const GdnKVBufferParams& p, int rows, bool split, cudaStream_t stream) {
   const bool raw = p.variant == GdnBufferVariant::Raw;
+  if (split) {
+    switch (p.entry) {
+      case GdnEntryType::BF16:
+        return launch_split<K, V, __nv_bfloat16>(p, rows, stream);
+      case GdnEntryType::FP32:
+        return launch_split<K, V, float>(p, rows, stream);
+      default:
+        throw std::invalid_argument("gdn_decode_kvbuffer: unsupported entry type");
+    }
+  }
   switch (p.entry) {
     case GdnEntryType::BF16:
       return raw ? launch_kvbuffer<K, V, __nv_bfloat16, true>(p, rows, stream)
@@ -328,14 +585,19 @@ void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* w
   if (!p.row_fill && !(p.fill && p.has_state && p.done_count))
     fail("without row_fill/row_has_state, fill, has_state and done_count must be set");
   if (p.variant == GdnBufferVariant::Raw && !p.buf_beta) fail("the raw variant needs buf_beta");
+  const bool split_possible = p.variant == GdnBufferVariant::CachedU && p.row_fill && p.scratch;
+  if (p.path == GdnDecodePath::Split && !split_possible)
+    fail("the split path needs the cached-u variant, row_fill/row_has_state and scratch");
+  const bool split = p.path == GdnDecodePath::Split ||
+                     (p.path == GdnDecodePath::Auto && split_possible && p.io.batch >= kSplitMinBatch);
   if (p.io.batch == 0) return;
   const int rows = choose_rows_per_block(p.io);
   const int kv = p.io.K * 1000 + p.io.V;
   switch (kv) {
     case 128 * 1000 + 128:
-      return dispatch_entry<128, 128>(p, rows, stream);
+      return dispatch_entry<128, 128>(p, rows, split, stream);
     case 64 * 1000 + 64:
-      return dispatch_entry<64, 64>(p, rows, stream);
+      return dispatch_entry<64, 64>(p, rows, split, stream);
     default:
       fail("unsupported head dims K=" + std::to_string(p.io.K) + " V=" + std::to_string(p.io.V) +
            " (supported: 64x64, 128x128)");

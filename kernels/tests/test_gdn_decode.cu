@@ -63,6 +63,16 @@ TEST(GdnDecodeDispatch, RefusesUnsupportedShapes) {
   b.capacity = 8;
   b.variant = GdnBufferVariant::Raw;  // no buf_beta
   EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);
+  // The split path needs cached-u entries, scheduler row metadata and scratch.
+  b.buf_beta = reinterpret_cast<float*>(dummy);
+  b.path = GdnDecodePath::Split;
+  b.row_fill = b.row_has_state = dummy;
+  b.scratch = reinterpret_cast<float*>(dummy);
+  EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);  // raw
+  b.variant = GdnBufferVariant::CachedU, b.scratch = nullptr;
+  EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);  // no scratch
+  b.scratch = reinterpret_cast<float*>(dummy), b.row_fill = b.row_has_state = nullptr;
+  EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);  // no row metadata
   cudaFree(dummy);
 }
 

@@ -61,6 +61,9 @@ struct DecodeCase {
   int direct_every = 0;     // request r starts in direct mode when direct_every && r % direct_every == 0
   int rows_per_block = 0;
   bool row_metadata = false;  // fill/has_state as per-row step inputs instead of pool arrays
+  // Auto: the dispatch's choice by batch (split from kSplitMinBatch rows with row metadata);
+  // Split / Single force a path. Every KVBuffer case passes the split path's scratch.
+  GdnDecodePath path = GdnDecodePath::Auto;
 };
 
 struct CaseResult {
@@ -182,7 +185,7 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
   Dev d_slot(rows * 4), d_q(size_t(rows) * H * K * 2), d_k(size_t(rows) * H * K * 2),
       d_v(size_t(rows) * HV * V * 2), d_g(size_t(rows) * HV * 4), d_beta(size_t(rows) * HV * 4),
       d_a(size_t(rows) * HV * 2), d_b(size_t(rows) * HV * 2), d_Alog(HV * 4), d_dtb(HV * 4),
-      d_out(size_t(rows) * HV * V * 2);
+      d_out(size_t(rows) * HV * V * 2), d_scratch(size_t(rows) * HV * 2 * V * 4);
   std::vector<float> A_log(HV), dt_bias(HV);
   {
     std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -266,6 +269,7 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
       p.state = s_out, p.buf_k = buf_k.p, p.buf_val = buf_val.p, p.buf_gcum = buf_g.as<float>();
       p.buf_beta = buf_beta.as<float>(), p.fill = d_fill.as<int32_t>(), p.has_state = d_has.as<int32_t>();
       p.done_count = d_done.as<int32_t>();
+      p.path = cs.path, p.scratch = d_scratch.as<float>();
       if (cs.row_metadata) {
         p.fill = p.has_state = p.done_count = nullptr;
         p.row_fill = d_row_fill.as<int32_t>(), p.row_has_state = d_row_has.as<int32_t>();
@@ -420,6 +424,43 @@ inline std::vector<DecodeCase> decode_cases(bool quick) {
     add(c);
     c.capacity = 64, c.batch = 1, c.entry = GdnEntryType::FP32, c.name = "rowmeta-" + tag + "-fp32-C64-b1";
     add(c);
+  }
+  // The split path (kernel A per key head, kernel B streaming S0), forced at small batch and
+  // chosen by Auto at batch >= kSplitMinBatch; the single-kernel path forced at a split batch.
+  for (auto entry : {GdnEntryType::BF16, GdnEntryType::FP32}) {
+    const std::string tag = entry == GdnEntryType::BF16 ? "bf16" : "fp32";
+    for (int C : {1, 4, 16, 64}) {
+      DecodeCase c;
+      c.row_metadata = true, c.path = GdnDecodePath::Split, c.entry = entry, c.capacity = C, c.batch = 3;
+      c.direct_every = C == 16 ? 2 : 0;
+      c.name = "split-" + tag + "-C" + std::to_string(C) + "-b3" + (c.direct_every ? "-mixed-direct" : "");
+      if (!quick || C == 16) add(c);
+    }
+  }
+  {
+    DecodeCase c;
+    c.row_metadata = true, c.path = GdnDecodePath::Split;
+    c.capacity = 4, c.gates = ref::GateRange::extreme(), c.name = "split-bf16-C4-b3-extreme-gates";
+    add(c);
+    c.gates = ref::GateRange::typical(), c.gates_in_kernel = true, c.capacity = 8, c.name = "split-bf16-C8-b3-gates-in-kernel";
+    add(c);
+    c.gates_in_kernel = false, c.K = 64, c.name = "split-bf16-K64-C8-b3";
+    add(c);
+    c.K = 128, c.H = 1, c.HV = 4, c.capacity = 8, c.name = "split-bf16-gqa4-C8-b3";
+    add(c);
+    c.H = 2, c.rows_per_block = 16, c.capacity = 16, c.name = "split-bf16-rows16-C16-b3";
+    add(c);
+    c.rows_per_block = 128, c.name = "split-bf16-rows128-C16-b3";
+    add(c);
+    c.rows_per_block = 0, c.kernel = Kernel::Direct, c.direct_every = 1, c.capacity = 64, c.name = "split-direct-bf16-C64-b3";
+    add(c);
+    c.path = GdnDecodePath::Auto, c.kernel = Kernel::KVBuffer, c.batch = 64, c.pad_rows = 2, c.direct_every = 5;
+    c.capacity = 8, c.name = "auto-split-bf16-C8-b64-mixed-direct";
+    add(c);
+    c.capacity = 64, c.pad_rows = 1, c.direct_every = 0, c.name = "auto-split-bf16-C64-b64";
+    if (!quick) add(c);
+    c.path = GdnDecodePath::Single, c.capacity = 8, c.direct_every = 3, c.name = "single-bf16-C8-b64-mixed-direct";
+    if (!quick) add(c);
   }
   return cs;
 }
