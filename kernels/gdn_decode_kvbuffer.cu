@@ -47,9 +47,10 @@
 //     streams S0 rows for rows with a state or a fold: a_v, b_v, then
 //       u_t[v] = beta (v_v - e^{G_t} a_v - r_v),  o_v = e^{G_t} b_v + s_v + (k_t.q_t) u_t[v],
 //     appends u_t, and writes S0 only when the request folds (fold inside B: the folding blocks,
-//     1/C of the requests when fills are staggered, read the keys and their u_j rows from
-//     global memory; a third launch would cost one more dependent launch gap, ~2 us per layer,
-//     for work that is 1/C of B's blocks). B is launched with programmatic dependent launch: A
+//     1/C of the requests when fills are staggered, stage the keys and their u tile to shared
+//     memory by cp.async, which every B block reserves: C K e + C (rows + 8) e bytes; a third
+//     launch would cost one more dependent launch gap, ~2 us per layer, and a grid over every
+//     row for work that is 1/C of them). B is launched with programmatic dependent launch: A
 //     triggers at entry, B starts its S0 copies while A's last wave runs and waits
 //     (griddepcontrol.wait) only before reading scratch.
 //
@@ -88,6 +89,19 @@
 //     ~30-40 us (~0.13x recurrent); batch 64 ~12-15 us (~0.2x). Batch 8: unclear (two launches
 //     against a latency-bound single kernel); the sweep measures both (kvbuffer vs
 //     kvbuffer-single).
+//     Measured (eaec21f, one sweep, kvbuffer = split from batch 8): tests 78/78, memcheck and
+//     racecheck clean. kvbuffer split was SLOWER than single at every batch >= 8: 256: 219.5 us
+//     [C=8] against 174.1 [C=4]; 64: 62.0 against 50.0. direct split was faster from batch 8:
+//     256: 77.8 [8] against 120.0 [4]; 64: 24.6 [8] against 32.8 [4]; but C=64 at 64 was 83.4 us.
+//     ncu (serialised kernels, 256, C=8): A 19.1 us (8 blocks/SM, DRAM 15%), B 209 us (DRAM
+//     61%), single 169.7 us (DRAM 76%); direct 64, C=64: A 19.2 us, B 91 us at 0.2% DRAM. So A
+//     was as predicted and B was the miss: its folding blocks read keys and u_j from global
+//     memory once per row and key (a chain of L2-latency loads, ~700 cycles per key) and held
+//     their slots for tens of us.
+//   v5b: B stages the fold's keys and u tile by cp.async (as the single kernel does). Predicted:
+//     B at 256, C=8 from 209 to ~150 us (S0 read + 1/8 write at ~4 TB/s), split ~160-170 us
+//     (1.6-1.7x); direct C=64 at 64: folding blocks from 91 us to a few us, B's early exits now
+//     at 3 blocks/SM (57 KiB reserved) ~15 us: ~35-40 us (0.5-0.55x recurrent).
 #include <stdexcept>
 #include <string>
 
@@ -424,12 +438,12 @@ __global__ void __launch_bounds__(kThreads) gdn_kvbuffer_split_buffer_kernel(Gdn
 // Kernel B, the state kernel: the recurrent kernel's shape (block = (row, value head, V tile),
 // S0 rows by bulk copies, all chunks in flight) for rows with a state or a fold; other rows exit
 // at once (kernel A finished them). u_t and o from S0 plus kernel A's r, s; appends u_t, or folds
-// (keys and u_j read from global memory by the folding blocks only: 1/C of the requests).
+// (keys and u tile staged to shared memory by the folding blocks only: 1/C of the requests).
 template <int K, int V, class E>
 __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(GdnKVBufferParams p, int rows) {
   static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
   constexpr int N = K / 8;
-  extern __shared__ __align__(128) float tile[];  // [rows, K] S0 rows
+  extern __shared__ __align__(128) float tile[];  // [rows, K] S0 rows, then the fold's keys and u tile
   __shared__ __align__(8) uint64_t bars[kMaxChunks];
   __shared__ float sv[kMaxChunks * kGroups], sr[kMaxChunks * kGroups], ss[kMaxChunks * kGroups];
   __shared__ float sw[kMaxCapacity];  // e^{G_t - G_j}, folding blocks only
@@ -448,6 +462,24 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
   const E* bk = static_cast<const E*>(p.buf_k) + size_t(slot) * C * H * K;
   E* bval = static_cast<E*>(p.buf_val) + size_t(slot) * C * HV * V;
   const float* gcum = p.buf_gcum + size_t(slot) * C * HV;
+  // Folding blocks stage the keys [n, K] and their u tile [n, rows] by cp.async at once (read
+  // from global memory per row and key, the fold was a chain of dependent loads: ncu measured
+  // 91 us for the folding blocks of one request at C = 64).
+  constexpr int kVec = 16 / sizeof(E);
+  const int ustride = rows + kUtilePad;
+  E* skeys = reinterpret_cast<E*>(tile + rows * K);  // [C][K]
+  E* utile = skeys + C * K;                          // [C][ustride]
+  if (fold) {
+    const int kvecs = K / kVec, uvecs = rows / kVec;
+    for (int idx = threadIdx.x; idx < n * kvecs; idx += kThreads) {
+      const int j = idx / kvecs, x = idx % kvecs;
+      cp_async16(skeys + j * K + x * kVec, bk + (size_t(j) * H + kh) * K + x * kVec);
+    }
+    for (int idx = threadIdx.x; idx < n * uvecs; idx += kThreads) {
+      const int j = idx / uvecs, x = idx % uvecs;
+      cp_async16(utile + j * ustride + x * kVec, bval + (size_t(j) * HV + c.h) * V + c.v0 + x * kVec);
+    }
+  }
   float k[N], q[N], kq;
   load_token_kq<K>(io, c.row, kh, lane, k, q, kq);
   float g, beta;
@@ -462,7 +494,8 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const float* rs = p.scratch + (size_t(c.row) * HV + c.h) * 2 * V;
   for (int r = threadIdx.x; r < rows; r += kThreads) sr[r] = rs[c.v0 + r], ss[r] = rs[V + c.v0 + r];
-  __syncthreads();  // barriers initialised, sv / sr / ss / sw loaded
+  cp_async_wait_all();
+  __syncthreads();  // barriers initialised, sv / sr / ss / sw and the fold's keys and u tile loaded
 
   __nv_bfloat16* out = io.out + (size_t(c.row) * HV + c.h) * V;
   for (int ch = 0; ch < chunks; ++ch) {
@@ -482,11 +515,11 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
     if (fold) {
 #pragma unroll
       for (int i = 0; i < N; ++i) s[i] = fmaf(eG_t, s[i], u_t * k[i]);
-#pragma unroll 2
+#pragma unroll 4
       for (int j = 0; j < n; ++j) {
-        const float wj = sw[j] * to_f32(bval[(size_t(j) * HV + c.h) * V + r]);
+        const float wj = sw[j] * to_f32(utile[j * ustride + rl]);
         float kj[N];
-        load_slice<K>(bk + (size_t(j) * H + kh) * K, lane, kj);
+        load_slice<K>(skeys + j * K, lane, kj);
 #pragma unroll
         for (int i = 0; i < N; ++i) s[i] = fmaf(wj, kj[i], s[i]);
       }
@@ -529,7 +562,7 @@ void launch_split(const GdnKVBufferParams& p, int rows, cudaStream_t stream) {
     KVB_CUDA_CHECK(cudaFuncSetAttribute(buffer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_a)));
   buffer_kernel<<<unsigned(long(p.io.batch) * p.io.H), kThreads, smem_a, stream>>>(p);
   KVB_CUDA_CHECK_LAUNCH();
-  const size_t smem_b = size_t(rows) * K * sizeof(float);
+  const size_t smem_b = size_t(rows) * K * sizeof(float) + C * K * sizeof(E) + C * size_t(rows + kUtilePad) * sizeof(E);
   auto state_kernel = gdn_kvbuffer_split_state_kernel<K, V, E>;
   if (smem_b > 48 * 1024)
     KVB_CUDA_CHECK(cudaFuncSetAttribute(state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_b)));
