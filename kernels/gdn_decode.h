@@ -50,7 +50,8 @@ enum class GdnEntryType { BF16, FP32 };
 // Which launch shape gdn_decode_kvbuffer uses (gdn_decode_kvbuffer.cu says when each wins):
 // Single = one kernel per step; Split = a buffer kernel per (row, key head) then a state-streaming
 // kernel for the rows with a state or a fold (cached-u only, needs row_fill/row_has_state and
-// `scratch`); Auto = the dispatch picks by batch and falls back to Single where Split cannot run.
+// `scratch`); Auto = the dispatch picks by measurement from batch and C, per entry point (direct:
+// split from batch 8 and C 4; kvbuffer: split only at C 64), and runs Single where Split cannot.
 enum class GdnDecodePath { Auto, Single, Split };
 
 // KVBuffer decode on pools of kernels/kvbuffer_layout.h, capacity C = `capacity` (1..64).
@@ -86,7 +87,8 @@ void gdn_decode_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream);
 
 // Direct mode is a per-request property (has_state == 0): the KVBuffer kernel reads no state for
 // such rows, so one launch serves a batch mixing direct and buffered requests. This entry point
-// is that same launch, named for batches of stateless requests.
+// runs the same kernels, for batches of (mostly) stateless requests: its Auto path takes the
+// split shape from C = 4 (kernel A finishes a stateless token without kernel B).
 void gdn_decode_direct(const GdnKVBufferParams& p, cudaStream_t stream);
 
 // The rows_per_block the dispatch uses for this launch shape (exposed for the sweep's CSV).

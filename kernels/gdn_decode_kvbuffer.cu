@@ -34,11 +34,17 @@
 // {cached-u, raw}.
 //
 // Two launch shapes (GdnKVBufferParams::path), same math and layouts:
-//   single: the kernel below, one block per (row, value head, V tile) does everything. Used at
-//     batch < kSplitMinBatch (one launch is cheaper where latency, not bytes, sets the time; C = 1
-//     there degenerates to recurrent), for the raw variant, and with fill counters in the pool
-//     (no row metadata): the split kernels have no in-kernel fill advance.
-//   split (cached-u, scheduler row metadata, `scratch` given; the default from kSplitMinBatch):
+//   single: the kernel below, one block per (row, value head, V tile) does everything.
+//   split: kernels A and B below (cached-u, scheduler row metadata and `scratch` only: the split
+//     kernels have no in-kernel fill advance). Path Auto picks split by measurement (H200, 9a2eb43,
+//     log v5b): from batch kSplitMinBatch = 8 (at batch 1 the second launch costs more than it
+//     saves), for gdn_decode_direct from C = 4 (direct 256: 60.5 us [C=8] against 120.4 [C=4];
+//     at C = 1 every row folds and the single kernel wins), for gdn_decode_kvbuffer only at
+//     C = 64 (64: 78.0 against 83.4 us): with states, at the best C (4-8) the single kernel is
+//     faster (256: 173.6 against 184.2), because B's blocks, which the whole S0 read passes
+//     through, live as long as the single kernel's while A adds ~19 us (ncu) before B can finish.
+//     Everything else (raw variant, pool fill counters, no scratch) runs the single kernel.
+//   The split kernels:
 //     kernel A per (row, key head) stages the n buffered keys, G_j and u_j rows once for the R
 //     value heads sharing the key head, computes c_j, d_j (groups of lanes over j in parallel)
 //     and r_v = sum_j c_j u_j[v], s_v = sum_j d_j u_j[v] per value head into scratch [B, HV, 2, V]
@@ -102,6 +108,18 @@
 //     B at 256, C=8 from 209 to ~150 us (S0 read + 1/8 write at ~4 TB/s), split ~160-170 us
 //     (1.6-1.7x); direct C=64 at 64: folding blocks from 91 us to a few us, B's early exits now
 //     at 3 blocks/SM (57 KiB reserved) ~15 us: ~35-40 us (0.5-0.55x recurrent).
+//     Measured (9a2eb43, results/decode_h200.csv, kvbuffer and direct = split from batch 8):
+//     tests 78/78, memcheck and racecheck clean. kvbuffer split 256: 184.2 us [C=8] (was 219.5;
+//     single 173.6 [4]), 64: 52.0 [8] (single 50.0 [4]), 512: 359.6 [8] (single 340.2 [8]);
+//     split wins only at C = 64 (8/32/64/128: 16.0/43.2/78.0/144.1 against 17.2/48.3/83.4/
+//     154.2). Direct split: 8: 7.11 [16] (single 9.06 [1]), 64: 20.2 [8] (0.28x recurrent),
+//     256: 60.5 [8] (0.22x), 512: 113.5 [8]; C = 64: 64: 40.4 us (0.57x recurrent, was 0.91x),
+//     128: 58.1 (0.42x), 256: 95.3 (0.35x), 512: 170.9 (0.32x). Missed: 1.7x at 256 (best 1.56x,
+//     single kernel) and ReplaySSM's 45.7 / 161 / 316 us at 64 / 256 / 512 (50.0 / 173.6 /
+//     340.2); direct C = 64 reaches 0.5x from batch 128, not 64. Next: take the fold out of B's
+//     grid (a compacted list of folding rows written by A, one persistent fold kernel), so that
+//     B reserves only the S0 tile and its non-folding blocks stream read-only; cheap early exits
+//     (B reserves 57 KiB per block at C = 64 even for rows it skips, 3 blocks/SM) for direct.
 #include <stdexcept>
 #include <string>
 
@@ -113,9 +131,12 @@ namespace kvbuf {
 namespace gdn_detail {
 
 constexpr int kMaxCapacity = 64;
-constexpr int kUtilePad = 8;
-// Auto picks the split path from this many request rows (header: prediction and measurement).
-constexpr int kSplitMinBatch = 8;  // u tile row stride rows + 8: 16-byte rows, a group's 8 j's on distinct banks
+constexpr int kUtilePad = 8;  // u tile row stride rows + 8: 16-byte rows, a group's 8 j's on distinct banks
+// Auto picks the split path from kSplitMinBatch request rows and, per entry point, from this
+// capacity C (measured on the H200, 9a2eb43: header log v5b).
+constexpr int kSplitMinBatch = 8;
+constexpr int kSplitMinCapacityKVBuffer = 64;
+constexpr int kSplitMinCapacityDirect = 4;
 
 template <int K, int V, class E, bool RAW>
 __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVBufferParams p, int rows) {
@@ -607,7 +628,7 @@ void dispatch_entry(const GdnKVBufferParams& p, int rows, bool split, cudaStream
   }
 }
 
-void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* who) {
+void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* who, int split_min_capacity) {
   validate_step_io(p.io, who);
   auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(who) + ": " + m); };
   if (p.capacity < 1 || p.capacity > kMaxCapacity)
@@ -622,7 +643,8 @@ void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* w
   if (p.path == GdnDecodePath::Split && !split_possible)
     fail("the split path needs the cached-u variant, row_fill/row_has_state and scratch");
   const bool split = p.path == GdnDecodePath::Split ||
-                     (p.path == GdnDecodePath::Auto && split_possible && p.io.batch >= kSplitMinBatch);
+                     (p.path == GdnDecodePath::Auto && split_possible && p.io.batch >= kSplitMinBatch &&
+                      p.capacity >= split_min_capacity);
   if (p.io.batch == 0) return;
   const int rows = choose_rows_per_block(p.io);
   const int kv = p.io.K * 1000 + p.io.V;
@@ -640,11 +662,11 @@ void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* w
 }  // namespace gdn_detail
 
 void gdn_decode_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream) {
-  gdn_detail::run_kvbuffer(p, stream, "gdn_decode_kvbuffer");
+  gdn_detail::run_kvbuffer(p, stream, "gdn_decode_kvbuffer", gdn_detail::kSplitMinCapacityKVBuffer);
 }
 
 void gdn_decode_direct(const GdnKVBufferParams& p, cudaStream_t stream) {
-  gdn_detail::run_kvbuffer(p, stream, "gdn_decode_direct");
+  gdn_detail::run_kvbuffer(p, stream, "gdn_decode_direct", gdn_detail::kSplitMinCapacityDirect);
 }
 
 }  // namespace kvbuf

@@ -61,8 +61,9 @@ struct DecodeCase {
   int direct_every = 0;     // request r starts in direct mode when direct_every && r % direct_every == 0
   int rows_per_block = 0;
   bool row_metadata = false;  // fill/has_state as per-row step inputs instead of pool arrays
-  // Auto: the dispatch's choice by batch (split from kSplitMinBatch rows with row metadata);
-  // Split / Single force a path. Every KVBuffer case passes the split path's scratch.
+  // Auto: the dispatch's choice (with row metadata: split from batch 8, for gdn_decode_direct
+  // from C 4, for gdn_decode_kvbuffer at C 64); Split / Single force a path. Every KVBuffer case
+  // passes the split path's scratch.
   GdnDecodePath path = GdnDecodePath::Auto;
 };
 
@@ -426,7 +427,8 @@ inline std::vector<DecodeCase> decode_cases(bool quick) {
     add(c);
   }
   // The split path (kernel A per key head, kernel B streaming S0), forced at small batch and
-  // chosen by Auto at batch >= kSplitMinBatch; the single-kernel path forced at a split batch.
+  // chosen by Auto (direct entry point at C 8, kvbuffer entry point at C 64, batch 64); the
+  // single-kernel path forced where Auto would split.
   for (auto entry : {GdnEntryType::BF16, GdnEntryType::FP32}) {
     const std::string tag = entry == GdnEntryType::BF16 ? "bf16" : "fp32";
     for (int C : {1, 4, 16, 64}) {
@@ -454,12 +456,13 @@ inline std::vector<DecodeCase> decode_cases(bool quick) {
     add(c);
     c.rows_per_block = 0, c.kernel = Kernel::Direct, c.direct_every = 1, c.capacity = 64, c.name = "split-direct-bf16-C64-b3";
     add(c);
-    c.path = GdnDecodePath::Auto, c.kernel = Kernel::KVBuffer, c.batch = 64, c.pad_rows = 2, c.direct_every = 5;
-    c.capacity = 8, c.name = "auto-split-bf16-C8-b64-mixed-direct";
+    c.path = GdnDecodePath::Auto, c.batch = 64, c.pad_rows = 2, c.direct_every = 5;
+    c.capacity = 8, c.name = "auto-split-direct-bf16-C8-b64-mixed";
     add(c);
-    c.capacity = 64, c.pad_rows = 1, c.direct_every = 0, c.name = "auto-split-bf16-C64-b64";
+    c.kernel = Kernel::KVBuffer, c.capacity = 64, c.pad_rows = 1, c.direct_every = 0, c.name = "auto-split-bf16-C64-b64";
     if (!quick) add(c);
-    c.path = GdnDecodePath::Single, c.capacity = 8, c.direct_every = 3, c.name = "single-bf16-C8-b64-mixed-direct";
+    c.kernel = Kernel::Direct, c.path = GdnDecodePath::Single, c.capacity = 8, c.direct_every = 3,
+    c.name = "single-direct-bf16-C8-b64-mixed";
     if (!quick) add(c);
   }
   return cs;
