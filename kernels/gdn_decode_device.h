@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/common.cuh"
 #include "kernels/gdn_decode.h"
 
 namespace kvbuf::gdn_detail {
@@ -27,14 +28,6 @@ __device__ __forceinline__ float group_sum(float x) {
   return x;
 }
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <class E>
-__device__ __forceinline__ E from_f32(float x);
-template <>
-__device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 // Loads this lane's K/32 chunks of a K-vector of type E into x[4 * K/32].
 template <int K>
@@ -173,12 +166,6 @@ __device__ __forceinline__ void tile_wait(uint64_t* bar) {
   } while (!done);
 }
 
-// 16-byte asynchronous global -> shared copy (cp.async, bypassing L1); cp_async_wait_all() then a
-// block barrier make the data visible to every thread.
-__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gsrc) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(smem_dst)), "l"(gsrc) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // Validation shared by the dispatch functions.
 void validate_step_io(const GdnStepIO& io, const char* who);

@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/common.cuh"
 #include "kernels/gdn_verify.h"
 
 namespace kvbuf::gdn_verify_detail {
@@ -18,14 +19,6 @@ namespace kvbuf::gdn_verify_detail {
 constexpr int kRows = 64;     // V rows per block
 constexpr int kThreads = 64;  // one owned row per thread
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <class E>
-__device__ __forceinline__ E from_f32(float x);
-template <>
-__device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 // The value an entry of type E keeps.
 template <class E>
 __device__ __forceinline__ float round_to(float x) { return to_f32(from_f32<E>(x)); }
@@ -123,17 +116,11 @@ __device__ __forceinline__ float4 load4(const __nv_bfloat16* p) {
   return make_float4(a.x, a.y, b.x, b.y);
 }
 
-// Asynchronous global -> shared copies (cp.async): the block issues all of its buffer reads at
-// once instead of one dependent load per loop iteration.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
+// 4-byte cp.async (scalars such as G_j), beside common.cuh's 16-byte one.
 __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
 }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // Issues the copies of the T tokens' raw keys and queries of key head kh (bf16) into
 // s_raw [2T, KD]: rows 0..T-1 keys, T..2T-1 queries.
