@@ -129,16 +129,9 @@ __global__ void __launch_bounds__(kCopyThreads) gdn_verify_classic_commit_kernel
 }
 
 void validate(const GdnVerifyClassicParams& p, const char* who) {
-  const GdnVerifyIO& io = p.io;
-  auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(who) + ": " + what); };
-  if (io.batch < 0) fail("batch must be >= 0");
-  if (io.tokens < 1 || io.tokens > kGdnVerifyMaxTokens)
-    fail("unsupported token count T = " + std::to_string(io.tokens) + " (1..8)");
-  if (io.H < 1 || io.HV < 1 || io.HV % io.H != 0) fail("value heads must be a positive multiple of key heads");
-  if (io.K != 64 && io.K != 128) fail("unsupported key head dim K = " + std::to_string(io.K) + " (64 or 128)");
-  if (io.V < 64 || io.V % 64 != 0) fail("unsupported value head dim V = " + std::to_string(io.V) + " (multiple of 64)");
-  if (io.batch > 0 && (!io.slot || !io.q || !io.k || !io.v || !io.g || !io.beta || !io.out || !p.state || !p.step_states))
-    fail("null pointer among inputs, state pool or step states");
+  validate_verify_io(p.io, who);
+  if (p.io.batch > 0 && (!p.state || !p.step_states))
+    throw std::invalid_argument(std::string(who) + ": null pointer among state pool or step states");
 }
 
 }  // namespace

@@ -11,6 +11,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <stdexcept>
+#include <string>
+
 #include "kernels/common.cuh"
 #include "kernels/gdn_verify.h"
 
@@ -199,6 +202,20 @@ __device__ __forceinline__ void fold_row_halves(float4 (&xa)[KD / 8], float4 (&x
       xb[i] = axpy4(wb, kf, xb[i]);
     }
   }
+}
+
+// Checks shared by every verify entry point: shapes the kernels are built for and the token I/O
+// pointers; throws std::invalid_argument("<who>: ...").
+inline void validate_verify_io(const GdnVerifyIO& io, const char* who) {
+  auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(who) + ": " + what); };
+  if (io.batch < 0) fail("batch must be >= 0");
+  if (io.tokens < 1 || io.tokens > kGdnVerifyMaxTokens)
+    fail("unsupported token count T = " + std::to_string(io.tokens) + " (1..8)");
+  if (io.H < 1 || io.HV < 1 || io.HV % io.H != 0) fail("value heads must be a positive multiple of key heads");
+  if (io.K != 64 && io.K != 128) fail("unsupported key head dim K = " + std::to_string(io.K) + " (64 or 128)");
+  if (io.V < 64 || io.V % 64 != 0) fail("unsupported value head dim V = " + std::to_string(io.V) + " (multiple of 64)");
+  if (io.batch > 0 && (!io.slot || !io.q || !io.k || !io.v || !io.g || !io.beta || !io.out))
+    fail("null pointer among token inputs or outputs");
 }
 
 }  // namespace kvbuf::gdn_verify_detail

@@ -399,19 +399,14 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_commit_fold_kern
 
 void validate(const GdnVerifyKVBufferParams& p, const char* who) {
   const GdnVerifyIO& io = p.io;
+  validate_verify_io(io, who);
   auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(who) + ": " + what); };
-  if (io.batch < 0) fail("batch must be >= 0");
-  if (io.tokens < 1 || io.tokens > kGdnVerifyMaxTokens)
-    fail("unsupported token count T = " + std::to_string(io.tokens) + " (1..8)");
-  if (io.H < 1 || io.HV < 1 || io.HV % io.H != 0) fail("value heads must be a positive multiple of key heads");
-  if (io.K != 64 && io.K != 128) fail("unsupported key head dim K = " + std::to_string(io.K) + " (64 or 128)");
-  if (io.V < 64 || io.V % 64 != 0) fail("unsupported value head dim V = " + std::to_string(io.V) + " (multiple of 64)");
   if (p.capacity < io.tokens || p.capacity > 64)
     fail("unsupported capacity C = " + std::to_string(p.capacity) + " (T <= C <= 64)");
-  if (io.batch > 0 && (!io.slot || !io.q || !io.k || !io.v || !io.g || !io.beta || !io.out || !p.state || !p.buf_k ||
+  if (io.batch > 0 && (!p.state || !p.buf_k ||
                        !p.buf_val || !p.buf_gcum || !p.fill || !p.has_state || !p.win_k || !p.win_u ||
                        !p.win_gcum || !p.win_base))
-    fail("null pointer among inputs, pools or scratch");
+    fail("null pointer among pools or scratch");
 }
 
 template <class Kernel>
