@@ -50,6 +50,7 @@ gpu_main_job() {
     --kernels recurrent,recurrent-oop,kvbuffer,kvbuffer-fp32,kvbuffer-raw,direct,verify-classic,verify-kvbuffer \
     --drafts 1,2,3,4,5,8 --out "results/decode_$gpu.csv" --verify-out "results/verify_$gpu.csv"
   python3 scripts/plot.py "results/decode_$gpu.csv" "results/decode_$gpu.png"
+  python3 scripts/plot_verify.py "results/verify_$gpu.csv" "results/verify_$gpu.png"
 }
 
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
