@@ -4,7 +4,6 @@ and the speedup over recurrent (in place) against C per batch.
 
     scripts/plot.py results/decode_h200.csv [results/decode_h200.png]
 """
-import csv
 import sys
 from collections import defaultdict
 
@@ -12,23 +11,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from results_csv import load_rows  # noqa: E402
 
 
 def load(path):
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        sys.exit(f"plot.py: {path} has no rows")
-    need = {"kernel", "batch", "chunk", "latency_us_median", "gbps", "copy_gbps", "gpu", "commit", "model"}
-    missing = need - set(rows[0])
-    if missing:
-        sys.exit(f"plot.py: {path} lacks columns {sorted(missing)}")
-    for r in rows:
-        r["batch"] = int(r["batch"])
-        r["chunk"] = int(r["chunk"])
-        r["latency_us_median"] = float(r["latency_us_median"])
-        r["gbps"] = float(r["gbps"])
-    return rows
+    return load_rows(path, "plot.py", ints=("batch", "chunk"), floats=("latency_us_median", "gbps"),
+                     other=("kernel", "copy_gbps", "gpu", "commit", "model"))
 
 
 def main():

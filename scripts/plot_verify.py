@@ -4,7 +4,6 @@ for each method and draft count T, and KVBuffer's speedup over classic verify + 
 
     scripts/plot_verify.py results/verify_h200.csv [results/verify_h200.png]
 """
-import csv
 import sys
 from collections import defaultdict
 
@@ -12,27 +11,18 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from results_csv import load_rows  # noqa: E402
 
 METHODS = ("verify-classic", "verify-kvbuffer")
 
 
 def load(path):
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    need = {"model", "method", "batch", "drafts", "chunk", "latency_us_median", "latency_us_per_token",
-            "acceptance", "gpu", "commit"}
-    if not rows:
-        sys.exit(f"plot_verify.py: {path} has no rows")
-    missing = need - set(rows[0])
-    if missing:
-        sys.exit(f"plot_verify.py: {path} lacks columns {sorted(missing)}")
+    rows = load_rows(path, "plot_verify.py", ints=("batch", "drafts"),
+                     floats=("latency_us_median", "latency_us_per_token"),
+                     other=("model", "method", "chunk", "acceptance", "gpu", "commit"))
     out = [r for r in rows if r["method"] in METHODS]
     if not out:
         sys.exit(f"plot_verify.py: {path} has no {' or '.join(METHODS)} rows")
-    for r in out:
-        r["batch"], r["drafts"] = int(r["batch"]), int(r["drafts"])
-        r["latency_us_median"] = float(r["latency_us_median"])
-        r["latency_us_per_token"] = float(r["latency_us_per_token"])
     return out
 
 
