@@ -125,21 +125,23 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
 }
 
+// The window helpers below take the block's thread count NT (threadIdx.x in 0..NT-1).
 // Issues the copies of the T tokens' raw keys and queries of key head kh (bf16) into
 // s_raw [2T, KD]: rows 0..T-1 keys, T..2T-1 queries.
-template <int KD>
+template <int KD, int NT = kThreads>
 __device__ __forceinline__ void copy_window_kq_async(const GdnVerifyIO& io, int row, int kh, __nv_bfloat16* s_raw) {
   constexpr int CH = KD / 8;  // 16-byte chunks per row
-  for (int c = threadIdx.x; c < 2 * io.tokens * CH; c += kThreads) {
+  for (int c = threadIdx.x; c < 2 * io.tokens * CH; c += NT) {
     const int vec = c / CH, e = (c % CH) * 8, t = vec % io.tokens;
     const __nv_bfloat16* src = (vec < io.tokens ? io.k : io.q) + ((size_t(row) * io.tokens + t) * io.H + kh) * KD + e;
     cp_async16(s_raw + vec * KD + e, src);
   }
 }
 // Issues the copies of the T tokens' values of value head h, rows v0 .. v0+kRows-1: s_v [T, kRows].
+template <int NT = kThreads>
 __device__ __forceinline__ void copy_window_v_async(const GdnVerifyIO& io, int row, int h, int v0, __nv_bfloat16* s_v) {
   constexpr int CH = kRows / 8;
-  for (int c = threadIdx.x; c < io.tokens * CH; c += kThreads) {
+  for (int c = threadIdx.x; c < io.tokens * CH; c += NT) {
     const int t = c / CH, e = (c % CH) * 8;
     cp_async16(s_v + t * kRows + e, io.v + ((size_t(row) * io.tokens + t) * io.HV + h) * io.V + v0 + e);
   }
@@ -157,12 +159,12 @@ __device__ __forceinline__ void copy_window_gates_async(const GdnVerifyIO& io, i
 }
 // Once the copies landed: normalised keys and queries (q also scaled by K^-0.5) as padded fp32
 // rows s_k[t], s_q[t] of kd_pad floats. Each warp normalises whole vectors.
-template <int KD>
+template <int KD, int NT = kThreads>
 __device__ __forceinline__ void normalise_window_kq(int T, const __nv_bfloat16* s_raw, float* s_k, float* s_q,
                                                     int kd_pad) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   constexpr int PER_LANE = KD / 32;
-  for (int vec = warp; vec < 2 * T; vec += kThreads / 32) {
+  for (int vec = warp; vec < 2 * T; vec += NT / 32) {
     float x[PER_LANE];
     float ss = 0.f;
 #pragma unroll

@@ -39,55 +39,67 @@ namespace {
 
 using namespace gdn_verify_detail;
 
+// Lanes per state row of the verify kernel when Params::lanes_per_row is 0 (see the header log).
+constexpr int kAutoLanesPerRow = 2;
+
 // Shared-memory carve-up in bytes (16-byte aligned pieces) for TMAX window tokens, capacity C and
-// entry size esz. Buffer keys and u stay in the entry type; key rows are padded by 16 bytes so the
-// lanes of a warp reading different rows hit different banks.
+// entry size esz. Buffer keys land in the entry type (cp.async) and are converted once to padded
+// fp32 rows, which every dot product and the fold read; the fold weights later reuse the landing
+// area (C kRows floats never exceed it for bf16; for fp32 entries the area is the larger one).
 struct VerifySmem {
   int kd, tmax, c, esz;
   __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
-  __host__ __device__ int kp() const { return kd + 4; }                 // window rows (floats)
-  __host__ __device__ int key_stride() const { return kd + 16 / esz; }  // buffer key rows (entries)
+  __host__ __device__ int kp() const { return kd + 4; }  // padded fp32 rows
   __host__ __device__ int k() const { return 0; }
   __host__ __device__ int q() const { return k() + tmax * kp() * 4; }
-  __host__ __device__ int keys() const { return q() + tmax * kp() * 4; }           // [C, key_stride] E
-  __host__ __device__ int u() const { return keys() + up16(c * key_stride() * esz); }  // [C, kRows] E
-  __host__ __device__ int w() const { return u() + up16(c * kRows * esz); }         // fold weights [C, kRows]
-  __host__ __device__ int wu() const { return w() + c * kRows * 4; }               // buffer coefficients [C, TMAX]
+  __host__ __device__ int keys() const { return q() + tmax * kp() * 4; }               // [C, kp] fp32
+  __host__ __device__ int landing() const { return keys() + c * kp() * 4; }             // [C, kd] E, then w
+  __host__ __device__ int landing_bytes() const { return up16(c * (kd * esz > kRows * 4 ? kd * esz : kRows * 4)); }
+  __host__ __device__ int u() const { return landing() + landing_bytes(); }             // [C, kRows] E
+  __host__ __device__ int wu() const { return u() + up16(c * kRows * esz); }           // buffer coefficients [C, TMAX]
   __host__ __device__ int wo() const { return wu() + c * tmax * 4; }
-  __host__ __device__ int vu() const { return wo() + c * tmax * 4; }              // window coefficients [TMAX, TMAX]
+  __host__ __device__ int vu() const { return wo() + c * tmax * 4; }                   // window coefficients [TMAX, TMAX]
   __host__ __device__ int vo() const { return vu() + tmax * tmax * 4; }
-  __host__ __device__ int gbuf() const { return vo() + tmax * tmax * 4; }         // G of the buffer [C]
-  __host__ __device__ int gwin() const { return gbuf() + up16(c * 4); }           // G of the window [TMAX]
+  __host__ __device__ int gbuf() const { return vo() + tmax * tmax * 4; }              // G of the buffer [C]
+  __host__ __device__ int gwin() const { return gbuf() + up16(c * 4); }                // G of the window [TMAX]
   __host__ __device__ int egwin() const { return gwin() + tmax * 4; }
-  __host__ __device__ int graw() const { return egwin() + tmax * 4; }             // g of the window [TMAX]
+  __host__ __device__ int graw() const { return egwin() + tmax * 4; }                  // g of the window [TMAX]
   __host__ __device__ int beta() const { return graw() + tmax * 4; }
-  __host__ __device__ int raw_kq() const { return up16(beta() + tmax * 4); }        // [2 TMAX, KD] bf16
-  __host__ __device__ int raw_v() const { return raw_kq() + 2 * tmax * kd * 2; }     // [TMAX, kRows] bf16
+  __host__ __device__ int raw_kq() const { return up16(beta() + tmax * 4); }           // [2 TMAX, KD] bf16
+  __host__ __device__ int raw_v() const { return raw_kq() + 2 * tmax * kd * 2; }       // [TMAX, kRows] bf16
   __host__ __device__ size_t bytes() const { return size_t(raw_v() + tmax * kRows * 2); }
 };
 
-template <int KD, int TMAX, class E>
-__global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_kernel(const GdnVerifyKVBufferParams p) {
-  constexpr int NF = KD / 8, KP = KD + 4;
+// Block: kRows = 64 rows of one value head of one request, LN lanes per row (NT = 64 LN threads):
+// thread = row r (threadIdx.x / LN) and part p (threadIdx.x % LN), holding the row's float4 chunks
+// f = LN i + p (i < K / 4LN) in registers, so the LN lanes of a row read LN 16 B pieces side by side
+// and each dot product is reduced over LN lanes (log2 LN shuffles). After the reduction all LN lanes
+// hold the row's sums and compute its outputs; part 0 writes them.
+template <int KD, int TMAX, class E, int LN>
+__global__ void __launch_bounds__(kRows * LN, LN == 2 ? 4 : 3) gdn_verify_kvbuffer_kernel(const GdnVerifyKVBufferParams p) {
+  constexpr int NT = kRows * LN, NF = KD / (4 * LN), KP = KD + 4;
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
   const GdnVerifyIO& io = p.io;
-  const VerifyBlock b = verify_block(io.HV, io.V);
+  const int tiles = io.V / kRows;
+  const int tile = blockIdx.x % tiles, h = (blockIdx.x / tiles) % io.HV, row = blockIdx.x / (tiles * io.HV);
+  const int v0 = tile * kRows;
+  const int r = threadIdx.x / LN, part = threadIdx.x % LN;
   const int T = io.tokens, C = p.capacity;
-  const int ratio = io.HV / io.H, kh = b.h / ratio;
-  const int slot = io.slot[b.row];
+  const int ratio = io.HV / io.H, kh = h / ratio;
+  const int slot = io.slot[row];
   if (slot < 0) {
-    for (int t = 0; t < T; ++t)
-      io.out[((size_t(b.row) * T + t) * io.HV + b.h) * io.V + b.v0 + threadIdx.x] = __float2bfloat16_rn(0.f);
+    for (int i = threadIdx.x; i < T * kRows; i += NT)
+      io.out[((size_t(row) * T + i / kRows) * io.HV + h) * io.V + v0 + i % kRows] = __float2bfloat16_rn(0.f);
     return;
   }
   extern __shared__ float4 smem4[];
   char* smem = reinterpret_cast<char*>(smem4);
   const VerifySmem L{KD, TMAX, C, ESZ};
-  const int KS = L.key_stride();
   float *s_k = reinterpret_cast<float*>(smem + L.k()), *s_q = reinterpret_cast<float*>(smem + L.q());
-  E* s_keys = reinterpret_cast<E*>(smem + L.keys());
+  float* s_keys = reinterpret_cast<float*>(smem + L.keys());
+  E* s_landing = reinterpret_cast<E*>(smem + L.landing());
+  float* s_w = reinterpret_cast<float*>(smem + L.landing());
   E* s_u = reinterpret_cast<E*>(smem + L.u());
-  float* s_w = reinterpret_cast<float*>(smem + L.w());
   float *s_wu = reinterpret_cast<float*>(smem + L.wu()), *s_wo = reinterpret_cast<float*>(smem + L.wo());
   float *s_vu = reinterpret_cast<float*>(smem + L.vu()), *s_vo = reinterpret_cast<float*>(smem + L.vo());
   float *s_gbuf = reinterpret_cast<float*>(smem + L.gbuf()), *s_gwin = reinterpret_cast<float*>(smem + L.gwin());
@@ -100,38 +112,36 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_kernel(const Gdn
   __shared__ int s_fold;
 
   // Every global read of the block is issued before the first one is consumed: the window's
-  // tokens and gates (cp.async into shared memory, independent of the pools), then the state rows
-  // (registers) and the n buffer entries (cp.async).
-  copy_window_kq_async<KD>(io, b.row, kh, s_raw_kq);
-  copy_window_v_async(io, b.row, b.h, b.v0, s_raw_v);
-  copy_window_gates_async(io, b.row, b.h, s_graw, s_beta, s_praw);
+  // tokens and gates (cp.async into shared memory, independent of the pools), then the state row
+  // chunks (registers) and the n buffer entries (cp.async).
+  copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
+  copy_window_v_async<NT>(io, row, h, v0, s_raw_v);
+  copy_window_gates_async(io, row, h, s_graw, s_beta, s_praw);
   const int n = p.fill[slot];
   const bool has_state = p.has_state[slot] != 0;
-  const size_t head_row0 = (size_t(slot) * io.HV + b.h) * io.V + b.v0;
-  float* rowA = p.state + (head_row0 + b.rA) * KD;
-  float* rowB = p.state + (head_row0 + b.rB) * KD;
-  float4 xa[NF], xb[NF];
-  if (has_state) {
-    load_row_halves<KD>(rowA, rowB, b.parity, xa, xb);
-  } else {
+  float* state_row = p.state + ((size_t(slot) * io.HV + h) * io.V + v0 + r) * KD;
+  float4 x[NF];
 #pragma unroll
-    for (int i = 0; i < NF; ++i) xa[i] = xb[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
+  for (int i = 0; i < NF; ++i)
+    x[i] = has_state ? reinterpret_cast<const float4*>(state_row)[LN * i + part] : make_float4(0.f, 0.f, 0.f, 0.f);
   const E* buf_k = static_cast<const E*>(p.buf_k) + (size_t(slot) * C * io.H + kh) * KD;  // entry j: + j H K
-  const E* buf_u = static_cast<const E*>(p.buf_val) + (size_t(slot) * C * io.HV + b.h) * io.V + b.v0;
-  for (int c = threadIdx.x; c < n * (KD / E16); c += kThreads) {
+  const E* buf_u = static_cast<const E*>(p.buf_val) + (size_t(slot) * C * io.HV + h) * io.V + v0;
+  for (int c = threadIdx.x; c < n * (KD / E16); c += NT) {
     const int j = c / (KD / E16), e = (c % (KD / E16)) * E16;
-    cp_async16(s_keys + j * KS + e, buf_k + size_t(j) * io.H * KD + e);
+    cp_async16(s_landing + j * KD + e, buf_k + size_t(j) * io.H * KD + e);
   }
-  for (int c = threadIdx.x; c < n * (kRows / E16); c += kThreads) {
+  for (int c = threadIdx.x; c < n * (kRows / E16); c += NT) {
     const int j = c / (kRows / E16), e = (c % (kRows / E16)) * E16;
     cp_async16(s_u + j * kRows + e, buf_u + size_t(j) * io.HV * io.V + e);
   }
-  for (int j = threadIdx.x; j < n; j += kThreads) cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * io.HV + b.h);
+  for (int j = threadIdx.x; j < n; j += NT) cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * io.HV + h);
   cp_async_wait_all();
   __syncthreads();
-  normalise_window_kq<KD>(T, s_raw_kq, s_k, s_q, KP);
-
+  normalise_window_kq<KD, NT>(T, s_raw_kq, s_k, s_q, KP);
+  for (int idx = threadIdx.x; idx < n * (KD / 4); idx += NT) {
+    const int j = idx / (KD / 4), e = (idx % (KD / 4)) * 4;
+    *reinterpret_cast<float4*>(s_keys + j * KP + e) = load4(s_landing + j * KD + e);
+  }
   if (threadIdx.x == 0) {
     const int depth = window_tree(T, io.parents ? s_praw : nullptr, s_parent, s_anc);
     const bool fold = n > 0 && n + depth >= C;
@@ -147,20 +157,20 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_kernel(const Gdn
 
   const bool fold = s_fold;
   const int n_eff = fold ? 0 : n;
-  if (fold) {
+  if (fold) {  // the landing area is free now: fold weights w_j[r] = e^{G_n - G_j} u_j[r]
     const float g_n = s_gbuf[n - 1];
-    for (int idx = threadIdx.x; idx < n * kRows; idx += kThreads)
+    for (int idx = threadIdx.x; idx < n * kRows; idx += NT)
       s_w[idx] = expf(g_n - s_gbuf[idx / kRows]) * to_f32(s_u[idx]);
   } else {
-    for (int idx = threadIdx.x; idx < n * T; idx += kThreads) {
+    for (int idx = threadIdx.x; idx < n * T; idx += NT) {
       const int j = idx / T, t = idx % T;
-      const E* kj = s_keys + j * KS;
+      const float4* kj = reinterpret_cast<const float4*>(s_keys + j * KP);
       const float4* kt = reinterpret_cast<const float4*>(s_k + t * KP);
       const float4* qt = reinterpret_cast<const float4*>(s_q + t * KP);
       float kk = 0.f, kq = 0.f;
 #pragma unroll 8
       for (int i = 0; i < KD / 4; ++i) {
-        const float4 kf = load4(kj + 4 * i);
+        const float4 kf = kj[i];
         kk = dot4(kf, kt[i], kk);
         kq = dot4(kf, qt[i], kq);
       }
@@ -169,7 +179,7 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_kernel(const Gdn
       s_wo[j * TMAX + t] = decay * kq;
     }
   }
-  for (int idx = threadIdx.x; idx < T * T; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < T * T; idx += NT) {
     const int s = idx / T, t = idx % T;
     const bool anc = (s_anc[t] >> s) & 1u;
     float kk = 0.f, kq = 0.f;
@@ -191,35 +201,46 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_kernel(const Gdn
   }
   __syncthreads();
 
-  if (fold) {
-    fold_row_halves<KD>(xa, xb, expf(s_gbuf[n - 1]), n, s_keys, KS, s_w, b);
-    store_row_halves<KD>(rowA, rowB, b.parity, xa, xb);
+  if (fold) {  // S0 <- e^{G_n} S0 + sum_j w_j[r] k_j, written back once
+    const float e_gn = expf(s_gbuf[n - 1]);
+#pragma unroll
+    for (int i = 0; i < NF; ++i) x[i] = scale4(e_gn, x[i]);
+    for (int j = 0; j < n; ++j) {
+      const float wj = s_w[j * kRows + r];
+      const float4* key = reinterpret_cast<const float4*>(s_keys + j * KP);
+#pragma unroll
+      for (int i = 0; i < NF; ++i) x[i] = axpy4(wj, key[LN * i + part], x[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < NF; ++i) reinterpret_cast<float4*>(state_row)[LN * i + part] = x[i];
   }
   const bool have_s0 = has_state || fold;
 
-  // a_t = S0^T k_t (c = t) and b_t = S0^T q_t (c = TMAX + t), halves over K, then one shuffle.
-  float acc_a[2 * TMAX], acc_b[2 * TMAX];
+  // a_t = S0^T k_t (c = t) and b_t = S0^T q_t (c = TMAX + t) over this lane's chunks, then summed
+  // over the row's LN lanes.
+  float ab[2 * TMAX];
 #pragma unroll
-  for (int c = 0; c < 2 * TMAX; ++c) acc_a[c] = acc_b[c] = 0.f;
+  for (int c = 0; c < 2 * TMAX; ++c) ab[c] = 0.f;
   if (have_s0) {
 #pragma unroll
     for (int t = 0; t < TMAX; ++t) {
       if (t < T) {
-        dot_row_halves<KD>(xa, xb, s_k + t * KP, b.parity, acc_a[t], acc_b[t]);
-        dot_row_halves<KD>(xa, xb, s_q + t * KP, b.parity, acc_a[TMAX + t], acc_b[TMAX + t]);
+        const float4* kt = reinterpret_cast<const float4*>(s_k + t * KP);
+        const float4* qt = reinterpret_cast<const float4*>(s_q + t * KP);
+#pragma unroll
+        for (int i = 0; i < NF; ++i) {
+          ab[t] = dot4(x[i], kt[LN * i + part], ab[t]);
+          ab[TMAX + t] = dot4(x[i], qt[LN * i + part], ab[TMAX + t]);
+        }
       }
     }
   }
-  float ab[2 * TMAX];
 #pragma unroll
-  for (int c = 0; c < 2 * TMAX; ++c) {
-    const float keep = b.parity ? acc_b[c] : acc_a[c];
-    const float give = b.parity ? acc_a[c] : acc_b[c];
-    ab[c] = keep + __shfl_xor_sync(0xffffffffu, give, 1);
-  }
+  for (int c = 0; c < 2 * TMAX; ++c)
+#pragma unroll
+    for (int off = 1; off < LN; off <<= 1) ab[c] += __shfl_xor_sync(0xffffffffu, ab[c], off);
 
-  // Owned row: buffer terms, then the forward substitution over the window.
-  const int r = b.owned;
+  // Row r: buffer terms, then the forward substitution over the window.
   float su[TMAX], so[TMAX];
 #pragma unroll
   for (int t = 0; t < TMAX; ++t) su[t] = so[t] = 0.f;
@@ -238,29 +259,31 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_kernel(const Gdn
   for (int t = 0; t < TMAX; ++t) {
     u[t] = 0.f;
     if (t < T) {
-      const size_t tok = ((size_t(b.row) * T + t) * io.HV + b.h) * io.V + b.v0 + r;
-      float x = __bfloat162float(s_raw_v[t * kRows + r]) - s_egwin[t] * ab[t] - su[t];
+      const size_t tok = ((size_t(row) * T + t) * io.HV + h) * io.V + v0 + r;
+      float xv = __bfloat162float(s_raw_v[t * kRows + r]) - s_egwin[t] * ab[t] - su[t];
 #pragma unroll
-      for (int s = 0; s < t; ++s) x = fmaf(-s_vu[s * TMAX + t], u[s], x);
-      u[t] = round_to<E>(s_beta[t] * x);
+      for (int s = 0; s < t; ++s) xv = fmaf(-s_vu[s * TMAX + t], u[s], xv);
+      u[t] = round_to<E>(s_beta[t] * xv);
       float o = fmaf(s_egwin[t], ab[TMAX + t], so[t]);
 #pragma unroll
       for (int s = 0; s <= t; ++s) o = fmaf(s_vo[s * TMAX + t], u[s], o);
-      io.out[tok] = __float2bfloat16_rn(o);
-      win_u[tok] = from_f32<E>(u[t]);
+      if (part == 0) {
+        io.out[tok] = __float2bfloat16_rn(o);
+        win_u[tok] = from_f32<E>(u[t]);
+      }
     }
   }
 
-  if (b.tile == 0) {
-    if (b.h % ratio == 0) {
+  if (tile == 0) {
+    if (h % ratio == 0) {
       E* win_k = static_cast<E*>(p.win_k);
-      for (int idx = threadIdx.x; idx < T * KD; idx += kThreads)
-        win_k[((size_t(b.row) * T + idx / KD) * io.H + kh) * KD + idx % KD] = from_f32<E>(s_k[(idx / KD) * KP + idx % KD]);
+      for (int idx = threadIdx.x; idx < T * KD; idx += NT)
+        win_k[((size_t(row) * T + idx / KD) * io.H + kh) * KD + idx % KD] = from_f32<E>(s_k[(idx / KD) * KP + idx % KD]);
     }
-    if (threadIdx.x < T) p.win_gcum[(size_t(b.row) * T + threadIdx.x) * io.HV + b.h] = s_gwin[threadIdx.x];
-    if (b.h == 0 && threadIdx.x == 0) {
-      p.win_base[2 * b.row] = n_eff;
-      p.win_base[2 * b.row + 1] = have_s0 ? 1 : 0;
+    if (threadIdx.x < T) p.win_gcum[(size_t(row) * T + threadIdx.x) * io.HV + h] = s_gwin[threadIdx.x];
+    if (h == 0 && threadIdx.x == 0) {
+      p.win_base[2 * row] = n_eff;
+      p.win_base[2 * row + 1] = have_s0 ? 1 : 0;
     }
   }
 }
@@ -403,6 +426,8 @@ void validate(const GdnVerifyKVBufferParams& p, const char* who) {
   auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(who) + ": " + what); };
   if (p.capacity < io.tokens || p.capacity > 64)
     fail("unsupported capacity C = " + std::to_string(p.capacity) + " (T <= C <= 64)");
+  if (p.lanes_per_row != 0 && p.lanes_per_row != 2 && p.lanes_per_row != 4)
+    fail("unsupported lanes per row " + std::to_string(p.lanes_per_row) + " (0 = auto, 2 or 4)");
   if (io.batch > 0 && (!p.state || !p.buf_k ||
                        !p.buf_val || !p.buf_gcum || !p.fill || !p.has_state || !p.win_k || !p.win_u ||
                        !p.win_gcum || !p.win_base))
@@ -417,17 +442,27 @@ void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, unsign
   KVB_CUDA_CHECK_LAUNCH();
 }
 
-template <int KD, class E>
+template <int KD, class E, int LN>
 void dispatch_tokens(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
   const int T = p.io.tokens;
   const int tmax = T <= 2 ? 2 : T <= 4 ? 4 : 8;
   const size_t smem = VerifySmem{KD, tmax, p.capacity, sizeof(E)}.bytes();
   const unsigned blocks = unsigned(p.io.batch) * p.io.HV * (p.io.V / kRows);
   switch (tmax) {
-    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E>, p, smem, blocks, kThreads, stream);
-    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E>, p, smem, blocks, kThreads, stream);
-    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E>, p, smem, blocks, kThreads, stream);
+    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E, LN>, p, smem, blocks, kRows * LN, stream);
+    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E, LN>, p, smem, blocks, kRows * LN, stream);
+    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E, LN>, p, smem, blocks, kRows * LN, stream);
     default: throw std::invalid_argument("gdn_verify_kvbuffer: unsupported token count " + std::to_string(T));
+  }
+}
+
+template <int KD, class E>
+void dispatch_lanes(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
+  switch (p.lanes_per_row == 0 ? kAutoLanesPerRow : p.lanes_per_row) {
+    case 2: return dispatch_tokens<KD, E, 2>(p, stream);
+    case 4: return dispatch_tokens<KD, E, 4>(p, stream);
+    default:
+      throw std::invalid_argument("gdn_verify_kvbuffer: unsupported lanes per row " + std::to_string(p.lanes_per_row));
   }
 }
 
@@ -438,8 +473,8 @@ void gdn_verify_kvbuffer(const GdnVerifyKVBufferParams& p, cudaStream_t stream) 
   if (p.io.batch == 0) return;
   const bool bf16 = p.entry == GdnEntryType::BF16;
   switch (p.io.K) {
-    case 64: return bf16 ? dispatch_tokens<64, __nv_bfloat16>(p, stream) : dispatch_tokens<64, float>(p, stream);
-    case 128: return bf16 ? dispatch_tokens<128, __nv_bfloat16>(p, stream) : dispatch_tokens<128, float>(p, stream);
+    case 64: return bf16 ? dispatch_lanes<64, __nv_bfloat16>(p, stream) : dispatch_lanes<64, float>(p, stream);
+    case 128: return bf16 ? dispatch_lanes<128, __nv_bfloat16>(p, stream) : dispatch_lanes<128, float>(p, stream);
     default: throw std::invalid_argument("gdn_verify_kvbuffer: unsupported key head dim " + std::to_string(p.io.K));
   }
 }
