@@ -110,6 +110,33 @@ __device__ __forceinline__ int window_tree(int T, const int* parents, int* s_par
   return depth;
 }
 
+// The same structure computed by warp 0 in parallel, lane t = node t (lanes >= T: no node): its
+// strict-ancestor bitmask (0-based), and the depth of the deepest node (every lane). Parents as in
+// window_tree; TMAX bounds T.
+struct WindowNode {
+  unsigned anc;
+  int depth;
+};
+template <int TMAX>
+__device__ __forceinline__ WindowNode window_node(int T, const int* parents) {
+  const int t = threadIdx.x & 31;
+  int par = -1;
+  if (t < T) {
+    par = parents ? parents[t] - 1 : t - 1;
+    if (par < -1 || par >= t) par = -1;
+  }
+  unsigned anc = 0u;
+  int up = par;
+#pragma unroll
+  for (int it = 0; it < TMAX - 1; ++it) {  // walk up to the root, one generation per step
+    if (up >= 0) anc |= 1u << up;
+    const int next = __shfl_sync(0xffffffffu, par, up < 0 ? 0 : up);
+    up = up < 0 ? -1 : next;
+  }
+  const int depth = __reduce_max_sync(0xffffffffu, t < T ? __popc(anc) + 1 : 0);
+  return WindowNode{anc, depth};
+}
+
 // Four consecutive elements of a shared row of type E as floats (8- or 16-byte aligned).
 __device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ float4 load4(const __nv_bfloat16* p) {

@@ -107,16 +107,18 @@ __global__ void __launch_bounds__(kRows * LN, LN == 2 ? 4 : 3) gdn_verify_kvbuff
   float* s_beta = reinterpret_cast<float*>(smem + L.beta());
   __nv_bfloat16* s_raw_kq = reinterpret_cast<__nv_bfloat16*>(smem + L.raw_kq());
   __nv_bfloat16* s_raw_v = reinterpret_cast<__nv_bfloat16*>(smem + L.raw_v());
-  __shared__ int s_parent[TMAX], s_praw[TMAX];
+  __shared__ int s_praw[TMAX];
   __shared__ unsigned s_anc[TMAX];
   __shared__ int s_fold;
 
   // Every global read of the block is issued before the first one is consumed: the window's
-  // tokens and gates (cp.async into shared memory, independent of the pools), then the state row
-  // chunks (registers) and the n buffer entries (cp.async).
+  // tokens and gates (cp.async group 1, independent of the pools), then the state row chunks
+  // (registers) and the n buffer entries (cp.async group 2). The window is prepared while the
+  // buffer is still in flight.
   copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
   copy_window_v_async<NT>(io, row, h, v0, s_raw_v);
   copy_window_gates_async(io, row, h, s_graw, s_beta, s_praw);
+  cp_async_commit();
   const int n = p.fill[slot];
   const bool has_state = p.has_state[slot] != 0;
   float* state_row = p.state + ((size_t(slot) * io.HV + h) * io.V + v0 + r) * KD;
@@ -135,23 +137,34 @@ __global__ void __launch_bounds__(kRows * LN, LN == 2 ? 4 : 3) gdn_verify_kvbuff
     cp_async16(s_u + j * kRows + e, buf_u + size_t(j) * io.HV * io.V + e);
   }
   for (int j = threadIdx.x; j < n; j += NT) cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * io.HV + h);
-  cp_async_wait_all();
+  cp_async_commit();
+  cp_async_wait_group<1>();
   __syncthreads();
   normalise_window_kq<KD, NT>(T, s_raw_kq, s_k, s_q, KP);
+  cp_async_wait_group<0>();
+  __syncthreads();
   for (int idx = threadIdx.x; idx < n * (KD / 4); idx += NT) {
     const int j = idx / (KD / 4), e = (idx % (KD / 4)) * 4;
     *reinterpret_cast<float4*>(s_keys + j * KP + e) = load4(s_landing + j * KD + e);
   }
-  if (threadIdx.x == 0) {
-    const int depth = window_tree(T, io.parents ? s_praw : nullptr, s_parent, s_anc);
-    const bool fold = n > 0 && n + depth >= C;
-    s_fold = fold;
+  if (threadIdx.x < 32) {  // warp 0: the window's tree, the fold decision and G_t, lane t = node t
+    const int t = threadIdx.x;
+    const WindowNode node = window_node<TMAX>(T, io.parents ? s_praw : nullptr);
+    const bool fold = n > 0 && n + node.depth >= C;
     const float g_base = (!fold && n > 0) ? s_gbuf[n - 1] : 0.f;
-    for (int t = 0; t < T; ++t) {
-      const float G = (s_parent[t] < 0 ? g_base : s_gwin[s_parent[t]]) + s_graw[t];
+    const float g_t = t < T ? s_graw[t] : 0.f;
+    float G = g_base + g_t;
+#pragma unroll
+    for (int a = 0; a < TMAX; ++a) {
+      const float g_a = __shfl_sync(0xffffffffu, g_t, a);
+      if ((node.anc >> a) & 1u) G += g_a;
+    }
+    if (t < T) {
+      s_anc[t] = node.anc;
       s_gwin[t] = G;
       s_egwin[t] = expf(G);
     }
+    if (t == 0) s_fold = fold;
   }
   __syncthreads();
 
@@ -161,43 +174,50 @@ __global__ void __launch_bounds__(kRows * LN, LN == 2 ? 4 : 3) gdn_verify_kvbuff
     const float g_n = s_gbuf[n - 1];
     for (int idx = threadIdx.x; idx < n * kRows; idx += NT)
       s_w[idx] = expf(g_n - s_gbuf[idx / kRows]) * to_f32(s_u[idx]);
-  } else {
-    for (int idx = threadIdx.x; idx < n * T; idx += NT) {
-      const int j = idx / T, t = idx % T;
-      const float4* kj = reinterpret_cast<const float4*>(s_keys + j * KP);
-      const float4* kt = reinterpret_cast<const float4*>(s_k + t * KP);
-      const float4* qt = reinterpret_cast<const float4*>(s_q + t * KP);
-      float kk = 0.f, kq = 0.f;
-#pragma unroll 8
-      for (int i = 0; i < KD / 4; ++i) {
-        const float4 kf = kj[i];
-        kk = dot4(kf, kt[i], kk);
-        kq = dot4(kf, qt[i], kq);
-      }
-      const float decay = expf(s_gwin[t] - s_gbuf[j]);
-      s_wu[j * TMAX + t] = decay * kk;
-      s_wo[j * TMAX + t] = decay * kq;
-    }
   }
-  for (int idx = threadIdx.x; idx < T * T; idx += NT) {
-    const int s = idx / T, t = idx % T;
-    const bool anc = (s_anc[t] >> s) & 1u;
-    float kk = 0.f, kq = 0.f;
-    if (anc || s == t) {
-      const float4* ks = reinterpret_cast<const float4*>(s_k + s * KP);
-      const float4* kt = reinterpret_cast<const float4*>(s_k + t * KP);
-      const float4* qt = reinterpret_cast<const float4*>(s_q + t * KP);
-#pragma unroll 8
-      for (int i = 0; i < KD / 4; ++i) {
-        kk = dot4(ks[i], kt[i], kk);
-        kq = dot4(ks[i], qt[i], kq);
+  // Key dot products, one (key, token) item per group of 8 lanes (K/8 elements each, 3 shuffles):
+  // items 0 .. n_eff T - 1 pair buffer entry j with window token t (k_j.k_t, k_j.q_t, decayed into
+  // wu, wo); the next T T items pair window nodes s, t (ancestors and s = t only).
+  {
+    constexpr int kGroupLanes = 8, CPL = KD / 4 / kGroupLanes;  // float4 chunks per lane
+    const int group = threadIdx.x / kGroupLanes, glane = threadIdx.x % kGroupLanes;
+    const int buffer_items = n_eff * T, items = buffer_items + T * T;
+    for (int base = 0; base < items; base += NT / kGroupLanes) {  // same trip count on every lane
+      const int item = base + group;
+      const bool buffered = item < buffer_items;
+      const int w = item - buffer_items;
+      const int j = buffered ? item / T : w / T, t = buffered ? item % T : w % T;  // j: entry or node s
+      const bool needed = buffered || (item < items && (((s_anc[t] >> j) & 1u) || j == t));
+      float kk = 0.f, kq = 0.f;
+      if (needed) {
+        const float4* kj = reinterpret_cast<const float4*>((buffered ? s_keys : s_k) + j * KP);
+        const float4* kt = reinterpret_cast<const float4*>(s_k + t * KP);
+        const float4* qt = reinterpret_cast<const float4*>(s_q + t * KP);
+#pragma unroll
+        for (int i = 0; i < CPL; ++i) {
+          const int c = kGroupLanes * i + glane;
+          const float4 kf = kj[c];
+          kk = dot4(kf, kt[c], kk);
+          kq = dot4(kf, qt[c], kq);
+        }
       }
-      const float decay = expf(s_gwin[t] - s_gwin[s]);
-      kk *= decay;
-      kq *= decay;
+#pragma unroll
+      for (int off = 1; off < kGroupLanes; off <<= 1) {
+        kk += __shfl_xor_sync(0xffffffffu, kk, off);
+        kq += __shfl_xor_sync(0xffffffffu, kq, off);
+      }
+      if (glane == 0 && item < items) {
+        if (buffered) {
+          const float decay = expf(s_gwin[t] - s_gbuf[j]);
+          s_wu[j * TMAX + t] = decay * kk;
+          s_wo[j * TMAX + t] = decay * kq;
+        } else {
+          const float decay = needed ? expf(s_gwin[t] - s_gwin[j]) : 0.f;
+          s_vu[j * TMAX + t] = j != t ? decay * kk : 0.f;
+          s_vo[j * TMAX + t] = decay * kq;
+        }
+      }
     }
-    s_vu[s * TMAX + t] = anc ? kk : 0.f;
-    s_vo[s * TMAX + t] = kq;
   }
   __syncthreads();
 
