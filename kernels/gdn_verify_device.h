@@ -158,9 +158,12 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
 template <int KD, int NT = kThreads>
 __device__ __forceinline__ void copy_window_kq_async(const GdnVerifyIO& io, int row, int kh, __nv_bfloat16* s_raw) {
   constexpr int CH = KD / 8;  // 16-byte chunks per row
-  for (int c = threadIdx.x; c < 2 * io.tokens * CH; c += NT) {
-    const int vec = c / CH, e = (c % CH) * 8, t = vec % io.tokens;
-    const __nv_bfloat16* src = (vec < io.tokens ? io.k : io.q) + ((size_t(row) * io.tokens + t) * io.H + kh) * KD + e;
+  const int T = io.tokens;
+  for (int c = threadIdx.x; c < 2 * T * CH; c += NT) {
+    const int vec = c / CH, e = (c % CH) * 8;
+    const bool is_k = vec < T;
+    const int t = is_k ? vec : vec - T;
+    const __nv_bfloat16* src = (is_k ? io.k : io.q) + ((size_t(row) * T + t) * io.H + kh) * KD + e;
     cp_async16(s_raw + vec * KD + e, src);
   }
 }
@@ -189,24 +192,46 @@ __device__ __forceinline__ void copy_window_gates_async(const GdnVerifyIO& io, i
 template <int KD, int NT = kThreads>
 __device__ __forceinline__ void normalise_window_kq(int T, const __nv_bfloat16* s_raw, float* s_k, float* s_q,
                                                     int kd_pad) {
+  // Lane l holds elements [l PER_LANE, (l+1) PER_LANE) of a vector (one 4- or 8-byte load); each
+  // warp takes two vectors at a time so that their load and shuffle latencies overlap.
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  constexpr int PER_LANE = KD / 32;
-  for (int vec = warp; vec < 2 * T; vec += NT / 32) {
-    float x[PER_LANE];
-    float ss = 0.f;
+  constexpr int PER_LANE = KD / 32, WARPS = NT / 32;
+  static_assert(PER_LANE == 2 || PER_LANE == 4, "K = 64 or 128");
+  for (int v0 = warp; v0 < 2 * T; v0 += 2 * WARPS) {
+    const int vecs[2] = {v0, v0 + WARPS};
+    float x[2][PER_LANE], ss[2];
 #pragma unroll
-    for (int i = 0; i < PER_LANE; ++i) {
-      x[i] = __bfloat162float(s_raw[vec * KD + lane * PER_LANE + i]);
-      ss = fmaf(x[i], x[i], ss);
+    for (int w = 0; w < 2; ++w) {
+      ss[w] = 0.f;
+      if (vecs[w] < 2 * T) {
+        const __nv_bfloat162* src = reinterpret_cast<const __nv_bfloat162*>(s_raw + vecs[w] * KD + lane * PER_LANE);
+#pragma unroll
+        for (int i = 0; i < PER_LANE / 2; ++i) {
+          const float2 f = __bfloat1622float2(src[i]);
+          x[w][2 * i] = f.x, x[w][2 * i + 1] = f.y;
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < PER_LANE; ++i) x[w][i] = 0.f;
+      }
+#pragma unroll
+      for (int i = 0; i < PER_LANE; ++i) ss[w] = fmaf(x[w][i], x[w][i], ss[w]);
     }
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    const bool is_q = vec >= T;
-    float scale = rsqrtf(ss + 1e-6f);
-    if (is_q) scale *= rsqrtf(float(KD));
-    float* dst = (is_q ? s_q : s_k) + (vec % T) * kd_pad;
+    for (int off = 16; off > 0; off >>= 1) {
+      ss[0] += __shfl_xor_sync(0xffffffffu, ss[0], off);
+      ss[1] += __shfl_xor_sync(0xffffffffu, ss[1], off);
+    }
 #pragma unroll
-    for (int i = 0; i < PER_LANE; ++i) dst[lane * PER_LANE + i] = x[i] * scale;
+    for (int w = 0; w < 2; ++w) {
+      if (vecs[w] >= 2 * T) continue;
+      const bool is_q = vecs[w] >= T;
+      float scale = rsqrtf(ss[w] + 1e-6f);
+      if (is_q) scale *= rsqrtf(float(KD));
+      float* dst = (is_q ? s_q : s_k) + (is_q ? vecs[w] - T : vecs[w]) * kd_pad + lane * PER_LANE;
+#pragma unroll
+      for (int i = 0; i < PER_LANE; ++i) dst[i] = x[w][i] * scale;
+    }
   }
 }
 

@@ -76,7 +76,7 @@ struct VerifySmem {
 // and each dot product is reduced over LN lanes (log2 LN shuffles). After the reduction all LN lanes
 // hold the row's sums and compute its outputs; part 0 writes them.
 template <int KD, int TMAX, class E, int LN>
-__global__ void __launch_bounds__(kRows * LN, LN == 2 ? 4 : 3) gdn_verify_kvbuffer_kernel(const GdnVerifyKVBufferParams p) {
+__global__ void __launch_bounds__(kRows * LN, LN == 2 ? 5 : 3) gdn_verify_kvbuffer_kernel(const GdnVerifyKVBufferParams p) {
   constexpr int NT = kRows * LN, NF = KD / (4 * LN), KP = KD + 4;
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
   const GdnVerifyIO& io = p.io;
@@ -86,6 +86,9 @@ __global__ void __launch_bounds__(kRows * LN, LN == 2 ? 4 : 3) gdn_verify_kvbuff
   const int r = threadIdx.x / LN, part = threadIdx.x % LN;
   const int T = io.tokens, C = p.capacity;
   const int ratio = io.HV / io.H, kh = h / ratio;
+  // The commit kernels are launched as programmatic dependents: they start as this grid's last
+  // wave runs and wait (griddepcontrol.wait) for its completion before reading anything.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int slot = io.slot[row];
   if (slot < 0) {
     for (int i = threadIdx.x; i < T * kRows; i += NT)
@@ -319,6 +322,7 @@ template <class E>
 __global__ void __launch_bounds__(kCommitThreads) gdn_verify_kvbuffer_commit_kernel(const GdnVerifyKVBufferParams p) {
   const GdnVerifyIO& io = p.io;
   const int row = blockIdx.x, T = io.tokens, C = p.capacity;
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the verify's scratch is complete
   const int slot = io.slot[row];
   if (slot < 0) return;
   __shared__ int s_node[kGdnVerifyMaxTokens];
@@ -387,6 +391,7 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_commit_fold_kern
   const VerifyBlock b = verify_block(io.HV, io.V);
   const int T = io.tokens, C = p.capacity;
   const int kh = b.h / (io.HV / io.H);
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the verify's scratch is complete
   const int slot = io.slot[b.row];
   if (slot < 0) return;
   const int n0 = p.win_base[2 * b.row];
@@ -456,9 +461,19 @@ void validate(const GdnVerifyKVBufferParams& p, const char* who) {
 
 template <class Kernel>
 void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, unsigned blocks, int threads,
-            cudaStream_t stream) {
+            cudaStream_t stream, bool programmatic_dependent = false) {
   if (smem > 48 * 1024) KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  kernel<<<blocks, threads, smem, stream>>>(p);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(unsigned(threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = programmatic_dependent ? 1 : 0;
+  KVB_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
   KVB_CUDA_CHECK_LAUNCH();
 }
 
@@ -511,18 +526,20 @@ void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t s
     const unsigned blocks = unsigned(p.io.batch) * p.io.HV * (p.io.V / kRows);
     switch (p.io.K) {
       case 64:
-        bf16 ? launch(gdn_verify_kvbuffer_commit_fold_kernel<64, __nv_bfloat16>, p, smem, blocks, kThreads, stream)
-             : launch(gdn_verify_kvbuffer_commit_fold_kernel<64, float>, p, smem, blocks, kThreads, stream);
+        bf16 ? launch(gdn_verify_kvbuffer_commit_fold_kernel<64, __nv_bfloat16>, p, smem, blocks, kThreads, stream, true)
+             : launch(gdn_verify_kvbuffer_commit_fold_kernel<64, float>, p, smem, blocks, kThreads, stream, true);
         break;
       case 128:
-        bf16 ? launch(gdn_verify_kvbuffer_commit_fold_kernel<128, __nv_bfloat16>, p, smem, blocks, kThreads, stream)
-             : launch(gdn_verify_kvbuffer_commit_fold_kernel<128, float>, p, smem, blocks, kThreads, stream);
+        bf16 ? launch(gdn_verify_kvbuffer_commit_fold_kernel<128, __nv_bfloat16>, p, smem, blocks, kThreads, stream, true)
+             : launch(gdn_verify_kvbuffer_commit_fold_kernel<128, float>, p, smem, blocks, kThreads, stream, true);
         break;
       default: throw std::invalid_argument("gdn_verify_kvbuffer_commit: unsupported key head dim " + std::to_string(p.io.K));
     }
   }
-  if (bf16) launch(gdn_verify_kvbuffer_commit_kernel<__nv_bfloat16>, p, 0, unsigned(p.io.batch), kCommitThreads, stream);
-  else launch(gdn_verify_kvbuffer_commit_kernel<float>, p, 0, unsigned(p.io.batch), kCommitThreads, stream);
+  // Programmatic dependent of the verify (or of the fold kernel just above, which never triggers
+  // early, so the copy still starts after the fold has finished).
+  if (bf16) launch(gdn_verify_kvbuffer_commit_kernel<__nv_bfloat16>, p, 0, unsigned(p.io.batch), kCommitThreads, stream, true);
+  else launch(gdn_verify_kvbuffer_commit_kernel<float>, p, 0, unsigned(p.io.batch), kCommitThreads, stream, true);
 }
 
 }  // namespace kvbuf
