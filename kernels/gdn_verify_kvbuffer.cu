@@ -70,20 +70,24 @@ struct VerifySmem {
   __host__ __device__ size_t bytes() const { return size_t(raw_v() + tmax * kRows * 2); }
 };
 
-// Block: kRows = 64 rows of one value head of one request, LN lanes per row (NT = 64 LN threads):
-// thread = row r (threadIdx.x / LN) and part p (threadIdx.x % LN), holding the row's float4 chunks
-// f = LN i + p (i < K / 4LN) in registers, so the LN lanes of a row read LN 16 B pieces side by side
-// and each dot product is reduced over LN lanes (log2 LN shuffles). After the reduction all LN lanes
-// hold the row's sums and compute its outputs; part 0 writes them.
-template <int KD, int TMAX, class E, int LN>
-__global__ void __launch_bounds__(kRows * LN, LN == 2 ? 5 : 3) gdn_verify_kvbuffer_kernel(const GdnVerifyKVBufferParams p) {
-  constexpr int NT = kRows * LN, NF = KD / (4 * LN), KP = KD + 4;
+// Block: kRows = 64 rows of one value head of one request; LN lanes share each row and every thread
+// holds RPT rows (NT = 64 LN / RPT threads): thread = lane group g (threadIdx.x / LN), part p
+// (threadIdx.x % LN), rows r_k = g + k 64/RPT, each row's float4 chunks f = LN i + p (i < K / 4LN) in
+// registers. The LN lanes of a row read LN 16 B pieces side by side; every shared-memory key or
+// query chunk a thread loads serves its RPT rows; each dot product is reduced over LN lanes (log2 LN
+// shuffles). After the reduction the lanes of a group split its rows, LN/RPT lanes per row (row
+// r_own), compute that row's outputs, and the first of them writes them.
+template <int KD, int TMAX, class E, int LN, int RPT>
+__global__ void __launch_bounds__(kRows * LN / RPT, 5) gdn_verify_kvbuffer_kernel(const GdnVerifyKVBufferParams p) {
+  constexpr int NT = kRows * LN / RPT, NF = KD / (4 * LN), KP = KD + 4, ROW_STEP = kRows / RPT;
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
   const GdnVerifyIO& io = p.io;
   const int tiles = io.V / kRows;
   const int tile = blockIdx.x % tiles, h = (blockIdx.x / tiles) % io.HV, row = blockIdx.x / (tiles * io.HV);
   const int v0 = tile * kRows;
-  const int r = threadIdx.x / LN, part = threadIdx.x % LN;
+  const int group = threadIdx.x / LN, part = threadIdx.x % LN;
+  const int own = part / (LN / RPT), r = group + own * ROW_STEP;  // the row whose outputs this lane computes
+  const bool writer = part % (LN / RPT) == 0;
   const int T = io.tokens, C = p.capacity;
   const int ratio = io.HV / io.H, kh = h / ratio;
   // The commit kernels are launched as programmatic dependents: they start as this grid's last
@@ -124,11 +128,14 @@ __global__ void __launch_bounds__(kRows * LN, LN == 2 ? 5 : 3) gdn_verify_kvbuff
   cp_async_commit();
   const int n = p.fill[slot];
   const bool has_state = p.has_state[slot] != 0;
-  float* state_row = p.state + ((size_t(slot) * io.HV + h) * io.V + v0 + r) * KD;
-  float4 x[NF];
+  float* state_rows = p.state + ((size_t(slot) * io.HV + h) * io.V + v0 + group) * KD;  // row k: + k ROW_STEP K
+  float4 x[RPT][NF];
 #pragma unroll
-  for (int i = 0; i < NF; ++i)
-    x[i] = has_state ? reinterpret_cast<const float4*>(state_row)[LN * i + part] : make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int k = 0; k < RPT; ++k)
+#pragma unroll
+    for (int i = 0; i < NF; ++i)
+      x[k][i] = has_state ? reinterpret_cast<const float4*>(state_rows + k * ROW_STEP * KD)[LN * i + part]
+                          : make_float4(0.f, 0.f, 0.f, 0.f);
   const E* buf_k = static_cast<const E*>(p.buf_k) + (size_t(slot) * C * io.H + kh) * KD;  // entry j: + j H K
   const E* buf_u = static_cast<const E*>(p.buf_val) + (size_t(slot) * C * io.HV + h) * io.V + v0;
   for (int c = threadIdx.x; c < n * (KD / E16); c += NT) {
@@ -227,23 +234,35 @@ __global__ void __launch_bounds__(kRows * LN, LN == 2 ? 5 : 3) gdn_verify_kvbuff
   if (fold) {  // S0 <- e^{G_n} S0 + sum_j w_j[r] k_j, written back once
     const float e_gn = expf(s_gbuf[n - 1]);
 #pragma unroll
-    for (int i = 0; i < NF; ++i) x[i] = scale4(e_gn, x[i]);
+    for (int k = 0; k < RPT; ++k)
+#pragma unroll
+      for (int i = 0; i < NF; ++i) x[k][i] = scale4(e_gn, x[k][i]);
     for (int j = 0; j < n; ++j) {
-      const float wj = s_w[j * kRows + r];
+      float wj[RPT];
+#pragma unroll
+      for (int k = 0; k < RPT; ++k) wj[k] = s_w[j * kRows + group + k * ROW_STEP];
       const float4* key = reinterpret_cast<const float4*>(s_keys + j * KP);
 #pragma unroll
-      for (int i = 0; i < NF; ++i) x[i] = axpy4(wj, key[LN * i + part], x[i]);
+      for (int i = 0; i < NF; ++i) {
+        const float4 kf = key[LN * i + part];
+#pragma unroll
+        for (int k = 0; k < RPT; ++k) x[k][i] = axpy4(wj[k], kf, x[k][i]);
+      }
     }
 #pragma unroll
-    for (int i = 0; i < NF; ++i) reinterpret_cast<float4*>(state_row)[LN * i + part] = x[i];
+    for (int k = 0; k < RPT; ++k)
+#pragma unroll
+      for (int i = 0; i < NF; ++i) reinterpret_cast<float4*>(state_rows + k * ROW_STEP * KD)[LN * i + part] = x[k][i];
   }
   const bool have_s0 = has_state || fold;
 
   // a_t = S0^T k_t (c = t) and b_t = S0^T q_t (c = TMAX + t) over this lane's chunks, then summed
   // over the row's LN lanes.
-  float ab[2 * TMAX];
+  float abk[RPT][2 * TMAX];
 #pragma unroll
-  for (int c = 0; c < 2 * TMAX; ++c) ab[c] = 0.f;
+  for (int k = 0; k < RPT; ++k)
+#pragma unroll
+    for (int c = 0; c < 2 * TMAX; ++c) abk[k][c] = 0.f;
   if (have_s0) {
 #pragma unroll
     for (int t = 0; t < TMAX; ++t) {
@@ -252,16 +271,27 @@ __global__ void __launch_bounds__(kRows * LN, LN == 2 ? 5 : 3) gdn_verify_kvbuff
         const float4* qt = reinterpret_cast<const float4*>(s_q + t * KP);
 #pragma unroll
         for (int i = 0; i < NF; ++i) {
-          ab[t] = dot4(x[i], kt[LN * i + part], ab[t]);
-          ab[TMAX + t] = dot4(x[i], qt[LN * i + part], ab[TMAX + t]);
+          const float4 kf = kt[LN * i + part], qf = qt[LN * i + part];
+#pragma unroll
+          for (int k = 0; k < RPT; ++k) {
+            abk[k][t] = dot4(x[k][i], kf, abk[k][t]);
+            abk[k][TMAX + t] = dot4(x[k][i], qf, abk[k][TMAX + t]);
+          }
         }
       }
     }
   }
+  float ab[2 * TMAX];  // row r_own's sums
 #pragma unroll
-  for (int c = 0; c < 2 * TMAX; ++c)
+  for (int c = 0; c < 2 * TMAX; ++c) {
 #pragma unroll
-    for (int off = 1; off < LN; off <<= 1) ab[c] += __shfl_xor_sync(0xffffffffu, ab[c], off);
+    for (int k = 0; k < RPT; ++k)
+#pragma unroll
+      for (int off = 1; off < LN; off <<= 1) abk[k][c] += __shfl_xor_sync(0xffffffffu, abk[k][c], off);
+    ab[c] = abk[0][c];
+#pragma unroll
+    for (int k = 1; k < RPT; ++k) ab[c] = own == k ? abk[k][c] : ab[c];
+  }
 
   // Row r: buffer terms, then the forward substitution over the window.
   float su[TMAX], so[TMAX];
@@ -290,7 +320,7 @@ __global__ void __launch_bounds__(kRows * LN, LN == 2 ? 5 : 3) gdn_verify_kvbuff
       float o = fmaf(s_egwin[t], ab[TMAX + t], so[t]);
 #pragma unroll
       for (int s = 0; s <= t; ++s) o = fmaf(s_vo[s * TMAX + t], u[s], o);
-      if (part == 0) {
+      if (writer) {
         io.out[tok] = __float2bfloat16_rn(o);
         win_u[tok] = from_f32<E>(u[t]);
       }
@@ -311,13 +341,14 @@ __global__ void __launch_bounds__(kRows * LN, LN == 2 ? 5 : 3) gdn_verify_kvbuff
   }
 }
 
-// Commit, one block per request row: copies the m accepted nodes' entries (k per key head, u and G
+// Commit, kCommitSlices blocks per request row (blockIdx.y splits its 16-byte pieces): copies the m accepted nodes' entries (k per key head, u and G
 // per value head) from the scratch to buffer positions n0 .. n0+m-1 in 16-byte pieces, all loads
 // of a thread issued before its stores, and sets fill and has_state. It reads only the scratch the
 // verify wrote (never fill/has_state, which it rewrites). A buffer that becomes full (n0 + m == C,
 // possible only when T == C, see the verify's fold rule) is emptied here and folded by
 // gdn_verify_kvbuffer_commit_fold_kernel, which reads the same scratch.
 constexpr int kCommitThreads = 256;
+constexpr int kCommitSlices = 8;  // blocks per row (blockIdx.y): enough loads in flight at small batch
 template <class E>
 __global__ void __launch_bounds__(kCommitThreads) gdn_verify_kvbuffer_commit_kernel(const GdnVerifyKVBufferParams p) {
   const GdnVerifyIO& io = p.io;
@@ -348,12 +379,13 @@ __global__ void __launch_bounds__(kCommitThreads) gdn_verify_kvbuffer_commit_ker
   const uint4* win_k = static_cast<const uint4*>(p.win_k);
   uint4* buf_u = static_cast<uint4*>(p.buf_val);
   uint4* buf_k = static_cast<uint4*>(p.buf_k);
-  constexpr int kBatch = 8;
-  for (int base = threadIdx.x; base < total; base += kBatch * kCommitThreads) {
+  constexpr int kBatch = 4;
+  const int stride = kCommitSlices * kCommitThreads;  // the row's slices share its chunks
+  for (int base = blockIdx.y * kCommitThreads + threadIdx.x; base < total; base += kBatch * stride) {
     uint4 x[kBatch];
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
-      const int c = base + i * kCommitThreads;
+      const int c = base + i * stride;
       if (c < total) {
         const int e = c / (u_chunks + k_chunks), w = c % (u_chunks + k_chunks);
         const size_t src = size_t(row) * T + s_node[e];
@@ -362,7 +394,7 @@ __global__ void __launch_bounds__(kCommitThreads) gdn_verify_kvbuffer_commit_ker
     }
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
-      const int c = base + i * kCommitThreads;
+      const int c = base + i * stride;
       if (c < total) {
         const int e = c / (u_chunks + k_chunks), w = c % (u_chunks + k_chunks);
         const size_t dst = size_t(slot) * C + n0 + e;
@@ -371,6 +403,7 @@ __global__ void __launch_bounds__(kCommitThreads) gdn_verify_kvbuffer_commit_ker
       }
     }
   }
+  if (blockIdx.y != 0) return;
   for (int c = threadIdx.x; c < m * io.HV; c += kCommitThreads) {
     const int e = c / io.HV, h = c % io.HV;
     p.buf_gcum[(size_t(slot) * C + n0 + e) * io.HV + h] = p.win_gcum[(size_t(row) * T + s_node[e]) * io.HV + h];
@@ -460,11 +493,11 @@ void validate(const GdnVerifyKVBufferParams& p, const char* who) {
 }
 
 template <class Kernel>
-void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, unsigned blocks, int threads,
+void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, dim3 blocks, int threads,
             cudaStream_t stream, bool programmatic_dependent = false) {
   if (smem > 48 * 1024) KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(blocks);
+  cfg.gridDim = blocks;
   cfg.blockDim = dim3(unsigned(threads));
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
@@ -477,16 +510,16 @@ void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, unsign
   KVB_CUDA_CHECK_LAUNCH();
 }
 
-template <int KD, class E, int LN>
+template <int KD, class E, int LN, int RPT>
 void dispatch_tokens(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
   const int T = p.io.tokens;
   const int tmax = T <= 2 ? 2 : T <= 4 ? 4 : 8;
   const size_t smem = VerifySmem{KD, tmax, p.capacity, sizeof(E)}.bytes();
   const unsigned blocks = unsigned(p.io.batch) * p.io.HV * (p.io.V / kRows);
   switch (tmax) {
-    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E, LN>, p, smem, blocks, kRows * LN, stream);
-    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E, LN>, p, smem, blocks, kRows * LN, stream);
-    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E, LN>, p, smem, blocks, kRows * LN, stream);
+    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E, LN, RPT>, p, smem, blocks, kRows * LN / RPT, stream);
+    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E, LN, RPT>, p, smem, blocks, kRows * LN / RPT, stream);
+    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E, LN, RPT>, p, smem, blocks, kRows * LN / RPT, stream);
     default: throw std::invalid_argument("gdn_verify_kvbuffer: unsupported token count " + std::to_string(T));
   }
 }
@@ -494,8 +527,8 @@ void dispatch_tokens(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
 template <int KD, class E>
 void dispatch_lanes(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
   switch (p.lanes_per_row == 0 ? kAutoLanesPerRow : p.lanes_per_row) {
-    case 2: return dispatch_tokens<KD, E, 2>(p, stream);
-    case 4: return dispatch_tokens<KD, E, 4>(p, stream);
+    case 2: return dispatch_tokens<KD, E, 2, 1>(p, stream);
+    case 4: return dispatch_tokens<KD, E, 4, 2>(p, stream);
     default:
       throw std::invalid_argument("gdn_verify_kvbuffer: unsupported lanes per row " + std::to_string(p.lanes_per_row));
   }
@@ -538,8 +571,9 @@ void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t s
   }
   // Programmatic dependent of the verify (or of the fold kernel just above, which never triggers
   // early, so the copy still starts after the fold has finished).
-  if (bf16) launch(gdn_verify_kvbuffer_commit_kernel<__nv_bfloat16>, p, 0, unsigned(p.io.batch), kCommitThreads, stream, true);
-  else launch(gdn_verify_kvbuffer_commit_kernel<float>, p, 0, unsigned(p.io.batch), kCommitThreads, stream, true);
+  const dim3 grid(unsigned(p.io.batch), kCommitSlices);
+  if (bf16) launch(gdn_verify_kvbuffer_commit_kernel<__nv_bfloat16>, p, 0, grid, kCommitThreads, stream, true);
+  else launch(gdn_verify_kvbuffer_commit_kernel<float>, p, 0, grid, kCommitThreads, stream, true);
 }
 
 }  // namespace kvbuf
