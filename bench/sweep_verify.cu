@@ -43,16 +43,13 @@ struct VerifyMethod {
   std::string name;
   bool kvbuffer;
   bool tree;
-  int lanes_per_row;  // KVBuffer launch shape (GdnVerifyKVBufferParams::lanes_per_row), 0 = auto
 };
 const std::vector<VerifyMethod>& verify_methods() {
   static const std::vector<VerifyMethod> m = {
-      {"verify-classic", false, false, 0},
-      {"verify-kvbuffer", true, false, 0},
-      {"verify-classic-tree", false, true, 0},
-      {"verify-kvbuffer-tree", true, true, 0},
-      {"verify-kvbuffer-l2", true, false, 2},
-      {"verify-kvbuffer-l4", true, false, 4},
+      {"verify-classic", false, false},
+      {"verify-kvbuffer", true, false},
+      {"verify-classic-tree", false, true},
+      {"verify-kvbuffer-tree", true, true},
   };
   return m;
 }
@@ -129,8 +126,7 @@ class VerifySweep {
     for (const auto& name : a.methods)
       if (!find(name))
         throw std::invalid_argument("unknown verify method '" + name +
-                                    "' (verify-classic, verify-kvbuffer, verify-classic-tree, verify-kvbuffer-tree, "
-                                    "verify-kvbuffer-l2, verify-kvbuffer-l4)");
+                                    "' (verify-classic, verify-kvbuffer, verify-classic-tree, verify-kvbuffer-tree)");
     for (int T : a.drafts)
       if (T < 1 || T > kGdnVerifyMaxTokens) throw std::invalid_argument("verify sweep: T must be in 1..8, got " + std::to_string(T));
     p_.state_bytes = 4, p_.entry_bytes = 2, p_.io_bytes = 2;
@@ -294,7 +290,6 @@ class VerifySweep {
       p.win_gcum = win_g.as<float>() + l * wg;
       p.win_base = win_base.as<int32_t>() + size_t(l) * batch * 2;
       p.accept = in.accept;
-      p.lanes_per_row = vm.lanes_per_row;
       return p;
     };
     auto step = [&](cudaStream_t st) {

@@ -87,9 +87,6 @@ struct GdnVerifyKVBufferParams {
   float* win_gcum = nullptr;    // [B, T, HV]    their G, relative to S0 after the verify's fold
   int32_t* win_base = nullptr;  // [B, 2]        fill and has_state after the verify's fold
   GdnVerifyAccept accept;       // commit only
-  // Launch shape of the verify (same math), 128 threads per 64-row block either way: 2 lanes per
-  // state row and one row per thread, or 4 lanes per row and two rows per thread; 0 = by measurement.
-  int lanes_per_row = 0;
 };
 void gdn_verify_kvbuffer(const GdnVerifyKVBufferParams& p, cudaStream_t stream);
 void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t stream);

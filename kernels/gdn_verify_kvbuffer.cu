@@ -39,8 +39,8 @@ namespace {
 
 using namespace gdn_verify_detail;
 
-// Lanes per state row of the verify kernel when Params::lanes_per_row is 0 (see the header log).
-constexpr int kAutoLanesPerRow = 2;
+// Launch shape of the verify kernel (header log v7): 4 lanes per state row, 2 rows per thread.
+constexpr int kLanesPerRow = 4, kRowsPerThread = 2;
 
 // Shared-memory carve-up in bytes (16-byte aligned pieces) for TMAX window tokens, capacity C and
 // entry size esz. Buffer keys land in the entry type (cp.async) and are converted once to padded
@@ -484,8 +484,6 @@ void validate(const GdnVerifyKVBufferParams& p, const char* who) {
   auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(who) + ": " + what); };
   if (p.capacity < io.tokens || p.capacity > 64)
     fail("unsupported capacity C = " + std::to_string(p.capacity) + " (T <= C <= 64)");
-  if (p.lanes_per_row != 0 && p.lanes_per_row != 2 && p.lanes_per_row != 4)
-    fail("unsupported lanes per row " + std::to_string(p.lanes_per_row) + " (0 = auto, 2 or 4)");
   if (io.batch > 0 && (!p.state || !p.buf_k ||
                        !p.buf_val || !p.buf_gcum || !p.fill || !p.has_state || !p.win_k || !p.win_u ||
                        !p.win_gcum || !p.win_base))
@@ -510,27 +508,21 @@ void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, dim3 b
   KVB_CUDA_CHECK_LAUNCH();
 }
 
-template <int KD, class E, int LN, int RPT>
+template <int KD, class E>
 void dispatch_tokens(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
+  constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
   const int T = p.io.tokens;
-  const int tmax = T <= 2 ? 2 : T <= 4 ? 4 : 8;
+  const int tmax = T <= 2 ? 2 : T <= 4 ? 4 : T <= 6 ? T : 8;
   const size_t smem = VerifySmem{KD, tmax, p.capacity, sizeof(E)}.bytes();
   const unsigned blocks = unsigned(p.io.batch) * p.io.HV * (p.io.V / kRows);
+  const int threads = kRows * LN / RPT;
   switch (tmax) {
-    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E, LN, RPT>, p, smem, blocks, kRows * LN / RPT, stream);
-    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E, LN, RPT>, p, smem, blocks, kRows * LN / RPT, stream);
-    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E, LN, RPT>, p, smem, blocks, kRows * LN / RPT, stream);
+    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E, LN, RPT>, p, smem, blocks, threads, stream);
+    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E, LN, RPT>, p, smem, blocks, threads, stream);
+    case 5: return launch(gdn_verify_kvbuffer_kernel<KD, 5, E, LN, RPT>, p, smem, blocks, threads, stream);
+    case 6: return launch(gdn_verify_kvbuffer_kernel<KD, 6, E, LN, RPT>, p, smem, blocks, threads, stream);
+    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E, LN, RPT>, p, smem, blocks, threads, stream);
     default: throw std::invalid_argument("gdn_verify_kvbuffer: unsupported token count " + std::to_string(T));
-  }
-}
-
-template <int KD, class E>
-void dispatch_lanes(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
-  switch (p.lanes_per_row == 0 ? kAutoLanesPerRow : p.lanes_per_row) {
-    case 2: return dispatch_tokens<KD, E, 2, 1>(p, stream);
-    case 4: return dispatch_tokens<KD, E, 4, 2>(p, stream);
-    default:
-      throw std::invalid_argument("gdn_verify_kvbuffer: unsupported lanes per row " + std::to_string(p.lanes_per_row));
   }
 }
 
@@ -541,8 +533,8 @@ void gdn_verify_kvbuffer(const GdnVerifyKVBufferParams& p, cudaStream_t stream) 
   if (p.io.batch == 0) return;
   const bool bf16 = p.entry == GdnEntryType::BF16;
   switch (p.io.K) {
-    case 64: return bf16 ? dispatch_lanes<64, __nv_bfloat16>(p, stream) : dispatch_lanes<64, float>(p, stream);
-    case 128: return bf16 ? dispatch_lanes<128, __nv_bfloat16>(p, stream) : dispatch_lanes<128, float>(p, stream);
+    case 64: return bf16 ? dispatch_tokens<64, __nv_bfloat16>(p, stream) : dispatch_tokens<64, float>(p, stream);
+    case 128: return bf16 ? dispatch_tokens<128, __nv_bfloat16>(p, stream) : dispatch_tokens<128, float>(p, stream);
     default: throw std::invalid_argument("gdn_verify_kvbuffer: unsupported key head dim " + std::to_string(p.io.K));
   }
 }

@@ -31,7 +31,6 @@
 #include <cstring>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "kernels/common.cuh"
@@ -147,12 +146,10 @@ std::vector<int> draw_parents(int T, bool tree, std::mt19937_64& rng) {
   return p;
 }
 
-// Each case runs with both launch shapes of the verify kernel (lanes per state row 2 and 4).
-class GdnVerifyKVBufferTest : public ::testing::TestWithParam<std::tuple<VerifyCase, int>> {};
+class GdnVerifyKVBufferTest : public ::testing::TestWithParam<VerifyCase> {};
 
 TEST_P(GdnVerifyKVBufferTest, MatchesRecurrentOfAcceptedTokens) {
-  const VerifyCase c = std::get<0>(GetParam());
-  const int lanes_per_row = std::get<1>(GetParam());
+  const VerifyCase c = GetParam();
   const GdnDims d{c.H, c.HV, c.K, c.V};
   const int B = int(kSlots.size()), T = c.T, C = c.C;
   const size_t esz = c.bf16_entries ? 2 : 4;
@@ -211,7 +208,6 @@ TEST_P(GdnVerifyKVBufferTest, MatchesRecurrentOfAcceptedTokens) {
   p.win_gcum = win_g.as<float>();
   p.win_base = win_base.as<int32_t>();
   p.accept = GdnVerifyAccept{accept_len.as<int32_t>(), c.tree ? accept_nodes.as<int32_t>() : nullptr};
-  p.lanes_per_row = lanes_per_row;
 
   auto entry_at = [&](const std::vector<uint8_t>& raw, size_t i) {
     if (esz == 2) {
@@ -354,8 +350,8 @@ TEST_P(GdnVerifyKVBufferTest, MatchesRecurrentOfAcceptedTokens) {
 
   const double out_tol = c.bf16_entries ? 8 * kU16 : 2 * kU16;
   const double state_tol = c.bf16_entries ? 8 * kU16 : 1e-4;
-  std::printf("[ %s lanes %d ] outputs %.3g (tol %.3g), states %.3g, S0 after %d verify folds + %d commit folds %.3g (tol %.3g)\n",
-              c.name.c_str(), lanes_per_row, out_err.rel(), out_tol, state_err.rel(), verify_folds, commit_folds, fold_err.rel(),
+  std::printf("[ %s ] outputs %.3g (tol %.3g), states %.3g, S0 after %d verify folds + %d commit folds %.3g (tol %.3g)\n",
+              c.name.c_str(), out_err.rel(), out_tol, state_err.rel(), verify_folds, commit_folds, fold_err.rel(),
               state_tol);
   EXPECT_LE(out_err.rel(), out_tol);
   EXPECT_LE(state_err.rel(), state_tol);
@@ -365,7 +361,7 @@ TEST_P(GdnVerifyKVBufferTest, MatchesRecurrentOfAcceptedTokens) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, GdnVerifyKVBufferTest,
-    ::testing::Combine(::testing::Values(
+    ::testing::Values(
         VerifyCase{"small_K64_C4_T4_bf16_chain", 64, 64, 2, 4, 4, 4, true, false, {}, 24},  // C = T
         VerifyCase{"K128_C16_T4_bf16_chain", 128, 128, 2, 4, 16, 4, true, false, {}, 24},
         VerifyCase{"K128_C8_T5_fp32_chain", 128, 128, 2, 4, 8, 5, false, false, {}, 24},
@@ -376,10 +372,7 @@ INSTANTIATE_TEST_SUITE_P(
         VerifyCase{"small_K64_C8_T6_bf16_tree", 64, 64, 2, 4, 8, 6, true, true, {}, 24},
         VerifyCase{"K128_C12_T8_fp32_tree", 128, 128, 2, 4, 12, 8, false, true, {}, 24},
         VerifyCase{"K128_C16_T4_bf16_tree", 128, 128, 2, 4, 16, 4, true, true, ref::GateRange::mild(), 24}),
-                       ::testing::Values(2, 4)),
-    [](const ::testing::TestParamInfo<std::tuple<VerifyCase, int>>& info) {
-      return std::get<0>(info.param).name + "_lanes" + std::to_string(std::get<1>(info.param));
-    });
+    [](const ::testing::TestParamInfo<VerifyCase>& info) { return info.param.name; });
 
 // ---- classic ----------------------------------------------------------------------------------
 
@@ -528,9 +521,6 @@ TEST(GdnVerifyBadInput, UnsupportedShapesThrow) {
   p.capacity = 3;  // C < T
   EXPECT_THROW(gdn_verify_kvbuffer(p, 0), std::invalid_argument);
   p.capacity = 16;
-  p.lanes_per_row = 3;
-  EXPECT_THROW(gdn_verify_kvbuffer(p, 0), std::invalid_argument);
-  p.lanes_per_row = 0;
   p.io.batch = 2;  // null pointers
   EXPECT_THROW(gdn_verify_kvbuffer(p, 0), std::invalid_argument);
   EXPECT_THROW(gdn_verify_kvbuffer_commit(p, 0), std::invalid_argument);
