@@ -77,18 +77,45 @@ __device__ __forceinline__ float dot(const float* a, const float* b) {
   return s;
 }
 
-// The token's normalised key and query slices (q also scaled by K^-0.5) and k.q, for key head kh.
+// The token's key and query slices of key head kh as raw bf16 (issue the loads early, consume late).
 template <int K>
-__device__ __forceinline__ void load_token_kq(const GdnStepIO& io, int row, int kh, int lane, float* k,
-                                              float* q, float& kq) {
+struct TokenKQRaw {
+  uint2 k[K / 32], q[K / 32];
+};
+template <int K>
+__device__ __forceinline__ void issue_token_kq(const GdnStepIO& io, int row, int kh, int lane, TokenKQRaw<K>& raw) {
   const size_t off = (size_t(row) * io.H + kh) * K;
-  load_slice<K>(io.k + off, lane, k);
-  load_slice<K>(io.q + off, lane, q);
+#pragma unroll
+  for (int i = 0; i < K / 32; ++i) {
+    raw.k[i] = reinterpret_cast<const uint2*>(io.k + off)[i * kGroupLanes + lane];
+    raw.q[i] = reinterpret_cast<const uint2*>(io.q + off)[i * kGroupLanes + lane];
+  }
+}
+// Normalised key and query slices (q also scaled by K^-0.5) and k.q from the raw slices.
+template <int K>
+__device__ __forceinline__ void finish_token_kq(const TokenKQRaw<K>& raw, float* k, float* q, float& kq) {
+#pragma unroll
+  for (int i = 0; i < K / 32; ++i) {
+    const float2 k0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.k[i].x));
+    const float2 k1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.k[i].y));
+    const float2 q0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.q[i].x));
+    const float2 q1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.q[i].y));
+    k[4 * i] = k0.x, k[4 * i + 1] = k0.y, k[4 * i + 2] = k1.x, k[4 * i + 3] = k1.y;
+    q[4 * i] = q0.x, q[4 * i + 1] = q0.y, q[4 * i + 2] = q1.x, q[4 * i + 3] = q1.y;
+  }
   const float kinv = rsqrtf(group_sum(dot<K / 8>(k, k)) + 1e-6f);
   const float qinv = rsqrtf(group_sum(dot<K / 8>(q, q)) + 1e-6f) * rsqrtf(float(K));
 #pragma unroll
   for (int i = 0; i < K / 8; ++i) k[i] *= kinv, q[i] *= qinv;
   kq = group_sum(dot<K / 8>(k, q));
+}
+// Both at once, for kernels with nothing to overlap.
+template <int K>
+__device__ __forceinline__ void load_token_kq(const GdnStepIO& io, int row, int kh, int lane, float* k,
+                                              float* q, float& kq) {
+  TokenKQRaw<K> raw;
+  issue_token_kq<K>(io, row, kh, lane, raw);
+  finish_token_kq<K>(raw, k, q, kq);
 }
 
 // g (log decay) and beta of value head h for request row `row`: given, or from a, b, A_log, dt_bias.

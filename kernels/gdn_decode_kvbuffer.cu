@@ -144,9 +144,18 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   constexpr int N = K / 8;
   extern __shared__ __align__(128) float smem[];
   __shared__ __align__(8) uint64_t bars[kMaxChunks];
-  __shared__ float sv[kMaxChunks * kGroups];  // v of this block's rows
+  __shared__ __align__(16) __nv_bfloat16 sv[kMaxChunks * kGroups];  // v of this block's rows
   const GdnStepIO& io = p.io;
   const BlockCoords c = block_coords(io, rows);
+  const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
+  const int H = io.H, HV = io.HV;
+  const int kh = c.h / (HV / H);
+  // The token's own inputs do not depend on the pools: their loads go out first and are consumed
+  // only after the block's one wait, so no global round trip is spent on them alone.
+  TokenKQRaw<K> kq_raw;
+  issue_token_kq<K>(io, c.row, kh, lane, kq_raw);
+  float g, beta;
+  load_gates(io, c.row, c.h, g, beta);
   const int slot = io.slot[c.row];
   if (slot < 0) {
     write_zero_output(io, c, rows);
@@ -157,17 +166,14 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   const int n = row_meta ? p.row_fill[c.row] : p.fill[slot];
   const bool has_state = (row_meta ? p.row_has_state[c.row] : p.has_state[slot]) != 0;
   const bool fold = n + 1 == C;
-  const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
-  const int H = io.H, HV = io.HV;
-  const int kh = c.h / (HV / H);
   const int chunks = rows / kGroups;
   const size_t head = (size_t(slot) * HV + c.h) * V * K;
   float* state = p.state + head;
   if (has_state && threadIdx.x == 0) tile_issue<K>(smem, state + size_t(c.v0) * K, chunks, bars);
 
-  // Everything the block reads from the buffer goes to shared memory in one round trip:
-  // keys [n][K] and (cached-u) u tile [n][rows] by cp.async (16 B each, no registers held),
-  // G_j (and beta_j) by plain loads, all issued before the first wait.
+  // Everything else the block reads goes to shared memory in one round trip by cp.async (no
+  // registers held): keys [n][K], (cached-u) the u tile [n][rows], G_j (and beta_j), and v of the
+  // block's rows, all issued before the first wait.
   E* bk = static_cast<E*>(p.buf_k) + size_t(slot) * C * H * K;       // [C, H, K]
   E* bval = static_cast<E*>(p.buf_val) + size_t(slot) * C * HV * V;  // [C, HV, V]
   float* gcum = p.buf_gcum + size_t(slot) * C * HV;                  // [C, HV]
@@ -198,20 +204,17 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
       }
     }
     for (int j = threadIdx.x; j < n; j += kThreads) {
-      sG[j] = gcum[j * HV + c.h];
-      if (RAW) bj[j] = p.buf_beta[(size_t(slot) * C + j) * HV + c.h];
+      cp_async4(sG + j, gcum + j * HV + c.h);
+      if (RAW) cp_async4(bj + j, p.buf_beta + (size_t(slot) * C + j) * HV + c.h);
     }
-    for (int r = threadIdx.x; r < rows; r += kThreads)
-      sv[r] = __bfloat162float(io.v[(size_t(c.row) * HV + c.h) * V + c.v0 + r]);
+    if (threadIdx.x < rows / 8) cp_async16(sv + threadIdx.x * 8, io.v + (size_t(c.row) * HV + c.h) * V + c.v0 + threadIdx.x * 8);
   }
-  float k[N], q[N], kq;
-  load_token_kq<K>(io, c.row, kh, lane, k, q, kq);
-  float g, beta;
-  load_gates(io, c.row, c.h, g, beta);
-  const float G_t = (n > 0 ? gcum[(n - 1) * HV + c.h] : 0.f) + g;
-  const float eG_t = expf(G_t);
   cp_async_wait_all();
   __syncthreads();
+  float k[N], q[N], kq;
+  finish_token_kq<K>(kq_raw, k, q, kq);
+  const float G_t = (n > 0 ? sG[n - 1] : 0.f) + g;
+  const float eG_t = expf(G_t);
 
   // Per-block scalars over the buffered keys (shuffle loops: same trip count on every group).
   for (int base = 0; base < n; base += kGroups) {
@@ -257,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
 
   for (int ch = 0; ch < chunks; ++ch) {
     const int rl = ch * kGroups + group, r = c.v0 + rl;
-    const float v_r = sv[rl];
+    const float v_r = __bfloat162float(sv[rl]);
     float s[N];
     if (has_state) {
       tile_wait(bars + ch);
@@ -466,8 +469,10 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
   constexpr int N = K / 8;
   extern __shared__ __align__(128) float tile[];  // [rows, K] S0 rows, then the fold's keys and u tile
   __shared__ __align__(8) uint64_t bars[kMaxChunks];
-  __shared__ float sv[kMaxChunks * kGroups], sr[kMaxChunks * kGroups], ss[kMaxChunks * kGroups];
-  __shared__ float sw[kMaxCapacity];  // e^{G_t - G_j}, folding blocks only
+  __shared__ __align__(16) __nv_bfloat16 sv[kMaxChunks * kGroups];
+  __shared__ __align__(16) float sr[kMaxChunks * kGroups], ss[kMaxChunks * kGroups];
+  __shared__ float sw[kMaxCapacity];  // G_j, then e^{G_t - G_j}: folding blocks only
+  __shared__ float s_gprev;           // G_{n-1}
   const GdnStepIO& io = p.io;
   const BlockCoords c = block_coords(io, rows);
   const int slot = io.slot[c.row], n = p.row_fill[c.row];
@@ -480,12 +485,17 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
   float* state = p.state + (size_t(slot) * HV + c.h) * V * K;
   if (has_state && threadIdx.x == 0) tile_issue<K>(tile, state + size_t(c.v0) * K, chunks, bars);
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
+  TokenKQRaw<K> kq_raw;
+  issue_token_kq<K>(io, c.row, kh, lane, kq_raw);
+  float g, beta;
+  load_gates(io, c.row, c.h, g, beta);
   const E* bk = static_cast<const E*>(p.buf_k) + size_t(slot) * C * H * K;
   E* bval = static_cast<E*>(p.buf_val) + size_t(slot) * C * HV * V;
   const float* gcum = p.buf_gcum + size_t(slot) * C * HV;
-  // Folding blocks stage the keys [n, K] and their u tile [n, rows] by cp.async at once (read
-  // from global memory per row and key, the fold was a chain of dependent loads: ncu measured
-  // 91 us for the folding blocks of one request at C = 64).
+  // Everything else by cp.async, consumed after one wait: G_{n-1}, v of the block's rows and, in
+  // folding blocks, the keys [n, K], their u tile [n, rows] and G_j (read from global memory per
+  // row and key, the fold was a chain of dependent loads: ncu measured 91 us for the folding
+  // blocks of one request at C = 64).
   constexpr int kVec = 16 / sizeof(E);
   const int ustride = rows + kUtilePad;
   E* skeys = reinterpret_cast<E*>(tile + rows * K);  // [C][K]
@@ -500,23 +510,28 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
       const int j = idx / uvecs, x = idx % uvecs;
       cp_async16(utile + j * ustride + x * kVec, bval + (size_t(j) * HV + c.h) * V + c.v0 + x * kVec);
     }
+    for (int j = threadIdx.x; j < n; j += kThreads) cp_async4(sw + j, gcum + j * HV + c.h);
   }
-  float k[N], q[N], kq;
-  load_token_kq<K>(io, c.row, kh, lane, k, q, kq);
-  float g, beta;
-  load_gates(io, c.row, c.h, g, beta);
-  const float G_t = (n > 0 ? gcum[(n - 1) * HV + c.h] : 0.f) + g;
-  const float eG_t = expf(G_t);
-  for (int r = threadIdx.x; r < rows; r += kThreads) sv[r] = __bfloat162float(io.v[(size_t(c.row) * HV + c.h) * V + c.v0 + r]);
-  if (fold)
-    for (int j = threadIdx.x; j < n; j += kThreads) sw[j] = expf(G_t - gcum[j * HV + c.h]);
+  if (n > 0 && threadIdx.x == 0) cp_async4(&s_gprev, gcum + (n - 1) * HV + c.h);
+  if (threadIdx.x < rows / 8) cp_async16(sv + threadIdx.x * 8, io.v + (size_t(c.row) * HV + c.h) * V + c.v0 + threadIdx.x * 8);
   // Kernel A's r, s: wait for A's grid (a no-op when launched without programmatic dependence).
   // Nothing above reads what A writes (scratch, entry n of k and G) or writes what A reads.
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const float* rs = p.scratch + (size_t(c.row) * HV + c.h) * 2 * V;
-  for (int r = threadIdx.x; r < rows; r += kThreads) sr[r] = rs[c.v0 + r], ss[r] = rs[V + c.v0 + r];
+  if (threadIdx.x < rows / 4) {
+    cp_async16(sr + threadIdx.x * 4, rs + c.v0 + threadIdx.x * 4);
+    cp_async16(ss + threadIdx.x * 4, rs + V + c.v0 + threadIdx.x * 4);
+  }
   cp_async_wait_all();
-  __syncthreads();  // barriers initialised, sv / sr / ss / sw and the fold's keys and u tile loaded
+  __syncthreads();  // barriers initialised, every cp.async above landed
+  float k[N], q[N], kq;
+  finish_token_kq<K>(kq_raw, k, q, kq);
+  const float G_t = (n > 0 ? s_gprev : 0.f) + g;
+  const float eG_t = expf(G_t);
+  if (fold) {  // block-uniform
+    for (int j = threadIdx.x; j < n; j += kThreads) sw[j] = expf(G_t - sw[j]);
+    __syncthreads();
+  }
 
   __nv_bfloat16* out = io.out + (size_t(c.row) * HV + c.h) * V;
   for (int ch = 0; ch < chunks; ++ch) {
@@ -531,7 +546,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
     }
     const float a = group_sum(dot<N>(s, k));
     const float b = group_sum(dot<N>(s, q));
-    const float u_t = beta * (sv[rl] - fmaf(eG_t, a, sr[rl]));
+    const float u_t = beta * (__bfloat162float(sv[rl]) - fmaf(eG_t, a, sr[rl]));
     if (lane == 0) out[r] = __float2bfloat16_rn(fmaf(eG_t, b, ss[rl]) + kq * u_t);
     if (fold) {
 #pragma unroll

@@ -146,11 +146,6 @@ __device__ __forceinline__ float4 load4(const __nv_bfloat16* p) {
   return make_float4(a.x, a.y, b.x, b.y);
 }
 
-// 4-byte cp.async (scalars such as G_j), beside common.cuh's 16-byte one.
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
-}
 
 // The window helpers below take the block's thread count NT (threadIdx.x in 0..NT-1).
 // Issues the copies of the T tokens' raw keys and queries of key head kh (bf16) into
