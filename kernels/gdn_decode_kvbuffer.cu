@@ -209,10 +209,10 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     }
     if (threadIdx.x < rows / 8) cp_async16(sv + threadIdx.x * 8, io.v + (size_t(c.row) * HV + c.h) * V + c.v0 + threadIdx.x * 8);
   }
+  float k[N], q[N], kq;
+  finish_token_kq<K>(kq_raw, k, q, kq);  // while the copies are in flight
   cp_async_wait_all();
   __syncthreads();
-  float k[N], q[N], kq;
-  finish_token_kq<K>(kq_raw, k, q, kq);
   const float G_t = (n > 0 ? sG[n - 1] : 0.f) + g;
   const float eG_t = expf(G_t);
 
@@ -522,10 +522,10 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
     cp_async16(sr + threadIdx.x * 4, rs + c.v0 + threadIdx.x * 4);
     cp_async16(ss + threadIdx.x * 4, rs + V + c.v0 + threadIdx.x * 4);
   }
+  float k[N], q[N], kq;
+  finish_token_kq<K>(kq_raw, k, q, kq);  // while the copies are in flight
   cp_async_wait_all();
   __syncthreads();  // barriers initialised, every cp.async above landed
-  float k[N], q[N], kq;
-  finish_token_kq<K>(kq_raw, k, q, kq);
   const float G_t = (n > 0 ? s_gprev : 0.f) + g;
   const float eG_t = expf(G_t);
   if (fold) {  // block-uniform
