@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
       if (lower && lane == 0) L[j * C + i] = bj[j] * expf(sG[j] - sG[i]) * d;
     }
   }
-  __syncthreads();
+  if (n > 0) __syncthreads();  // n is block-uniform; with no entries nothing above was written
 
   __nv_bfloat16* out = io.out + (size_t(c.row) * HV + c.h) * V;
   float* ua = scratch + group * C;
