@@ -120,6 +120,24 @@
 //     grid (a compacted list of folding rows written by A, one persistent fold kernel), so that
 //     B reserves only the S0 tile and its non-folding blocks stream read-only; cheap early exits
 //     (B reserves 57 KiB per block at C = 64 even for rows it skips, 3 blocks/SM) for direct.
+//   v6 (76b052f, 323357e) prologue without serial global round trips. ncu + SASS samples of the
+//     single kernel at 256, C = 8 (2ec434419a3b): 36% occupancy, 22% of warp samples waiting on
+//     loads issued one after another (slot -> fill -> G_{n-1}, then v, G_j stored to shared memory
+//     by plain loads, the token's k, q and gates), 18% at the barrier behind them. Now the token's
+//     k, q, gates go out before the slot lookup, G_j, G_{n-1}, v (and in B kernel A's r, s) by
+//     cp.async, k and q are normalised while the copies fly, one wait. Predicted: 5-10% at large
+//     batch, the chain being the critical path (tile waits were only 6% of samples). Measured
+//     (323357e, results/decode_h200.csv): 64: 47.5 us [C = 8] (was 50.0), 128: 88.3 (90.1), 256:
+//     165.1 [8] (173.6; 1.64x recurrent), 512: 333.1 (340.2); batch 1: 4.07 [1] against recurrent
+//     3.91 (0.96x; was 0.99x), unchanged by skipping the second barrier at n = 0 (8a47f6b: 4.13 vs
+//     3.96-3.99, three runs) or by other rows per block (32: 4.24 vs 4.16). Also measured:
+//     --rows-per-block 32 at batch 8 is 6% faster for both recurrent and KVBuffer (11.03 / 10.89
+//     against 11.78 / 11.65 with the automatic 16), left for the dispatch rule; a 64-register
+//     build (8 blocks/SM) was 15% slower at 256 (190.5 us). Missed still: 1.7x at 256 (1.64x),
+//     ReplaySSM's 45.7 / 161 / 316 at 64 / 256 / 512 (47.5 / 165.1 / 333.1), batch 1. Next: a
+//     persistent grid that prefetches the next (request, head) item's S0 tile and buffer while
+//     computing the current one (the per-block chain is still the limit: 83% of copy bandwidth
+//     at C = 8 where recurrent moves 94%).
 #include <stdexcept>
 #include <string>
 

@@ -1,6 +1,7 @@
 // Device helpers shared by the GDN verify kernels (include from .cu files only).
 //
-// Block: 64 threads own 64 consecutive rows S[v0 .. v0+63, :] of one value head of one request
+// Block of the classic verify and of the commit's fold (the KVBuffer verify has its own shape,
+// described in gdn_verify_kvbuffer.cu): 64 threads own 64 consecutive rows S[v0 .. v0+63, :] of one value head of one request
 // (blockIdx.x = (row * HV + h) * tiles + tile, tiles = V / 64). Rows are split over lane pairs:
 // lanes 2r and 2r+1 of warp w hold rows rA = 32w + r and rB = rA + 16; lane parity p holds the
 // float4 chunks f = 2i + p (i = 0 .. K/8-1) of both rows, so each load instruction of a pair reads

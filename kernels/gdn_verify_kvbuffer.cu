@@ -19,14 +19,50 @@
 // buf_val (u) [slots, C, HV, V] in the entry type E (bf16 or fp32); buf_gcum [slots, C, HV] fp32;
 // q, k [B, T, H, K], v [B, T, HV, V] bf16; g, beta [B, T, HV] fp32; out [B, T, HV, V] bf16;
 // scratch win_k [B, T, H, K] E, win_u [B, T, HV, V] E, win_gcum [B, T, HV] fp32, win_base [B, 2].
-// Block: 64 rows of one head (gdn_verify_device.h); the u_j are consumed in the owned-row layout,
-// one coalesced E load per entry, and candidates' u are rounded to E before later nodes use them,
-// so a verified window produces exactly what the same tokens would in successive decode steps.
+// Block: 64 rows of one value head, 128 threads (4 lanes per row, 2 rows per thread: kernel
+// below); the u_j are consumed in the owned-row layout, and candidates' u are rounded to E before
+// later nodes use them, so a verified window produces exactly what the same tokens would in
+// successive decode steps. The commit kernels run as programmatic dependents of the verify.
 //
-// Measured (NVIDIA H200, Qwen3-Next shapes, 36 layer pools in one CUDA graph, C = 16, verify +
-// commit per layer, commit cbece77d677e, results/verify_h200.csv): T = 4: 13.4 us at batch 1,
-// 199.9 us at 128 (2.95x faster than classic verify + commit, 1.90x a single-token KVBuffer decode
-// step, 43% of the copy bandwidth); T = 5: 17.2 / 224.1 / 427.8 us at batch 1 / 128 / 256.
+// Performance log (H200, Qwen3-Next shapes H=16 HV=32 K=V=128, 36 layer pools in one CUDA graph,
+// verify + commit per layer, median; targets at T = 4, batch 128: >= 4x classic verify + commit and
+// <= 1.3x a single-token KVBuffer decode step; T = 5: ReplaySSM 13.7 / 137 / 267 us at batch
+// 1 / 128 / 256):
+//   v1 (cbece77) 64 threads, a lane pair per row and two rows per pair (K/2 floats of each row per
+//     thread), 168-244 registers. T = 4: 13.4 us at batch 1, 199.9 at 128 (2.95x classic, 1.90x
+//     decode C = 16); T = 5: 17.2 / 224.1 / 427.8. ncu (128, T = 4, C = 16): 12.5% occupancy (4
+//     blocks of 2 warps per SM), 0.34 instructions issued per scheduler cycle, DRAM 37%:
+//     issue-bound at low occupancy, not bytes.
+//   v2 (493bc8b) one row per thread (2 lanes per row, 128 registers) or 4 lanes per row, buffer
+//     keys converted once to fp32 in shared memory. Predicted ~1.6-1.8x from 2x the warps per SM.
+//     Measured: 193.2 (2 lanes), 237.0 (4 lanes) at 128, T = 4. Missed: occupancy doubled (24%),
+//     the issue rate rose only to 0.41; SASS samples: 35% of warp time at block barriers waiting
+//     for one warp's serial key dot products (n T + T T pairs over K on a few threads) and for
+//     thread 0's tree walk, 12% waiting for the loads.
+//   v3 (70491e9) window prepared while the buffer copies are in flight (cp.async groups), tree and
+//     G_t by warp 0 in parallel (shuffles), key dot products by 8-lane groups over all warps.
+//     Predicted: most of the barrier time gone, ~25%. Measured 172.4 at 128 (kernel 165.9 in ncu,
+//     barrier stalls per issue 2.2 -> 0.8); short-scoreboard stalls now lead (window
+//     normalisation by element-wise 2-byte loads and a shuffle chain: 14% of samples).
+//   v4 (28112b9) vectorised normalisation (two vectors per warp), commit kernels as programmatic
+//     dependents, 96 registers (5 blocks/SM): 162.1 at 128 (with 4 blocks/SM: 170.2).
+//   v5 (6c8ff16) 4 lanes per row, 2 rows per thread: every shared key/query chunk a thread loads
+//     serves two rows (half the shared loads of 2 lanes x 1 row, same registers); commit copy over
+//     8 blocks per row (8.3 -> 6.3 us in ncu). Predicted ~10% from the shared-load halving.
+//     Measured 142.8 at 128 (kernel 140.0 in ncu), faster than 2 lanes x 1 row at every batch
+//     (1..256) and T: kept as the only shape. v6 (2ec4344) exact TMAX for T = 5, 6: T = 5 at 128
+//     185.6 -> 170.2.
+//   Result (323357e, results/verify_h200.csv, C = 8/16/32, run after 2 minutes of decode sweep on
+//     the same GPU): T = 4: 8.68 us at batch 1, 147.8 [C = 8] / 153.0 [16] at 128 (3.98x classic's
+//     587.8; decode at C = 8 96.1: 1.54x), 283.2 [16] at 256 (4.11x); T = 5: 10.43 / 172.2 / 332.7
+//     at 1 / 128 / 256. Alone (02cfd39, same verify code) T = 4 at 128 measured 142.6 [16] and
+//     147.6 [8], twice each (decode 100.9 [16], 93.5 [8]: 1.41x, 1.58x). Met: >= 4x classic at 128
+//     in the isolated runs (4.12x; 3.98x in the long sweep), ReplaySSM at T = 5 batch 1 (10.4 <
+//     13.7). Missed: <= 1.3x decode (1.41x), ReplaySSM at T = 5 batch 128 / 256 (172 / 333 against
+//     137 / 267). Next: the kernel is still issue-bound (ncu at 128: 0.45 issued per scheduler
+//     cycle, 30% occupancy, short-scoreboard stalls): one block per key head (both value heads
+//     share the window, the buffered keys and their dot products, which differ only by decay), and
+//     a persistent grid that prefetches the next item's state while computing this one.
 #include <stdexcept>
 #include <string>
 
@@ -39,7 +75,7 @@ namespace {
 
 using namespace gdn_verify_detail;
 
-// Launch shape of the verify kernel (header log v7): 4 lanes per state row, 2 rows per thread.
+// Launch shape of the verify kernel (header log v5): 4 lanes per state row, 2 rows per thread.
 constexpr int kLanesPerRow = 4, kRowsPerThread = 2;
 
 // Shared-memory carve-up in bytes (16-byte aligned pieces) for TMAX window tokens, capacity C and
