@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace kvbuf {
 
@@ -20,6 +21,29 @@ namespace kvbuf {
 
 // After every launch: catches launch-configuration errors (and, when synchronous, faults).
 #define KVB_CUDA_CHECK_LAUNCH() KVB_CUDA_CHECK(cudaGetLastError())
+
+// Host: launches kernel(args...) on grid x block with smem bytes of dynamic shared memory (raising
+// the kernel's limit above 48 KiB when needed). programmatic_dependent: the grid may start while
+// the previous grid in the stream still runs; it must execute griddepcontrol.wait before reading
+// what that grid writes.
+template <class... KernelArgs, class... Args>
+void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   bool programmatic_dependent, Args&&... args) {
+  if (smem > 48 * 1024)
+    KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = programmatic_dependent ? 1 : 0;
+  KVB_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  KVB_CUDA_CHECK_LAUNCH();
+}
 
 // Entry and state element conversions (buffer entries are bf16 or fp32).
 __device__ __forceinline__ float to_f32(float x) { return x; }

@@ -617,23 +617,10 @@ void launch_split(const GdnKVBufferParams& p, int rows, cudaStream_t stream) {
   buffer_kernel<<<unsigned(long(p.io.batch) * p.io.H), kThreads, smem_a, stream>>>(p);
   KVB_CUDA_CHECK_LAUNCH();
   const size_t smem_b = size_t(rows) * K * sizeof(float) + C * K * sizeof(E) + C * size_t(rows + kUtilePad) * sizeof(E);
-  auto state_kernel = gdn_kvbuffer_split_state_kernel<K, V, E>;
-  if (smem_b > 48 * 1024)
-    KVB_CUDA_CHECK(cudaFuncSetAttribute(state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_b)));
   // Programmatic dependent launch: B may start once every block of A has started (A triggers at
   // entry); B's griddepcontrol.wait orders its reads of A's scratch.
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(long(p.io.batch) * p.io.HV * (p.io.V / rows)));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem_b;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  KVB_CUDA_CHECK(cudaLaunchKernelEx(&cfg, state_kernel, p, rows));
-  KVB_CUDA_CHECK_LAUNCH();
+  const dim3 grid(unsigned(long(p.io.batch) * p.io.HV * (p.io.V / rows)));
+  launch_kernel(gdn_kvbuffer_split_state_kernel<K, V, E>, grid, dim3(kThreads), smem_b, stream, true, p, rows);
 }
 
 template <int K, int V>

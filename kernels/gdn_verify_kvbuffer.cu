@@ -529,19 +529,7 @@ void validate(const GdnVerifyKVBufferParams& p, const char* who) {
 template <class Kernel>
 void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, dim3 blocks, int threads,
             cudaStream_t stream, bool programmatic_dependent = false) {
-  if (smem > 48 * 1024) KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = blocks;
-  cfg.blockDim = dim3(unsigned(threads));
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = programmatic_dependent ? 1 : 0;
-  KVB_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
-  KVB_CUDA_CHECK_LAUNCH();
+  launch_kernel(kernel, blocks, dim3(unsigned(threads)), smem, stream, programmatic_dependent, p);
 }
 
 template <int KD, class E>
