@@ -274,9 +274,8 @@ class VerifySweep {
     KVB_CUDA_CHECK(cudaMemcpy(has.as<void>(), ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
     KVB_CUDA_CHECK(cudaMemcpy(done.as<void>(), zeros.data(), zeros.size() * 4, cudaMemcpyHostToDevice));
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
-    auto params = [&](int l) {
-      GdnVerifyKVBufferParams p;
-      p.io = in.io;
+    // Layer l's state and buffer pools, for the verify's and the decode step's parameters alike.
+    auto point_at_layer = [&](auto& p, int l) {
       p.entry = GdnEntryType::BF16;
       p.capacity = C;
       p.state = states.as<float>() + l * state_layer;
@@ -285,6 +284,11 @@ class VerifySweep {
       p.buf_gcum = bg.as<float>() + l * g_elems;
       p.fill = fill.as<int32_t>() + size_t(l) * batch;
       p.has_state = has.as<int32_t>() + size_t(l) * batch;
+    };
+    auto params = [&](int l) {
+      GdnVerifyKVBufferParams p;
+      p.io = in.io;
+      point_at_layer(p, l);
       p.win_k = win_k.as<char>() + l * wk * 2;
       p.win_u = win_u.as<char>() + l * wu * 2;
       p.win_gcum = win_g.as<float>() + l * wg;
@@ -339,13 +343,8 @@ class VerifySweep {
           p.io.batch = batch, p.io.H = H, p.io.HV = HV, p.io.K = K, p.io.V = V;
           p.io.slot = in.io.slot, p.io.q = in.io.q, p.io.k = in.io.k, p.io.v = in.io.v;
           p.io.g = in.io.g, p.io.beta = in.io.beta, p.io.out = in.io.out;
-          p.variant = GdnBufferVariant::CachedU, p.entry = GdnEntryType::BF16, p.capacity = C;
-          p.state = states.as<float>() + l * state_layer;
-          p.buf_k = bk.as<char>() + l * k_elems * 2;
-          p.buf_val = bu.as<char>() + l * u_elems * 2;
-          p.buf_gcum = bg.as<float>() + l * g_elems;
-          p.fill = fill.as<int32_t>() + size_t(l) * batch;
-          p.has_state = has.as<int32_t>() + size_t(l) * batch;
+          p.variant = GdnBufferVariant::CachedU;
+          point_at_layer(p, l);
           p.done_count = done.as<int32_t>() + size_t(l) * batch;
           gdn_decode_kvbuffer(p, st);
         }

@@ -193,6 +193,38 @@ __device__ __forceinline__ void tile_wait(uint64_t* bar) {
   } while (!done);
 }
 
+// Row rl of the block's S0 tile (chunk ch) once its copy has landed, or zeros for a request without
+// a state (direct mode).
+template <int K>
+__device__ __forceinline__ void load_tile_row(bool has_state, const float* tile, uint64_t* bars, int ch, int rl,
+                                              int lane, float* s) {
+  if (has_state) {
+    tile_wait(bars + ch);
+    load_slice<K>(tile + size_t(rl) * K, lane, s);
+  } else {
+#pragma unroll
+    for (int i = 0; i < K / 8; ++i) s[i] = 0.f;
+  }
+}
+
+// The fold of one state row (this lane's slice s) with the new token and the n buffered entries:
+// s <- e^{G_t} s + u_t k + sum_j sw[j] u_j k_j, with u_j = u[j * u_stride] and the keys k_j in
+// shared memory rows of K entries.
+template <int K, class E, class U>
+__device__ __forceinline__ void fold_row(float* s, float eG_t, float u_t, const float* k, int n, const float* sw,
+                                         const U* u, int u_stride, const E* skeys, int lane) {
+  constexpr int N = K / 8;
+#pragma unroll
+  for (int i = 0; i < N; ++i) s[i] = fmaf(eG_t, s[i], u_t * k[i]);
+#pragma unroll 4
+  for (int j = 0; j < n; ++j) {
+    const float wj = sw[j] * to_f32(u[j * u_stride]);
+    float kj[N];
+    load_slice<K>(skeys + j * K, lane, kj);
+#pragma unroll
+    for (int i = 0; i < N; ++i) s[i] = fmaf(wj, kj[i], s[i]);
+  }
+}
 
 // Validation shared by the dispatch functions.
 void validate_step_io(const GdnStepIO& io, const char* who);

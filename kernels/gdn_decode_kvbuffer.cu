@@ -280,13 +280,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     const int rl = ch * kGroups + group, r = c.v0 + rl;
     const float v_r = __bfloat162float(sv[rl]);
     float s[N];
-    if (has_state) {
-      tile_wait(bars + ch);
-      load_slice<K>(tile + size_t(rl) * K, lane, s);
-    } else {
-#pragma unroll
-      for (int i = 0; i < N; ++i) s[i] = 0.f;
-    }
+    load_tile_row<K>(has_state, tile, bars, ch, rl, lane, s);
     const float pa = dot<N>(s, k), pb = dot<N>(s, q);
     float u_t, o;
     if (!RAW) {
@@ -330,16 +324,8 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     }
     if (lane == 0) out[r] = __float2bfloat16_rn(o);
     if (fold) {
-#pragma unroll
-      for (int i = 0; i < N; ++i) s[i] = fmaf(eG_t, s[i], u_t * k[i]);
-#pragma unroll 4
-      for (int j = 0; j < n; ++j) {
-        const float wj = sw[j] * (RAW ? ua[j] : to_f32(utile[j * ustride + rl]));
-        float kj[N];
-        load_slice<K>(skeys + j * K, lane, kj);
-#pragma unroll
-        for (int i = 0; i < N; ++i) s[i] = fmaf(wj, kj[i], s[i]);
-      }
+      if constexpr (RAW) fold_row<K>(s, eG_t, u_t, k, n, sw, ua, 1, skeys, lane);
+      else fold_row<K>(s, eG_t, u_t, k, n, sw, utile + rl, ustride, skeys, lane);
       store_slice<K>(state + size_t(r) * K, lane, s);
     } else if (lane == 0) {
       bval[(size_t(n) * HV + c.h) * V + r] = from_f32<E>(RAW ? v_r : u_t);
@@ -555,28 +541,13 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
   for (int ch = 0; ch < chunks; ++ch) {
     const int rl = ch * kGroups + group, r = c.v0 + rl;
     float s[N];
-    if (has_state) {
-      tile_wait(bars + ch);
-      load_slice<K>(tile + size_t(rl) * K, lane, s);
-    } else {
-#pragma unroll
-      for (int i = 0; i < N; ++i) s[i] = 0.f;
-    }
+    load_tile_row<K>(has_state, tile, bars, ch, rl, lane, s);
     const float a = group_sum(dot<N>(s, k));
     const float b = group_sum(dot<N>(s, q));
     const float u_t = beta * (__bfloat162float(sv[rl]) - fmaf(eG_t, a, sr[rl]));
     if (lane == 0) out[r] = __float2bfloat16_rn(fmaf(eG_t, b, ss[rl]) + kq * u_t);
     if (fold) {
-#pragma unroll
-      for (int i = 0; i < N; ++i) s[i] = fmaf(eG_t, s[i], u_t * k[i]);
-#pragma unroll 4
-      for (int j = 0; j < n; ++j) {
-        const float wj = sw[j] * to_f32(utile[j * ustride + rl]);
-        float kj[N];
-        load_slice<K>(skeys + j * K, lane, kj);
-#pragma unroll
-        for (int i = 0; i < N; ++i) s[i] = fmaf(wj, kj[i], s[i]);
-      }
+      fold_row<K>(s, eG_t, u_t, k, n, sw, utile + rl, ustride, skeys, lane);
       store_slice<K>(state + size_t(r) * K, lane, s);
     } else if (lane == 0) {
       bval[(size_t(n) * HV + c.h) * V + r] = from_f32<E>(u_t);
@@ -597,13 +568,9 @@ size_t kvbuffer_smem_bytes(const GdnKVBufferParams& p, int rows) {
 
 template <int K, int V, class E, bool RAW>
 void launch_kvbuffer(const GdnKVBufferParams& p, int rows, cudaStream_t stream) {
-  const size_t smem = kvbuffer_smem_bytes(p, rows);
-  auto kernel = gdn_decode_kvbuffer_kernel<K, V, E, RAW>;
-  if (smem > 48 * 1024)
-    KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(unsigned(long(p.io.batch) * p.io.HV * (p.io.V / rows)));
-  kernel<<<grid, kThreads, smem, stream>>>(p, rows);
-  KVB_CUDA_CHECK_LAUNCH();
+  launch_kernel(gdn_decode_kvbuffer_kernel<K, V, E, RAW>, grid, dim3(kThreads), kvbuffer_smem_bytes(p, rows), stream,
+                false, p, rows);
 }
 
 template <int K, int V, class E>
@@ -611,11 +578,8 @@ void launch_split(const GdnKVBufferParams& p, int rows, cudaStream_t stream) {
   const int R = p.io.HV / p.io.H;
   const size_t C = size_t(p.capacity);
   const size_t smem_a = R * C * V * sizeof(E) + (2 * C + 2 * R * C + 2 * size_t(R)) * sizeof(float);
-  auto buffer_kernel = gdn_kvbuffer_split_buffer_kernel<K, V, E>;
-  if (smem_a > 48 * 1024)
-    KVB_CUDA_CHECK(cudaFuncSetAttribute(buffer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_a)));
-  buffer_kernel<<<unsigned(long(p.io.batch) * p.io.H), kThreads, smem_a, stream>>>(p);
-  KVB_CUDA_CHECK_LAUNCH();
+  launch_kernel(gdn_kvbuffer_split_buffer_kernel<K, V, E>, dim3(unsigned(long(p.io.batch) * p.io.H)), dim3(kThreads),
+                smem_a, stream, false, p);
   const size_t smem_b = size_t(rows) * K * sizeof(float) + C * K * sizeof(E) + C * size_t(rows + kUtilePad) * sizeof(E);
   // Programmatic dependent launch: B may start once every block of A has started (A triggers at
   // entry); B's griddepcontrol.wait orders its reads of A's scratch.

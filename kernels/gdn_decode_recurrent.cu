@@ -129,11 +129,8 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
 
 template <int K, int V>
 void launch_recurrent(const GdnRecurrentParams& p, int rows, dim3 grid, cudaStream_t stream) {
-  const size_t smem = size_t(rows) * K * sizeof(float);
-  auto kernel = gdn_decode_recurrent_kernel<K, V>;
-  if (smem > 48 * 1024)
-    KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  kernel<<<grid, kThreads, smem, stream>>>(p, rows);
+  launch_kernel(gdn_decode_recurrent_kernel<K, V>, grid, dim3(kThreads), size_t(rows) * K * sizeof(float), stream, false,
+                p, rows);
 }
 
 }  // namespace gdn_detail
@@ -159,7 +156,6 @@ void gdn_decode_recurrent(const GdnRecurrentParams& p, cudaStream_t stream) {
       throw std::invalid_argument("gdn_decode_recurrent: unsupported head dims K=" + std::to_string(p.io.K) +
                                   " V=" + std::to_string(p.io.V) + " (supported: 64x64, 128x128)");
   }
-  KVB_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace kvbuf

@@ -106,16 +106,19 @@ struct VerifySmem {
   __host__ __device__ size_t bytes() const { return size_t(raw_v() + tmax * kRows * 2); }
 };
 
-// Block: kRows = 64 rows of one value head of one request; LN lanes share each row and every thread
-// holds RPT rows (NT = 64 LN / RPT threads): thread = lane group g (threadIdx.x / LN), part p
-// (threadIdx.x % LN), rows r_k = g + k 64/RPT, each row's float4 chunks f = LN i + p (i < K / 4LN) in
-// registers. The LN lanes of a row read LN 16 B pieces side by side; every shared-memory key or
-// query chunk a thread loads serves its RPT rows; each dot product is reduced over LN lanes (log2 LN
-// shuffles). After the reduction the lanes of a group split its rows, LN/RPT lanes per row (row
-// r_own), compute that row's outputs, and the first of them writes them.
-template <int KD, int TMAX, class E, int LN, int RPT>
-__global__ void __launch_bounds__(kRows * LN / RPT, 5) gdn_verify_kvbuffer_kernel(const GdnVerifyKVBufferParams p) {
-  constexpr int NT = kRows * LN / RPT, NF = KD / (4 * LN), KP = KD + 4, ROW_STEP = kRows / RPT;
+// Block: kRows = 64 rows of one value head of one request; LN = kLanesPerRow lanes share each
+// row and every thread holds RPT = kRowsPerThread rows (NT = 64 LN / RPT threads): thread = lane
+// group g (threadIdx.x / LN), part p (threadIdx.x % LN), rows r_k = g + k 64/RPT, each row's float4
+// chunks f = LN i + p (i < K / 4LN) in registers. The LN lanes of a row read LN 16 B pieces side by
+// side; every shared-memory key or query chunk a thread loads serves its RPT rows; each dot product
+// is reduced over LN lanes (log2 LN shuffles). After the reduction the lanes of a group split its
+// rows, LN/RPT lanes per row (row r_own), compute that row's outputs, and the first of them writes
+// them.
+constexpr int kVerifyThreads = kRows * kLanesPerRow / kRowsPerThread;
+template <int KD, int TMAX, class E>
+__global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const GdnVerifyKVBufferParams p) {
+  constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
+  constexpr int NT = kVerifyThreads, NF = KD / (4 * LN), KP = KD + 4, ROW_STEP = kRows / RPT;
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
   const GdnVerifyIO& io = p.io;
   const int tiles = io.V / kRows;
@@ -534,18 +537,16 @@ void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, dim3 b
 
 template <int KD, class E>
 void dispatch_tokens(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
-  constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
   const int T = p.io.tokens;
   const int tmax = T <= 2 ? 2 : T <= 4 ? 4 : T <= 6 ? T : 8;
   const size_t smem = VerifySmem{KD, tmax, p.capacity, sizeof(E)}.bytes();
   const unsigned blocks = unsigned(p.io.batch) * p.io.HV * (p.io.V / kRows);
-  const int threads = kRows * LN / RPT;
   switch (tmax) {
-    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E, LN, RPT>, p, smem, blocks, threads, stream);
-    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E, LN, RPT>, p, smem, blocks, threads, stream);
-    case 5: return launch(gdn_verify_kvbuffer_kernel<KD, 5, E, LN, RPT>, p, smem, blocks, threads, stream);
-    case 6: return launch(gdn_verify_kvbuffer_kernel<KD, 6, E, LN, RPT>, p, smem, blocks, threads, stream);
-    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E, LN, RPT>, p, smem, blocks, threads, stream);
+    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E>, p, smem, blocks, kVerifyThreads, stream);
+    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E>, p, smem, blocks, kVerifyThreads, stream);
+    case 5: return launch(gdn_verify_kvbuffer_kernel<KD, 5, E>, p, smem, blocks, kVerifyThreads, stream);
+    case 6: return launch(gdn_verify_kvbuffer_kernel<KD, 6, E>, p, smem, blocks, kVerifyThreads, stream);
+    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E>, p, smem, blocks, kVerifyThreads, stream);
     default: throw std::invalid_argument("gdn_verify_kvbuffer: unsupported token count " + std::to_string(T));
   }
 }

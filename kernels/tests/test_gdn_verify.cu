@@ -146,6 +146,68 @@ std::vector<int> draw_parents(int T, bool tree, std::mt19937_64& rng) {
   return p;
 }
 
+// One round's window: fresh bf16-rounded random tokens and parents per row (par0: 0-based, -1 = the
+// committed state), uploaded to the kernels' token inputs.
+struct Window {
+  std::vector<GdnTokens<double>> tokens;
+  std::vector<std::vector<int>> par0;
+};
+Window draw_window(const VerifyCase& c, const GdnDims& d, int B, std::mt19937_64& rng, Dev& q, Dev& k, Dev& v,
+                   Dev& g, Dev& beta, Dev& parents) {
+  Window w{std::vector<GdnTokens<double>>(B), std::vector<std::vector<int>>(B)};
+  std::vector<double> hq, hk, hv, hg, hb;
+  std::vector<int> h_par;
+  for (int r = 0; r < B; ++r) {
+    GdnTokens<double>& t = w.tokens[r];
+    t = ref::round_tokens_to_bf16(ref::make_random_gdn_tokens<double>(d, c.T, rng, c.gates));
+    hq.insert(hq.end(), t.q.begin(), t.q.end());
+    hk.insert(hk.end(), t.k.begin(), t.k.end());
+    hv.insert(hv.end(), t.v.begin(), t.v.end());
+    hg.insert(hg.end(), t.g.begin(), t.g.end());
+    hb.insert(hb.end(), t.beta.begin(), t.beta.end());
+    const auto pr = draw_parents(c.T, c.tree, rng);
+    h_par.insert(h_par.end(), pr.begin(), pr.end());
+    for (int x : pr) w.par0[r].push_back(x - 1);
+  }
+  q.upload(to_bf16(hq));
+  k.upload(to_bf16(hk));
+  v.upload(to_bf16(hv));
+  g.upload(std::vector<float>(hg.begin(), hg.end()));
+  beta.upload(std::vector<float>(hb.begin(), hb.end()));
+  parents.upload(h_par);
+  return w;
+}
+
+// Node t (0-based) of one request row: its outputs (out_row: the row's bf16 outputs [T, HV, V])
+// against the recurrence over its root path from the row's committed state; returns the state after
+// that path.
+GdnState<double> check_node_outputs(const VerifyCase& c, const GdnTokens<double>& win, const std::vector<int>& par0,
+                                    int t, const GdnState<double>& committed, const uint16_t* out_row, ErrAcc& err) {
+  const auto path = root_path(par0, t);
+  GdnState<double> s = committed;
+  std::vector<double> o;
+  ref::gdn_decode_recurrent(select_tokens(win, path), s, o);
+  const size_t last = size_t(path.size() - 1) * c.HV * c.V;
+  for (int h = 0; h < c.HV; ++h)
+    for (int vv = 0; vv < c.V; ++vv)
+      err.add(bf16_to_double(out_row[(size_t(t) * c.HV + h) * c.V + vv]), o[last + size_t(h) * c.V + vv]);
+  return s;
+}
+
+// What a row accepts: a random prefix (chain) or the root path of a random node (tree), 0-based;
+// one time in 8 nothing.
+std::vector<int> draw_accepted_path(bool tree, int T, const std::vector<int>& par0, std::mt19937_64& rng) {
+  std::vector<int> path;
+  if (rng() % 8 != 0) {
+    if (tree) {
+      path = root_path(par0, int(rng() % T));
+    } else {
+      for (int i = 0, m = int(rng() % T) + 1; i < m; ++i) path.push_back(i);
+    }
+  }
+  return path;
+}
+
 class GdnVerifyKVBufferTest : public ::testing::TestWithParam<VerifyCase> {};
 
 TEST_P(GdnVerifyKVBufferTest, MatchesRecurrentOfAcceptedTokens) {
@@ -245,27 +307,7 @@ TEST_P(GdnVerifyKVBufferTest, MatchesRecurrentOfAcceptedTokens) {
   int verify_folds = 0, commit_folds = 0;
   for (int round = 0; round < c.rounds; ++round) {
     // Fresh tokens per row.
-    std::vector<GdnTokens<double>> win(B);
-    std::vector<double> hq, hk, hv, hg, hb;
-    std::vector<int> h_par;
-    std::vector<std::vector<int>> par0(B);
-    for (int r = 0; r < B; ++r) {
-      win[r] = ref::round_tokens_to_bf16(ref::make_random_gdn_tokens<double>(d, T, rng, c.gates));
-      hq.insert(hq.end(), win[r].q.begin(), win[r].q.end());
-      hk.insert(hk.end(), win[r].k.begin(), win[r].k.end());
-      hv.insert(hv.end(), win[r].v.begin(), win[r].v.end());
-      hg.insert(hg.end(), win[r].g.begin(), win[r].g.end());
-      hb.insert(hb.end(), win[r].beta.begin(), win[r].beta.end());
-      const auto pr = draw_parents(T, c.tree, rng);
-      h_par.insert(h_par.end(), pr.begin(), pr.end());
-      for (int x : pr) par0[r].push_back(x - 1);
-    }
-    q.upload(to_bf16(hq));
-    k.upload(to_bf16(hk));
-    v.upload(to_bf16(hv));
-    g.upload(std::vector<float>(hg.begin(), hg.end()));
-    beta.upload(std::vector<float>(hb.begin(), hb.end()));
-    parents.upload(h_par);
+    const auto [win, par0] = draw_window(c, d, B, rng, q, k, v, g, beta, parents);
     out.poison();
     win_k.poison();
     win_u.poison();
@@ -286,16 +328,7 @@ TEST_P(GdnVerifyKVBufferTest, MatchesRecurrentOfAcceptedTokens) {
       int depth = 0;
       for (int t = 0; t < T; ++t) depth = std::max(depth, int(root_path(par0[r], t).size()));
       folded[r] = h_fill[kSlots[r]] > 0 && h_fill[kSlots[r]] + depth >= C;  // gdn_verify.h protocol
-      for (int t = 0; t < T; ++t) {
-        const auto path = root_path(par0[r], t);
-        GdnState<double> s = ref_state[r];
-        std::vector<double> o;
-        ref::gdn_decode_recurrent(select_tokens(win[r], path), s, o);
-        const size_t last = size_t(path.size() - 1) * c.HV * c.V;
-        for (int h = 0; h < c.HV; ++h)
-          for (int vv = 0; vv < c.V; ++vv)
-            out_err.add(bf16_to_double(h_out[base + (size_t(t) * c.HV + h) * c.V + vv]), o[last + size_t(h) * c.V + vv]);
-      }
+      for (int t = 0; t < T; ++t) check_node_outputs(c, win[r], par0[r], t, ref_state[r], h_out.data() + base, out_err);
     }
     for (int r = 0; r < B; ++r)
       if (folded[r]) {
@@ -305,19 +338,11 @@ TEST_P(GdnVerifyKVBufferTest, MatchesRecurrentOfAcceptedTokens) {
         compare_state(r, false, fold_err);
       }
 
-    // Accept: a random prefix (chain) or the root path of a random node (tree); sometimes nothing.
+    // Accept (draw_accepted_path), advancing the reference along the accepted path.
     std::vector<int> h_len(B, 0), h_nodes(size_t(B) * T, 0);
     for (int r = 0; r < B; ++r) {
       if (kSlots[r] < 0) continue;
-      std::vector<int> path;
-      if (rng() % 8 != 0) {
-        if (c.tree) {
-          path = root_path(par0[r], int(rng() % T));
-        } else {
-          const int m = int(rng() % T) + 1;
-          for (int i = 0; i < m; ++i) path.push_back(i);
-        }
-      }
+      const std::vector<int> path = draw_accepted_path(c.tree, T, par0[r], rng);
       h_len[r] = int(path.size());
       for (size_t i = 0; i < path.size(); ++i) h_nodes[size_t(r) * T + i] = path[i] + 1;
       std::vector<double> o;
@@ -412,27 +437,7 @@ TEST_P(GdnVerifyClassicTest, MatchesRecurrentOfAcceptedTokens) {
 
   ErrAcc out_err, step_err, state_err;
   for (int round = 0; round < c.rounds; ++round) {
-    std::vector<GdnTokens<double>> win(B);
-    std::vector<double> hq, hk, hv, hg, hb;
-    std::vector<int> h_par;
-    std::vector<std::vector<int>> par0(B);
-    for (int r = 0; r < B; ++r) {
-      win[r] = ref::round_tokens_to_bf16(ref::make_random_gdn_tokens<double>(d, T, rng, c.gates));
-      hq.insert(hq.end(), win[r].q.begin(), win[r].q.end());
-      hk.insert(hk.end(), win[r].k.begin(), win[r].k.end());
-      hv.insert(hv.end(), win[r].v.begin(), win[r].v.end());
-      hg.insert(hg.end(), win[r].g.begin(), win[r].g.end());
-      hb.insert(hb.end(), win[r].beta.begin(), win[r].beta.end());
-      const auto pr = draw_parents(T, c.tree, rng);
-      h_par.insert(h_par.end(), pr.begin(), pr.end());
-      for (int x : pr) par0[r].push_back(x - 1);
-    }
-    q.upload(to_bf16(hq));
-    k.upload(to_bf16(hk));
-    v.upload(to_bf16(hv));
-    g.upload(std::vector<float>(hg.begin(), hg.end()));
-    beta.upload(std::vector<float>(hb.begin(), hb.end()));
-    parents.upload(h_par);
+    const auto [win, par0] = draw_window(c, d, B, rng, q, k, v, g, beta, parents);
     out.poison();
     steps.poison();
     gdn_verify_classic(p, 0);
@@ -446,30 +451,17 @@ TEST_P(GdnVerifyClassicTest, MatchesRecurrentOfAcceptedTokens) {
         continue;
       }
       for (int t = 0; t < T; ++t) {
-        const auto path = root_path(par0[r], t);
-        GdnState<double> s = ref_state[r];
-        std::vector<double> o;
-        ref::gdn_decode_recurrent(select_tokens(win[r], path), s, o);
-        const size_t last = size_t(path.size() - 1) * c.HV * c.V;
+        const GdnState<double> s = check_node_outputs(c, win[r], par0[r], t, ref_state[r], h_out.data() + base, out_err);
         for (int h = 0; h < c.HV; ++h)
-          for (int vv = 0; vv < c.V; ++vv) {
-            out_err.add(bf16_to_double(h_out[base + (size_t(t) * c.HV + h) * c.V + vv]), o[last + size_t(h) * c.V + vv]);
+          for (int vv = 0; vv < c.V; ++vv)
             for (int kk = 0; kk < c.K; ++kk)
               step_err.add(h_steps[(((size_t(r) * T + t) * c.HV + h) * c.V + vv) * c.K + kk], s[h](kk, vv));
-          }
       }
     }
     std::vector<int> h_len(B, 0), h_nodes(size_t(B) * T, 0);
     for (int r = 0; r < B; ++r) {
       if (kSlots[r] < 0) continue;
-      std::vector<int> path;
-      if (rng() % 8 != 0) {
-        if (c.tree) {
-          path = root_path(par0[r], int(rng() % T));
-        } else {
-          for (int i = 0, m = int(rng() % T) + 1; i < m; ++i) path.push_back(i);
-        }
-      }
+      const std::vector<int> path = draw_accepted_path(c.tree, T, par0[r], rng);
       h_len[r] = int(path.size());
       for (size_t i = 0; i < path.size(); ++i) h_nodes[size_t(r) * T + i] = path[i] + 1;
       std::vector<double> o;
