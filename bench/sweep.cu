@@ -368,7 +368,6 @@ class DecodeSweep {
     }
     StepInputs in(shape_, batch, args_.seed);
     in.io.rows_per_block = args_.rows_per_block;
-    const int rows_per_block = gdn_decode_rows_per_block(in.io);
     DeviceBuffer states(L * state_per_layer), states_out(kd.out_of_place ? L * state_per_layer : 0);
     fill_uniform_f32(states.as<float>(), states.bytes() / 4, args_.seed + 11, -1.f, 1.f);
     if (kd.out_of_place) fill_uniform_f32(states_out.as<float>(), states_out.bytes() / 4, args_.seed + 12, -1.f, 1.f);
@@ -391,10 +390,33 @@ class DecodeSweep {
       fill_uniform_f32(bb.as<float>(), L * s_elems, args_.seed + 16, 0.1f, 0.9f);
     }
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
+    // Layer l's buffered-kernel parameters at capacity `chunk` (pools laid out inside the
+    // cmax-sized allocations).
+    auto layer_params = [&](int l, int chunk) {
+      GdnKVBufferParams p;
+      p.io = in.io;
+      p.variant = kd.variant, p.entry = kd.entry, p.capacity = chunk;
+      p.path = kd.path, p.scratch = scratch.as<float>();
+      p.state = states.as<float>() + l * (state_per_layer / 4);
+      p.buf_k = bk.as<char>() + l * k_elems * esz;
+      p.buf_val = bv.as<char>() + l * v_elems * esz;
+      p.buf_gcum = bg.as<float>() + l * s_elems;
+      p.buf_beta = bb.as<float>() + l * s_elems;
+      p.fill = fill.as<int32_t>() + size_t(l) * batch;
+      p.has_state = has.as<int32_t>() + size_t(l) * batch;
+      p.done_count = done.as<int32_t>() + size_t(l) * batch;
+      if (!kd.pool_fill) {
+        p.fill = p.has_state = p.done_count = nullptr;
+        p.row_fill = row_fill.as<int32_t>(), p.row_has_state = row_has.as<int32_t>();
+      }
+      return p;
+    };
 
     for (int chunk : chunks) {
       std::function<void(cudaStream_t)> step;
+      int rows_per_block = 0;
       if (!kd.buffered) {
+        rows_per_block = gdn_decode_recurrent_rows_per_block(in.io);
         step = [&, L](cudaStream_t s) {
           for (int l = 0; l < L; ++l) {
             GdnRecurrentParams p;
@@ -406,6 +428,8 @@ class DecodeSweep {
           }
         };
       } else {
+        const GdnKVBufferParams p0 = layer_params(0, chunk);
+        rows_per_block = kd.direct ? gdn_decode_direct_rows_per_block(p0) : gdn_decode_kvbuffer_rows_per_block(p0);
         stagger_fill_kernel<<<grid_for(size_t(L) * batch), 256>>>(fill.as<int32_t>(), has.as<int32_t>(),
                                                                   done.as<int32_t>(), size_t(L) * batch, batch, chunk,
                                                                   kd.direct ? 0 : 1);
@@ -418,23 +442,7 @@ class DecodeSweep {
           // Direct mode: requests stay stateless (the fold at fill C-1 would otherwise end it).
           if (kd.direct && kd.pool_fill) KVB_CUDA_CHECK(cudaMemsetAsync(has.as<void>(), 0, has.bytes(), s));
           for (int l = 0; l < L; ++l) {
-            GdnKVBufferParams p;
-            p.io = in.io;
-            p.variant = kd.variant, p.entry = kd.entry, p.capacity = chunk;
-            p.path = kd.path, p.scratch = scratch.as<float>();
-            p.state = states.as<float>() + l * (state_per_layer / 4);
-            // Layer l's pools at capacity `chunk`, laid out inside the cmax-sized allocation.
-            p.buf_k = bk.as<char>() + l * k_elems * esz;
-            p.buf_val = bv.as<char>() + l * v_elems * esz;
-            p.buf_gcum = bg.as<float>() + l * s_elems;
-            p.buf_beta = bb.as<float>() + l * s_elems;
-            p.fill = fill.as<int32_t>() + size_t(l) * batch;
-            p.has_state = has.as<int32_t>() + size_t(l) * batch;
-            p.done_count = done.as<int32_t>() + size_t(l) * batch;
-            if (!kd.pool_fill) {
-              p.fill = p.has_state = p.done_count = nullptr;
-              p.row_fill = row_fill.as<int32_t>(), p.row_has_state = row_has.as<int32_t>();
-            }
+            const GdnKVBufferParams p = layer_params(l, chunk);
             if (kd.direct)
               gdn_decode_direct(p, s);
             else

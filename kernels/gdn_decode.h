@@ -30,8 +30,8 @@ struct GdnStepIO {
   const float* A_log = nullptr;
   const float* dt_bias = nullptr;
   __nv_bfloat16* out = nullptr;      // [B, HV, V]
-  // V rows per thread block (16, 32, 64 or 128, dividing V); 0 = chosen from B x HV against the
-  // multiprocessor count (small batches split each head over more blocks).
+  // V rows per thread block (16, 32, 64 or 128, dividing V); 0 = chosen per launch shape, from
+  // B x HV against the multiprocessor count (small batches split each head over more blocks).
   int rows_per_block = 0;
 };
 
@@ -91,7 +91,9 @@ void gdn_decode_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream);
 // split shape from C = 4 (kernel A finishes a stateless token without kernel B).
 void gdn_decode_direct(const GdnKVBufferParams& p, cudaStream_t stream);
 
-// The rows_per_block the dispatch uses for this launch shape (exposed for the sweep's CSV).
-int gdn_decode_rows_per_block(const GdnStepIO& io);
+// The V rows per thread block each dispatch uses for these parameters (the sweep's CSV reports them).
+int gdn_decode_recurrent_rows_per_block(const GdnStepIO& io);
+int gdn_decode_kvbuffer_rows_per_block(const GdnKVBufferParams& p);
+int gdn_decode_direct_rows_per_block(const GdnKVBufferParams& p);
 
 }  // namespace kvbuf

@@ -228,6 +228,16 @@ __device__ __forceinline__ void fold_row(float* s, float eG_t, float u_t, const 
 
 // Validation shared by the dispatch functions.
 void validate_step_io(const GdnStepIO& io, const char* who);
-int choose_rows_per_block(const GdnStepIO& io);
+// V rows per block: io.rows_per_block when set, else up to max_rows, fewer for small batches.
+int choose_rows_per_block(const GdnStepIO& io, int max_rows);
+// Row caps by launch shape, measured on the H200 (gdn_decode_kvbuffer.cu log v8): kernels whose
+// blocks only stream S0 rows (recurrent, split kernel B) run faster with 16 KiB tiles than with
+// 32 KiB ones (recurrent in place at batch 64: 70.9 against 71.1-71.2 us, out of place at 256: 265.7
+// against 267.5-268.4; direct C = 64 at batch 64: 33.7 against 39.4); the single KVBuffer kernel,
+// whose blocks repeat the buffered-key work per tile, with 32 KiB (batch 256, C = 8: 165-175
+// against 201 us).
+constexpr int kRecurrentMaxRows = 32;
+constexpr int kSplitStateMaxRows = 32;
+constexpr int kSingleKVBufferMaxRows = 64;
 
 }  // namespace kvbuf::gdn_detail

@@ -612,6 +612,21 @@ void dispatch_entry(const GdnKVBufferParams& p, int rows, bool split, cudaStream
   }
 }
 
+// Whether this launch takes the split path, and its rows per block.
+struct LaunchShape {
+  bool split;
+  int rows;
+};
+bool split_possible(const GdnKVBufferParams& p) {
+  return p.variant == GdnBufferVariant::CachedU && p.row_fill && p.scratch;
+}
+LaunchShape launch_shape(const GdnKVBufferParams& p, int split_min_capacity) {
+  const bool split = p.path == GdnDecodePath::Split ||
+                     (p.path == GdnDecodePath::Auto && split_possible(p) && p.io.batch >= kSplitMinBatch &&
+                      p.capacity >= split_min_capacity);
+  return {split, choose_rows_per_block(p.io, split ? kSplitStateMaxRows : kSingleKVBufferMaxRows)};
+}
+
 void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* who, int split_min_capacity) {
   validate_step_io(p.io, who);
   auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(who) + ": " + m); };
@@ -623,20 +638,16 @@ void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* w
   if (!p.row_fill && !(p.fill && p.has_state && p.done_count))
     fail("without row_fill/row_has_state, fill, has_state and done_count must be set");
   if (p.variant == GdnBufferVariant::Raw && !p.buf_beta) fail("the raw variant needs buf_beta");
-  const bool split_possible = p.variant == GdnBufferVariant::CachedU && p.row_fill && p.scratch;
-  if (p.path == GdnDecodePath::Split && !split_possible)
+  if (p.path == GdnDecodePath::Split && !split_possible(p))
     fail("the split path needs the cached-u variant, row_fill/row_has_state and scratch");
-  const bool split = p.path == GdnDecodePath::Split ||
-                     (p.path == GdnDecodePath::Auto && split_possible && p.io.batch >= kSplitMinBatch &&
-                      p.capacity >= split_min_capacity);
   if (p.io.batch == 0) return;
-  const int rows = choose_rows_per_block(p.io);
+  const LaunchShape shape = launch_shape(p, split_min_capacity);
   const int kv = p.io.K * 1000 + p.io.V;
   switch (kv) {
     case 128 * 1000 + 128:
-      return dispatch_entry<128, 128>(p, rows, split, stream);
+      return dispatch_entry<128, 128>(p, shape.rows, shape.split, stream);
     case 64 * 1000 + 64:
-      return dispatch_entry<64, 64>(p, rows, split, stream);
+      return dispatch_entry<64, 64>(p, shape.rows, shape.split, stream);
     default:
       fail("unsupported head dims K=" + std::to_string(p.io.K) + " V=" + std::to_string(p.io.V) +
            " (supported: 64x64, 128x128)");
@@ -651,6 +662,14 @@ void gdn_decode_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream) {
 
 void gdn_decode_direct(const GdnKVBufferParams& p, cudaStream_t stream) {
   gdn_detail::run_kvbuffer(p, stream, "gdn_decode_direct", gdn_detail::kSplitMinCapacityDirect);
+}
+
+int gdn_decode_kvbuffer_rows_per_block(const GdnKVBufferParams& p) {
+  return gdn_detail::launch_shape(p, gdn_detail::kSplitMinCapacityKVBuffer).rows;
+}
+
+int gdn_decode_direct_rows_per_block(const GdnKVBufferParams& p) {
+  return gdn_detail::launch_shape(p, gdn_detail::kSplitMinCapacityDirect).rows;
 }
 
 }  // namespace kvbuf
