@@ -314,9 +314,6 @@ class DecodeSweep {
   }
 
   double copy_gbps() const { return copy_gbps_; }
-  const std::string& gpu() const { return gpu_; }
-  const std::string& commit() const { return commit_; }
-  int layers() const { return layers_; }
 
   static const DecodeKernel* find_kernel(const std::string& name) {
     for (const auto& k : decode_kernels())
@@ -588,8 +585,6 @@ void register_sweep_command(CLI::App& app) {
                               "kvbuffer-single, kvbuffer-split, direct-single, direct-split, verify-...)");
       }
     }
-    if (!verify.empty() && !run_verify_sweep)
-      throw cli::UsageError("--kernels: verify methods need the verify sweep (bench/sweep_verify.cu), not in this build");
     const LayerShape& shape = models[0].layer;
     if (any_decode && shape.kind == LayerKind::GatedDeltaNet &&
         !(shape.head_k == shape.head_v && (shape.head_k == 64 || shape.head_k == 128)))

@@ -87,12 +87,7 @@ struct VerifySweepArgs {
   std::string commit;        // commit_id()
   uint64_t seed = 1;
 };
-// Returns the number of failed points (0 = all rows written). Declared weak so that `kvbuf`
-// links before sweep_verify.cu exists; callers check `if (run_verify_sweep)` first.
-int run_verify_sweep(const VerifySweepArgs& args) __attribute__((weak));
-
-// verify-gpu's kernel checks for `kvbuf check` (prints one line per case, returns failures);
-// weak like run_verify_sweep.
-int run_verify_checks(uint64_t seed) __attribute__((weak));
+// Returns the number of failed points (0 = all rows written).
+int run_verify_sweep(const VerifySweepArgs& args);
 
 }  // namespace kvbuf
