@@ -138,6 +138,49 @@
 //     persistent grid that prefetches the next (request, head) item's S0 tile and buffer while
 //     computing the current one (the per-block chain is still the limit: 83% of copy bandwidth
 //     at C = 8 where recurrent moves 94%).
+//   v7 persistent grid, two stages (branch exp/persistent-two-stage, 1b8d8a3): blocks loop over
+//     (row, head, tile) items, the next item's S0 tile, buffer and token copies in flight into the
+//     second stage while the current one computes, lookups and gates loaded ahead into registers.
+//     Predicted: the per-block chain hidden, toward the bytes limit (~150 us at 256, C = 8).
+//     Measured (correct: 17 new cases, memcheck and racecheck clean): slower everywhere, 256:
+//     204.8 us [C = 8] against 180.4 for the single kernel in the same run, C = 16 274 us. Two
+//     stages halve the blocks per SM (3, at C = 16 2: 12 or 8 warps), and per item time stayed
+//     ~5 us whatever the blocks per SM: the stage hold time, not the launch, set the rate.
+//   v8 L2 prefetch (branch exp/l2-prefetch, c3e29b2): each block also prefetches
+//     (cp.async.bulk.prefetch.L2) the S0 tile of the block D indices later, to hold more of the
+//     read in flight than shared memory allows. Predicted a few % at large batch. Measured at
+//     D = 0 / 264 / 528 / 792 / 1584, 256, C = 8: 174.1 / 177.0 / 183.7 / 208.2 / 240.6 us
+//     (recurrent 271 / 269 / 310 / 355 / 366): no gain at any distance, and prefetched lines are
+//     evicted before use from 528 blocks (17 MB) ahead.
+//   v9 persistent grid, one stage (branch exp/persistent-one-stage, 61990e3): the single kernel's
+//     shared memory (6 blocks per SM), next item's lookups in registers, copies issued the moment
+//     the stage frees: no launch and no slot round trip in the stage's hold time. Predicted
+//     5-15% (the slot round trip was 12% of warp samples). Measured, same run: 64: 48.6 against
+//     49.2 us [C = 8], 256: 182.1 against 174.8, 512: 362.7 against 343.0; batch 1 and 8 10-20%
+//     slower (a block per item there). Dropped: the round trip is hidden by the other resident
+//     blocks, not on the critical path.
+//   ncu (6acdf76's single kernel = 323357e's, 256, C = 8, kernel alone 173.3 us at 1.91 GHz):
+//     DRAM 74% (3.57 TB/s), issue slots 61% busy (2.51 instructions per cycle per SM, 1.37
+//     eligible warps per scheduler), 6 blocks per SM by both registers (80) and shared memory
+//     (36 KiB). 6346 warp instructions per block: 36% prologue (address arithmetic, k/q
+//     normalisation repeated by every warp, copy issue), 8% per-block key scalars, 26% the row
+//     dots, 7% u-tile terms, 14% the fold (1 block in 8), 5% the entry store. Warp samples: 29%
+//     at the barrier behind the buffer copies (cp.async), 12% on the first lookups, 30% in the
+//     row loop. Recurrent (same tiles): DRAM 82%, issue 23% busy. So the single kernel is bound
+//     by latency at 6 blocks per SM with a large share of issue; hoisting the appended entry's
+//     address out of the row loop (v10 below) changed nothing measurable.
+//   v10 (771f0cd) rows per block capped per launch shape (gdn_decode_device.h): 32 for the
+//     recurrent kernel and split kernel B, 64 for the single kernel; small batches aim at 4
+//     blocks per SM (was 8). Measured (results/decode_h200.csv, 771f0cd): recurrent in place at
+//     batch 64 70.8 us (89.7% of copy; 71.05 before), out of place at 256 266.3 (268.4); direct
+//     C = 64 at 64 34.0 us (0.48x recurrent; 39.4 before); batch 8: recurrent 11.02 (11.78),
+//     KVBuffer 10.85 [C = 2] (11.65). KVBuffer at its best C: 4.07 / 47.07 / 87.86 / 166.28 /
+//     324.07 us at 1 / 64 / 128 / 256 / 512 (1.63x at 256, 1.66x at 512). Interleaved runs
+//     of the same binaries (A B A B) agree within 0.3%, but separate runs differ by up to 5%:
+//     the H200 holds ~690-700 W during these sweeps and lowers the SM clock (1500-1980 MHz
+//     sampled), which moves this latency- and issue-bound kernel more than the recurrent one.
+//     256, C = 8 measured 160.7-160.9 us in three interleaved runs (1.69x against the sweep's
+//     recurrent 271.0), 166.3 in the sweep (1.63x).
 #include <stdexcept>
 #include <string>
 
@@ -273,6 +316,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   if (n > 0) __syncthreads();  // n is block-uniform; with no entries nothing above was written
 
   __nv_bfloat16* out = io.out + (size_t(c.row) * HV + c.h) * V;
+  E* const entry_n = bval + (size_t(n) * HV + c.h) * V;  // this head's values of the appended entry
   float* ua = scratch + group * C;
   const int leader = (threadIdx.x & 31) & ~(kGroupLanes - 1);
 
@@ -328,7 +372,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
       else fold_row<K>(s, eG_t, u_t, k, n, sw, utile + rl, ustride, skeys, lane);
       store_slice<K>(state + size_t(r) * K, lane, s);
     } else if (lane == 0) {
-      bval[(size_t(n) * HV + c.h) * V + r] = from_f32<E>(RAW ? v_r : u_t);
+      entry_n[r] = from_f32<E>(RAW ? v_r : u_t);
     }
     if (RAW) __syncwarp();  // ua is rewritten by the next row
   }
@@ -538,6 +582,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
   }
 
   __nv_bfloat16* out = io.out + (size_t(c.row) * HV + c.h) * V;
+  E* const entry_n = bval + (size_t(n) * HV + c.h) * V;  // this head's values of the appended entry
   for (int ch = 0; ch < chunks; ++ch) {
     const int rl = ch * kGroups + group, r = c.v0 + rl;
     float s[N];
@@ -550,7 +595,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
       fold_row<K>(s, eG_t, u_t, k, n, sw, utile + rl, ustride, skeys, lane);
       store_slice<K>(state + size_t(r) * K, lane, s);
     } else if (lane == 0) {
-      bval[(size_t(n) * HV + c.h) * V + r] = from_f32<E>(u_t);
+      entry_n[r] = from_f32<E>(u_t);
     }
   }
 }

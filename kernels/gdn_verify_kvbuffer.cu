@@ -63,6 +63,21 @@
 //     cycle, 30% occupancy, short-scoreboard stalls): one block per key head (both value heads
 //     share the window, the buffered keys and their dot products, which differ only by decay), and
 //     a persistent grid that prefetches the next item's state while computing this one.
+//   v7 (not kept) S0 rows loaded right after the slot lookup, before fill / has_state arrive
+//     (zeroed afterwards for stateless rows), to take one dependent round trip off each block.
+//     Predicted ~5-9%. Measured, interleaved with the kept kernel three times (6acdf76 vs
+//     6acdf76 + change): T = 4 at 128 149.8-150.1 us against 142.6-142.8, T = 5 at 256 351-353
+//     against 335-338: 5% slower; dropped.
+//   ncu (6acdf76 = 323357e's kernel, 128, T = 4, C = 16, kernel alone 139.7 us): DRAM 50%, issue
+//     slots 55% busy, 5 blocks of 4 warps per SM (96 registers, 22 KiB), 9292 warp instructions
+//     per block: 19% prologue (copy issue, addresses), 5% window normalisation, 4% tree and G_t,
+//     17% key dot products (n T + T T pairs, the same in the 4 blocks of a key head: 2 tiles x 2
+//     value heads), 53% the per-row part (2 T dots of K per row, buffer terms, substitution);
+//     warp samples 25% in the key dots (mostly at the barrier behind them), 39% in the row part.
+//     Sharing the window and key dots per key head would remove at most ~15% of the
+//     instructions, and bigger blocks cost occupancy; the row part's 2 T x K products per row are
+//     a small GEMM (S0 [64, K] x [K, 2T]) that tensor cores could take (3xTF32 for fp32
+//     accuracy), the remaining lever for the <= 1.3x decode and ReplaySSM T = 5 figures.
 #include <stdexcept>
 #include <string>
 
