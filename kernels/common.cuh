@@ -23,13 +23,15 @@ namespace kvbuf {
 #define KVB_CUDA_CHECK_LAUNCH() KVB_CUDA_CHECK(cudaGetLastError())
 
 // Host: launches kernel(args...) on grid x block with smem bytes of dynamic shared memory (raising
-// the kernel's limit above 48 KiB when needed). programmatic_dependent: the grid may start while
-// the previous grid in the stream still runs; it must execute griddepcontrol.wait before reading
-// what that grid writes.
+// the kernel's limit when its static and dynamic shared memory together pass the default 48 KiB).
+// programmatic_dependent: the grid may start while the previous grid in the stream still runs; it
+// must execute griddepcontrol.wait before reading what that grid writes.
 template <class... KernelArgs, class... Args>
 void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                    bool programmatic_dependent, Args&&... args) {
-  if (smem > 48 * 1024)
+  cudaFuncAttributes attrs = {};
+  KVB_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
+  if (smem + attrs.sharedSizeBytes > 48 * 1024)
     KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;

@@ -181,6 +181,14 @@
 //     sampled), which moves this latency- and issue-bound kernel more than the recurrent one.
 //     256, C = 8 measured 160.7-160.9 us in three interleaved runs (1.69x against the sweep's
 //     recurrent 271.0), 166.3 in the sweep (1.63x).
+//   v11 (not kept) warp 0 alone normalises the token's k and q into shared memory for the block
+//     (every warp did the same ~150 instructions: ~8% of the block's). Predicted 2-4% at large
+//     batch (issue slots 61% busy). Measured, interleaved three times with 5ba8ad4: 256, C = 8
+//     156.7-157.1 against 158.3-159.1 us, 512: 319.8-322.3 against 324.3-332.5 (1-3% faster),
+//     C = 16 within 1%, batch 1 4.33-4.35 against 4.22-4.23 (3% slower: the normalisation moves
+//     onto one warp's critical path where latency rules). Dropped for the batch-1 loss. (Its
+//     extra static shared memory also exposed that launch_kernel raised the dynamic limit only
+//     for > 48 KiB of dynamic memory; it now counts the static part too.)
 #include <stdexcept>
 #include <string>
 
