@@ -228,16 +228,27 @@ __device__ __forceinline__ void fold_row(float* s, float eG_t, float u_t, const 
 
 // Validation shared by the dispatch functions.
 void validate_step_io(const GdnStepIO& io, const char* who);
-// V rows per block: io.rows_per_block when set, else up to max_rows, fewer for small batches.
-int choose_rows_per_block(const GdnStepIO& io, int max_rows);
-// Row caps by launch shape, measured on the H200 (gdn_decode_kvbuffer.cu log v8): kernels whose
-// blocks only stream S0 rows (recurrent, split kernel B) run faster with 16 KiB tiles than with
-// 32 KiB ones (recurrent in place at batch 64: 70.9 against 71.1-71.2 us, out of place at 256: 265.7
-// against 267.5-268.4; direct C = 64 at batch 64: 33.7 against 39.4); the single KVBuffer kernel,
-// whose blocks repeat the buffered-key work per tile, with 32 KiB (batch 256, C = 8: 165-175
-// against 201 us).
-constexpr int kRecurrentMaxRows = 32;
-constexpr int kSplitStateMaxRows = 32;
-constexpr int kSingleKVBufferMaxRows = 64;
+// V rows per block of a launch shape: io.rows_per_block when set, else up to max_rows, halved (down
+// to 16) while the grid would have fewer than min_blocks_per_sm blocks per SM, so that small
+// batches spread their state over every SM.
+struct RowsRule {
+  int max_rows, min_blocks_per_sm;
+};
+int choose_rows_per_block(const GdnStepIO& io, RowsRule rule);
+// The rules, measured on the H200 (gdn_decode_kvbuffer.cu log v10, v12):
+//  * recurrent: 16 KiB tiles (32 rows) beat 32 KiB ones (in place at batch 64: 70.8 against
+//    71.1 us, out of place at 256: 266.3 against 268.4), and batch 8 runs 6% faster at 4 blocks
+//    per SM (32 rows) than at 8 (16 rows);
+//  * single KVBuffer kernel: 32 KiB tiles, as its blocks repeat the buffered-key work per tile
+//    (256, C = 8: 165-175 against 201 us with 32 rows); batch 8 at 4 blocks per SM (10.85
+//    against 11.65 us);
+//  * split kernel B: most of its blocks exit at once in direct mode and only the 1 / C that fold
+//    work; 32-row tiles split the long folds of C >= 32 over more blocks (direct, C = 64 at batch
+//    64: 34.0 against 39.4 us), but for C < 32 they only add empty blocks (direct, C = 8 at 256:
+//    70.5 against 58.8 us); small batches keep 8 blocks per SM (direct at batch 8, C = 8: 7.8 us
+//    with 16 rows, 11.1 with 32).
+constexpr RowsRule kRecurrentRows{32, 4};
+constexpr RowsRule kSingleKVBufferRows{64, 4};
+inline RowsRule split_state_rows(int capacity) { return {capacity >= 32 ? 32 : 64, 8}; }
 
 }  // namespace kvbuf::gdn_detail

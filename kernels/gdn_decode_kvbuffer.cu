@@ -189,6 +189,11 @@
 //     onto one warp's critical path where latency rules). Dropped for the batch-1 loss. (Its
 //     extra static shared memory also exposed that launch_kernel raised the dynamic limit only
 //     for > 48 KiB of dynamic memory; it now counts the static part too.)
+//   v12 split kernel B's rows by capacity (gdn_decode_device.h): v10's 32-row cap made direct mode
+//     at C < 32 10-29% slower from batch 128 (256, C = 8: 70.5 against 58.8 us: more blocks that
+//     exit at once) and 30-42% slower at batch 8, while C >= 32 gained (C = 64 at 64: 34.0
+//     against 39.4). Now 32 rows only for C >= 32, and 8 blocks per SM for small batches.
+//     Predicted: direct at C < 32 back to 323357e's table (256: 58.8 [8]), C = 64 as in v10.
 #include <stdexcept>
 #include <string>
 
@@ -677,7 +682,7 @@ LaunchShape launch_shape(const GdnKVBufferParams& p, int split_min_capacity) {
   const bool split = p.path == GdnDecodePath::Split ||
                      (p.path == GdnDecodePath::Auto && split_possible(p) && p.io.batch >= kSplitMinBatch &&
                       p.capacity >= split_min_capacity);
-  return {split, choose_rows_per_block(p.io, split ? kSplitStateMaxRows : kSingleKVBufferMaxRows)};
+  return {split, choose_rows_per_block(p.io, split ? split_state_rows(p.capacity) : kSingleKVBufferRows)};
 }
 
 void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* who, int split_min_capacity) {

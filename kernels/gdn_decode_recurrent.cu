@@ -64,7 +64,7 @@ void validate_step_io(const GdnStepIO& io, const char* who) {
   }
 }
 
-int choose_rows_per_block(const GdnStepIO& io, int max_rows) {
+int choose_rows_per_block(const GdnStepIO& io, RowsRule rule) {
   if (io.rows_per_block) return io.rows_per_block;
   static int sms = [] {
     int dev = 0, n = 0;
@@ -72,12 +72,9 @@ int choose_rows_per_block(const GdnStepIO& io, int max_rows) {
     KVB_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
     return n;
   }();
-  // Small batches split each head over more blocks so that their state spreads over every SM:
-  // at least 4 blocks per SM (H200, gdn_decode_kvbuffer.cu log v6: batch 8 runs 6% faster with
-  // 32 rows than with the 16 that a target of 8 blocks per SM gave).
   const long heads = long(io.batch) * io.HV;
-  int rows = std::min(io.V, max_rows);
-  while (rows > 16 && heads * (io.V / rows) < 4L * sms) rows /= 2;
+  int rows = std::min(io.V, rule.max_rows);
+  while (rows > 16 && heads * (io.V / rows) < long(rule.min_blocks_per_sm) * sms) rows /= 2;
   return rows;
 }
 
@@ -137,7 +134,7 @@ void launch_recurrent(const GdnRecurrentParams& p, int rows, dim3 grid, cudaStre
 }  // namespace gdn_detail
 
 int gdn_decode_recurrent_rows_per_block(const GdnStepIO& io) {
-  return gdn_detail::choose_rows_per_block(io, gdn_detail::kRecurrentMaxRows);
+  return gdn_detail::choose_rows_per_block(io, gdn_detail::kRecurrentRows);
 }
 
 void gdn_decode_recurrent(const GdnRecurrentParams& p, cudaStream_t stream) {
@@ -145,7 +142,7 @@ void gdn_decode_recurrent(const GdnRecurrentParams& p, cudaStream_t stream) {
   validate_step_io(p.io, "gdn_decode_recurrent");
   if (!p.state_in || !p.state_out) throw std::invalid_argument("gdn_decode_recurrent: state_in and state_out must be set");
   if (p.io.batch == 0) return;
-  const int rows = choose_rows_per_block(p.io, kRecurrentMaxRows);
+  const int rows = choose_rows_per_block(p.io, kRecurrentRows);
   const dim3 grid(unsigned(long(p.io.batch) * p.io.HV * (p.io.V / rows)));
   const int kv = p.io.K * 1000 + p.io.V;
   switch (kv) {
