@@ -373,10 +373,9 @@ class DecodeSweep {
         fill(kd.buffered ? size_t(L) * batch * 4 : 0), has(fill.bytes()), done(fill.bytes()),
         row_fill(kd.buffered ? size_t(batch) * 4 : 0), row_has(row_fill.bytes()),
         scratch(kd.buffered ? size_t(batch) * HV * 2 * V * 4 : 0);  // split path: one step's r, s (layers reuse it)
-    // Every point starts from the same random pool contents: a point's timing must not depend on
-    // the points before it. (The token inputs repeat every step, so the states drift towards the
-    // recurrence's fixed point as steps run; at batch 256, C = 8 timed right after C = 1, 2, 4 on
-    // the same pools ran 4% slower than on fresh pools, 164.3 against 157.4 us, a09263d.)
+    // Every point starts from the same random pool contents, so that a point sees the same data
+    // whether it runs alone or after others (the token inputs repeat every step, and the states
+    // drift as steps run). This does not remove the order effect results/README.md describes.
     auto fill_pools = [&] {
       fill_uniform_f32(states.as<float>(), states.bytes() / 4, args_.seed + 11, -1.f, 1.f);
       if (kd.out_of_place) fill_uniform_f32(states_out.as<float>(), states_out.bytes() / 4, args_.seed + 12, -1.f, 1.f);
