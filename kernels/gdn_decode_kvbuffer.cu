@@ -171,7 +171,7 @@
 //     address out of the row loop (v10 below) changed nothing measurable.
 //   v10 (771f0cd) rows per block capped per launch shape (gdn_decode_device.h): 32 for the
 //     recurrent kernel and split kernel B, 64 for the single kernel; small batches aim at 4
-//     blocks per SM (was 8). Measured (results/decode_h200.csv, 771f0cd): recurrent in place at
+//     blocks per SM (was 8). Measured (full sweep at 771f0cd): recurrent in place at
 //     batch 64 70.8 us (89.7% of copy; 71.05 before), out of place at 256 266.3 (268.4); direct
 //     C = 64 at 64 34.0 us (0.48x recurrent; 39.4 before); batch 8: recurrent 11.02 (11.78),
 //     KVBuffer 10.85 [C = 2] (11.65). KVBuffer at its best C: 4.07 / 47.07 / 87.86 / 166.28 /
@@ -194,6 +194,17 @@
 //     exit at once) and 30-42% slower at batch 8, while C >= 32 gained (C = 64 at 64: 34.0
 //     against 39.4). Now 32 rows only for C >= 32, and 8 blocks per SM for small batches.
 //     Predicted: direct at C < 32 back to 323357e's table (256: 58.8 [8]), C = 64 as in v10.
+//     Measured (results/decode_h200.csv, 607165 = a09263d's kernels): as predicted, direct at its
+//     best C 7.03 [16] / 19.73 [8] / 58.79 [8] / 109.80 [8] us at 8 / 64 / 256 / 512 (323357e:
+//     7.03 / 19.67 / 58.81 / 109.56), direct C = 64 34.3 / 52.0 / 90.9 us at 64 / 128 / 256 (0.48x /
+//     0.38x / 0.34x recurrent), KVBuffer split at C = 64 62.6 us at 64 (67.4 with 64 rows).
+//     Result of this stop (same sweep): KVBuffer at its best C 4.06 / 47.04 / 88.26 / 165.38 /
+//     325.59 us at 1 / 64 / 128 / 256 / 512 (0.96x / 1.51x / 1.56x / 1.64x / 1.65x recurrent).
+//     Short runs of batch 256, C = 8 alone or interleaved with recurrent: 157.3-157.5 us (1.73x);
+//     right after C = 1, 2, 4 of the same batch in one process (as in the sweep): 164.3-167.6 us,
+//     whether or not the pools are refilled; recurrent 271-273 us either way
+//     (results/README.md, "order effect"). Missed still: 1.7x in the sweep, batch 1, ReplaySSM
+//     at 64 / 256 / 512.
 #include <stdexcept>
 #include <string>
 
