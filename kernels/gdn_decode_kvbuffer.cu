@@ -150,8 +150,8 @@
 //     (cp.async.bulk.prefetch.L2) the S0 tile of the block D indices later, to hold more of the
 //     read in flight than shared memory allows. Predicted a few % at large batch. Measured at
 //     D = 0 / 264 / 528 / 792 / 1584, 256, C = 8: 174.1 / 177.0 / 183.7 / 208.2 / 240.6 us
-//     (recurrent 271 / 269 / 310 / 355 / 366): no gain at any distance, and prefetched lines are
-//     evicted before use from 528 blocks (17 MB) ahead.
+//     (recurrent 271 / 269 / 310 / 355 / 366): no gain at any distance, and from 528 blocks
+//     (17 MB) ahead both kernels slow down, as if prefetched lines were evicted before use.
 //   v9 persistent grid, one stage (branch exp/persistent-one-stage, 61990e3): the single kernel's
 //     shared memory (6 blocks per SM), next item's lookups in registers, copies issued the moment
 //     the stage frees: no launch and no slot round trip in the stage's hold time. Predicted
