@@ -37,6 +37,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/gdn_decode.h"
+#include "kernels/tests/test_device_buffer.h"
 #include "reference/gdn.h"
 #include "reference/random_inputs.h"
 
@@ -83,15 +84,7 @@ struct CaseResult {
 
 namespace detail {
 
-struct Dev {
-  void* p = nullptr;
-  explicit Dev(size_t bytes) { KVB_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  template <class T>
-  T* as() const { return static_cast<T*>(p); }
-};
+using test::Dev;
 
 inline std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& x) {
   std::vector<__nv_bfloat16> r(x.size());
@@ -106,11 +99,6 @@ inline float bf16_to_float(__nv_bfloat16 b) {
   std::memcpy(&bits, &b, 2);
   return ref::bf16_bits_to_float(bits);
 }
-template <class T>
-void upload(void* dst, const std::vector<T>& src) {
-  KVB_CUDA_CHECK(cudaMemcpy(dst, src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice));
-}
-
 }  // namespace detail
 
 inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
@@ -164,23 +152,20 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
         for (int k = 0; k < K; ++k) ref_state[r][h](k, v) = s[h * head_elems + size_t(v) * K + k];
   }
   Dev pool_a(pool_init.size() * 4), pool_b(pool_init.size() * 4);
-  upload(pool_a.p, pool_init);
-  upload(pool_b.p, pool_init);
+  pool_a.upload(pool_init);
+  pool_b.upload(pool_init);
 
   // Buffer pools poisoned with NaN (0xff bytes) so that reading an entry never written shows.
   const size_t esz = (cs.entry == GdnEntryType::BF16) ? 2 : 4;
   Dev buf_k(size_t(slots) * C * H * K * esz), buf_val(size_t(slots) * C * HV * V * esz);
   Dev buf_g(size_t(slots) * C * HV * 4), buf_beta(size_t(slots) * C * HV * 4);
   Dev d_fill(slots * 4), d_has(slots * 4), d_done(slots * 4);
-  for (Dev* d : {&buf_k, &buf_val, &buf_g, &buf_beta})
-    KVB_CUDA_CHECK(cudaMemset(d->p, 0xff, (d == &buf_k ? size_t(slots) * C * H * K * esz
-                                          : d == &buf_val ? size_t(slots) * C * HV * V * esz
-                                                          : size_t(slots) * C * HV * 4)));
+  for (Dev* d : {&buf_k, &buf_val, &buf_g, &buf_beta}) d->poison();
   std::vector<int32_t> has_init(slots, 1);
   for (int r = 0; r < B; ++r) has_init[slot_perm[r]] = direct[r] ? 0 : 1;
-  KVB_CUDA_CHECK(cudaMemset(d_fill.p, 0, slots * 4));
-  KVB_CUDA_CHECK(cudaMemset(d_done.p, 0, slots * 4));
-  upload(d_has.p, has_init);
+  KVB_CUDA_CHECK(cudaMemset(d_fill.as<void>(), 0, slots * 4));
+  KVB_CUDA_CHECK(cudaMemset(d_done.as<void>(), 0, slots * 4));
+  d_has.upload(has_init);
 
   Dev d_row_fill(rows * 4), d_row_has(rows * 4);
   Dev d_slot(rows * 4), d_q(size_t(rows) * H * K * 2), d_k(size_t(rows) * H * K * 2),
@@ -191,8 +176,8 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
   {
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     for (int h = 0; h < HV; ++h) A_log[h] = u(rng), dt_bias[h] = u(rng);
-    upload(d_Alog.p, A_log);
-    upload(d_dtb.p, dt_bias);
+    d_Alog.upload(A_log);
+    d_dtb.upload(dt_bias);
   }
 
   GdnStepIO io;
@@ -242,19 +227,19 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
         tok[r] = t;
       }
     }
-    upload(d_slot.p, slot_row);
+    d_slot.upload(slot_row);
     if (cs.row_metadata) {
       std::vector<int32_t> row_fill(rows, 0), row_has(rows, 0);
       for (int row = 0; row < rows; ++row) {
         const int r = row_perm[row];
         if (r < B && active[r]) row_fill[row] = fill[r], row_has[row] = direct[r] ? 0 : 1;
       }
-      upload(d_row_fill.p, row_fill);
-      upload(d_row_has.p, row_has);
+      d_row_fill.upload(row_fill);
+      d_row_has.upload(row_has);
     }
-    upload(d_q.p, to_bf16(q)), upload(d_k.p, to_bf16(k)), upload(d_v.p, to_bf16(v));
-    upload(d_g.p, g), upload(d_beta.p, beta), upload(d_a.p, to_bf16(a)), upload(d_b.p, to_bf16(b));
-    KVB_CUDA_CHECK(cudaMemset(d_out.p, 0xff, out_raw.size() * 2));
+    d_q.upload(to_bf16(q)), d_k.upload(to_bf16(k)), d_v.upload(to_bf16(v));
+    d_g.upload(g), d_beta.upload(beta), d_a.upload(to_bf16(a)), d_b.upload(to_bf16(b));
+    d_out.poison();
 
     float* s_in = (step % 2 == 0) ? pool_a.as<float>() : pool_b.as<float>();
     float* s_out = cs.kernel == Kernel::RecurrentOutOfPlace ? ((step % 2 == 0) ? pool_b.as<float>() : pool_a.as<float>())
@@ -267,7 +252,7 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
     } else {
       GdnKVBufferParams p;
       p.io = io, p.variant = cs.variant, p.entry = cs.entry, p.capacity = C;
-      p.state = s_out, p.buf_k = buf_k.p, p.buf_val = buf_val.p, p.buf_gcum = buf_g.as<float>();
+      p.state = s_out, p.buf_k = buf_k.as<void>(), p.buf_val = buf_val.as<void>(), p.buf_gcum = buf_g.as<float>();
       p.buf_beta = buf_beta.as<float>(), p.fill = d_fill.as<int32_t>(), p.has_state = d_has.as<int32_t>();
       p.done_count = d_done.as<int32_t>();
       p.path = cs.path, p.scratch = d_scratch.as<float>();
@@ -281,11 +266,9 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
         gdn_decode_kvbuffer(p, 0);
     }
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
-    KVB_CUDA_CHECK(cudaMemcpy(out_raw.data(), d_out.p, out_raw.size() * 2, cudaMemcpyDeviceToHost));
+    KVB_CUDA_CHECK(cudaMemcpy(out_raw.data(), d_out.as<void>(), out_raw.size() * 2, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < out_raw.size(); ++i) out_host[i] = bf16_to_float(out_raw[i]);
-    std::vector<int32_t> fill_dev(slots), has_dev(slots);
-    KVB_CUDA_CHECK(cudaMemcpy(fill_dev.data(), d_fill.p, slots * 4, cudaMemcpyDeviceToHost));
-    KVB_CUDA_CHECK(cudaMemcpy(has_dev.data(), d_has.p, slots * 4, cudaMemcpyDeviceToHost));
+    const std::vector<int32_t> fill_dev = d_fill.download<int32_t>(), has_dev = d_has.download<int32_t>();
 
     for (int row = 0; row < rows; ++row) {
       const int r = row_perm[row];

@@ -43,6 +43,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/gdn_verify.h"
+#include "kernels/tests/test_device_buffer.h"
 #include "reference/gdn.h"
 #include "reference/random_inputs.h"
 
@@ -102,40 +103,10 @@ namespace detail {
 using ref::GdnDims;
 using ref::GdnState;
 using ref::GdnTokens;
+using test::Dev;
 
 inline constexpr double kU16 = 0x1p-8;
 
-// Owning device allocation for the checks.
-class Dev {
- public:
-  Dev() = default;
-  explicit Dev(size_t bytes) : bytes_(bytes) { KVB_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 16))); }
-  ~Dev() {
-    if (ptr_) cudaFree(ptr_);
-  }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  Dev(Dev&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; }
-  Dev& operator=(Dev&&) = delete;
-  template <class T>
-  T* as() const { return static_cast<T*>(ptr_); }
-  template <class T>
-  void upload(const std::vector<T>& h) {
-    if (h.size() * sizeof(T) > bytes_) throw std::logic_error("Dev::upload: more bytes than allocated");
-    KVB_CUDA_CHECK(cudaMemcpy(ptr_, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  template <class T>
-  std::vector<T> download() const {
-    std::vector<T> h(bytes_ / sizeof(T));
-    KVB_CUDA_CHECK(cudaMemcpy(h.data(), ptr_, h.size() * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-  void poison() { KVB_CUDA_CHECK(cudaMemset(ptr_, 0xff, bytes_)); }  // NaN in bf16 and fp32
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 inline std::vector<uint16_t> to_bf16(const std::vector<double>& x) {
   std::vector<uint16_t> r(x.size());
