@@ -241,15 +241,19 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   issue_token_kq<K>(io, c.row, kh, lane, kq_raw);
   float g, beta;
   load_gates(io, c.row, c.h, g, beta);
+  // Scheduler row metadata is indexed by row, not slot: loaded with the slot, so the S0 copies
+  // start one round trip after entry, as in gdn_decode_recurrent.
+  const bool row_meta = p.row_fill != nullptr;
+  int n = 0, has_state_flag = 0;
+  if (row_meta) n = p.row_fill[c.row], has_state_flag = p.row_has_state[c.row];
   const int slot = io.slot[c.row];
   if (slot < 0) {
     write_zero_output(io, c, rows);
     return;
   }
   const int C = p.capacity;
-  const bool row_meta = p.row_fill != nullptr;
-  const int n = row_meta ? p.row_fill[c.row] : p.fill[slot];
-  const bool has_state = (row_meta ? p.row_has_state[c.row] : p.has_state[slot]) != 0;
+  if (!row_meta) n = p.fill[slot], has_state_flag = p.has_state[slot];
+  const bool has_state = has_state_flag != 0;
   const bool fold = n + 1 == C;
   const int chunks = rows / kGroups;
   const size_t head = (size_t(slot) * HV + c.h) * V * K;

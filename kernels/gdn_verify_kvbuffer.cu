@@ -78,6 +78,21 @@
 //     instructions, and bigger blocks cost occupancy; the row part's 2 T x K products per row are
 //     a small GEMM (S0 [64, K] x [K, 2T]) that tensor cores could take (3xTF32 for fp32
 //     accuracy), the remaining lever for the <= 1.3x decode and ReplaySSM T = 5 figures.
+//   v8 the 2 T row products on the tensor cores (mma.sync m16n8k8 TF32, kernel below): the
+//     thread layout of the S0 rows already is the A fragment layout up to a permutation of K
+//     within 16-column chunks, so the rows stay in registers; S0 is split into hi + lo TF32
+//     parts (2 products) and B is the raw bf16 keys and queries (exact in TF32) with their norm
+//     scales applied to the sums. Per warp at T = 4: 32 MMAs + 128 split instructions + 8 B loads
+//     replace 512 FMAs, 64 shared loads and 32 shuffle-adds per thread (T = 5: 64 MMAs against
+//     640 FMAs, 80 loads, 40 shuffles). Predicted, written before measuring: ~20% of the block's
+//     instructions gone (T = 4) and ~25% (T = 5); T = 4 at batch 128 from 142.6 to ~120-125 us
+//     (<= 1.3x decode), T = 5 at 128 from 170.9 to ~140, at 256 from 326 to ~270.
+//     Measured (323937c + this change, interleaved twice with 323937c, C = 16 unless noted): T = 4
+//     at 128 143.1 -> 135.9 us (decode 100.9 with the pools' fill counters: 1.35x), 256 286.2 ->
+//     270.5; T = 5 at 128 173.2 -> 164.6-165.7, 256 332.4-333.2 -> 318.4-319.6; batch 1 (C = 8)
+//     T = 4 8.64 -> 8.30, T = 5 10.37 -> 9.88. Tests 14/14, kvbuf check clean. 5%, not 20%: the
+//     instructions went, the time did not follow them (the block is still ~11 us long at 12 waves
+//     of 5 blocks per SM, most of it stalls on its chain of dependent loads and barriers).
 #include <stdexcept>
 #include <string>
 
@@ -118,8 +133,40 @@ struct VerifySmem {
   __host__ __device__ int beta() const { return graw() + tmax * 4; }
   __host__ __device__ int raw_kq() const { return up16(beta() + tmax * 4); }           // [2 TMAX, KD] bf16
   __host__ __device__ int raw_v() const { return raw_kq() + 2 * tmax * kd * 2; }       // [TMAX, kRows] bf16
-  __host__ __device__ size_t bytes() const { return size_t(raw_v() + tmax * kRows * 2); }
+  // Tensor-core operand [nb, bp] fp32: the window's raw keys (columns 0..T-1) and queries
+  // (TMAX..TMAX+T-1), zeros elsewhere; rows of kd + 16 floats, so that the quarter-warp phases of
+  // its 16-byte fragment loads (2 columns x 4 lanes) hit distinct banks.
+  __host__ __device__ int nb() const { return 8 * ((2 * tmax + 7) / 8); }
+  __host__ __device__ int bp() const { return kd + 16; }
+  __host__ __device__ int b() const { return up16(raw_v() + tmax * kRows * 2); }
+  __host__ __device__ int scale() const { return b() + nb() * bp() * 4; }               // [2 T] norm scales
+  __host__ __device__ size_t bytes() const { return size_t(scale() + 2 * tmax * 4); }
 };
+
+// One m16n8k8 TF32 tensor-core product accumulated into d (fragment layouts of the PTX ISA:
+// a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4); b0 (t, g), b1 (t + 4, g);
+// d0, d1 (g, 2t, 2t + 1), d2, d3 (g + 8, 2t, 2t + 1), g = lane / 4, t = lane % 4). The fp32 A
+// values are split as a = hi + lo with hi = a truncated to TF32 (exact in TF32) and lo = a - hi
+// (exact in fp32; the tensor core keeps its top 10 mantissa bits): two products give a to ~2^-21
+// relative, the fp32 accuracy this kernel had with FMAs. B must be exact in TF32 (raw bf16 keys).
+__device__ __forceinline__ void mma_tf32x2(float (&d)[4], float a0, float a1, float a2, float a3, float b0, float b1) {
+  const float a[4] = {a0, a1, a2, a3};
+  uint32_t hi[4], lo[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    hi[i] = __float_as_uint(a[i]) & 0xffffe000u;
+    lo[i] = __float_as_uint(a[i] - __uint_as_float(hi[i]));
+  }
+  const uint32_t b[2] = {__float_as_uint(b0), __float_as_uint(b1)};
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(lo[0]), "r"(lo[1]), "r"(lo[2]), "r"(lo[3]), "r"(b[0]), "r"(b[1]));
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(hi[0]), "r"(hi[1]), "r"(hi[2]), "r"(hi[3]), "r"(b[0]), "r"(b[1]));
+}
 
 // Block: kRows = 64 rows of one value head of one request; LN = kLanesPerRow lanes share each
 // row and every thread holds RPT = kRowsPerThread rows (NT = 64 LN / RPT threads): thread = lane
@@ -168,6 +215,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   float* s_beta = reinterpret_cast<float*>(smem + L.beta());
   __nv_bfloat16* s_raw_kq = reinterpret_cast<__nv_bfloat16*>(smem + L.raw_kq());
   __nv_bfloat16* s_raw_v = reinterpret_cast<__nv_bfloat16*>(smem + L.raw_v());
+  float* s_b = reinterpret_cast<float*>(smem + L.b());
+  float* s_scale = reinterpret_cast<float*>(smem + L.scale());
   __shared__ int s_praw[TMAX];
   __shared__ unsigned s_anc[TMAX];
   __shared__ int s_fold;
@@ -204,7 +253,22 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   cp_async_commit();
   cp_async_wait_group<1>();
   __syncthreads();
-  normalise_window_kq<KD, NT>(T, s_raw_kq, s_k, s_q, KP);
+  normalise_window_kq<KD, NT>(T, s_raw_kq, s_k, s_q, KP, s_scale);
+  {  // tensor-core operand: raw bf16 keys and queries are exact in TF32; their scales come after
+    constexpr int NB = 8 * ((2 * TMAX + 7) / 8), BP = KD + 16;
+    for (int idx = threadIdx.x; idx < NB * (KD / 4); idx += NT) {
+      const int c = idx / (KD / 4), e = (idx % (KD / 4)) * 4;
+      const int vec = c < T ? c : (c >= TMAX && c < TMAX + T) ? T + c - TMAX : -1;
+      float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (vec >= 0) {
+        const uint2 raw = *reinterpret_cast<const uint2*>(s_raw_kq + vec * KD + e);
+        const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+        const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+        f = make_float4(lo.x, lo.y, hi.x, hi.y);
+      }
+      *reinterpret_cast<float4*>(s_b + c * BP + e) = f;
+    }
+  }
   cp_async_wait_group<0>();
   __syncthreads();
   for (int idx = threadIdx.x; idx < n * (KD / 4); idx += NT) {
@@ -310,41 +374,41 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   }
   const bool have_s0 = has_state || fold;
 
-  // a_t = S0^T k_t (c = t) and b_t = S0^T q_t (c = TMAX + t) over this lane's chunks, then summed
-  // over the row's LN lanes.
-  float abk[RPT][2 * TMAX];
-#pragma unroll
-  for (int k = 0; k < RPT; ++k)
-#pragma unroll
-    for (int c = 0; c < 2 * TMAX; ++c) abk[k][c] = 0.f;
+  // a_t = S0^T k_t (column c = t) and b_t = S0^T q_t (c = TMAX + t) on the tensor cores: per warp
+  // D [16 rows, NB columns] = S0 rows [16, K] x B [K, NB]. The thread layout above already is the
+  // A fragment layout once K is permuted within each 16-column chunk i (the product sums over K,
+  // so any permutation shared by A and B is exact): lane (g, t) holds float4 x[0][i] of row g and
+  // x[1][i] of row g + 8 at columns 16 i + 4 t .. + 3; k-step 2i takes their .x, .y as logical
+  // columns t, t + 4, k-step 2i + 1 their .z, .w, and the B fragment is the same float4 of the
+  // B row g. Then each thread gathers its own row's 2 TMAX sums from its quad and scales them.
+  static_assert(LN == 4 && RPT == 2 && ROW_STEP == 32, "the A fragment layout needs 4 lanes x 2 rows, rows g and g + 32");
+  constexpr int NTILES = (2 * TMAX + 7) / 8, BP = KD + 16;
+  float ab[2 * TMAX];  // row r_own's sums
   if (have_s0) {
+    float d[NTILES][4];
 #pragma unroll
-    for (int t = 0; t < TMAX; ++t) {
-      if (t < T) {
-        const float4* kt = reinterpret_cast<const float4*>(s_k + t * KP);
-        const float4* qt = reinterpret_cast<const float4*>(s_q + t * KP);
+    for (int nt = 0; nt < NTILES; ++nt) d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.f;
+    const float* b_row = s_b + (group % 8) * BP + 4 * part;
 #pragma unroll
-        for (int i = 0; i < NF; ++i) {
-          const float4 kf = kt[LN * i + part], qf = qt[LN * i + part];
+    for (int i = 0; i < NF; ++i) {
 #pragma unroll
-          for (int k = 0; k < RPT; ++k) {
-            abk[k][t] = dot4(x[k][i], kf, abk[k][t]);
-            abk[k][TMAX + t] = dot4(x[k][i], qf, abk[k][TMAX + t]);
-          }
-        }
+      for (int nt = 0; nt < NTILES; ++nt) {
+        const float4 bf = *reinterpret_cast<const float4*>(b_row + nt * 8 * BP + 16 * i);
+        mma_tf32x2(d[nt], x[0][i].x, x[1][i].x, x[0][i].y, x[1][i].y, bf.x, bf.y);
+        mma_tf32x2(d[nt], x[0][i].z, x[1][i].z, x[0][i].w, x[1][i].w, bf.z, bf.w);
       }
     }
-  }
-  float ab[2 * TMAX];  // row r_own's sums
+    const int quad = (threadIdx.x & 31) & ~3;
 #pragma unroll
-  for (int c = 0; c < 2 * TMAX; ++c) {
+    for (int c = 0; c < 2 * TMAX; ++c) {
+      const int nt = c / 8, src = quad + (c % 8) / 2, par = c % 2;
+      const float row0 = __shfl_sync(0xffffffffu, d[nt][par], src);
+      const float row1 = __shfl_sync(0xffffffffu, d[nt][2 + par], src);
+      ab[c] = (own ? row1 : row0) * s_scale[c < TMAX ? c : T + c - TMAX];
+    }
+  } else {
 #pragma unroll
-    for (int k = 0; k < RPT; ++k)
-#pragma unroll
-      for (int off = 1; off < LN; off <<= 1) abk[k][c] += __shfl_xor_sync(0xffffffffu, abk[k][c], off);
-    ab[c] = abk[0][c];
-#pragma unroll
-    for (int k = 1; k < RPT; ++k) ab[c] = own == k ? abk[k][c] : ab[c];
+    for (int c = 0; c < 2 * TMAX; ++c) ab[c] = 0.f;
   }
 
   // Row r: buffer terms, then the forward substitution over the window.
