@@ -93,6 +93,22 @@
 //     T = 4 8.64 -> 8.30, T = 5 10.37 -> 9.88. Tests 14/14, kvbuf check clean. 5%, not 20%: the
 //     instructions went, the time did not follow them (the block is still ~11 us long at 12 waves
 //     of 5 blocks per SM, most of it stalls on its chain of dependent loads and barriers).
+//     ncu (128, T = 4, C = 16, kernel alone 132.1 us): 8339 warp instructions per block (was
+//     9292): prologue 1329, buffer copies 504, normalisation and B staging 892, key conversion
+//     and tree 382, key dot products 1589 (24% of the warp samples, the largest share, mostly
+//     at the barrier behind them), fold 895 (a quarter of the blocks), row MMAs 940, row part
+//     and stores 1808; issue slots 56% busy, 1.15 eligible warps per scheduler.
+//   v9 key dot products on the tensor cores too: A = the buffered keys (bf16 entries exact in
+//     TF32: one product) and the raw window keys, B = the row products' operand. First as one
+//     16-row tile per warp: T = 4 at 128, C = 16 136.0 -> 134.0 us but batch 1 8.3 -> 8.85 and
+//     T = 5 3% slower (at n + T <= 16 one warp ran a chain of 16-32 dependent MMAs while three
+//     waited at the barrier). Then split over K (kept, below): warp w takes every fourth
+//     16-column chunk of every tile, partial sums through shared memory, one more barrier.
+//     Predicted, written before measuring: T = 4 at 128, C = 16 136 -> ~131 us, batch 1 8.3 ->
+//     ~8.1. Measured (interleaved twice with v8): T = 4 at 128 136.9 -> 127.7 us (C = 8 141.1 ->
+//     138.9), 256 270 -> 257, batch 1 8.7 -> 8.0 (C = 16); T = 5 unchanged at C = 8 (128: 166
+//     -> 165, 256: 324 -> 323) and 3% slower at C = 16 (166 -> 171, 320 -> 324), not explained.
+//     At its best C, T = 5 is within 1% of v8; T = 4 at 128 is 1.27x the pool-counter decode.
 #include <stdexcept>
 #include <string>
 
@@ -107,6 +123,8 @@ using namespace gdn_verify_detail;
 
 // Launch shape of the verify kernel (header log v5): 4 lanes per state row, 2 rows per thread.
 constexpr int kLanesPerRow = 4, kRowsPerThread = 2;
+
+constexpr int kVerifyWarps = 4;  // kRows * kLanesPerRow / kRowsPerThread / 32
 
 // Shared-memory carve-up in bytes (16-byte aligned pieces) for TMAX window tokens, capacity C and
 // entry size esz. Buffer keys land in the entry type (cp.async) and are converted once to padded
@@ -140,7 +158,10 @@ struct VerifySmem {
   __host__ __device__ int bp() const { return kd + 16; }
   __host__ __device__ int b() const { return up16(raw_v() + tmax * kRows * 2); }
   __host__ __device__ int scale() const { return b() + nb() * bp() * 4; }               // [2 T] norm scales
-  __host__ __device__ size_t bytes() const { return size_t(scale() + 2 * tmax * 4); }
+  // Key dot products, split over K by warp: [warps, key rows (C + TMAX, in 16-row tiles), nb] fp32.
+  __host__ __device__ int key_rows_pad() const { return (c + tmax + 15) / 16 * 16; }
+  __host__ __device__ int part() const { return up16(scale() + 2 * tmax * 4); }
+  __host__ __device__ size_t bytes() const { return size_t(part() + kVerifyWarps * key_rows_pad() * nb() * 4); }
 };
 
 // One m16n8k8 TF32 tensor-core product accumulated into d (fragment layouts of the PTX ISA:
@@ -149,6 +170,13 @@ struct VerifySmem {
 // values are split as a = hi + lo with hi = a truncated to TF32 (exact in TF32) and lo = a - hi
 // (exact in fp32; the tensor core keeps its top 10 mantissa bits): two products give a to ~2^-21
 // relative, the fp32 accuracy this kernel had with FMAs. B must be exact in TF32 (raw bf16 keys).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, float b0,
+                                         float b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
+}
 __device__ __forceinline__ void mma_tf32x2(float (&d)[4], float a0, float a1, float a2, float a3, float b0, float b1) {
   const float a[4] = {a0, a1, a2, a3};
   uint32_t hi[4], lo[4];
@@ -157,15 +185,16 @@ __device__ __forceinline__ void mma_tf32x2(float (&d)[4], float a0, float a1, fl
     hi[i] = __float_as_uint(a[i]) & 0xffffe000u;
     lo[i] = __float_as_uint(a[i] - __uint_as_float(hi[i]));
   }
-  const uint32_t b[2] = {__float_as_uint(b0), __float_as_uint(b1)};
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(lo[0]), "r"(lo[1]), "r"(lo[2]), "r"(lo[3]), "r"(b[0]), "r"(b[1]));
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(hi[0]), "r"(hi[1]), "r"(hi[2]), "r"(hi[3]), "r"(b[0]), "r"(b[1]));
+  mma_tf32(d, lo[0], lo[1], lo[2], lo[3], b0, b1);
+  mma_tf32(d, hi[0], hi[1], hi[2], hi[3], b0, b1);
+}
+// A operand exact in TF32 (bf16 values held as fp32): one product; otherwise the hi + lo split.
+template <bool EXACT>
+__device__ __forceinline__ void mma_tf32_a(float (&d)[4], float a0, float a1, float a2, float a3, float b0, float b1) {
+  if constexpr (EXACT)
+    mma_tf32(d, __float_as_uint(a0), __float_as_uint(a1), __float_as_uint(a2), __float_as_uint(a3), b0, b1);
+  else
+    mma_tf32x2(d, a0, a1, a2, a3, b0, b1);
 }
 
 // Block: kRows = 64 rows of one value head of one request; LN = kLanesPerRow lanes share each
@@ -217,6 +246,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   __nv_bfloat16* s_raw_v = reinterpret_cast<__nv_bfloat16*>(smem + L.raw_v());
   float* s_b = reinterpret_cast<float*>(smem + L.b());
   float* s_scale = reinterpret_cast<float*>(smem + L.scale());
+  float* s_part = reinterpret_cast<float*>(smem + L.part());
   __shared__ int s_praw[TMAX];
   __shared__ unsigned s_anc[TMAX];
   __shared__ int s_fold;
@@ -303,48 +333,74 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     for (int idx = threadIdx.x; idx < n * kRows; idx += NT)
       s_w[idx] = expf(g_n - s_gbuf[idx / kRows]) * to_f32(s_u[idx]);
   }
-  // Key dot products, one (key, token) item per group of 8 lanes (K/8 elements each, 3 shuffles):
-  // items 0 .. n_eff T - 1 pair buffer entry j with window token t (k_j.k_t, k_j.q_t, decayed into
-  // wu, wo); the next T T items pair window nodes s, t (ancestors and s = t only).
+  // Key dot products on the tensor cores: D [rows, NB] = A [rows, K] x B [K, NB] with B the raw
+  // window keys and queries of the row products below, and A's rows the n_eff buffer keys (bf16
+  // entries are exact in TF32: one product; fp32 entries are split) then the T raw window keys,
+  // in 16-row tiles. Split over K: warp w takes the 16-column chunks w, w + 4, ... of every tile
+  // (a short chain of dependent products per warp, all warps busy), with the same K permutation
+  // as the row products below (lane (g, t) loads 16-byte pieces of rows g and g + 8 at columns
+  // 16 i + 4 t), and stores its partial sums; after the barrier each thread adds the partials of
+  // a (row, column) pair, scales and decays them into wu, wo (buffer entry j, token t) or vu, vo
+  // (node s, token t, ancestors and s = t only).
+  constexpr int NTILES = (2 * TMAX + 7) / 8, NB = 8 * NTILES, BP = KD + 16;
+  const int key_rows = n_eff + T, key_tiles = (key_rows + 15) / 16;
   {
-    constexpr int kGroupLanes = 8, CPL = KD / 4 / kGroupLanes;  // float4 chunks per lane
-    const int group = threadIdx.x / kGroupLanes, glane = threadIdx.x % kGroupLanes;
-    const int buffer_items = n_eff * T, items = buffer_items + T * T;
-    for (int base = 0; base < items; base += NT / kGroupLanes) {  // same trip count on every lane
-      const int item = base + group;
-      const bool buffered = item < buffer_items;
-      const int w = item - buffer_items;
-      const int j = buffered ? item / T : w / T, t = buffered ? item % T : w % T;  // j: entry or node s
-      const bool needed = buffered || (item < items && (((s_anc[t] >> j) & 1u) || j == t));
-      float kk = 0.f, kq = 0.f;
-      if (needed) {
-        const float4* kj = reinterpret_cast<const float4*>((buffered ? s_keys : s_k) + j * KP);
-        const float4* kt = reinterpret_cast<const float4*>(s_k + t * KP);
-        const float4* qt = reinterpret_cast<const float4*>(s_q + t * KP);
+    static_assert(NT == 32 * kVerifyWarps, "warps");
+    constexpr bool kExactKeys = sizeof(E) == 2;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    float* part = s_part + warp * L.key_rows_pad() * NB;
+    for (int mt = 0; mt < key_tiles; ++mt) {
+      const float* a_row[2];
+      bool a_live[2];
 #pragma unroll
-        for (int i = 0; i < CPL; ++i) {
-          const int c = kGroupLanes * i + glane;
-          const float4 kf = kj[c];
-          kk = dot4(kf, kt[c], kk);
-          kq = dot4(kf, qt[c], kq);
+      for (int h8 = 0; h8 < 2; ++h8) {
+        const int R = mt * 16 + g + 8 * h8;
+        a_live[h8] = R < key_rows;
+        a_row[h8] = (R < n_eff ? s_keys + R * KP : s_b + (a_live[h8] ? R - n_eff : 0) * BP) + 4 * tq;
+      }
+      float d[NTILES][4];
+#pragma unroll
+      for (int nt = 0; nt < NTILES; ++nt) d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.f;
+#pragma unroll
+      for (int i = warp; i < NF; i += kVerifyWarps) {
+        const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+        const float4 r0 = a_live[0] ? *reinterpret_cast<const float4*>(a_row[0] + 16 * i) : zero;
+        const float4 r1 = a_live[1] ? *reinterpret_cast<const float4*>(a_row[1] + 16 * i) : zero;
+#pragma unroll
+        for (int nt = 0; nt < NTILES; ++nt) {
+          const float4 bf = *reinterpret_cast<const float4*>(s_b + (nt * 8 + g) * BP + 4 * tq + 16 * i);
+          // A window row (raw bf16 key) is exact either way; split only for fp32 buffer keys.
+          mma_tf32_a<kExactKeys>(d[nt], r0.x, r1.x, r0.y, r1.y, bf.x, bf.y);
+          mma_tf32_a<kExactKeys>(d[nt], r0.z, r1.z, r0.w, r1.w, bf.z, bf.w);
         }
       }
 #pragma unroll
-      for (int off = 1; off < kGroupLanes; off <<= 1) {
-        kk += __shfl_xor_sync(0xffffffffu, kk, off);
-        kq += __shfl_xor_sync(0xffffffffu, kq, off);
+      for (int nt = 0; nt < NTILES; ++nt) {
+        float* p0 = part + (mt * 16 + g) * NB + nt * 8 + 2 * tq;
+        *reinterpret_cast<float2*>(p0) = make_float2(d[nt][0], d[nt][1]);
+        *reinterpret_cast<float2*>(p0 + 8 * NB) = make_float2(d[nt][2], d[nt][3]);
       }
-      if (glane == 0 && item < items) {
-        if (buffered) {
-          const float decay = expf(s_gwin[t] - s_gbuf[j]);
-          s_wu[j * TMAX + t] = decay * kk;
-          s_wo[j * TMAX + t] = decay * kq;
-        } else {
-          const float decay = needed ? expf(s_gwin[t] - s_gwin[j]) : 0.f;
-          s_vu[j * TMAX + t] = j != t ? decay * kk : 0.f;
-          s_vo[j * TMAX + t] = decay * kq;
-        }
-      }
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < key_rows * 2 * TMAX; idx += NT) {
+    const int R = idx / (2 * TMAX), c = idx % (2 * TMAX);
+    const bool is_q = c >= TMAX;
+    const int t = is_q ? c - TMAX : c;
+    if (t >= T) continue;
+    float dot = 0.f;
+#pragma unroll
+    for (int w = 0; w < kVerifyWarps; ++w) dot += s_part[(w * L.key_rows_pad() + R) * NB + c];
+    dot *= s_scale[is_q ? T + t : t];
+    if (R < n_eff) {
+      const float decay = expf(s_gwin[t] - s_gbuf[R]);
+      (is_q ? s_wo : s_wu)[R * TMAX + t] = decay * dot;
+    } else {
+      const int sn = R - n_eff;
+      const bool needed = ((s_anc[t] >> sn) & 1u) || sn == t;
+      const float v = needed ? expf(s_gwin[t] - s_gwin[sn]) * dot * s_scale[sn] : 0.f;
+      if (is_q) s_vo[sn * TMAX + t] = v;
+      else s_vu[sn * TMAX + t] = sn != t ? v : 0.f;
     }
   }
   __syncthreads();
@@ -382,7 +438,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // columns t, t + 4, k-step 2i + 1 their .z, .w, and the B fragment is the same float4 of the
   // B row g. Then each thread gathers its own row's 2 TMAX sums from its quad and scales them.
   static_assert(LN == 4 && RPT == 2 && ROW_STEP == 32, "the A fragment layout needs 4 lanes x 2 rows, rows g and g + 32");
-  constexpr int NTILES = (2 * TMAX + 7) / 8, BP = KD + 16;
+  static_assert(NB == 8 * NTILES && BP == KD + 16, "operand layout");
   float ab[2 * TMAX];  // row r_own's sums
   if (have_s0) {
     float d[NTILES][4];
