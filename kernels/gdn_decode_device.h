@@ -132,18 +132,23 @@ __device__ __forceinline__ void load_gates(const GdnStepIO& io, int row, int h, 
   beta = 1.f / (1.f + expf(-__bfloat162float(io.b[idx])));
 }
 
-// Block decomposition shared by the decode kernels: blockIdx.x = (row * HV + h) * tiles + tile.
+// Block decomposition shared by the decode kernels: grid (V / rows_per_block, HV, batch), so the
+// block's tile, value head and request row are its block indices (no integer divisions; blocks
+// are scheduled tile-fastest, then head, then row, as a flat index would be).
 struct BlockCoords {
   int row, h, tile, v0;
 };
-__device__ __forceinline__ BlockCoords block_coords(const GdnStepIO& io, int rows_per_block) {
-  const int tiles = io.V / rows_per_block;
+__device__ __forceinline__ BlockCoords block_coords(int rows_per_block) {
   BlockCoords c;
-  c.tile = blockIdx.x % tiles;
-  c.h = (blockIdx.x / tiles) % io.HV;
-  c.row = blockIdx.x / (tiles * io.HV);
+  c.tile = blockIdx.x;
+  c.h = blockIdx.y;
+  c.row = blockIdx.z;
   c.v0 = c.tile * rows_per_block;
   return c;
+}
+constexpr int kMaxBatch = 65535;  // gridDim.z
+inline dim3 decode_grid(const GdnStepIO& io, int rows_per_block) {
+  return dim3(unsigned(io.V / rows_per_block), unsigned(io.HV), unsigned(io.batch));
 }
 
 __device__ __forceinline__ void write_zero_output(const GdnStepIO& io, const BlockCoords& c, int rows) {

@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   __shared__ __align__(8) uint64_t bars[kMaxChunks];
   __shared__ __align__(16) __nv_bfloat16 sv[kMaxChunks * kGroups];  // v of this block's rows
   const GdnStepIO& io = p.io;
-  const BlockCoords c = block_coords(io, rows);
+  const BlockCoords c = block_coords(rows);
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
   const int H = io.H, HV = io.HV;
   const int kh = c.h / (HV / H);
@@ -286,9 +286,9 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
       cp_async16(skeys + j * K + x * kVec, bk + (size_t(j) * H + kh) * K + x * kVec);
     }
     if (!RAW) {
-      const int uvecs = rows / kVec;
+      const int uvecs = rows / kVec, ushift = __ffs(uvecs) - 1;  // rows and kVec are powers of 2
       for (int idx = threadIdx.x; idx < n * uvecs; idx += kThreads) {
-        const int j = idx / uvecs, x = idx % uvecs;
+        const int j = idx >> ushift, x = idx & (uvecs - 1);
         cp_async16(utile + j * ustride + x * kVec, bval + (size_t(j) * HV + c.h) * V + c.v0 + x * kVec);
       }
     }
@@ -416,7 +416,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
-    const int blocks_per_request = HV * (V / rows);
+    const int blocks_per_request = int(gridDim.x * gridDim.y);
     if (atomicAdd(&p.done_count[slot], 1) == blocks_per_request - 1) {
       p.fill[slot] = fold ? 0 : n + 1;
       if (fold) p.has_state[slot] = 1;
@@ -550,7 +550,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
   __shared__ float sw[kMaxCapacity];  // G_j, then e^{G_t - G_j}: folding blocks only
   __shared__ float s_gprev;           // G_{n-1}
   const GdnStepIO& io = p.io;
-  const BlockCoords c = block_coords(io, rows);
+  const BlockCoords c = block_coords(rows);
   const int slot = io.slot[c.row], n = p.row_fill[c.row];
   const bool has_state = p.row_has_state[c.row] != 0;
   const int C = p.capacity;
@@ -641,7 +641,7 @@ size_t kvbuffer_smem_bytes(const GdnKVBufferParams& p, int rows) {
 
 template <int K, int V, class E, bool RAW>
 void launch_kvbuffer(const GdnKVBufferParams& p, int rows, cudaStream_t stream) {
-  const dim3 grid(unsigned(long(p.io.batch) * p.io.HV * (p.io.V / rows)));
+  const dim3 grid = decode_grid(p.io, rows);
   launch_kernel(gdn_decode_kvbuffer_kernel<K, V, E, RAW>, grid, dim3(kThreads), kvbuffer_smem_bytes(p, rows), stream,
                 false, p, rows);
 }
@@ -656,7 +656,7 @@ void launch_split(const GdnKVBufferParams& p, int rows, cudaStream_t stream) {
   const size_t smem_b = size_t(rows) * K * sizeof(float) + C * K * sizeof(E) + C * size_t(rows + kUtilePad) * sizeof(E);
   // Programmatic dependent launch: B may start once every block of A has started (A triggers at
   // entry); B's griddepcontrol.wait orders its reads of A's scratch.
-  const dim3 grid(unsigned(long(p.io.batch) * p.io.HV * (p.io.V / rows)));
+  const dim3 grid = decode_grid(p.io, rows);
   launch_kernel(gdn_kvbuffer_split_state_kernel<K, V, E>, grid, dim3(kThreads), smem_b, stream, true, p, rows);
 }
 

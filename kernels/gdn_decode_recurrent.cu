@@ -51,6 +51,7 @@ namespace gdn_detail {
 void validate_step_io(const GdnStepIO& io, const char* who) {
   auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(who) + ": " + m); };
   if (io.batch < 0) fail("batch must be >= 0");
+  if (io.batch > kMaxBatch) fail("unsupported batch " + std::to_string(io.batch) + " (at most 65535 rows per launch)");
   if (io.H <= 0 || io.HV <= 0 || io.HV % io.H != 0) fail("need H > 0 and HV a multiple of H");
   if (!io.slot || !io.q || !io.k || !io.v || !io.out) fail("slot, q, k, v and out must be set");
   const bool given = io.g || io.beta;
@@ -86,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
   __shared__ __align__(8) uint64_t bars[kMaxChunks];
   __shared__ float sv[kMaxChunks * kGroups];  // v of this block's rows
   const GdnStepIO& io = p.io;
-  const BlockCoords c = block_coords(io, rows);
+  const BlockCoords c = block_coords(rows);
   const int slot = io.slot[c.row];
   if (slot < 0) {
     write_zero_output(io, c, rows);
@@ -143,7 +144,7 @@ void gdn_decode_recurrent(const GdnRecurrentParams& p, cudaStream_t stream) {
   if (!p.state_in || !p.state_out) throw std::invalid_argument("gdn_decode_recurrent: state_in and state_out must be set");
   if (p.io.batch == 0) return;
   const int rows = choose_rows_per_block(p.io, kRecurrentRows);
-  const dim3 grid(unsigned(long(p.io.batch) * p.io.HV * (p.io.V / rows)));
+  const dim3 grid = decode_grid(p.io, rows);
   const int kv = p.io.K * 1000 + p.io.V;
   switch (kv) {
     case 128 * 1000 + 128:

@@ -46,6 +46,9 @@ TEST(GdnDecodeDispatch, RefusesUnsupportedShapes) {
   p.io.rows_per_block = 48;
   EXPECT_THROW(gdn_decode_recurrent(p, 0), std::invalid_argument);
   p.io.rows_per_block = 0;
+  p.io.batch = 65536;  // beyond the grid's z dimension
+  EXPECT_THROW(gdn_decode_recurrent(p, 0), std::invalid_argument);
+  p.io.batch = 1;
   p.io.beta = nullptr;
   EXPECT_THROW(gdn_decode_recurrent(p, 0), std::invalid_argument);
 
