@@ -132,23 +132,31 @@ __device__ __forceinline__ void load_gates(const GdnStepIO& io, int row, int h, 
   beta = 1.f / (1.f + expf(-__bfloat162float(io.b[idx])));
 }
 
-// Block decomposition shared by the decode kernels: grid (V / rows_per_block, HV, batch), so the
-// block's tile, value head and request row are its block indices (no integer divisions; blocks
-// are scheduled tile-fastest, then head, then row, as a flat index would be).
+// Block decomposition shared by the decode kernels: grid (tiles x R, H, batch) with tiles =
+// V / rows_per_block V tiles and R = HV / H value heads per key head: blockIdx.x = sub * tiles +
+// tile, value head h = kh * R + sub. The block's coordinates are bit operations on its indices
+// (rows_per_block is a power of 2): runtime integer divisions sat before the first loads, on the
+// critical path at small batch. Blocks are scheduled tile-fastest, then value head, then row, as
+// a flat (row, h, tile) index would be.
 struct BlockCoords {
-  int row, h, tile, v0;
+  int row, kh, h, tile, v0, sub;
 };
+template <int V>
 __device__ __forceinline__ BlockCoords block_coords(int rows_per_block) {
+  static_assert((V & (V - 1)) == 0, "V a power of 2");
+  const int tile_shift = (__ffs(V) - 1) - (__ffs(rows_per_block) - 1);
   BlockCoords c;
-  c.tile = blockIdx.x;
-  c.h = blockIdx.y;
+  c.tile = blockIdx.x & ((1 << tile_shift) - 1);
+  c.sub = blockIdx.x >> tile_shift;
+  c.kh = blockIdx.y;
+  c.h = c.kh * (gridDim.x >> tile_shift) + c.sub;
   c.row = blockIdx.z;
   c.v0 = c.tile * rows_per_block;
   return c;
 }
 constexpr int kMaxBatch = 65535;  // gridDim.z
 inline dim3 decode_grid(const GdnStepIO& io, int rows_per_block) {
-  return dim3(unsigned(io.V / rows_per_block), unsigned(io.HV), unsigned(io.batch));
+  return dim3(unsigned(io.V / rows_per_block * (io.HV / io.H)), unsigned(io.H), unsigned(io.batch));
 }
 
 __device__ __forceinline__ void write_zero_output(const GdnStepIO& io, const BlockCoords& c, int rows) {

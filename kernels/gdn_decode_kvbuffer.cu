@@ -231,10 +231,10 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   __shared__ __align__(8) uint64_t bars[kMaxChunks];
   __shared__ __align__(16) __nv_bfloat16 sv[kMaxChunks * kGroups];  // v of this block's rows
   const GdnStepIO& io = p.io;
-  const BlockCoords c = block_coords(rows);
+  const BlockCoords c = block_coords<V>(rows);
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
   const int H = io.H, HV = io.HV;
-  const int kh = c.h / (HV / H);
+  const int kh = c.kh;
   // The token's own inputs do not depend on the pools: their loads go out first and are consumed
   // only after the block's one wait, so no global round trip is spent on them alone.
   TokenKQRaw<K> kq_raw;
@@ -406,7 +406,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   }
 
   if (!fold && c.tile == 0) {
-    if (c.h % (HV / H) == 0 && group == 0) store_slice<K>(bk + (size_t(n) * H + kh) * K, lane, k);
+    if (c.sub == 0 && group == 0) store_slice<K>(bk + (size_t(n) * H + kh) * K, lane, k);
     if (threadIdx.x == 0) {
       gcum[n * HV + c.h] = G_t;
       if (RAW) p.buf_beta[(size_t(slot) * C + n) * HV + c.h] = beta;
@@ -550,13 +550,13 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
   __shared__ float sw[kMaxCapacity];  // G_j, then e^{G_t - G_j}: folding blocks only
   __shared__ float s_gprev;           // G_{n-1}
   const GdnStepIO& io = p.io;
-  const BlockCoords c = block_coords(rows);
+  const BlockCoords c = block_coords<V>(rows);
   const int slot = io.slot[c.row], n = p.row_fill[c.row];
   const bool has_state = p.row_has_state[c.row] != 0;
   const int C = p.capacity;
   const bool fold = n + 1 == C;
   if (slot < 0 || (!has_state && !fold)) return;  // kernel A wrote the zero output / finished the token
-  const int H = io.H, HV = io.HV, kh = c.h / (HV / H);
+  const int H = io.H, HV = io.HV, kh = c.kh;
   const int chunks = rows / kGroups;
   float* state = p.state + (size_t(slot) * HV + c.h) * V * K;
   if (has_state && threadIdx.x == 0) tile_issue<K>(tile, state + size_t(c.v0) * K, chunks, bars);

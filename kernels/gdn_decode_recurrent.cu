@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
   __shared__ __align__(8) uint64_t bars[kMaxChunks];
   __shared__ float sv[kMaxChunks * kGroups];  // v of this block's rows
   const GdnStepIO& io = p.io;
-  const BlockCoords c = block_coords(rows);
+  const BlockCoords c = block_coords<V>(rows);
   const int slot = io.slot[c.row];
   if (slot < 0) {
     write_zero_output(io, c, rows);
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
   if (threadIdx.x == 0) tile_issue<K>(tile, p.state_in + head + size_t(c.v0) * K, chunks, bars);
 
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
-  const int kh = c.h / (io.HV / io.H);
+  const int kh = c.kh;
   float k[N], q[N], kq;
   load_token_kq<K>(io, c.row, kh, lane, k, q, kq);
   float g, beta;
