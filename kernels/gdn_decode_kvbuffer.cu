@@ -205,6 +205,27 @@
 //     whether or not the pools are refilled; recurrent 271-273 us either way
 //     (results/README.md, "order effect"). Missed still: 1.7x in the sweep, batch 1, ReplaySSM
 //     at 64 / 256 / 512.
+//   v13 (7c875da, 12cee53, bcb1464) the prologue's order and integer work. (a) The scheduler row
+//     metadata is indexed by row: loaded with the slot instead of after it. Measured (interleaved
+//     with 323937c): batch 1 C = 1 4.12 -> 4.00 us; 256, C = 8 157.5 -> 152.8 (3%). (b) Grid
+//     (V tiles x value heads per key head, key heads, rows), coordinates by bit operations: the
+//     recurrent kernel's slot load had waited behind ~5 runtime divisions (batch 1 3.95 -> 3.53
+//     us, in place at 64 89.7% -> 90.3-91.4% of copy); KVBuffer within noise (45.7 -> 45.4-45.5
+//     at 64, 152.8 -> 152.4 at 256). Not kept: loading the slot before the token's k, q (256,
+//     C = 8 152.8 -> 162.2 us, batch 1 unchanged). Batch 1 stays 3.93-3.94 us against the
+//     recurrent kernel's 3.53-3.58 (ncu, caches flushed: 4.83 against 4.45 us, 648k against 483k
+//     warp instructions); the stall samples (387 against 325) are spread thin and name no single
+//     wait.
+//   v14 (not kept, not measured) v11's block-shared k, q normalisation only from batch 32 (it
+//     had lost 3% at batch 1). Predicted 1-3% at 256 and 512. The first build hung
+//     test_gdn_decode: group 0 (8 lanes) ran finish_token_kq, whose shuffles name the full warp,
+//     without the other 24 lanes of its warp. The session's device time went to the hang (400 s
+//     to the call's timeout); a fix (the whole warp 0 normalises, group 0 stores) is untested.
+//   Result of this stop (results/decode_h200.csv, bcb1464, full sweep): KVBuffer at its best C
+//     3.96 / 45.49 / 81.34 / 157.02 / 302.75 us at 1 / 64 / 128 / 256 / 512 (0.89x / 1.55x /
+//     1.69x / 1.73x / 1.79x recurrent; ReplaySSM 7.5 / 45.7 / 161 / 316 beaten at every batch,
+//     at 64 by 0.5%); recurrent in place 3.52 / 70.56 (90.9% of copy) / 272.09 / 540.69, out of
+//     place 267.07 at 256 (FLA 259). Missed still: batch 1 (0.89x) and FLA's 259 out of place.
 #include <stdexcept>
 #include <string>
 

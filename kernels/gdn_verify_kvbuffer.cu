@@ -109,6 +109,13 @@
 //     138.9), 256 270 -> 257, batch 1 8.7 -> 8.0 (C = 16); T = 5 unchanged at C = 8 (128: 166
 //     -> 165, 256: 324 -> 323) and 3% slower at C = 16 (166 -> 171, 320 -> 324), not explained.
 //     At its best C, T = 5 is within 1% of v8; T = 4 at 128 is 1.27x the pool-counter decode.
+//   Result of this stop (bcb1464's binaries = this kernel, results/verify_h200.csv): T = 4 at 128
+//     126.4 us [C = 16], 4.67x classic (590.8), 1.25x the decode step (101.2); T = 5 9.9 / 163.5 /
+//     310.1 us at 1 / 128 / 256 (ReplaySSM 13.7 / 137 / 267: met at batch 1 only). T = 5 costs
+//     29% more than T = 4 at 128 (two 8-column tiles from 2 T = 10, and at its best C = 8 five
+//     requests in eight fold inside the verify, n > 0 and n + 5 >= 8). Next: the fold's cost at
+//     T = 5 (a larger C trades folds for buffer terms), and the per-row buffer terms, which the
+//     two lanes of a row compute twice.
 #include <stdexcept>
 #include <string>
 
