@@ -51,7 +51,8 @@ namespace gdn_detail {
 void validate_step_io(const GdnStepIO& io, const char* who) {
   auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(who) + ": " + m); };
   if (io.batch < 0) fail("batch must be >= 0");
-  if (io.batch > kMaxBatch) fail("unsupported batch " + std::to_string(io.batch) + " (at most 65535 rows per launch)");
+  if (io.batch > kMaxBatch)
+    fail("unsupported batch " + std::to_string(io.batch) + " (at most " + std::to_string(kMaxBatch) + " rows per launch)");
   if (io.H <= 0 || io.HV <= 0 || io.HV % io.H != 0) fail("need H > 0 and HV a multiple of H");
   if (!io.slot || !io.q || !io.k || !io.v || !io.out) fail("slot, q, k, v and out must be set");
   const bool given = io.g || io.beta;
