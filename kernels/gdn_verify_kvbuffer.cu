@@ -113,9 +113,12 @@
 //     126.4 us [C = 16], 4.67x classic (590.8), 1.25x the decode step (101.2); T = 5 9.9 / 163.5 /
 //     310.1 us at 1 / 128 / 256 (ReplaySSM 13.7 / 137 / 267: met at batch 1 only). T = 5 costs
 //     29% more than T = 4 at 128 (two 8-column tiles from 2 T = 10, and at its best C = 8 five
-//     requests in eight fold inside the verify, n > 0 and n + 5 >= 8). Next: the fold's cost at
-//     T = 5 (a larger C trades folds for buffer terms), and the per-row buffer terms, which the
-//     two lanes of a row compute twice.
+//     requests in eight fold inside the verify, n > 0 and n + 5 >= 8). At C = 16 T = 5 is the odd
+//     one: 171.5 us at 2165 GB/s (bytes model) where T = 4 runs at 2871 and T = 8 (TMAX 8, 4
+//     blocks per SM by shared memory against 5) at 2222, so the TMAX = 5 build itself may be the
+//     slow part. Next, untested (no device time left): T = 5, 6 on the TMAX = 8 build (v6 had
+//     made them exact when the row products were FMAs), the fold's cost at T = 5, and the
+//     per-row buffer terms, which the two lanes of a row compute twice.
 #include <stdexcept>
 #include <string>
 
