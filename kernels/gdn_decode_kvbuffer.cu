@@ -214,8 +214,12 @@
 //     at 64, 152.8 -> 152.4 at 256). Not kept: loading the slot before the token's k, q (256,
 //     C = 8 152.8 -> 162.2 us, batch 1 unchanged). Batch 1 stays 3.93-3.94 us against the
 //     recurrent kernel's 3.53-3.58 (ncu, caches flushed: 4.83 against 4.45 us, 648k against 483k
-//     warp instructions); the stall samples (387 against 325) are spread thin and name no single
-//     wait.
+//     warp instructions). Summed over the kernel, the warp stall samples (387 against 325) differ
+//     mostly in no_inst (82 against 33: instruction fetch) and wait (65 against 37): at batch 1
+//     each SM runs about two blocks once, so the larger cached-u kernel (buffer copies, key
+//     scalars, unrolled fold loops, entry stores, all present at C = 1 behind runtime branches)
+//     is fetched cold. Next, untested: a compact instantiation for the no-entry case (n == 0 for
+//     every row at C = 1) or hot-path-first code layout, measured by no_inst samples at batch 1.
 //   v14 (not kept, not measured) v11's block-shared k, q normalisation only from batch 32 (it
 //     had lost 3% at batch 1). Predicted 1-3% at 256 and 512. The first build hung
 //     test_gdn_decode: group 0 (8 lanes) ran finish_token_kq, whose shuffles name the full warp,
