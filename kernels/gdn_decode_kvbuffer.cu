@@ -219,12 +219,14 @@
 //     each SM runs about two blocks once, so the larger cached-u kernel (buffer copies, key
 //     scalars, unrolled fold loops, entry stores, all present at C = 1 behind runtime branches)
 //     is fetched cold. Next, untested: a compact instantiation for the no-entry case (n == 0 for
-//     every row at C = 1) or hot-path-first code layout, measured by no_inst samples at batch 1.
+//     every row at C = 1; compiled on branch exp/c1-no-entries) or hot-path-first code layout,
+//     measured by no_inst samples at batch 1.
 //   v14 (not kept, not measured) v11's block-shared k, q normalisation only from batch 32 (it
 //     had lost 3% at batch 1). Predicted 1-3% at 256 and 512. The first build hung
 //     test_gdn_decode: group 0 (8 lanes) ran finish_token_kq, whose shuffles name the full warp,
 //     without the other 24 lanes of its warp. The session's device time went to the hang (400 s
-//     to the call's timeout); a fix (the whole warp 0 normalises, group 0 stores) is untested.
+//     to the call's timeout); a fix (the whole warp 0 normalises, group 0 stores) is compiled on
+//     branch exp/shared-kq, not run.
 //   Result of this stop (results/decode_h200.csv, bcb1464, full sweep): KVBuffer at its best C
 //     3.96 / 45.49 / 81.34 / 157.02 / 302.75 us at 1 / 64 / 128 / 256 / 512 (0.89x / 1.55x /
 //     1.69x / 1.73x / 1.79x recurrent; ReplaySSM 7.5 / 45.7 / 161 / 316 beaten at every batch,

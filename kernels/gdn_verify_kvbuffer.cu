@@ -116,7 +116,8 @@
 //     requests in eight fold inside the verify, n > 0 and n + 5 >= 8). At C = 16 T = 5 is the odd
 //     one: 171.5 us at 2165 GB/s (bytes model) where T = 4 runs at 2871 and T = 8 (TMAX 8, 4
 //     blocks per SM by shared memory against 5) at 2222, so the TMAX = 5 build itself may be the
-//     slow part. Next, untested (no device time left): T = 5, 6 on the TMAX = 8 build (v6 had
+//     slow part. Next, untested (no device time left): T = 5, 6 on the TMAX = 8 build (branch
+//     exp/verify-t5-tmax8; v6 had
 //     made them exact when the row products were FMAs), the fold's cost at T = 5, and the
 //     per-row buffer terms, which the two lanes of a row compute twice.
 #include <stdexcept>
