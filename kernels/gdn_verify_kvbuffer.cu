@@ -117,9 +117,8 @@
 //     one: 171.5 us at 2165 GB/s (bytes model) where T = 4 runs at 2871 and T = 8 (TMAX 8, 4
 //     blocks per SM by shared memory against 5) at 2222, so the TMAX = 5 build itself may be the
 //     slow part. Next, untested (no device time left): T = 5, 6 on the TMAX = 8 build (branch
-//     exp/verify-t5-tmax8; v6 had
-//     made them exact when the row products were FMAs), the fold's cost at T = 5, and the
-//     per-row buffer terms, which the two lanes of a row compute twice.
+//     exp/verify-t5-tmax8; v6 had made them exact when the row products were FMAs), the fold's
+//     cost at T = 5, and the per-row buffer terms, which the two lanes of a row compute twice.
 #include <stdexcept>
 #include <string>
 
