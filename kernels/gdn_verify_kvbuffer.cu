@@ -134,7 +134,13 @@ using namespace gdn_verify_detail;
 // Launch shape of the verify kernel (header log v5): 4 lanes per state row, 2 rows per thread.
 constexpr int kLanesPerRow = 4, kRowsPerThread = 2;
 
-constexpr int kVerifyWarps = 4;  // kRows * kLanesPerRow / kRowsPerThread / 32
+constexpr int kVerifyThreads = kRows * kLanesPerRow / kRowsPerThread, kVerifyWarps = kVerifyThreads / 32;
+// Tensor-core operand B [operand_cols(TMAX), operand_pitch(KD)] fp32: the window's raw keys
+// (columns 0..T-1) and queries (TMAX..TMAX+T-1), zeros elsewhere, in 8-column tiles; rows of
+// kd + 16 floats, so that the quarter-warp phases of its 16-byte fragment loads (2 columns x 4
+// lanes) hit distinct banks.
+__host__ __device__ constexpr int operand_cols(int tmax) { return 8 * ((2 * tmax + 7) / 8); }
+__host__ __device__ constexpr int operand_pitch(int kd) { return kd + 16; }
 
 // Shared-memory carve-up in bytes (16-byte aligned pieces) for TMAX window tokens, capacity C and
 // entry size esz. Buffer keys land in the entry type (cp.async) and are converted once to padded
@@ -161,11 +167,8 @@ struct VerifySmem {
   __host__ __device__ int beta() const { return graw() + tmax * 4; }
   __host__ __device__ int raw_kq() const { return up16(beta() + tmax * 4); }           // [2 TMAX, KD] bf16
   __host__ __device__ int raw_v() const { return raw_kq() + 2 * tmax * kd * 2; }       // [TMAX, kRows] bf16
-  // Tensor-core operand [nb, bp] fp32: the window's raw keys (columns 0..T-1) and queries
-  // (TMAX..TMAX+T-1), zeros elsewhere; rows of kd + 16 floats, so that the quarter-warp phases of
-  // its 16-byte fragment loads (2 columns x 4 lanes) hit distinct banks.
-  __host__ __device__ int nb() const { return 8 * ((2 * tmax + 7) / 8); }
-  __host__ __device__ int bp() const { return kd + 16; }
+  __host__ __device__ int nb() const { return operand_cols(tmax); }
+  __host__ __device__ int bp() const { return operand_pitch(kd); }
   __host__ __device__ int b() const { return up16(raw_v() + tmax * kRows * 2); }
   __host__ __device__ int scale() const { return b() + nb() * bp() * 4; }               // [2 T] norm scales
   // Key dot products, split over K by warp: [warps, key rows (C + TMAX, in 16-row tiles), nb] fp32.
@@ -215,12 +218,12 @@ __device__ __forceinline__ void mma_tf32_a(float (&d)[4], float a0, float a1, fl
 // is reduced over LN lanes (log2 LN shuffles). After the reduction the lanes of a group split its
 // rows, LN/RPT lanes per row (row r_own), compute that row's outputs, and the first of them writes
 // them.
-constexpr int kVerifyThreads = kRows * kLanesPerRow / kRowsPerThread;
 template <int KD, int TMAX, class E>
 __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const GdnVerifyKVBufferParams p) {
   constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
   constexpr int NT = kVerifyThreads, NF = KD / (4 * LN), KP = KD + 4, ROW_STEP = kRows / RPT;
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
+  constexpr int NB = operand_cols(TMAX), NTILES = NB / 8, BP = operand_pitch(KD);  // tensor-core operand B
   const GdnVerifyIO& io = p.io;
   const int tiles = io.V / kRows;
   const int tile = blockIdx.x % tiles, h = (blockIdx.x / tiles) % io.HV, row = blockIdx.x / (tiles * io.HV);
@@ -295,7 +298,6 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   __syncthreads();
   normalise_window_kq<KD, NT>(T, s_raw_kq, s_k, s_q, KP, s_scale);
   {  // tensor-core operand: raw bf16 keys and queries are exact in TF32; their scales come after
-    constexpr int NB = 8 * ((2 * TMAX + 7) / 8), BP = KD + 16;
     for (int idx = threadIdx.x; idx < NB * (KD / 4); idx += NT) {
       const int c = idx / (KD / 4), e = (idx % (KD / 4)) * 4;
       const int vec = c < T ? c : (c >= TMAX && c < TMAX + T) ? T + c - TMAX : -1;
@@ -352,10 +354,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // 16 i + 4 t), and stores its partial sums; after the barrier each thread adds the partials of
   // a (row, column) pair, scales and decays them into wu, wo (buffer entry j, token t) or vu, vo
   // (node s, token t, ancestors and s = t only).
-  constexpr int NTILES = (2 * TMAX + 7) / 8, NB = 8 * NTILES, BP = KD + 16;
   const int key_rows = n_eff + T, key_tiles = (key_rows + 15) / 16;
   {
-    static_assert(NT == 32 * kVerifyWarps, "warps");
     constexpr bool kExactKeys = sizeof(E) == 2;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     float* part = s_part + warp * L.key_rows_pad() * NB;
@@ -448,7 +448,6 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // columns t, t + 4, k-step 2i + 1 their .z, .w, and the B fragment is the same float4 of the
   // B row g. Then each thread gathers its own row's 2 TMAX sums from its quad and scales them.
   static_assert(LN == 4 && RPT == 2 && ROW_STEP == 32, "the A fragment layout needs 4 lanes x 2 rows, rows g and g + 32");
-  static_assert(NB == 8 * NTILES && BP == KD + 16, "operand layout");
   float ab[2 * TMAX];  // row r_own's sums
   if (have_s0) {
     float d[NTILES][4];
