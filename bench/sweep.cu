@@ -555,7 +555,7 @@ void register_sweep_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--out", args->out, "decode CSV path")->capture_default_str();
   cmd->add_option("--layer-pools", args->layers, "layer pools per step (0 = the model's linear layers)")->capture_default_str();
-  cmd->add_option("--rows-per-block", args->rows_per_block, "state rows per thread block (0 = auto; 16, 32, 64, 128)")
+  cmd->add_option("--rows-per-block", args->rows_per_block, "state rows per thread block (0 = auto; 16, 32, 64, 128; 8 = one warp per block, recurrent only)")
       ->capture_default_str();
   cmd->add_option("--budget-s", args->budget_s, "sampling time per point, seconds")->capture_default_str();
   cmd->add_option("--max-point-s", args->max_point_s, "skip points whose minimum sampling takes longer, seconds")
@@ -576,8 +576,12 @@ void register_sweep_command(CLI::App& app) {
     if (!(args->budget_s > 0) || !(args->max_point_s > 0)) throw cli::UsageError("--budget-s and --max-point-s must be > 0");
     if (!(args->acceptance >= 0 && args->acceptance <= 1)) throw cli::UsageError("--acceptance must be in [0, 1]");
     const int r = args->rows_per_block;
-    if (!(r == 0 || r == 16 || r == 32 || r == 64 || r == 128))
-      throw cli::UsageError("--rows-per-block must be 0, 16, 32, 64 or 128");
+    if (!(r == 0 || r == 8 || r == 16 || r == 32 || r == 64 || r == 128))
+      throw cli::UsageError("--rows-per-block must be 0, 8, 16, 32, 64 or 128");
+    if (r == 8)
+      for (const auto& k : args->kernels)
+        if (k != "recurrent" && k != "recurrent-oop")
+          throw cli::UsageError("--rows-per-block 8 (one warp per block) is for the recurrent kernels only, not " + k);
     std::vector<std::string> verify;
     bool any_decode = false;
     for (const auto& k : args->kernels) {

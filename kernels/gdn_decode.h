@@ -30,8 +30,9 @@ struct GdnStepIO {
   const float* A_log = nullptr;
   const float* dt_bias = nullptr;
   __nv_bfloat16* out = nullptr;      // [B, HV, V]
-  // V rows per thread block (16, 32, 64 or 128, dividing V); 0 = chosen per launch shape, from
-  // B x HV against the multiprocessor count (small batches split each head over more blocks).
+  // V rows per thread block (16, 32, 64 or 128, dividing V; the recurrent kernel also takes 8: one
+  // warp per block, state in registers); 0 = chosen per launch shape, from B x HV against the
+  // multiprocessor count (small batches split each head over more blocks).
   int rows_per_block = 0;
 };
 

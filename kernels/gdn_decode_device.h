@@ -20,6 +20,14 @@ constexpr int kGroupLanes = 8;
 constexpr int kThreads = 128;                       // per block
 constexpr int kGroups = kThreads / kGroupLanes;     // row groups per block
 
+constexpr int kWarpRows = 8;                        // rows of the recurrent one-warp shape
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int m = 16; m >= 1; m /= 2) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
 // Sum over the 8 lanes of a group; every lane gets the total (xor masks < 8 stay in the group).
 __device__ __forceinline__ float group_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
@@ -240,7 +248,8 @@ __device__ __forceinline__ void fold_row(float* s, float eG_t, float u_t, const 
 }
 
 // Validation shared by the dispatch functions.
-void validate_step_io(const GdnStepIO& io, const char* who);
+// warp_rows_allowed: rows_per_block may be kWarpRows (the recurrent kernel's one-warp shape).
+void validate_step_io(const GdnStepIO& io, const char* who, bool warp_rows_allowed);
 // V rows per block of a launch shape: io.rows_per_block when set, else up to max_rows, halved (down
 // to 16) while the grid would have fewer than min_blocks_per_sm blocks per SM, so that small
 // batches spread their state over every SM.

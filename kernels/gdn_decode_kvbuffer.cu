@@ -728,7 +728,7 @@ LaunchShape launch_shape(const GdnKVBufferParams& p, int split_min_capacity) {
 }
 
 void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* who, int split_min_capacity) {
-  validate_step_io(p.io, who);
+  validate_step_io(p.io, who, false);
   auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(who) + ": " + m); };
   if (p.capacity < 1 || p.capacity > kMaxCapacity)
     fail("unsupported capacity " + std::to_string(p.capacity) + " (1.." + std::to_string(kMaxCapacity) + ")");

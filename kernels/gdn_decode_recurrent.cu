@@ -9,12 +9,14 @@
 // Layouts: S_in, S_out [slots, HV, V, K] fp32, K contiguous (same pointer = in place);
 //          q, k [B, H, K] bf16; v, out [B, HV, V] bf16; g, beta [B, HV] fp32 (or a, b bf16 [B, HV]
 //          + A_log, dt_bias [HV] fp32); slot [B] int32 (negative: padding, output zeros only).
-// Work split: block = (row, value head, tile of rows_per_block state rows), 128 threads = 16
+// Work split (tile shape): block = (row, value head, tile of rows_per_block state rows), 128 threads = 16
 // groups of 8 lanes (gdn_decode_device.h). Thread 0 starts bulk copies (cp.async.bulk, 16 rows per
 // chunk, one mbarrier each) of the block's contiguous S rows into shared memory, all in flight at
 // once; meanwhile every group normalises k, q and the block stages v; then each group takes one
 // row per chunk, as soon as its chunk lands, and stores the new row straight to global memory.
 // rows_per_block: up to 64 (32 KiB tiles), smaller for small batches (8 blocks per SM wanted).
+// One-warp shape (rows_per_block 8, from batch 32 up): one warp per 8 rows, the tile in registers
+// (log v4 below).
 // Template parameters: head dims K = V in {64, 128}.
 //
 // Performance log (H200, copy ceiling measured in the same run ~4230-4266 GB/s; 36 layer pools in
@@ -37,9 +39,19 @@
 //     of place at 256 is 3.6% slower than FLA's 259 us (97% of copy): the remaining gap is each
 //     block's dependent start (slot -> copy issue -> first chunk) that a persistent grid with a
 //     prefetched next tile would hide.
+//   FLA measured here (scripts/bench_fla.py, fla-core 0.6.0, same method and session, 78e9670):
+//     3.79 / 11.34 / 67.49 / 131.06 / 258.00 / 512.12 us at batch 1 / 8 / 64 / 128 / 256 / 512,
+//     98.6% of copy at 256 and 99.3% at 512, against ours out of place 3.46 / 10.94 / 68.74 /
+//     134.73 / 265.52 / 527.41: FLA's Triton kernel (one warp per 8 rows, the tile in registers,
+//     up to 32 blocks per SM) keeps more of the read in flight than our 8 blocks of 16 KiB tiles.
+//   v4 one-warp shape (rows_per_block 8, gdn_decode_recurrent_warp_kernel): FLA's shape plus the
+//     slot lookup; lane l holds columns l K/32.. of the 8 rows, 64 registers. Predicted, written
+//     before measuring: out of place at 256 from 265.0 to ~259 us, in place from 270.7 to ~265,
+//     512 in place ~525; taken from batch 32 up, the tiles below (batch 1 unchanged).
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/common.cuh"
 #include "kernels/gdn_decode.h"
@@ -48,7 +60,7 @@
 namespace kvbuf {
 namespace gdn_detail {
 
-void validate_step_io(const GdnStepIO& io, const char* who) {
+void validate_step_io(const GdnStepIO& io, const char* who, bool warp_rows_allowed) {
   auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(who) + ": " + m); };
   if (io.batch < 0) fail("batch must be >= 0");
   if (io.batch > kMaxBatch)
@@ -61,8 +73,10 @@ void validate_step_io(const GdnStepIO& io, const char* who) {
     fail("without g/beta, a, b, A_log and dt_bias must all be set");
   if (io.rows_per_block != 0) {
     const int r = io.rows_per_block;
-    if (!(r == 16 || r == 32 || r == 64 || r == 128) || r > io.V || io.V % r != 0)
-      fail("unsupported rows_per_block " + std::to_string(r) + " (16, 32, 64 or 128, dividing V)");
+    const bool warp = warp_rows_allowed && r == kWarpRows;
+    if (!(warp || r == 16 || r == 32 || r == 64 || r == 128) || r > io.V || io.V % r != 0)
+      fail("unsupported rows_per_block " + std::to_string(r) + (warp_rows_allowed ? " (8, 16" : " (16") +
+           ", 32, 64 or 128, dividing V)");
   }
 }
 
@@ -127,24 +141,97 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
   }
 }
 
+// Warp-row shape (rows_per_block = kWarpRows, log v4): one warp per block owns 8 state rows (4 KiB);
+// lane l holds columns [l K/32, (l+1) K/32) of all 8 rows in registers, so the block's whole tile
+// is in flight after one round trip (the slot) and up to 32 one-warp blocks share an SM. Row sums
+// are warp-wide (5 shuffles); lane i < 8 keeps row i's output.
+template <int K, int V>
+__global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurrentParams p) {
+  static_assert(K == 64 || K == 128, "one float2 or float4 per lane per row");
+  constexpr int NL = K / 32, R = kWarpRows;  // floats per lane per row, rows per block
+  using Vec = typename std::conditional<NL == 4, float4, float2>::type;
+  const GdnStepIO& io = p.io;
+  const BlockCoords c = block_coords<V>(R);
+  const int lane = threadIdx.x;
+  const int slot = io.slot[c.row];
+  // The token's inputs do not depend on the slot: issued before its round trip ends.
+  const size_t kq_off = (size_t(c.row) * io.H + c.kh) * K + lane * NL;
+  __nv_bfloat162 kraw[NL / 2], qraw[NL / 2];
+#pragma unroll
+  for (int e = 0; e < NL / 2; ++e) {
+    kraw[e] = reinterpret_cast<const __nv_bfloat162*>(io.k + kq_off)[e];
+    qraw[e] = reinterpret_cast<const __nv_bfloat162*>(io.q + kq_off)[e];
+  }
+  float g, beta;
+  load_gates(io, c.row, c.h, g, beta);
+  const size_t vo = (size_t(c.row) * io.HV + c.h) * V + c.v0;
+  const float v_own = lane < R ? __bfloat162float(io.v[vo + lane]) : 0.f;
+  if (slot < 0) {
+    if (lane < R) io.out[vo + lane] = __float2bfloat16_rn(0.f);
+    return;
+  }
+  const size_t head = ((size_t(slot) * io.HV + c.h) * V + c.v0) * K + lane * NL;
+  float s[R][NL];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const Vec x = *reinterpret_cast<const Vec*>(p.state_in + head + size_t(i) * K);
+    s[i][0] = x.x, s[i][1] = x.y;
+    if constexpr (NL == 4) s[i][2] = reinterpret_cast<const float4&>(x).z, s[i][3] = reinterpret_cast<const float4&>(x).w;
+  }
+  float k[NL], q[NL];
+#pragma unroll
+  for (int e = 0; e < NL / 2; ++e) {
+    const float2 kf = __bfloat1622float2(kraw[e]), qf = __bfloat1622float2(qraw[e]);
+    k[2 * e] = kf.x, k[2 * e + 1] = kf.y, q[2 * e] = qf.x, q[2 * e + 1] = qf.y;
+  }
+  const float kinv = rsqrtf(warp_sum(dot<NL>(k, k)) + 1e-6f);
+  const float qinv = rsqrtf(warp_sum(dot<NL>(q, q)) + 1e-6f) * rsqrtf(float(K));
+#pragma unroll
+  for (int e = 0; e < NL; ++e) k[e] *= kinv, q[e] *= qinv;
+  const float kq = warp_sum(dot<NL>(k, q));
+  const float decay = expf(g);
+  float o_own = 0.f;
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const float a = warp_sum(dot<NL>(s[i], k));
+    const float b = warp_sum(dot<NL>(s[i], q));
+    const float uv = beta * (__shfl_sync(0xffffffffu, v_own, i) - decay * a);
+    if (lane == i) o_own = decay * b + kq * uv;
+    Vec y;
+    y.x = fmaf(decay, s[i][0], uv * k[0]), y.y = fmaf(decay, s[i][1], uv * k[1]);
+    if constexpr (NL == 4) {
+      reinterpret_cast<float4&>(y).z = fmaf(decay, s[i][2], uv * k[2]);
+      reinterpret_cast<float4&>(y).w = fmaf(decay, s[i][3], uv * k[3]);
+    }
+    *reinterpret_cast<Vec*>(p.state_out + head + size_t(i) * K) = y;
+  }
+  if (lane < R) io.out[vo + lane] = __float2bfloat16_rn(o_own);
+}
+
 template <int K, int V>
 void launch_recurrent(const GdnRecurrentParams& p, int rows, dim3 grid, cudaStream_t stream) {
+  if (rows == kWarpRows)
+    return launch_kernel(gdn_decode_recurrent_warp_kernel<K, V>, grid, dim3(32), 0, stream, false, p);
   launch_kernel(gdn_decode_recurrent_kernel<K, V>, grid, dim3(kThreads), size_t(rows) * K * sizeof(float), stream, false,
                 p, rows);
 }
 
+// The one-warp shape from this batch up (log v4), the shared-memory tiles below it.
+constexpr int kWarpRowsMinBatch = 32;
+int recurrent_rows(const GdnStepIO& io) {
+  if (io.rows_per_block == 0 && io.batch >= kWarpRowsMinBatch && io.V % kWarpRows == 0) return kWarpRows;
+  return choose_rows_per_block(io, kRecurrentRows);
+}
 }  // namespace gdn_detail
 
-int gdn_decode_recurrent_rows_per_block(const GdnStepIO& io) {
-  return gdn_detail::choose_rows_per_block(io, gdn_detail::kRecurrentRows);
-}
+int gdn_decode_recurrent_rows_per_block(const GdnStepIO& io) { return gdn_detail::recurrent_rows(io); }
 
 void gdn_decode_recurrent(const GdnRecurrentParams& p, cudaStream_t stream) {
   using namespace gdn_detail;
-  validate_step_io(p.io, "gdn_decode_recurrent");
+  validate_step_io(p.io, "gdn_decode_recurrent", true);
   if (!p.state_in || !p.state_out) throw std::invalid_argument("gdn_decode_recurrent: state_in and state_out must be set");
   if (p.io.batch == 0) return;
-  const int rows = choose_rows_per_block(p.io, kRecurrentRows);
+  const int rows = recurrent_rows(p.io);
   const dim3 grid = decode_grid(p.io, rows);
   const int kv = p.io.K * 1000 + p.io.V;
   switch (kv) {

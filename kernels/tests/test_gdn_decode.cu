@@ -64,6 +64,9 @@ TEST(GdnDecodeDispatch, RefusesUnsupportedShapes) {
   b.capacity = 0;
   EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);
   b.capacity = 8;
+  b.io.rows_per_block = 8;  // the one-warp shape is the recurrent kernel's only
+  EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);
+  b.io.rows_per_block = 0;
   b.variant = GdnBufferVariant::Raw;  // no buf_beta
   EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);
   // The split path needs cached-u entries, scheduler row metadata and scratch.

@@ -353,6 +353,14 @@ inline std::vector<DecodeCase> decode_cases(bool quick) {
     add(r);
     r.kernel = Kernel::RecurrentInPlace, r.batch = 64, r.pad_rows = 3, r.recurrent_steps = 3, r.name = "recurrent-inplace-" + d + "-b64";
     add(r);
+    // Batch 64 takes the one-warp shape (state in registers, warp-wide row sums) by default; the
+    // shared-memory tiles are forced here, the one-warp shape below at batch 3.
+    r.rows_per_block = 32, r.name = "recurrent-tiles-inplace-" + d + "-b64";
+    add(r);
+    r.rows_per_block = 8;
+    r.kernel = Kernel::RecurrentOutOfPlace, r.batch = 3, r.pad_rows = 0, r.recurrent_steps = 6,
+    r.name = "recurrent-warp-oop-" + d + "-b3";
+    add(r);
   }
   {
     DecodeCase r;
@@ -361,6 +369,10 @@ inline std::vector<DecodeCase> decode_cases(bool quick) {
     r.gates = ref::GateRange::extreme(), r.gates_in_kernel = false, r.batch = 3, r.name = "recurrent-extreme-gates-b3";
     add(r);
     r.gates = ref::GateRange::typical(), r.rows_per_block = 16, r.name = "recurrent-rows16-b3";
+    add(r);
+    r.gates = ref::GateRange::extreme(), r.rows_per_block = 8, r.name = "recurrent-warp-extreme-gates-b3";
+    add(r);
+    r.gates = ref::GateRange::typical(), r.gates_in_kernel = true, r.HV = 4 * r.H, r.name = "recurrent-warp-gqa4-gates-in-kernel-b3";
     add(r);
   }
   for (auto variant : {GdnBufferVariant::CachedU, GdnBufferVariant::Raw})
