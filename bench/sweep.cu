@@ -217,7 +217,6 @@ const std::vector<DecodeKernel>& decode_kernels() {
       {"kvbuffer-poolfill", true, false, false, GdnBufferVariant::CachedU, GdnEntryType::BF16, true},
       {"kvbuffer-single", true, false, false, GdnBufferVariant::CachedU, GdnEntryType::BF16, false, GdnDecodePath::Single},
       {"kvbuffer-split", true, false, false, GdnBufferVariant::CachedU, GdnEntryType::BF16, false, GdnDecodePath::Split},
-      {"kvbuffer-warp", true, false, false, GdnBufferVariant::CachedU, GdnEntryType::BF16, false, GdnDecodePath::Warp},
       {"direct-single", true, false, true, GdnBufferVariant::CachedU, GdnEntryType::BF16, false, GdnDecodePath::Single},
       {"direct-split", true, false, true, GdnBufferVariant::CachedU, GdnEntryType::BF16, false, GdnDecodePath::Split},
   };
@@ -549,7 +548,7 @@ void register_sweep_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--kernels", args->kernels,
                   "recurrent, recurrent-oop, kvbuffer, kvbuffer-fp32, kvbuffer-raw, direct, kvbuffer-poolfill "
-                  "(fill advanced in kernel instead of scheduler metadata), kvbuffer-single, kvbuffer-split, kvbuffer-warp, "
+                  "(fill advanced in kernel instead of scheduler metadata), kvbuffer-single, kvbuffer-split, "
                   "direct-single, direct-split (one decode path forced), and verify methods (verify-...) "
                   "handled by the verify sweep")
       ->delimiter(',')
@@ -593,7 +592,7 @@ void register_sweep_command(CLI::App& app) {
       } else {
         throw cli::UsageError("--kernels: unknown kernel '" + k +
                               "' (recurrent, recurrent-oop, kvbuffer, kvbuffer-fp32, kvbuffer-raw, direct, kvbuffer-poolfill, "
-                              "kvbuffer-single, kvbuffer-split, kvbuffer-warp, direct-single, direct-split, verify-...)");
+                              "kvbuffer-single, kvbuffer-split, direct-single, direct-split, verify-...)");
       }
     }
     const LayerShape& shape = models[0].layer;

@@ -53,9 +53,7 @@ enum class GdnEntryType { BF16, FP32 };
 // kernel for the rows with a state or a fold (cached-u only, needs row_fill/row_has_state and
 // `scratch`); Auto = the dispatch picks by measurement from batch and C, per entry point (direct:
 // split from batch 8 and C 4; kvbuffer: split only at C 64), and runs Single where Split cannot.
-// Warp = one warp per 8 state rows, S0 in registers (cached-u, bf16 entries, row_fill/row_has_state,
-// C <= 16; gdn_decode_kvbuffer's Auto takes it from batch 32).
-enum class GdnDecodePath { Auto, Single, Split, Warp };
+enum class GdnDecodePath { Auto, Single, Split };
 
 // KVBuffer decode on pools of kernels/kvbuffer_layout.h, capacity C = `capacity` (1..64).
 // Per row at fill n (read from `fill`): output from S0 (skipped when has_state == 0) and the n

@@ -28,23 +28,6 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
-// NL (2 or 4) bf16 values packed in one 4- or 8-byte word, to and from floats.
-template <int NL, class Raw>
-__device__ __forceinline__ void unpack_bf16(const Raw& raw, float* x) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < NL / 2; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    x[2 * i] = f.x, x[2 * i + 1] = f.y;
-  }
-}
-template <int NL, class Raw>
-__device__ __forceinline__ void pack_bf16(const float* x, Raw& raw) {
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < NL / 2; ++i) h[i] = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
-}
-
 // Sum over the 8 lanes of a group; every lane gets the total (xor masks < 8 stay in the group).
 __device__ __forceinline__ float group_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);

@@ -232,31 +232,33 @@
 //     1.69x / 1.73x / 1.79x recurrent; ReplaySSM 7.5 / 45.7 / 161 / 316 beaten at every batch,
 //     at 64 by 0.5%); recurrent in place 3.52 / 70.56 (90.9% of copy) / 272.09 / 540.69, out of
 //     place 267.07 at 256 (FLA 259). Missed still: batch 1 (0.89x) and FLA's 259 out of place.
-//   v15 (not kept; 78e9670 + branch exp/c1-no-entries, interleaved twice with 78e9670) the NO_ENTRIES
-//     instantiation for C = 1 (v13's next step): batch 1 3.89 -> 3.84-3.86 us (predicted ~3.6),
-//     elsewhere within noise. Instruction fetch was not the gap. v14's fix (exp/shared-kq, same
-//     run): 256, C = 8 158.8-160.1 -> 162.5 us, 512 within noise: not kept either.
+//   v15 (not kept; 78e9670 + branch exp/c1-no-entries, interleaved twice with 78e9670) the
+//     NO_ENTRIES instantiation for C = 1 (v13's next step): batch 1 3.89 -> 3.84-3.86 us
+//     (predicted ~3.6), elsewhere within noise: instruction fetch was not the gap. v14's fix
+//     (exp/shared-kq, same run): 256, C = 8 158.8-160.1 -> 162.5 us: not kept either.
 //   ncu at batch 1, C = 1 (78e9670, caches flushed): 4.80 us against the recurrent kernel's 4.35,
 //     578 against 429 warp instructions per warp. In the SASS the block's v copy (cp.async) sits
 //     after finish_token_kq's normalisation (~120 instructions, 9 dependent shuffles): the
-//     compiler moved the register-only normalisation above the asm copy, so v came back one round
-//     trip after the normalisation instead of with the token's loads. The recurrent kernel's v
-//     load sits after its normalisation too.
+//     compiler moved the register-only normalisation above the asm copy.
 //   The recurrent kernel's one-warp shape (gdn_decode_recurrent.cu log v4) streams at 97-98% of
 //     copy where these 64-row tiles stream at 92-94%: 264.2 us in place at 256 against 273.4 for
-//     this kernel at C = 1, which makes KVBuffer at C = 8 (159.5) only 1.66x recurrent.
-//   v16 one-warp path (GdnDecodePath::Warp, gdn_decode_kvbuffer_warp_kernel): the same shape for
-//     the buffered step, S0 and every buffered key slice in registers, the entry sums spread over
-//     the warp's 4 lane quarters (80 registers at C <= 8, 114 at C <= 16). The per-entry key dot
-//     products are repeated by the 16 tiles x 2 value heads of a key head (they were repeated by
-//     2 x 2 blocks): ~2 n (4 FMAs + 10 shuffles) per warp, small against the 4 KiB it streams.
-//     Predicted, written before measuring: 256, C = 8 159.5 -> ~150 us (the read-mostly stream
-//     from ~3.8 to ~4.1 TB/s), 512 303 -> ~285, batch 32-128 ~5% faster; taken from batch 32.
-//   v17 the single kernel's v copy issued with the token's loads (before the slot). Predicted:
-//     batch 1, C = 1 3.89 -> ~3.6 us; nothing at large batch.
+//     this kernel at C = 1, so KVBuffer at C = 8 (154.7-160.2 us across this session's runs) is
+//     1.65-1.71x the stronger recurrent baseline, where it was 1.73x the tile one.
+//   v16 (not kept; branch exp/warp-kvbuffer, a4cc452) the one-warp shape for the buffered step:
+//     S0 and every buffered key slice in registers, entry sums spread over the warp's 4 lane
+//     quarters, cached-u bf16 entries with row metadata and C <= 16. Predicted, written before
+//     measuring: 256, C = 8 159.5 -> ~150 us. Measured (correct: 96/96 decode tests, memcheck
+//     clean; interleaved twice with the single kernel): 256, C = 8 213.3 against 160.2 us,
+//     C = 16 304.1 against 171.8, C = 4 199-202 against 163.7; batch 32 and 64 also slower. ncu
+//     (256, C = 8): 136.5M warp instructions, issue slots 63% busy, DRAM 62%. Each 4 KiB warp
+//     repeats the key head's 2 n key dot products (5 shuffles per warp sum) that the 64-row
+//     block did once per 32 KiB: at about one warp shuffle per SM clock, the shuffles alone
+//     outlast the 4 KiB's share of DRAM time. The prediction counted instructions per warp, not
+//     against the shuffle unit's rate.
+//   v17 (not kept, same run) this kernel's v copy issued with the token's loads, before the
+//     slot. Predicted batch 1, C = 1 3.89 -> ~3.6 us; measured 3.95 -> 3.92-3.93.
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 #include "kernels/common.cuh"
 #include "kernels/gdn_decode.h"
@@ -272,8 +274,6 @@ constexpr int kUtilePad = 8;  // u tile row stride rows + 8: 16-byte rows, a gro
 constexpr int kSplitMinBatch = 8;
 constexpr int kSplitMinCapacityKVBuffer = 64;
 constexpr int kSplitMinCapacityDirect = 4;
-constexpr int kWarpMaxCapacity = 16;  // one-warp shape (log v16): entries' key slices held in registers
-constexpr int kWarpMinBatch = 32;
 
 template <int K, int V, class E, bool RAW>
 __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVBufferParams p, int rows) {
@@ -291,9 +291,6 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   // only after the block's one wait, so no global round trip is spent on them alone.
   TokenKQRaw<K> kq_raw;
   issue_token_kq<K>(io, c.row, kh, lane, kq_raw);
-  // v of the block's rows too (log v17: issued after the slot, the copy came back one round trip
-  // after the normalisation instead of with the token's loads).
-  if (threadIdx.x < rows / 8) cp_async16(sv + threadIdx.x * 8, io.v + (size_t(c.row) * HV + c.h) * V + c.v0 + threadIdx.x * 8);
   float g, beta;
   load_gates(io, c.row, c.h, g, beta);
   // Scheduler row metadata is indexed by row, not slot: loaded with the slot, so the S0 copies
@@ -303,7 +300,6 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   if (row_meta) n = p.row_fill[c.row], has_state_flag = p.row_has_state[c.row];
   const int slot = io.slot[c.row];
   if (slot < 0) {
-    cp_async_wait_all();  // no copy outlives its block
     write_zero_output(io, c, rows);
     return;
   }
@@ -352,6 +348,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
       cp_async4(sG + j, gcum + j * HV + c.h);
       if (RAW) cp_async4(bj + j, p.buf_beta + (size_t(slot) * C + j) * HV + c.h);
     }
+    if (threadIdx.x < rows / 8) cp_async16(sv + threadIdx.x * 8, io.v + (size_t(c.row) * HV + c.h) * V + c.v0 + threadIdx.x * 8);
   }
   float k[N], q[N], kq;
   finish_token_kq<K>(kq_raw, k, q, kq);  // while the copies are in flight
@@ -683,151 +680,6 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
   }
 }
 
-// ---- One-warp shape (GdnDecodePath::Warp, log v16): the recurrent one-warp shape (FLA's) applied
-// to the buffered step, for cached-u bf16 entries, scheduler row metadata and C <= CMAX (8 or 16).
-// A block is one warp and 8 state rows of one (row, value head); lane l holds columns
-// [l K/32, (l+1) K/32) of the 8 rows in registers (S0 read once, no shared memory) and, for row
-// l % 8, the buffered u_j of entries j = l / 8 (mod 4), so the sums over entries are spread
-// over the warp. Per entry j: c_j = e^{G_t-G_j} k_j.k and d_j = e^{G_t-G_j} k_j.q (warp sums);
-// per row: u_t = beta (v - e^{G_t} S0.k - sum_j c_j u_j), o = e^{G_t} S0.q + sum_j d_j u_j + k.q u_t;
-// then either the entry is appended or, at n + 1 = C, S0 <- e^{G_t} S0 + u_t k + sum_j
-// e^{G_t-G_j} u_j k_j is written back.
-template <int K, int V, int CMAX>
-__global__ void __launch_bounds__(32) gdn_decode_kvbuffer_warp_kernel(GdnKVBufferParams p) {
-  static_assert(K == 64 || K == 128, "one float2 or float4 per lane per row");
-  static_assert(CMAX % 4 == 0 && CMAX <= 32, "entries spread over the 4 lane quarters");
-  using E = __nv_bfloat16;
-  constexpr int NL = K / 32, R = kWarpRows, JL = CMAX / 4;  // floats per lane per row, rows, u_j per lane
-  using Vec = typename std::conditional<NL == 4, float4, float2>::type;
-  using RawKey = typename std::conditional<NL == 4, uint2, unsigned>::type;  // NL bf16
-  const GdnStepIO& io = p.io;
-  const BlockCoords c = block_coords<V>(R);
-  const int lane = threadIdx.x, ri = lane & (R - 1), quarter = lane >> 3;
-  const int H = io.H, HV = io.HV, C = p.capacity;
-  // Everything that does not depend on the slot goes out first.
-  const size_t kq_off = (size_t(c.row) * H + c.kh) * K + lane * NL;
-  const RawKey kraw = *reinterpret_cast<const RawKey*>(io.k + kq_off);
-  const RawKey qraw = *reinterpret_cast<const RawKey*>(io.q + kq_off);
-  float g, beta;
-  load_gates(io, c.row, c.h, g, beta);
-  const size_t vo = (size_t(c.row) * HV + c.h) * V + c.v0;
-  const float v_mine = __bfloat162float(io.v[vo + ri]);
-  const int n = p.row_fill[c.row];
-  const bool has_state = p.row_has_state[c.row] != 0;
-  const int slot = io.slot[c.row];
-  if (slot < 0) {
-    if (lane < R) io.out[vo + lane] = __float2bfloat16_rn(0.f);
-    return;
-  }
-  const bool fold = n + 1 == C;
-  float* state = p.state + ((size_t(slot) * HV + c.h) * V + c.v0) * K + lane * NL;
-  float s[R][NL];
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    if (has_state) {
-      const Vec x = *reinterpret_cast<const Vec*>(state + size_t(i) * K);
-      s[i][0] = x.x, s[i][1] = x.y;
-      if constexpr (NL == 4) s[i][2] = reinterpret_cast<const float4&>(x).z, s[i][3] = reinterpret_cast<const float4&>(x).w;
-    } else {
-#pragma unroll
-      for (int e = 0; e < NL; ++e) s[i][e] = 0.f;
-    }
-  }
-  E* bk = static_cast<E*>(p.buf_k) + size_t(slot) * C * H * K;            // [C, H, K]
-  E* bval = static_cast<E*>(p.buf_val) + size_t(slot) * C * HV * V;       // [C, HV, V]
-  float* gcum = p.buf_gcum + size_t(slot) * C * HV;                      // [C, HV]
-  RawKey kbuf[CMAX];  // this lane's slice of every buffered key, all loads in flight at once
-#pragma unroll
-  for (int j = 0; j < CMAX; ++j) kbuf[j] = j < n ? *reinterpret_cast<const RawKey*>(bk + (size_t(j) * H + c.kh) * K + lane * NL) : RawKey{};
-  float u_own[JL];  // u_j of row ri for j = quarter + 4 m
-#pragma unroll
-  for (int m = 0; m < JL; ++m) {
-    const int j = quarter + 4 * m;
-    u_own[m] = j < n ? __bfloat162float(bval[(size_t(j) * HV + c.h) * V + c.v0 + ri]) : 0.f;
-  }
-  const float G_lane = lane < n ? gcum[lane * HV + c.h] : 0.f;  // G_j for j = lane
-  const float G_last = n > 0 ? gcum[(n - 1) * HV + c.h] : 0.f;
-
-  float k[NL], q[NL];
-  unpack_bf16<NL>(kraw, k);
-  unpack_bf16<NL>(qraw, q);
-  const float kinv = rsqrtf(warp_sum(dot<NL>(k, k)) + 1e-6f);
-  const float qinv = rsqrtf(warp_sum(dot<NL>(q, q)) + 1e-6f) * rsqrtf(float(K));
-#pragma unroll
-  for (int e = 0; e < NL; ++e) k[e] *= kinv, q[e] *= qinv;
-  const float kq = warp_sum(dot<NL>(k, q));
-  const float G_t = G_last + g, eG_t = expf(G_t);
-
-  float part_c = 0.f, part_d = 0.f;  // this lane's share of row ri's sum_j c_j u_j, sum_j d_j u_j
-#pragma unroll
-  for (int j = 0; j < CMAX; ++j) {
-    if (j < n) {  // n is warp-uniform
-      float kj[NL];
-      unpack_bf16<NL>(kbuf[j], kj);
-      const float e = expf(G_t - __shfl_sync(0xffffffffu, G_lane, j));
-      const float dk = warp_sum(dot<NL>(kj, k)), dq = warp_sum(dot<NL>(kj, q));
-      if ((j & 3) == quarter) part_c = fmaf(e * dk, u_own[j >> 2], part_c), part_d = fmaf(e * dq, u_own[j >> 2], part_d);
-    }
-  }
-  part_c += __shfl_xor_sync(0xffffffffu, part_c, 8);
-  part_c += __shfl_xor_sync(0xffffffffu, part_c, 16);
-  part_d += __shfl_xor_sync(0xffffffffu, part_d, 8);
-  part_d += __shfl_xor_sync(0xffffffffu, part_d, 16);
-
-  float pa = 0.f, pb = 0.f;  // S0 row ri . k and . q
-  if (has_state) {
-#pragma unroll
-    for (int i = 0; i < R; ++i) {
-      const float a = warp_sum(dot<NL>(s[i], k)), b = warp_sum(dot<NL>(s[i], q));
-      if (ri == i) pa = a, pb = b;
-    }
-  }
-  const float u_t = beta * (v_mine - fmaf(eG_t, pa, part_c));
-  const float o = fmaf(eG_t, pb, part_d) + kq * u_t;
-  if (lane < R) io.out[vo + lane] = __float2bfloat16_rn(o);
-
-  if (!fold) {
-    if (lane < R) bval[(size_t(n) * HV + c.h) * V + c.v0 + lane] = __float2bfloat16_rn(u_t);
-    if (c.tile == 0) {
-      if (c.sub == 0) {
-        RawKey packed;
-        pack_bf16<NL>(k, packed);
-        *reinterpret_cast<RawKey*>(bk + (size_t(n) * H + c.kh) * K + lane * NL) = packed;
-      }
-      if (lane == 0) gcum[n * HV + c.h] = G_t;
-    }
-    return;
-  }
-  // Fold: S0 <- e^{G_t} S0 + u_t k + sum_j e^{G_t - G_j} u_j k_j, row by row as fold_row orders it.
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const float ui = __shfl_sync(0xffffffffu, u_t, i);
-#pragma unroll
-    for (int e = 0; e < NL; ++e) s[i][e] = fmaf(eG_t, s[i][e], ui * k[e]);
-  }
-#pragma unroll
-  for (int j = 0; j < CMAX; ++j) {
-    if (j < n) {
-      float kj[NL];
-      unpack_bf16<NL>(kbuf[j], kj);
-      const float e = expf(G_t - __shfl_sync(0xffffffffu, G_lane, j));
-#pragma unroll
-      for (int i = 0; i < R; ++i) {
-        const float w = e * __shfl_sync(0xffffffffu, u_own[j >> 2], ((j & 3) << 3) | i);
-#pragma unroll
-        for (int x = 0; x < NL; ++x) s[i][x] = fmaf(w, kj[x], s[i][x]);
-      }
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    Vec y;
-    y.x = s[i][0], y.y = s[i][1];
-    if constexpr (NL == 4) reinterpret_cast<float4&>(y).z = s[i][2], reinterpret_cast<float4&>(y).w = s[i][3];
-    *reinterpret_cast<Vec*>(state + size_t(i) * K) = y;
-  }
-}
-
 size_t kvbuffer_smem_bytes(const GdnKVBufferParams& p, int rows) {
   const size_t C = size_t(p.capacity), K = size_t(p.io.K);
   const size_t esz = p.entry == GdnEntryType::FP32 ? 4 : 2;
@@ -861,17 +713,9 @@ void launch_split(const GdnKVBufferParams& p, int rows, cudaStream_t stream) {
 }
 
 template <int K, int V>
-void launch_warp(const GdnKVBufferParams& p, cudaStream_t stream) {
-  const dim3 grid = decode_grid(p.io, kWarpRows);
-  if (p.capacity <= 8) return launch_kernel(gdn_decode_kvbuffer_warp_kernel<K, V, 8>, grid, dim3(32), 0, stream, false, p);
-  launch_kernel(gdn_decode_kvbuffer_warp_kernel<K, V, 16>, grid, dim3(32), 0, stream, false, p);
-}
-
-template <int K, int V>
-void dispatch_entry(const GdnKVBufferParams& p, int rows, GdnDecodePath path, cudaStream_t stream) {
+void dispatch_entry(const GdnKVBufferParams& p, int rows, bool split, cudaStream_t stream) {
   const bool raw = p.variant == GdnBufferVariant::Raw;
-  if (path == GdnDecodePath::Warp) return launch_warp<K, V>(p, stream);
-  if (path == GdnDecodePath::Split) {
+  if (split) {
     switch (p.entry) {
       case GdnEntryType::BF16:
         return launch_split<K, V, __nv_bfloat16>(p, rows, stream);
@@ -893,34 +737,22 @@ void dispatch_entry(const GdnKVBufferParams& p, int rows, GdnDecodePath path, cu
   }
 }
 
-// Which path this launch takes, and its rows per block.
+// Whether this launch takes the split path, and its rows per block.
 struct LaunchShape {
-  GdnDecodePath path;  // Single, Split or Warp
+  bool split;
   int rows;
 };
 bool split_possible(const GdnKVBufferParams& p) {
   return p.variant == GdnBufferVariant::CachedU && p.row_fill && p.scratch;
 }
-bool warp_possible(const GdnKVBufferParams& p) {
-  return p.variant == GdnBufferVariant::CachedU && p.entry == GdnEntryType::BF16 && p.row_fill &&
-         p.capacity <= kWarpMaxCapacity && p.io.rows_per_block == 0;
-}
-LaunchShape launch_shape(const GdnKVBufferParams& p, int split_min_capacity, bool warp_auto) {
-  GdnDecodePath path = p.path;
-  if (path == GdnDecodePath::Auto) {
-    if (warp_auto && warp_possible(p) && p.io.batch >= kWarpMinBatch)
-      path = GdnDecodePath::Warp;
-    else if (split_possible(p) && p.io.batch >= kSplitMinBatch && p.capacity >= split_min_capacity)
-      path = GdnDecodePath::Split;
-    else
-      path = GdnDecodePath::Single;
-  }
-  if (path == GdnDecodePath::Warp) return {path, kWarpRows};
-  return {path, choose_rows_per_block(p.io, path == GdnDecodePath::Split ? split_state_rows(p.capacity) : kSingleKVBufferRows)};
+LaunchShape launch_shape(const GdnKVBufferParams& p, int split_min_capacity) {
+  const bool split = p.path == GdnDecodePath::Split ||
+                     (p.path == GdnDecodePath::Auto && split_possible(p) && p.io.batch >= kSplitMinBatch &&
+                      p.capacity >= split_min_capacity);
+  return {split, choose_rows_per_block(p.io, split ? split_state_rows(p.capacity) : kSingleKVBufferRows)};
 }
 
-void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* who, int split_min_capacity,
-                  bool warp_auto) {
+void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* who, int split_min_capacity) {
   validate_step_io(p.io, who, false);
   auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(who) + ": " + m); };
   if (p.capacity < 1 || p.capacity > kMaxCapacity)
@@ -933,17 +765,14 @@ void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* w
   if (p.variant == GdnBufferVariant::Raw && !p.buf_beta) fail("the raw variant needs buf_beta");
   if (p.path == GdnDecodePath::Split && !split_possible(p))
     fail("the split path needs the cached-u variant, row_fill/row_has_state and scratch");
-  if (p.path == GdnDecodePath::Warp && !warp_possible(p))
-    fail("the warp path needs the cached-u variant with bf16 entries, row_fill/row_has_state, capacity <= " +
-         std::to_string(kWarpMaxCapacity) + " and rows_per_block 0");
   if (p.io.batch == 0) return;
-  const LaunchShape shape = launch_shape(p, split_min_capacity, warp_auto);
+  const LaunchShape shape = launch_shape(p, split_min_capacity);
   const int kv = p.io.K * 1000 + p.io.V;
   switch (kv) {
     case 128 * 1000 + 128:
-      return dispatch_entry<128, 128>(p, shape.rows, shape.path, stream);
+      return dispatch_entry<128, 128>(p, shape.rows, shape.split, stream);
     case 64 * 1000 + 64:
-      return dispatch_entry<64, 64>(p, shape.rows, shape.path, stream);
+      return dispatch_entry<64, 64>(p, shape.rows, shape.split, stream);
     default:
       fail("unsupported head dims K=" + std::to_string(p.io.K) + " V=" + std::to_string(p.io.V) +
            " (supported: 64x64, 128x128)");
@@ -953,19 +782,19 @@ void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* w
 }  // namespace gdn_detail
 
 void gdn_decode_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream) {
-  gdn_detail::run_kvbuffer(p, stream, "gdn_decode_kvbuffer", gdn_detail::kSplitMinCapacityKVBuffer, true);
+  gdn_detail::run_kvbuffer(p, stream, "gdn_decode_kvbuffer", gdn_detail::kSplitMinCapacityKVBuffer);
 }
 
 void gdn_decode_direct(const GdnKVBufferParams& p, cudaStream_t stream) {
-  gdn_detail::run_kvbuffer(p, stream, "gdn_decode_direct", gdn_detail::kSplitMinCapacityDirect, false);
+  gdn_detail::run_kvbuffer(p, stream, "gdn_decode_direct", gdn_detail::kSplitMinCapacityDirect);
 }
 
 int gdn_decode_kvbuffer_rows_per_block(const GdnKVBufferParams& p) {
-  return gdn_detail::launch_shape(p, gdn_detail::kSplitMinCapacityKVBuffer, true).rows;
+  return gdn_detail::launch_shape(p, gdn_detail::kSplitMinCapacityKVBuffer).rows;
 }
 
 int gdn_decode_direct_rows_per_block(const GdnKVBufferParams& p) {
-  return gdn_detail::launch_shape(p, gdn_detail::kSplitMinCapacityDirect, false).rows;
+  return gdn_detail::launch_shape(p, gdn_detail::kSplitMinCapacityDirect).rows;
 }
 
 }  // namespace kvbuf

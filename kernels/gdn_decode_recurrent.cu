@@ -50,13 +50,13 @@
 //     512 in place ~525; taken from batch 32 up, the tiles below (batch 1 unchanged).
 //     Measured (f547620, interleaved twice with 78e9670, same session as FLA): out of place 267.0
 //     -> 261.7 us at 256 (FLA 259.6 in that run), 530.1 -> 519.2 at 512 (FLA 515.3), 135.4 ->
-//     133.2 at 128 (131.8); in place 272.1 -> 264.4 (97.0% of copy), 540.7 -> 525.0 (97.7%),
+//     133.2 at 128 (FLA 131.8); in place 272.1 -> 264.4 (97.0% of copy), 540.7 -> 525.0 (97.7%),
 //     70.5 -> 68.9 at 64; batch 32 36.9 -> 36.0. Below batch 32 the one-warp shape loses (batch 1
-//     4.27 against 3.55 us): kept from batch 32. Still 0.8% behind FLA out of place: its blocks
-//     need no slot lookup before their state loads.
-//   v5 v loaded before the k, q normalisation (ncu at batch 1: the v load sat after the
-//     normalisation's shuffles, one more round trip on the block's path). Predicted: batch 1
-//     3.5 -> ~3.3 us.
+//     4.27 against 3.55 us): kept from batch 32. Still 0.8% behind FLA out of place.
+//   v5 (not kept; a4cc452) the tile kernel's v loaded before the k, q normalisation (in the SASS
+//     at batch 1 it sat after the normalisation's shuffles). Predicted batch 1 3.5 -> ~3.3 us;
+//     measured 3.52 -> 3.45, but 7 more registers (71: 7 blocks per SM) made batch 8 10.45 ->
+//     10.70 (its 1024 blocks no longer fit one wave).
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -123,18 +123,15 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
 
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
   const int kh = c.kh;
-  // v is loaded before the normalisation's shuffles, so that its round trip overlaps them (log v5).
-  static_assert(kMaxChunks * kGroups <= kThreads, "one v per thread");
-  const __nv_bfloat16* vin = io.v + (size_t(c.row) * io.HV + c.h) * V;
-  const float v_own = threadIdx.x < rows ? __bfloat162float(vin[c.v0 + threadIdx.x]) : 0.f;
   float k[N], q[N], kq;
   load_token_kq<K>(io, c.row, kh, lane, k, q, kq);
   float g, beta;
   load_gates(io, c.row, c.h, g, beta);
   const float decay = expf(g);
   float* s_out = p.state_out + head;
+  const __nv_bfloat16* vin = io.v + (size_t(c.row) * io.HV + c.h) * V;
   __nv_bfloat16* out = io.out + (size_t(c.row) * io.HV + c.h) * V;
-  if (threadIdx.x < rows) sv[threadIdx.x] = v_own;
+  for (int r = threadIdx.x; r < rows; r += kThreads) sv[r] = __bfloat162float(vin[c.v0 + r]);
   __syncthreads();  // barriers initialised, sv loaded
 
   for (int ch = 0; ch < chunks; ++ch) {
@@ -168,9 +165,12 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurr
   const int slot = io.slot[c.row];
   // The token's inputs do not depend on the slot: issued before its round trip ends.
   const size_t kq_off = (size_t(c.row) * io.H + c.kh) * K + lane * NL;
-  using RawKey = typename std::conditional<NL == 4, uint2, unsigned>::type;  // NL bf16
-  const RawKey kraw = *reinterpret_cast<const RawKey*>(io.k + kq_off);
-  const RawKey qraw = *reinterpret_cast<const RawKey*>(io.q + kq_off);
+  __nv_bfloat162 kraw[NL / 2], qraw[NL / 2];
+#pragma unroll
+  for (int e = 0; e < NL / 2; ++e) {
+    kraw[e] = reinterpret_cast<const __nv_bfloat162*>(io.k + kq_off)[e];
+    qraw[e] = reinterpret_cast<const __nv_bfloat162*>(io.q + kq_off)[e];
+  }
   float g, beta;
   load_gates(io, c.row, c.h, g, beta);
   const size_t vo = (size_t(c.row) * io.HV + c.h) * V + c.v0;
@@ -188,8 +188,11 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurr
     if constexpr (NL == 4) s[i][2] = reinterpret_cast<const float4&>(x).z, s[i][3] = reinterpret_cast<const float4&>(x).w;
   }
   float k[NL], q[NL];
-  unpack_bf16<NL>(kraw, k);
-  unpack_bf16<NL>(qraw, q);
+#pragma unroll
+  for (int e = 0; e < NL / 2; ++e) {
+    const float2 kf = __bfloat1622float2(kraw[e]), qf = __bfloat1622float2(qraw[e]);
+    k[2 * e] = kf.x, k[2 * e + 1] = kf.y, q[2 * e] = qf.x, q[2 * e + 1] = qf.y;
+  }
   const float kinv = rsqrtf(warp_sum(dot<NL>(k, k)) + 1e-6f);
   const float qinv = rsqrtf(warp_sum(dot<NL>(q, q)) + 1e-6f) * rsqrtf(float(K));
 #pragma unroll

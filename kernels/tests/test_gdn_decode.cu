@@ -67,15 +67,6 @@ TEST(GdnDecodeDispatch, RefusesUnsupportedShapes) {
   b.io.rows_per_block = 8;  // the one-warp shape is the recurrent kernel's only
   EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);
   b.io.rows_per_block = 0;
-  // The warp path needs cached-u bf16 entries, row metadata and C <= 16.
-  b.path = GdnDecodePath::Warp;
-  EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);  // no row metadata
-  b.row_fill = b.row_has_state = dummy;
-  b.capacity = 32;
-  EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);
-  b.capacity = 8, b.entry = GdnEntryType::FP32;
-  EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);
-  b.entry = GdnEntryType::BF16, b.row_fill = b.row_has_state = nullptr, b.path = GdnDecodePath::Auto;
   b.variant = GdnBufferVariant::Raw;  // no buf_beta
   EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);
   // The split path needs cached-u entries, scheduler row metadata and scratch.

@@ -63,8 +63,8 @@ struct DecodeCase {
   int rows_per_block = 0;
   bool row_metadata = false;  // fill/has_state as per-row step inputs instead of pool arrays
   // Auto: the dispatch's choice (with row metadata: split from batch 8, for gdn_decode_direct
-  // from C 4, for gdn_decode_kvbuffer at C 64, one warp per 8 rows from batch 32 at C <= 16);
-  // Split / Single / Warp force a path. Every KVBuffer case passes the split path's scratch.
+  // from C 4, for gdn_decode_kvbuffer at C 64); Split / Single force a path. Every KVBuffer case
+  // passes the split path's scratch.
   GdnDecodePath path = GdnDecodePath::Auto;
 };
 
@@ -459,28 +459,6 @@ inline std::vector<DecodeCase> decode_cases(bool quick) {
     c.kernel = Kernel::Direct, c.path = GdnDecodePath::Single, c.capacity = 8, c.direct_every = 3,
     c.name = "single-direct-bf16-C8-b64-mixed";
     if (!quick) add(c);
-  }
-  // The one-warp path (S0 in registers; cached-u bf16, row metadata, C <= 16), forced at small
-  // batch and chosen by Auto from batch 32.
-  for (int K : {128, 64})
-    for (int C : {1, 4, 8, 16}) {
-      DecodeCase c;
-      c.K = K, c.row_metadata = true, c.path = GdnDecodePath::Warp, c.capacity = C, c.batch = 3;
-      c.direct_every = C == 8 ? 2 : 0;
-      c.name = "warp-K" + std::to_string(K) + "-C" + std::to_string(C) + "-b3" + (c.direct_every ? "-mixed-direct" : "");
-      if (!quick || C == 4 || C == 16) add(c);
-    }
-  {
-    DecodeCase c;
-    c.row_metadata = true, c.path = GdnDecodePath::Warp;
-    c.capacity = 8, c.batch = 64, c.pad_rows = 2, c.gates = ref::GateRange::extreme(), c.name = "warp-C8-b64-extreme-gates";
-    add(c);
-    c.gates = ref::GateRange::typical(), c.batch = 3, c.pad_rows = 1, c.H = 1, c.HV = 4, c.gates_in_kernel = true;
-    c.capacity = 16, c.name = "warp-gqa4-C16-b3-gates-in-kernel";
-    add(c);
-    c.H = 2, c.HV = 4, c.gates_in_kernel = false, c.path = GdnDecodePath::Auto, c.batch = 64, c.pad_rows = 2;
-    c.direct_every = 5, c.name = "auto-warp-C16-b64-mixed-direct";
-    add(c);
   }
   return cs;
 }
