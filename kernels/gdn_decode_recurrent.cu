@@ -53,6 +53,10 @@
 //     133.2 at 128 (FLA 131.8); in place 272.1 -> 264.4 (97.0% of copy), 540.7 -> 525.0 (97.7%),
 //     70.5 -> 68.9 at 64; batch 32 36.9 -> 36.0. Below batch 32 the one-warp shape loses (batch 1
 //     4.27 against 3.55 us): kept from batch 32. Still 0.8% behind FLA out of place.
+//   v6 the one-warp kernel's 16 row sums reduced by halving exchanges (16 shuffles, not 80) and the
+//     three norm sums made independent: ~40 shuffles per 4 KiB block instead of ~103 (v16 of
+//     gdn_decode_kvbuffer.cu found the shuffle unit's rate binding there). Predicted, written
+//     before measuring: out of place at 256 261.7 -> ~259.5 us, in place 264.2 -> ~262.
 //   v5 (not kept; a4cc452) the tile kernel's v loaded before the k, q normalisation (in the SASS
 //     at batch 1 it sat after the normalisation's shuffles). Predicted batch 1 3.5 -> ~3.3 us;
 //     measured 3.52 -> 3.45, but 7 more registers (71: 7 blocks per SM) made batch 8 10.45 ->
@@ -174,7 +178,7 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurr
   float g, beta;
   load_gates(io, c.row, c.h, g, beta);
   const size_t vo = (size_t(c.row) * io.HV + c.h) * V + c.v0;
-  const float v_own = lane < R ? __bfloat162float(io.v[vo + lane]) : 0.f;
+  const float v_row = __bfloat162float(io.v[vo + ((lane >> 2) & (R - 1))]);  // v of row (lane / 4) % 8
   if (slot < 0) {
     if (lane < R) io.out[vo + lane] = __float2bfloat16_rn(0.f);
     return;
@@ -193,19 +197,39 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurr
     const float2 kf = __bfloat1622float2(kraw[e]), qf = __bfloat1622float2(qraw[e]);
     k[2 * e] = kf.x, k[2 * e + 1] = kf.y, q[2 * e] = qf.x, q[2 * e + 1] = qf.y;
   }
-  const float kinv = rsqrtf(warp_sum(dot<NL>(k, k)) + 1e-6f);
-  const float qinv = rsqrtf(warp_sum(dot<NL>(q, q)) + 1e-6f) * rsqrtf(float(K));
+  // The three norms' sums are independent (k.q from the raw vectors, scaled after).
+  const float kk = warp_sum(dot<NL>(k, k)), qq = warp_sum(dot<NL>(q, q)), kq_raw = warp_sum(dot<NL>(k, q));
+  const float kinv = rsqrtf(kk + 1e-6f), qinv = rsqrtf(qq + 1e-6f) * rsqrtf(float(K));
 #pragma unroll
   for (int e = 0; e < NL; ++e) k[e] *= kinv, q[e] *= qinv;
-  const float kq = warp_sum(dot<NL>(k, q));
+  const float kq = kq_raw * kinv * qinv;
   const float decay = expf(g);
-  float o_own = 0.f;
+  // The 16 row sums S[i].k, S[i].q (value m = 2 i + {0, 1}) reduced over the warp by halving
+  // exchanges: at each step a lane keeps half of its values and receives its partner's partial
+  // sums of that half (8 + 4 + 2 + 1 + 1 = 16 shuffles instead of 80); lane l ends with the
+  // full sum of value m = (l >> 1) & 15, i.e. lanes 4 i .. 4 i + 3 hold row i: a_i in the first
+  // two, b_i in the last two.
+  float p16[2 * R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) p16[2 * i] = dot<NL>(s[i], k), p16[2 * i + 1] = dot<NL>(s[i], q);
+#pragma unroll
+  for (int half = R, mask = 16; half >= 1; half /= 2, mask /= 2) {
+    const bool upper = lane & mask;
+#pragma unroll
+    for (int j = 0; j < half; ++j) {
+      const float send = upper ? p16[j] : p16[j + half];
+      const float keep = upper ? p16[j + half] : p16[j];
+      p16[j] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+    }
+  }
+  const float sum = p16[0] + __shfl_xor_sync(0xffffffffu, p16[0], 1);
+  const int row_own = (lane >> 2) & (R - 1);
+  const float a = sum, b = __shfl_xor_sync(0xffffffffu, sum, 2);  // on lanes 4 i, 4 i + 1
+  const float uv_own = beta * (v_row - decay * a);
+  if ((lane & 3) == 0) io.out[vo + row_own] = __float2bfloat16_rn(decay * b + kq * uv_own);
 #pragma unroll
   for (int i = 0; i < R; ++i) {
-    const float a = warp_sum(dot<NL>(s[i], k));
-    const float b = warp_sum(dot<NL>(s[i], q));
-    const float uv = beta * (__shfl_sync(0xffffffffu, v_own, i) - decay * a);
-    if (lane == i) o_own = decay * b + kq * uv;
+    const float uv = __shfl_sync(0xffffffffu, uv_own, 4 * i);
     Vec y;
     y.x = fmaf(decay, s[i][0], uv * k[0]), y.y = fmaf(decay, s[i][1], uv * k[1]);
     if constexpr (NL == 4) {
@@ -214,7 +238,6 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurr
     }
     *reinterpret_cast<Vec*>(p.state_out + head + size_t(i) * K) = y;
   }
-  if (lane < R) io.out[vo + lane] = __float2bfloat16_rn(o_own);
 }
 
 template <int K, int V>
