@@ -257,6 +257,22 @@
 //     against the shuffle unit's rate.
 //   v17 (not kept, same run) this kernel's v copy issued with the token's loads, before the
 //     slot. Predicted batch 1, C = 1 3.89 -> ~3.6 us; measured 3.95 -> 3.92-3.93.
+//   v18 (not kept; branch exp/ldgsts-tile, c9c2d25) the S0 tile by every thread's cp.async
+//     instead of the bulk copy engine, to test whether the engine held this kernel below the
+//     one-warp recurrent kernel's streaming rate. Predicted a few % at 256. Measured
+//     (interleaved twice with 3657090): 256, C = 8 169.5-170.2 against 167.0 us, C = 16 167.5
+//     against 169.6; batch 32 and 64 2-5% faster (C = 8: 25.9 against 27.3, 44.3 against 45.5),
+//     128 and 512 within noise. Mixed, and nothing at the point that matters: not kept.
+//   Spread (3657090): 256, C = 8 measures 154.9-155.7 us in four fresh processes and two more
+//     seeds, but 155.5 -> 156.4 -> 157.4 when repeated in one process after C = 16 points, 160.0
+//     in the full sweep (after ~40 s of load) and 167.0 in call 5's A/B; the recurrent kernel
+//     stays within 0.5% throughout (259.9-261.3). The kernel is not purely memory-bound, so its
+//     time follows the GPU's power state (624 W, SM 1965 MHz read right after); the README
+//     reports the sweep's numbers and this spread.
+//   Result of this stop (3657090, full sweep): KVBuffer at its best C 3.95 [C = 1] / 45.46 /
+//     81.33 / 160.03 / 303.39 [C = 8] at 1 / 64 / 128 / 256 / 512; against the one-warp
+//     recurrent kernel (3.53 / 67.41 / 132.03 / 261.29 / 519.62 in place) 0.89x / 1.48x / 1.62x /
+//     1.63x / 1.71x. ReplaySSM (7.5 / 45.7 / 161 / 316) still beaten at every batch.
 #include <stdexcept>
 #include <string>
 

@@ -57,6 +57,15 @@
 //     three norm sums made independent: ~40 shuffles per 4 KiB block instead of ~103 (v16 of
 //     gdn_decode_kvbuffer.cu found the shuffle unit's rate binding there). Predicted, written
 //     before measuring: out of place at 256 261.7 -> ~259.5 us, in place 264.2 -> ~262.
+//     Measured (3657090, interleaved 3 times with a4cc452's one-warp kernel): out of place 261.7
+//     -> 259.4-259.5 at 256, 519.2 -> 515.6-515.7 at 512, 133.0 -> 131.0 at 128, 68.5 -> 67.1 at
+//     64, 36.1 -> 34.8 at 32; in place 264.2 -> 261.2-261.3 (97.6% of copy), 524.9 -> 519.7. As
+//     predicted.
+//   Result of this stop (3657090, results/decode_h200.csv, full sweep; FLA in the same session,
+//     results/fla_h200.csv): out of place 3.48 / 10.92 / 34.77 / 66.97 / 131.15 / 259.13 /
+//     515.27 us at batch 1 / 8 / 32 / 64 / 128 / 256 / 512 against FLA's 3.90 / 11.48 / 36.17 /
+//     68.13 / 131.60 / 259.28 / 514.36: ahead up to 256 (there by 0.06%), 0.18% behind at 512;
+//     in place 3.53 / 10.45 / 34.90 / 67.41 (94.5% of copy) / 132.03 / 261.29 / 519.62.
 //   v5 (not kept; a4cc452) the tile kernel's v loaded before the k, q normalisation (in the SASS
 //     at batch 1 it sat after the normalisation's shuffles). Predicted batch 1 3.5 -> ~3.3 us;
 //     measured 3.52 -> 3.45, but 7 more registers (71: 7 blocks per SM) made batch 8 10.45 ->
