@@ -10,7 +10,7 @@ time / layers; the device copy bandwidth (bytes read + written by a 2 GiB device
 measured in the same run. Bytes per layer per step come from kvbuf's bytes model (`kvbuf bytes`,
 mode recurrent: FLA moves the same tensors). Rows are written to the CSV as they are measured.
 
-Needs torch and flash-linear-attention (fla-core) on a CUDA machine:
+Needs torch and flash-linear-attention (fla-core) on a CUDA machine (--dry-run needs neither):
   python3 scripts/bench_fla.py --kvbuf build/bench/kvbuf --batch 1,64,256,512 --out results/fla_h200.csv
 """
 import argparse
@@ -79,23 +79,32 @@ def main():
     ap.add_argument("--layer-pools", type=int, default=0, help="state pools per step (0 = the model's linear layers)")
     ap.add_argument("--budget-s", type=float, default=0.5, help="sampling time per point, seconds")
     ap.add_argument("--out", default="results/fla.csv")
+    ap.add_argument("--dry-run", action="store_true", help="print the shapes and bytes per point, time nothing")
     args = ap.parse_args()
     if args.budget_s <= 0 or args.layer_pools < 0:
         ap.error("--budget-s must be > 0 and --layer-pools >= 0")
     if not os.access(args.kvbuf, os.X_OK):
         ap.error(f"--kvbuf {args.kvbuf} is not an executable")
-
-    import torch
-    import torch.nn.functional as F
-    import triton
-    from importlib.metadata import version
-    from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
-
-    if not torch.cuda.is_available():
-        sys.exit("bench_fla.py: no CUDA device")
     H, HV, K, V, layers = model_shape(args.kvbuf, args.model)
     layers = args.layer_pools or layers
     bytes_per_step = recurrent_bytes(args.kvbuf, args.model, args.batch)
+    print(f"{args.model}: H={H} HV={HV} K={K} V={V}, {layers} layer pools")
+    for batch in args.batch:
+        print(f"batch {batch}: {bytes_per_step[batch]:.0f} bytes per layer per step, "
+              f"{2 * layers * batch * HV * V * K * 4 / 2**30:.2f} GiB of states in and out")
+    if args.dry_run:
+        return
+
+    try:
+        import torch
+        import torch.nn.functional as F
+        import triton
+        from importlib.metadata import version
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+    except ImportError as e:
+        sys.exit(f"bench_fla.py: needs torch, triton and fla-core (pip install fla-core): {e}")
+    if not torch.cuda.is_available():
+        sys.exit("bench_fla.py: no CUDA device")
     dev = torch.device("cuda")
     gpu = torch.cuda.get_device_name(dev)
     commit = commit_id()

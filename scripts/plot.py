@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Plots a `kvbuf sweep` decode CSV: latency and GB/s against batch per kernel at its best chunk C,
-and the speedup over recurrent (in place) against C per batch.
+and the speedup over recurrent (in place) against C per batch; with --fla, the public FLA kernel's
+rows from scripts/bench_fla.py as one more line.
 
-    scripts/plot.py results/decode_h200.csv [results/decode_h200.png]
+    scripts/plot.py results/decode_h200.csv [results/decode_h200.png] [--fla results/fla_h200.csv]
 """
-import sys
+import argparse
 from collections import defaultdict
 
 import matplotlib
@@ -20,11 +21,17 @@ def load(path):
 
 
 def main():
-    if len(sys.argv) not in (2, 3):
-        sys.exit(__doc__)
-    path = sys.argv[1]
-    out = sys.argv[2] if len(sys.argv) == 3 else path.rsplit(".", 1)[0] + ".png"
-    rows = load(path)
+    ap = argparse.ArgumentParser(usage=__doc__)
+    ap.add_argument("csv")
+    ap.add_argument("png", nargs="?")
+    ap.add_argument("--fla", help="scripts/bench_fla.py CSV measured in the same session")
+    args = ap.parse_args()
+    out = args.png or args.csv.rsplit(".", 1)[0] + ".png"
+    rows = load(args.csv)
+    if args.fla:
+        for r in load_rows(args.fla, "plot.py", ints=("batch",), floats=("latency_us_median", "gbps"),
+                           other=("kernel",)):
+            rows.append(dict(r, chunk=0))
     best = {}  # (kernel, batch) -> row with the lowest median latency over C
     for r in rows:
         key = (r["kernel"], r["batch"])

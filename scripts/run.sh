@@ -49,7 +49,15 @@ gpu_main_job() {
   "$kvbuf" sweep --model "$model" --batch 1,8,32,64,128,256,512 --chunk 1,2,4,8,16,32,64 \
     --kernels recurrent,recurrent-oop,kvbuffer,kvbuffer-fp32,kvbuffer-raw,direct,verify-classic,verify-kvbuffer \
     --drafts 1,2,3,4,5,8 --out "results/decode_$gpu.csv" --verify-out "results/verify_$gpu.csv"
-  python3 scripts/plot.py "results/decode_$gpu.csv" "results/decode_$gpu.png"
+  local fla=()
+  if python3 -c "import torch, fla" 2>/dev/null; then
+    echo "== public baseline: FLA's fused recurrent decode, same method"
+    python3 scripts/bench_fla.py --kvbuf "$kvbuf" --model "$model" --out "results/fla_$gpu.csv"
+    fla=(--fla "results/fla_$gpu.csv")
+  else
+    echo "== public baseline skipped: python3 cannot import torch and fla (pip install fla-core)"
+  fi
+  python3 scripts/plot.py "results/decode_$gpu.csv" "results/decode_$gpu.png" "${fla[@]}"
   python3 scripts/plot_verify.py "results/verify_$gpu.csv" "results/verify_$gpu.png"
 }
 
