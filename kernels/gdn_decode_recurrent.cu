@@ -53,6 +53,10 @@
 //     133.2 at 128 (FLA 131.8); in place 272.1 -> 264.4 (97.0% of copy), 540.7 -> 525.0 (97.7%),
 //     70.5 -> 68.9 at 64; batch 32 36.9 -> 36.0. Below batch 32 the one-warp shape loses (batch 1
 //     4.27 against 3.55 us): kept from batch 32. Still 0.8% behind FLA out of place.
+//   v5 (not kept; a4cc452) the tile kernel's v loaded before the k, q normalisation (in the SASS
+//     at batch 1 it sat after the normalisation's shuffles). Predicted batch 1 3.5 -> ~3.3 us;
+//     measured 3.52 -> 3.45, but 7 more registers (71: 7 blocks per SM) made batch 8 10.45 ->
+//     10.70 (its 1024 blocks no longer fit one wave).
 //   v6 the one-warp kernel's 16 row sums reduced by halving exchanges (16 shuffles, not 80) and the
 //     three norm sums made independent: ~40 shuffles per 4 KiB block instead of ~103 (v16 of
 //     gdn_decode_kvbuffer.cu found the shuffle unit's rate binding there). Predicted, written
@@ -66,10 +70,6 @@
 //     515.27 us at batch 1 / 8 / 32 / 64 / 128 / 256 / 512 against FLA's 3.90 / 11.48 / 36.17 /
 //     68.13 / 131.60 / 259.28 / 514.36: ahead up to 256 (there by 0.06%), 0.18% behind at 512;
 //     in place 3.53 / 10.45 / 34.90 / 67.41 (94.5% of copy) / 132.03 / 261.29 / 519.62.
-//   v5 (not kept; a4cc452) the tile kernel's v loaded before the k, q normalisation (in the SASS
-//     at batch 1 it sat after the normalisation's shuffles). Predicted batch 1 3.5 -> ~3.3 us;
-//     measured 3.52 -> 3.45, but 7 more registers (71: 7 blocks per SM) made batch 8 10.45 ->
-//     10.70 (its 1024 blocks no longer fit one wave).
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -165,8 +165,8 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
 
 // Warp-row shape (rows_per_block = kWarpRows, log v4): one warp per block owns 8 state rows (4 KiB);
 // lane l holds columns [l K/32, (l+1) K/32) of all 8 rows in registers, so the block's whole tile
-// is in flight after one round trip (the slot) and up to 32 one-warp blocks share an SM. Row sums
-// are warp-wide (5 shuffles); lane i < 8 keeps row i's output.
+// is in flight after one round trip (the slot) and up to 32 one-warp blocks share an SM. The 16
+// row sums are reduced by halving exchanges (log v6); lane 4 i writes row i's output.
 template <int K, int V>
 __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurrentParams p) {
   static_assert(K == 64 || K == 128, "one float2 or float4 per lane per row");

@@ -196,6 +196,10 @@ TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
 #ifndef KVBUF_WITH_CUDA
   expect_usage_error("sweep --batch 1", "kvbuf sweep requires a CUDA build");
   expect_usage_error("capacity " + q + "--tp 2 --measure", "requires a CUDA build");
+#else
+  // Argument checks come before any device is looked for.
+  expect_usage_error("sweep --rows-per-block 48", "--rows-per-block must be");
+  expect_usage_error("sweep --rows-per-block 8 --kernels recurrent,kvbuffer", "recurrent kernels only, not kvbuffer");
 #endif
 }
 
