@@ -119,6 +119,17 @@
 //     slow part. Next, untested (no device time left): T = 5, 6 on the TMAX = 8 build (branch
 //     exp/verify-t5-tmax8; v6 had made them exact when the row products were FMAs), the fold's
 //     cost at T = 5, and the per-row buffer terms, which the two lanes of a row compute twice.
+//   v10 (not kept; branch exp/verify-t5-tmax8 on 78e9670, interleaved twice) T = 5 on the TMAX = 8
+//     build. 128: C = 8 163.9 -> 172.9 us, C = 16 170.9 -> 169.0; 256: C = 8 323.6 -> 336.3,
+//     C = 16 unchanged; batch 1 within 0.4 us. The TMAX = 5 build is not the slow part.
+//   ncu (78e9670, 128, C = 16, kernel alone): T = 4 122.0 us, T = 5 166.2 us; warp instructions
+//     62.7M -> 76.8M (+23%), issue slots busy 55.5% -> 49.9%, cycles per issued instruction 8.2 ->
+//     9.3, occupancy 30% both (5 blocks per SM by registers and by shared memory), local-memory
+//     spill requests 66K -> 154K. Stall samples grow 38%, at every block barrier: the copy wait,
+//     the key dot products (two 8-column operand tiles from 2 T = 10) and the row part all
+//     lengthen. T = 5 costs what a fifth token's work costs in a latency-bound block (1.36x T = 4
+//     for 1.25x the columns); beating ReplaySSM's 137 us there needs a shorter block, not a
+//     different tile count.
 #include <stdexcept>
 #include <string>
 
