@@ -269,6 +269,15 @@
 //     stays within 0.5% throughout (259.9-261.3). The kernel is not purely memory-bound, so its
 //     time follows the GPU's power state (624 W, SM 1965 MHz read right after); the README
 //     reports the sweep's numbers and this spread.
+//   v19 (not kept; branch exp/keys-in-registers, 915d1c0) cached-u keys in registers up to C = 16
+//     (group g holds key g; the fold reads the keys from the pool through L1), so that the tile's
+//     shared memory no longer carries C K entries: at C = 16 the kernel ran at 88% of copy against
+//     95% at C = 8, and its 39.4 KiB of dynamic shared memory fit 5 blocks per SM, not 6.
+//     Predicted, written before measuring: 256, C = 16 162 -> ~154 us, C = 8 unchanged. Measured
+//     (correct: 85/85, memcheck and racecheck clean; fresh processes, then interleaved twice):
+//     256, C = 8 154.4 -> 165.7 us and C = 16 162.3 -> 172.7 fresh; batch 32, C = 8 27.2 ->
+//     31.9, 128 81.7 -> 89.4, 512 310 -> 333: slower everywhere, also where no block folds, so the
+//     fold's key reloads are not the cause; not kept, cause not isolated.
 //   Result of this stop (3657090, full sweep): KVBuffer at its best C 3.95 [C = 1] / 45.46 /
 //     81.33 / 160.03 / 303.39 [C = 8] at 1 / 64 / 128 / 256 / 512; against the one-warp
 //     recurrent kernel (3.53 / 67.41 / 132.03 / 261.29 / 519.62 in place) 0.89x / 1.48x / 1.62x /
