@@ -65,6 +65,13 @@
 //     -> 259.4-259.5 at 256, 519.2 -> 515.6-515.7 at 512, 133.0 -> 131.0 at 128, 68.5 -> 67.1 at
 //     64, 36.1 -> 34.8 at 32; in place 264.2 -> 261.2-261.3 (97.6% of copy), 524.9 -> 519.7. As
 //     predicted.
+//   v7 (not kept; branch exp/evict-first, 0f63234) the one-warp kernel's state loads and stores
+//     streaming (ld.global.cs / st.global.cs), the tile kernels' bulk copies with an L2
+//     evict-first policy. Predicted: out of place at 512 515.3 -> ~513 us, 256 259.1 -> ~258.5.
+//     Measured (interleaved twice with 3657090): 512 out of place 513.8 -> 528.1, in place 517.1
+//     -> 528.1; 256 out of place 258.2 -> 263.2; batch 64 1% faster; KVBuffer within noise at
+//     256, 3% slower at 512, C = 8. Evicting the written lines first costs more than the reuse
+//     it leaves to the small reads.
 //   Result of this stop (3657090, results/decode_h200.csv, full sweep; FLA in the same session,
 //     results/fla_h200.csv): out of place 3.48 / 10.92 / 34.77 / 66.97 / 131.15 / 259.13 /
 //     515.27 us at batch 1 / 8 / 32 / 64 / 128 / 256 / 512 against FLA's 3.90 / 11.48 / 36.17 /
