@@ -149,11 +149,15 @@ TimingStats time_graph_steps(const std::function<void(cudaStream_t)>& enqueue_st
   const int want = int(std::clamp(how.budget_s * 1e3 / std::max(first, 1e-3), double(how.min_samples),
                                   double(how.max_samples)));
   const double scale = 1e3 / (double(how.steps_per_sample) * how.layers);
+  TimingStats t;
   per_layer_us.push_back(first * scale);
-  while (int(per_layer_us.size()) < want) per_layer_us.push_back(sample_ms() * scale);
+  t.telemetry.add(read_gpu_telemetry());
+  while (int(per_layer_us.size()) < want) {
+    per_layer_us.push_back(sample_ms() * scale);
+    t.telemetry.add(read_gpu_telemetry());
+  }
   KVB_CUDA_CHECK(cudaGraphExecDestroy(exec));
   KVB_CUDA_CHECK(cudaGraphDestroy(graph));
-  TimingStats t;
   t.median_us = median_of(per_layer_us);
   t.min_us = *std::min_element(per_layer_us.begin(), per_layer_us.end());
   t.max_us = *std::max_element(per_layer_us.begin(), per_layer_us.end());
@@ -292,7 +296,8 @@ class DecodeSweep {
     fmt::print("measured copy bandwidth (read + write, cudaMemcpyAsync D2D 2 GiB): {:.0f} GB/s\n", copy_gbps_);
     CsvWriter csv(args_.out, {"model", "kernel", "variant", "entry_dtype", "placement", "batch", "chunk", "layers",
                               "rows_per_block", "latency_us_median", "latency_us_min", "latency_us_max", "samples",
-                              "bytes_per_layer_step", "gbps", "frac_copy_bw", "copy_gbps", "gpu", "commit"});
+                              "bytes_per_layer_step", "gbps", "frac_copy_bw", "copy_gbps", "sm_clock_mhz",
+                              "power_w", "gpu", "commit"});
     int failed = 0;
     for (int batch : args_.batches) {
       for (const std::string& name : args_.kernels) {
@@ -484,7 +489,8 @@ class DecodeSweep {
                kd.buffered ? (bf16 ? "bf16" : "fp32") : "none", kd.out_of_place ? "out-of-place" : "in-place",
                std::to_string(batch), std::to_string(chunk), std::to_string(L), std::to_string(rows_per_block),
                fmt_g(t.median_us), fmt_g(t.min_us), fmt_g(t.max_us), std::to_string(t.samples), fmt_g(bytes),
-               fmt_g(gbps), fmt_g(gbps / copy_gbps_), fmt_g(copy_gbps_), gpu_, commit_});
+               fmt_g(gbps), fmt_g(gbps / copy_gbps_), fmt_g(copy_gbps_), t.telemetry.clock_mhz(),
+               t.telemetry.power_w(), gpu_, commit_});
       fmt::print("{:<14} batch {:>4} chunk {:>3}: {:9.2f} us/layer (min {:.2f}, max {:.2f}, {} samples)  {:7.0f} GB/s  "
                  "{:5.1f}% of copy\n",
                  kd.name, batch, chunk, t.median_us, t.min_us, t.max_us, t.samples, gbps, 100 * gbps / copy_gbps_);

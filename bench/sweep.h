@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gpu_telemetry.h"
 #include "sim/catalog.h"
 
 namespace kvbuf {
@@ -46,6 +47,7 @@ void fill_uniform_bf16(void* dst, size_t n, uint64_t seed, float lo, float hi, c
 struct TimingStats {
   double median_us = 0, min_us = 0, max_us = 0;  // per layer per step
   int samples = 0;
+  TelemetryMean telemetry;  // SM clock and board power read after each timed sample
 };
 
 // Captures enqueue_step(stream) (all layers of one model step) into a CUDA graph and replays it.

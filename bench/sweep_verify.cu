@@ -138,7 +138,7 @@ class VerifySweep {
     CsvWriter csv(a_.out_csv, {"model", "method", "batch", "drafts", "chunk", "layers", "acceptance",
                                "tokens_per_step", "latency_us_median", "latency_us_min", "latency_us_max", "samples",
                                "latency_us_per_token", "bytes_per_layer_step", "gbps", "frac_copy_bw", "copy_gbps",
-                               "gpu", "commit"});
+                               "sm_clock_mhz", "power_w", "gpu", "commit"});
     int failed = 0;
     for (int batch : a_.batches) {
       for (int T : a_.drafts) {
@@ -211,7 +211,8 @@ class VerifySweep {
     csv.row({a_.model.name, method, std::to_string(batch), std::to_string(T), std::to_string(C),
              std::to_string(a_.layers), fmt_g(a_.acceptance), fmt_g(tokens), fmt_g(t.median_us), fmt_g(t.min_us),
              fmt_g(t.max_us), std::to_string(t.samples), fmt_g(t.median_us / tokens), fmt_g(bytes), fmt_g(gbps),
-             fmt_g(gbps / a_.copy_gbps), fmt_g(a_.copy_gbps), a_.gpu, a_.commit});
+             fmt_g(gbps / a_.copy_gbps), fmt_g(a_.copy_gbps), t.telemetry.clock_mhz(), t.telemetry.power_w(), a_.gpu,
+             a_.commit});
     fmt::print("{:<22} batch {:>4} T {} C {:>2}: {:9.2f} us/layer/step (min {:.2f} max {:.2f}) {:8.2f} us/token  "
                "{:6.0f} GB/s {:5.1f}% of copy\n",
                method, batch, T, C, t.median_us, t.min_us, t.max_us, t.median_us / tokens, gbps,

@@ -60,6 +60,20 @@ def recurrent_bytes(kvbuf, model, batches):
     return totals
 
 
+def nvml_reader(cuda_device):
+    """A function returning (SM clock MHz, board power W), as kvbuf's sweep records them after each
+    sample, or None where pynvml is missing. NVML numbers devices by PCI bus; CUDA does too on a
+    one-GPU machine or with CUDA_DEVICE_ORDER=PCI_BUS_ID."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(cuda_device)
+    except Exception:
+        return None
+    return lambda: (pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                    pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3)
+
+
 def commit_id():
     if os.environ.get("KVBUF_COMMIT"):
         return os.environ["KVBUF_COMMIT"]
@@ -154,9 +168,10 @@ def main():
     del src, dst
     print(f"copy bandwidth {copy_gbps:.0f} GB/s (read + written); GPU {gpu}; commit {commit}; {layers} layer pools")
 
+    telemetry = nvml_reader(torch.cuda.current_device())
     fields = ["model", "kernel", "batch", "layers", "latency_us_median", "latency_us_min", "latency_us_max", "samples",
-              "bytes_per_layer_step", "gbps", "frac_copy_bw", "copy_gbps", "gpu", "commit", "fla_version",
-              "torch_version", "triton_version"]
+              "bytes_per_layer_step", "gbps", "frac_copy_bw", "copy_gbps", "sm_clock_mhz", "power_w", "gpu", "commit",
+              "fla_version", "torch_version", "triton_version"]
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
@@ -182,7 +197,7 @@ def main():
             for _ in range(3):
                 graph.replay()
             torch.cuda.synchronize()
-            samples, start = [], time.perf_counter()
+            samples, readings, start = [], [], time.perf_counter()
             while len(samples) < 5 or (time.perf_counter() - start < args.budget_s and len(samples) < 1000):
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 a.record()
@@ -190,13 +205,17 @@ def main():
                 b.record()
                 b.synchronize()
                 samples.append(a.elapsed_time(b) * 1e3 / layers)
+                if telemetry:
+                    readings.append(telemetry())
             med = statistics.median(samples)
             nbytes = bytes_per_step[batch]
             gbps = nbytes / (med * 1e-6) / 1e9
             row = dict(model=args.model, kernel="fla-fused-recurrent-vfirst-oop", batch=batch, layers=layers,
                        latency_us_median=f"{med:.4f}", latency_us_min=f"{min(samples):.4f}",
                        latency_us_max=f"{max(samples):.4f}", samples=len(samples), bytes_per_layer_step=f"{nbytes:.0f}",
-                       gbps=f"{gbps:.2f}", frac_copy_bw=f"{gbps / copy_gbps:.4f}", copy_gbps=f"{copy_gbps:.1f}", gpu=gpu,
+                       gbps=f"{gbps:.2f}", frac_copy_bw=f"{gbps / copy_gbps:.4f}", copy_gbps=f"{copy_gbps:.1f}",
+                       sm_clock_mhz=f"{statistics.mean(r[0] for r in readings):.0f}" if readings else "",
+                       power_w=f"{statistics.mean(r[1] for r in readings):.1f}" if readings else "", gpu=gpu,
                        commit=commit, fla_version=version("fla-core"), torch_version=torch.__version__,
                        triton_version=triton.__version__)
             w.writerow(row)
