@@ -278,6 +278,10 @@
 //     256, C = 8 154.4 -> 165.7 us and C = 16 162.3 -> 172.7 fresh; batch 32, C = 8 27.2 ->
 //     31.9, 128 81.7 -> 89.4, 512 310 -> 333: slower everywhere, also where no block folds, so the
 //     fold's key reloads are not the cause; not kept, cause not isolated.
+//   Telemetry (6ce0628: the sweep records NVML's SM clock and board power per row): from batch 128
+//     this kernel runs at the board's 700 W cap with the SM clock at 1617-1752 MHz, where the
+//     recurrent kernels stream at 1980 MHz and 490-590 W. That is the spread above: 256, C = 8
+//     162.6 us at 1671 MHz in that sweep.
 //   Result of this stop (3657090, full sweep): KVBuffer at its best C 3.95 [C = 1] / 45.46 /
 //     81.33 / 160.03 / 303.39 [C = 8] at 1 / 64 / 128 / 256 / 512; against the one-warp
 //     recurrent kernel (3.53 / 67.41 / 132.03 / 261.29 / 519.62 in place) 0.89x / 1.48x / 1.62x /
