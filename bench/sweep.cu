@@ -585,9 +585,11 @@ void register_sweep_command(CLI::App& app) {
     if (!(r == 0 || r == 8 || r == 16 || r == 32 || r == 64 || r == 128))
       throw cli::UsageError("--rows-per-block must be 0, 8, 16, 32, 64 or 128");
     if (r == 8)
-      for (const auto& k : args->kernels)
-        if (k != "recurrent" && k != "recurrent-oop")
+      for (const auto& k : args->kernels) {
+        const DecodeKernel* kd = DecodeSweep::find_kernel(k);
+        if (!kd || kd->buffered)
           throw cli::UsageError("--rows-per-block 8 (one warp per block) is for the recurrent kernels only, not " + k);
+      }
     std::vector<std::string> verify;
     bool any_decode = false;
     for (const auto& k : args->kernels) {
