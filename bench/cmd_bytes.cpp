@@ -90,7 +90,7 @@ int run_bytes(const BytesOptions& o) {
       format_bytes(state_bytes(s, p)), format_bytes(buffer_entry_bytes(s, p, v)));
   fmt::print(
       "kvbuffer: averaged over a flush cycle of C steps; direct: averaged over fills 0..C-1 (no "
-      "state); "
+      "state read; the overflow fold at C-1 writes it once); "
       "verify: T tokens per step, m accepted{}\n",
       o.drafts ? fmt::format(" (T = {}, m = {}; verify-kvbuffer averaged over its fold cycle)",
                              o.drafts, accept)

@@ -341,10 +341,9 @@ class DecodeSweep {
     if (!kd.buffered) {
       b = bytes_recurrent(shape_, p);
     } else if (kd.direct) {
+      // Includes the overflow fold's state write once per cycle (the request would then leave
+      // direct mode; the sweep keeps has_state 0 to go on measuring direct mode).
       b = bytes_direct_mean(shape_, p, chunk);
-      // The overflow fold at fill C-1 creates the state once per cycle (the request then leaves
-      // direct mode; the sweep resets has_state every step to keep measuring direct mode).
-      b.add("state", dtype_name(p.state_bytes), 0, state_bytes(shape_, p) / chunk);
     } else {
       const BufferVariant v = kd.variant == GdnBufferVariant::Raw ? BufferVariant::Raw : BufferVariant::CachedU;
       b = bytes_kvbuffer_cycle(shape_, p, v, chunk);
@@ -456,7 +455,8 @@ class DecodeSweep {
             else
               gdn_decode_kvbuffer(p, s);
           }
-          if (!kd.pool_fill) {
+          // At C = 1 the scheduler's metadata never changes (fill stays 0, every row folds).
+          if (!kd.pool_fill && chunk > 1) {
             advance_row_meta_kernel<<<(batch + 255) / 256, 256, 0, s>>>(row_fill.as<int32_t>(), row_has.as<int32_t>(),
                                                                        batch, chunk, kd.direct ? 1 : 0);
             KVB_CUDA_CHECK_LAUNCH();

@@ -52,7 +52,8 @@ enum class GdnEntryType { BF16, FP32 };
 // Single = one kernel per step; Split = a buffer kernel per (row, key head) then a state-streaming
 // kernel for the rows with a state or a fold (cached-u only, needs row_fill/row_has_state and
 // `scratch`); Auto = the dispatch picks by measurement from batch and C, per entry point (direct:
-// split from batch 8 and C 4; kvbuffer: split only at C 64), and runs Single where Split cannot.
+// split from batch 8 and C 4; kvbuffer: split only at C 64), and runs Single where Split cannot;
+// at C 1 with row_fill/row_has_state it runs the recurrent kernels (every step folds its token).
 enum class GdnDecodePath { Auto, Single, Split };
 
 // KVBuffer decode on pools of kernels/kvbuffer_layout.h, capacity C = `capacity` (1..64).

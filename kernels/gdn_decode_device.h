@@ -57,6 +57,39 @@ __device__ __forceinline__ void load_slice(const __nv_bfloat16* p, int lane, flo
     x[4 * i] = a.x, x[4 * i + 1] = a.y, x[4 * i + 2] = b.x, x[4 * i + 3] = b.y;
   }
 }
+// This lane's K/32 chunks of a K-vector kept as loaded (issue the loads early, convert late).
+template <int K, class E>
+struct RawSlice;
+template <int K>
+struct RawSlice<K, float> {
+  using Chunk = float4;
+  Chunk c[K / 32];
+};
+template <int K>
+struct RawSlice<K, __nv_bfloat16> {
+  using Chunk = uint2;
+  Chunk c[K / 32];
+};
+template <int K, class E>
+__device__ __forceinline__ void load_raw_slice(const E* p, int lane, RawSlice<K, E>& r) {
+  using Chunk = typename RawSlice<K, E>::Chunk;
+#pragma unroll
+  for (int i = 0; i < K / 32; ++i) r.c[i] = reinterpret_cast<const Chunk*>(p)[i * kGroupLanes + lane];
+}
+template <int K>
+__device__ __forceinline__ void raw_slice_to_f32(const RawSlice<K, float>& r, float* x) {
+#pragma unroll
+  for (int i = 0; i < K / 32; ++i) x[4 * i] = r.c[i].x, x[4 * i + 1] = r.c[i].y, x[4 * i + 2] = r.c[i].z, x[4 * i + 3] = r.c[i].w;
+}
+template <int K>
+__device__ __forceinline__ void raw_slice_to_f32(const RawSlice<K, __nv_bfloat16>& r, float* x) {
+#pragma unroll
+  for (int i = 0; i < K / 32; ++i) {
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.c[i].x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.c[i].y));
+    x[4 * i] = a.x, x[4 * i + 1] = a.y, x[4 * i + 2] = b.x, x[4 * i + 3] = b.y;
+  }
+}
 template <int K>
 __device__ __forceinline__ void store_slice(float* p, int lane, const float* x) {
 #pragma unroll
@@ -270,6 +303,12 @@ int choose_rows_per_block(const GdnStepIO& io, RowsRule rule);
 //    70.5 against 58.8 us); small batches keep 8 blocks per SM (direct at batch 8, C = 8: 7.8 us
 //    with 16 rows, 11.1 with 32).
 constexpr RowsRule kRecurrentRows{32, 4};
+// The recurrent dispatch's rows per block (gdn_decode_recurrent.cu).
+int recurrent_rows(const GdnStepIO& io);
+// KVBuffer at capacity 1 with scheduler row metadata (gdn_decode_kvbuffer.cu, path Auto): every
+// step folds its only token, so the step is the recurrent update of the state pool in place, with
+// S0 = 0 (not read) for rows whose row_has_state is 0. Runs the recurrent kernels.
+void run_kvbuffer_capacity1(const GdnKVBufferParams& p, cudaStream_t stream, const char* who);
 constexpr RowsRule kSingleKVBufferRows{64, 4};
 inline RowsRule split_state_rows(int capacity) { return {capacity >= 32 ? 32 : 64, 8}; }
 

@@ -44,6 +44,10 @@
 //     faster (256: 173.6 against 184.2), because B's blocks, which the whole S0 read passes
 //     through, live as long as the single kernel's while A adds ~19 us (ncu) before B can finish.
 //     Everything else (raw variant, pool fill counters, no scratch) runs the single kernel.
+//   Capacity 1 (Auto, scheduler row metadata): no token outlives its step (fill is 0 before every
+//     step and every step folds), so the step is the recurrent update of S0 in place; the dispatch
+//     runs gdn_decode_recurrent's kernels on the state pool, with S0 = 0 and no read where
+//     row_has_state is 0 (log v20). The buffer pools are not touched.
 //   The split kernels:
 //     kernel A per (row, key head) stages the n buffered keys, G_j and u_j rows once for the R
 //     value heads sharing the key head, computes c_j, d_j (groups of lanes over j in parallel)
@@ -518,9 +522,10 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
 // (u_t, o, append). Appends k_t and G_t unless the row folds. Triggers kernel B's launch at once
 // (programmatic dependent launch): B starts streaming S0 while A runs and waits for A only
 // before it reads `scratch`.
-template <int K, int V, class E>
-__global__ void __launch_bounds__(kThreads) gdn_kvbuffer_split_buffer_kernel(GdnKVBufferParams p) {
+template <int K, int V, class E, int KEY_ROUNDS>
+__global__ void __launch_bounds__(kThreads, KEY_ROUNDS > 1 ? 6 : 8) gdn_kvbuffer_split_buffer_kernel(GdnKVBufferParams p) {
   static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
+  static_assert(KEY_ROUNDS * kGroups <= kMaxCapacity, "key rounds");
   constexpr int N = K / 8;
   constexpr int kVec = 16 / sizeof(E);
   extern __shared__ __align__(128) float smem[];
@@ -550,11 +555,20 @@ __global__ void __launch_bounds__(kThreads) gdn_kvbuffer_split_buffer_kernel(Gdn
   float* sGt = sd + R * C;    // [R] G_t
   float* sbeta = sGt + R;     // [R] beta
 
-  const int vvecs = V / kVec;
-  for (int idx = threadIdx.x; idx < R * n * vvecs; idx += kThreads) {
-    const int x = idx % vvecs, ij = idx / vvecs, i = ij / n, j = ij % n;
-    cp_async16(su + (size_t(i) * C + j) * V + x * kVec, bval + (size_t(j) * HV + kh * R + i) * V + x * kVec);
-  }
+  // Each group's keys j = group + 16 t (t < KEY_ROUNDS = ceil(C / 16)) go out with the u rows,
+  // before any wait: one round trip for all of them (log v20; a loop over t waited for each key
+  // round in turn).
+  constexpr int kKeyRounds = KEY_ROUNDS;
+  RawSlice<K, E> kraw[kKeyRounds];
+#pragma unroll
+  for (int t = 0; t < kKeyRounds; ++t)
+    if (t * kGroups + group < n) load_raw_slice<K>(bk + (size_t(t * kGroups + group) * H + kh) * K, lane, kraw[t]);
+  constexpr int vvecs = V / kVec, jstep = kThreads / vvecs;
+  for (int i = 0; i < R; ++i)
+    for (int j = threadIdx.x / vvecs; j < n; j += jstep) {
+      const int x = threadIdx.x % vvecs;
+      cp_async16(su + (size_t(i) * C + j) * V + x * kVec, bval + (size_t(j) * HV + kh * R + i) * V + x * kVec);
+    }
   for (int idx = threadIdx.x; idx < R * n; idx += kThreads) {
     const int i = idx / n, j = idx % n;
     sG[i * C + j] = gcum[j * HV + kh * R + i];
@@ -569,11 +583,13 @@ __global__ void __launch_bounds__(kThreads) gdn_kvbuffer_split_buffer_kernel(Gdn
   }
   float k[N], q[N], kq;
   load_token_kq<K>(io, row, kh, lane, k, q, kq);
-  for (int base = 0; base < n; base += kGroups) {  // same trip count on every group (shuffles)
-    const int j = base + group;
+#pragma unroll
+  for (int t = 0; t < kKeyRounds; ++t) {
+    if (t * kGroups >= n) break;  // block-uniform: every group runs the same shuffles
+    const int j = t * kGroups + group;
     float kj[N];
     if (j < n) {
-      load_slice<K>(bk + (size_t(j) * H + kh) * K, lane, kj);
+      raw_slice_to_f32<K>(kraw[t], kj);
     } else {
 #pragma unroll
       for (int i = 0; i < N; ++i) kj[i] = 0.f;
@@ -732,8 +748,13 @@ void launch_split(const GdnKVBufferParams& p, int rows, cudaStream_t stream) {
   const int R = p.io.HV / p.io.H;
   const size_t C = size_t(p.capacity);
   const size_t smem_a = R * C * V * sizeof(E) + (2 * C + 2 * R * C + 2 * size_t(R)) * sizeof(float);
-  launch_kernel(gdn_kvbuffer_split_buffer_kernel<K, V, E>, dim3(unsigned(long(p.io.batch) * p.io.H)), dim3(kThreads),
-                smem_a, stream, false, p);
+  const dim3 grid_a(unsigned(long(p.io.batch) * p.io.H));
+  if (C <= kGroups)
+    launch_kernel(gdn_kvbuffer_split_buffer_kernel<K, V, E, 1>, grid_a, dim3(kThreads), smem_a, stream, false, p);
+  else if (C <= 2 * kGroups)
+    launch_kernel(gdn_kvbuffer_split_buffer_kernel<K, V, E, 2>, grid_a, dim3(kThreads), smem_a, stream, false, p);
+  else
+    launch_kernel(gdn_kvbuffer_split_buffer_kernel<K, V, E, 4>, grid_a, dim3(kThreads), smem_a, stream, false, p);
   const size_t smem_b = size_t(rows) * K * sizeof(float) + C * K * sizeof(E) + C * size_t(rows + kUtilePad) * sizeof(E);
   // Programmatic dependent launch: B may start once every block of A has started (A triggers at
   // entry); B's griddepcontrol.wait orders its reads of A's scratch.
@@ -774,6 +795,10 @@ struct LaunchShape {
 bool split_possible(const GdnKVBufferParams& p) {
   return p.variant == GdnBufferVariant::CachedU && p.row_fill && p.scratch;
 }
+// Capacity 1 (header, "Capacity 1"): the recurrent kernels, where the row metadata gives has_state.
+bool capacity1_route(const GdnKVBufferParams& p) {
+  return p.capacity == 1 && p.row_has_state && p.path == GdnDecodePath::Auto;
+}
 LaunchShape launch_shape(const GdnKVBufferParams& p, int split_min_capacity) {
   const bool split = p.path == GdnDecodePath::Split ||
                      (p.path == GdnDecodePath::Auto && split_possible(p) && p.io.batch >= kSplitMinBatch &&
@@ -795,6 +820,7 @@ void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* w
   if (p.path == GdnDecodePath::Split && !split_possible(p))
     fail("the split path needs the cached-u variant, row_fill/row_has_state and scratch");
   if (p.io.batch == 0) return;
+  if (capacity1_route(p)) return run_kvbuffer_capacity1(p, stream, who);
   const LaunchShape shape = launch_shape(p, split_min_capacity);
   const int kv = p.io.K * 1000 + p.io.V;
   switch (kv) {
@@ -819,10 +845,12 @@ void gdn_decode_direct(const GdnKVBufferParams& p, cudaStream_t stream) {
 }
 
 int gdn_decode_kvbuffer_rows_per_block(const GdnKVBufferParams& p) {
+  if (gdn_detail::capacity1_route(p)) return gdn_detail::recurrent_rows(p.io);
   return gdn_detail::launch_shape(p, gdn_detail::kSplitMinCapacityKVBuffer).rows;
 }
 
 int gdn_decode_direct_rows_per_block(const GdnKVBufferParams& p) {
+  if (gdn_detail::capacity1_route(p)) return gdn_detail::recurrent_rows(p.io);
   return gdn_detail::launch_shape(p, gdn_detail::kSplitMinCapacityDirect).rows;
 }
 

@@ -123,8 +123,11 @@ int choose_rows_per_block(const GdnStepIO& io, RowsRule rule) {
   return rows;
 }
 
-template <int K, int V>
-__global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecurrentParams p, int rows) {
+// STATE_FLAG (KVBuffer at capacity 1, below): row_has_state[row] == 0 marks a request without a
+// state (direct mode): S = 0 is not read, and the step writes S = u k^T, creating the state.
+template <int K, int V, bool STATE_FLAG>
+__global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecurrentParams p, const int32_t* row_has_state,
+                                                                        int rows) {
   static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
   constexpr int N = K / 8;  // floats per lane per row
   extern __shared__ __align__(128) float tile[];  // [rows, K]: this block's state rows
@@ -133,13 +136,14 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
   const GdnStepIO& io = p.io;
   const BlockCoords c = block_coords<V>(rows);
   const int slot = io.slot[c.row];
+  const bool has_state = !STATE_FLAG || row_has_state[c.row] != 0;
   if (slot < 0) {
     write_zero_output(io, c, rows);
     return;
   }
   const size_t head = (size_t(slot) * io.HV + c.h) * V * K;
   const int chunks = rows / kGroups;
-  if (threadIdx.x == 0) tile_issue<K>(tile, p.state_in + head + size_t(c.v0) * K, chunks, bars);
+  if (has_state && threadIdx.x == 0) tile_issue<K>(tile, p.state_in + head + size_t(c.v0) * K, chunks, bars);
 
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
   const int kh = c.kh;
@@ -157,9 +161,8 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
   for (int ch = 0; ch < chunks; ++ch) {
     const int rl = ch * kGroups + group, r = c.v0 + rl;
     const float v_r = sv[rl];
-    tile_wait(bars + ch);
     float s[N];
-    load_slice<K>(tile + size_t(rl) * K, lane, s);
+    load_tile_row<K>(has_state, tile, bars, ch, rl, lane, s);
     const float a = group_sum(dot<N>(s, k));
     const float b = group_sum(dot<N>(s, q));
     const float uv = beta * (v_r - decay * a);
@@ -174,8 +177,8 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
 // lane l holds columns [l K/32, (l+1) K/32) of all 8 rows in registers, so the block's whole tile
 // is in flight after one round trip (the slot) and up to 32 one-warp blocks share an SM. The 16
 // row sums are reduced by halving exchanges (log v6); lane 4 i writes row i's output.
-template <int K, int V>
-__global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurrentParams p) {
+template <int K, int V, bool STATE_FLAG>
+__global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurrentParams p, const int32_t* row_has_state) {
   static_assert(K == 64 || K == 128, "one float2 or float4 per lane per row");
   constexpr int NL = K / 32, R = kWarpRows;  // floats per lane per row, rows per block
   using Vec = typename std::conditional<NL == 4, float4, float2>::type;
@@ -183,6 +186,7 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurr
   const BlockCoords c = block_coords<V>(R);
   const int lane = threadIdx.x;
   const int slot = io.slot[c.row];
+  const bool has_state = !STATE_FLAG || row_has_state[c.row] != 0;
   // The token's inputs do not depend on the slot: issued before its round trip ends.
   const size_t kq_off = (size_t(c.row) * io.H + c.kh) * K + lane * NL;
   __nv_bfloat162 kraw[NL / 2], qraw[NL / 2];
@@ -203,7 +207,7 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurr
   float s[R][NL];
 #pragma unroll
   for (int i = 0; i < R; ++i) {
-    const Vec x = *reinterpret_cast<const Vec*>(p.state_in + head + size_t(i) * K);
+    const Vec x = has_state ? *reinterpret_cast<const Vec*>(p.state_in + head + size_t(i) * K) : Vec{};
     s[i][0] = x.x, s[i][1] = x.y;
     if constexpr (NL == 4) s[i][2] = reinterpret_cast<const float4&>(x).z, s[i][3] = reinterpret_cast<const float4&>(x).w;
   }
@@ -256,12 +260,14 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurr
   }
 }
 
-template <int K, int V>
-void launch_recurrent(const GdnRecurrentParams& p, int rows, dim3 grid, cudaStream_t stream) {
+template <int K, int V, bool STATE_FLAG>
+void launch_recurrent(const GdnRecurrentParams& p, const int32_t* row_has_state, int rows, dim3 grid,
+                      cudaStream_t stream) {
   if (rows == kWarpRows)
-    return launch_kernel(gdn_decode_recurrent_warp_kernel<K, V>, grid, dim3(32), 0, stream, false, p);
-  launch_kernel(gdn_decode_recurrent_kernel<K, V>, grid, dim3(kThreads), size_t(rows) * K * sizeof(float), stream, false,
-                p, rows);
+    return launch_kernel(gdn_decode_recurrent_warp_kernel<K, V, STATE_FLAG>, grid, dim3(32), 0, stream, false, p,
+                         row_has_state);
+  launch_kernel(gdn_decode_recurrent_kernel<K, V, STATE_FLAG>, grid, dim3(kThreads), size_t(rows) * K * sizeof(float),
+                stream, false, p, row_has_state, rows);
 }
 
 // The one-warp shape from this batch up (log v4), the shared-memory tiles below it.
@@ -269,6 +275,31 @@ constexpr int kWarpRowsMinBatch = 32;
 int recurrent_rows(const GdnStepIO& io) {
   if (io.rows_per_block == 0 && io.batch >= kWarpRowsMinBatch && io.V % kWarpRows == 0) return kWarpRows;
   return choose_rows_per_block(io, kRecurrentRows);
+}
+
+void run_recurrent(const GdnRecurrentParams& p, const int32_t* row_has_state, cudaStream_t stream, const char* who) {
+  const int rows = recurrent_rows(p.io);
+  const dim3 grid = decode_grid(p.io, rows);
+  const bool flag = row_has_state != nullptr;
+  const int kv = p.io.K * 1000 + p.io.V;
+  switch (kv) {
+    case 128 * 1000 + 128:
+      return flag ? launch_recurrent<128, 128, true>(p, row_has_state, rows, grid, stream)
+                  : launch_recurrent<128, 128, false>(p, row_has_state, rows, grid, stream);
+    case 64 * 1000 + 64:
+      return flag ? launch_recurrent<64, 64, true>(p, row_has_state, rows, grid, stream)
+                  : launch_recurrent<64, 64, false>(p, row_has_state, rows, grid, stream);
+    default:
+      throw std::invalid_argument(std::string(who) + ": unsupported head dims K=" + std::to_string(p.io.K) +
+                                  " V=" + std::to_string(p.io.V) + " (supported: 64x64, 128x128)");
+  }
+}
+
+void run_kvbuffer_capacity1(const GdnKVBufferParams& p, cudaStream_t stream, const char* who) {
+  GdnRecurrentParams r;
+  r.io = p.io;
+  r.state_in = r.state_out = p.state;
+  run_recurrent(r, p.row_has_state, stream, who);
 }
 }  // namespace gdn_detail
 
@@ -279,20 +310,7 @@ void gdn_decode_recurrent(const GdnRecurrentParams& p, cudaStream_t stream) {
   validate_step_io(p.io, "gdn_decode_recurrent", true);
   if (!p.state_in || !p.state_out) throw std::invalid_argument("gdn_decode_recurrent: state_in and state_out must be set");
   if (p.io.batch == 0) return;
-  const int rows = recurrent_rows(p.io);
-  const dim3 grid = decode_grid(p.io, rows);
-  const int kv = p.io.K * 1000 + p.io.V;
-  switch (kv) {
-    case 128 * 1000 + 128:
-      launch_recurrent<128, 128>(p, rows, grid, stream);
-      break;
-    case 64 * 1000 + 64:
-      launch_recurrent<64, 64>(p, rows, grid, stream);
-      break;
-    default:
-      throw std::invalid_argument("gdn_decode_recurrent: unsupported head dims K=" + std::to_string(p.io.K) +
-                                  " V=" + std::to_string(p.io.V) + " (supported: 64x64, 128x128)");
-  }
+  run_recurrent(p, nullptr, stream, "gdn_decode_recurrent");
 }
 
 }  // namespace kvbuf

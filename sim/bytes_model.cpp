@@ -202,8 +202,10 @@ StepBytes bytes_kvbuffer_at_fill(const LayerShape& s, const Precision& p, Buffer
   StepBytes b;
   b.mode = "kvbuffer";
   add_tokens(b, s, p, 1);
-  add_state(b, s, p, 1, fill == chunk - 1 ? 1 : 0);
-  add_entries(b, s, p, v, "buffer", fill, 1);
+  // The fold step writes the state instead of an entry: the token goes straight into it.
+  const bool fold = fill == chunk - 1;
+  add_state(b, s, p, 1, fold ? 1 : 0);
+  add_entries(b, s, p, v, "buffer", fill, fold ? 0 : 1);
   return b;
 }
 
@@ -229,7 +231,13 @@ StepBytes bytes_direct_at_fill(const LayerShape& s, const Precision& p, int fill
 StepBytes bytes_direct_mean(const LayerShape& s, const Precision& p, int chunk) {
   check_chunk(chunk);
   std::vector<StepBytes> steps;
-  for (int n = 0; n < chunk; ++n) steps.push_back(bytes_direct_at_fill(s, p, n));
+  for (int n = 0; n + 1 < chunk; ++n) steps.push_back(bytes_direct_at_fill(s, p, n));
+  StepBytes overflow;  // fill C-1: the fold creates the state from the C-1 entries and the token
+  overflow.mode = "direct";
+  add_tokens(overflow, s, p, 1);
+  add_state(overflow, s, p, 0, 1);
+  add_entries(overflow, s, p, BufferVariant::CachedU, "buffer", chunk - 1, 0);
+  steps.push_back(overflow);
   return average(steps);
 }
 

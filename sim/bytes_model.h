@@ -59,14 +59,16 @@ double conv_state_bytes(const LayerShape& s, const Precision& p);
 
 // Per layer, per step, per request:
 StepBytes bytes_recurrent(const LayerShape& s, const Precision& p);
-// Buffered decode at buffer fill n (0..C-1) before the step; includes the fold when n == C-1.
+// Buffered decode at buffer fill n (0..C-1) before the step; when n == C-1 the step folds: state
+// written, no entry written (the token goes into the state).
 StepBytes bytes_kvbuffer_at_fill(const LayerShape& s, const Precision& p, BufferVariant v,
                                  int chunk, int fill);
 // Buffered decode averaged over one whole flush cycle of C steps (what a staggered batch sees).
 StepBytes bytes_kvbuffer_cycle(const LayerShape& s, const Precision& p, BufferVariant v, int chunk);
-// Direct (stateless) mode at buffer fill n: n entries read, 1 written, no state.
+// Direct (stateless) mode at buffer fill n below the overflow: n entries read, 1 written, no state.
 StepBytes bytes_direct_at_fill(const LayerShape& s, const Precision& p, int fill);
-// Direct mode averaged over fills 0..C-1: a request whose whole context fits in the buffer.
+// Direct mode averaged over fills 0..C-1: fills below C-1 as above; at C-1 the overflow fold
+// reads the C-1 entries and creates the state (written once, no entry written).
 StepBytes bytes_direct_mean(const LayerShape& s, const Precision& p, int chunk);
 // Classic verify of T tokens: state read + T intermediate states written, then (commit_copy)
 // 1 state read + 1 state write.

@@ -421,6 +421,24 @@ inline std::vector<DecodeCase> decode_cases(bool quick) {
     c.capacity = 64, c.batch = 1, c.entry = GdnEntryType::FP32, c.name = "rowmeta-" + tag + "-fp32-C64-b1";
     add(c);
   }
+  // Capacity 1 with row metadata runs the recurrent kernels on the pool (S0 = 0 for stateless
+  // rows, whose slots hold random states that must not be read): both shapes (tiles below batch
+  // 32, one warp from it), both entry points, K = 64, gates in kernel, padding rows.
+  {
+    DecodeCase c;
+    c.row_metadata = true, c.capacity = 1, c.cycles = 4;
+    c.batch = 3, c.direct_every = 2, c.name = "capacity1-tiles-mixed-direct-b3";
+    add(c);
+    c.batch = 40, c.pad_rows = 3, c.direct_every = 3, c.name = "capacity1-warp-mixed-direct-b40";
+    add(c);
+    c.K = 64, c.gates_in_kernel = true, c.name = "capacity1-warp-K64-gates-in-kernel-b40";
+    add(c);
+    c.K = 128, c.gates_in_kernel = false, c.batch = 3, c.pad_rows = 1, c.kernel = Kernel::Direct, c.direct_every = 1,
+    c.name = "capacity1-direct-b3";
+    add(c);
+    c.batch = 40, c.HV = 4 * c.H, c.name = "capacity1-direct-warp-gqa4-b40";
+    add(c);
+  }
   // The split path (kernel A per key head, kernel B streaming S0), forced at small batch and
   // chosen by Auto (direct entry point at C 8, kvbuffer entry point at C 64, batch 64); the
   // single-kernel path forced where Auto would split.

@@ -75,7 +75,8 @@ TEST(BytesModel, KvbufferAtEveryFill) {
         const StepBytes b = bytes_kvbuffer_at_fill(qwen3_next(), kDefault, v, C, n);
         const double fold = n == C - 1 ? kState : 0;
         EXPECT_DOUBLE_EQ(b.read_bytes(), kTokenRead + kState + n * E) << "C " << C << " n " << n;
-        EXPECT_DOUBLE_EQ(b.write_bytes(), kTokenWrite + E + fold) << "C " << C << " n " << n;
+        // The fold step writes the state and no entry.
+        EXPECT_DOUBLE_EQ(b.write_bytes(), kTokenWrite + (n == C - 1 ? 0 : E) + fold) << "C " << C << " n " << n;
         EXPECT_DOUBLE_EQ(b.total_bytes(), sum_of_tensors(b));
       }
 }
@@ -83,9 +84,9 @@ TEST(BytesModel, KvbufferAtEveryFill) {
 TEST(BytesModel, KvbufferCycleIsTheAverageOverFills) {
   for (int C : {1, 4, 16, 64}) {
     const StepBytes b = bytes_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, C);
-    // state read + state write / C + (C-1)/2 entries read + 1 entry written + token io.
+    // state read + state write / C + (C-1)/2 entries read + (C-1)/C entries written + token io.
     const double expected = kTokenRead + kTokenWrite + kState + kState / C +
-                            (C - 1) / 2.0 * kEntryCachedU + kEntryCachedU;
+                            (C - 1) / 2.0 * kEntryCachedU + (C - 1.0) / C * kEntryCachedU;
     EXPECT_NEAR(b.total_bytes(), expected, 1e-9 * expected) << "C " << C;
     EXPECT_DOUBLE_EQ(b.total_bytes(), sum_of_tensors(b));
   }
@@ -112,9 +113,14 @@ TEST(BytesModel, Direct) {
     EXPECT_DOUBLE_EQ(b.read_bytes(), kTokenRead + n * kEntryCachedU);
     EXPECT_DOUBLE_EQ(b.write_bytes(), kTokenWrite + kEntryCachedU);
   }
+  // Over a cycle of 64 fills: 31.5 entries read, 63/64 written, the state created once.
   const StepBytes mean = bytes_direct_mean(qwen3_next(), kDefault, 64);
-  EXPECT_DOUBLE_EQ(mean.total_bytes(),
-                   kTokenRead + kTokenWrite + 31.5 * kEntryCachedU + kEntryCachedU);
+  EXPECT_NEAR(mean.total_bytes(),
+              kTokenRead + kTokenWrite + 31.5 * kEntryCachedU + 63.0 / 64 * kEntryCachedU + kState / 64,
+              1e-12 * mean.total_bytes());
+  EXPECT_DOUBLE_EQ(mean.find("state")->read_bytes, 0);
+  // C = 1: every step creates the state from the token alone.
+  EXPECT_DOUBLE_EQ(bytes_direct_mean(qwen3_next(), kDefault, 1).total_bytes(), kTokenRead + kTokenWrite + kState);
 }
 
 TEST(BytesModel, VerifyClassic) {
@@ -209,7 +215,7 @@ TEST(BytesModel, SmallCustomShape) {
   const double io_read = 2 * 2 * 16 * 2 + 6 * 24 * 2 + 2 * 6 * 4, io_write = 6 * 24 * 2;
   EXPECT_DOUBLE_EQ(bytes_recurrent(s, p).total_bytes(), io_read + io_write + 2 * W);
   EXPECT_DOUBLE_EQ(bytes_kvbuffer_at_fill(s, p, BufferVariant::CachedU, 3, 2).total_bytes(),
-                   io_read + io_write + W + 2 * E + E + W);
+                   io_read + io_write + W + 2 * E + W);  // the fold: no entry written
   EXPECT_DOUBLE_EQ(bytes_kvbuffer_at_fill(s, p, BufferVariant::Raw, 3, 1).total_bytes(),
                    io_read + io_write + W + 2 * (E + 6 * 4));
   EXPECT_DOUBLE_EQ(conv_state_bytes(s, p), (2 * 2 * 16 + 6 * 24) * 3 * 2.0);
