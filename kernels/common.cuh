@@ -47,6 +47,19 @@ void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t 
   KVB_CUDA_CHECK_LAUNCH();
 }
 
+// Host: how many blocks of `threads` threads and smem bytes of dynamic shared memory fit on one
+// multiprocessor (raising the kernel's limit as launch_kernel does).
+template <class... KernelArgs>
+int resident_blocks(void (*kernel)(KernelArgs...), int threads, size_t smem) {
+  cudaFuncAttributes attrs = {};
+  KVB_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
+  if (smem + attrs.sharedSizeBytes > 48 * 1024)
+    KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  int blocks = 0;
+  KVB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
+  return blocks;
+}
+
 // Entry and state element conversions (buffer entries are bf16 or fp32).
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }

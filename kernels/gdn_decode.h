@@ -84,6 +84,9 @@ struct GdnKVBufferParams {
   // Split path only: fp32 workspace [B, HV, 2, V] (per row and value head, the buffered terms
   // r_v = sum_j c_j u_j[v] and s_v = sum_j d_j u_j[v]); without it Auto runs the single kernel.
   float* scratch = nullptr;
+  // Split path of gdn_decode_direct only: the state kernel's grid holds this many row groups, each
+  // block taking every G-th row that has a state or folds (0 = as many as fill one wave of blocks).
+  int split_row_groups = 0;
 };
 void gdn_decode_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream);
 

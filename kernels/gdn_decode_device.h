@@ -28,6 +28,15 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
+// A load that ptxas keeps where it is written (a relaxed gpu-scope load, served by L2): it sank a
+// plain load of row metadata below the slot check that followed it, a second dependent round
+// trip (gdn_decode_kvbuffer.cu log v20).
+__device__ __forceinline__ int load_unsunk(const int32_t* p) {
+  int x;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(x) : "l"(p));
+  return x;
+}
+
 // Sum over the 8 lanes of a group; every lane gets the total (xor masks < 8 stay in the group).
 __device__ __forceinline__ float group_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
@@ -54,39 +63,6 @@ __device__ __forceinline__ void load_slice(const __nv_bfloat16* p, int lane, flo
     const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
     const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
     const float2 a = __bfloat1622float2(lo), b = __bfloat1622float2(hi);
-    x[4 * i] = a.x, x[4 * i + 1] = a.y, x[4 * i + 2] = b.x, x[4 * i + 3] = b.y;
-  }
-}
-// This lane's K/32 chunks of a K-vector kept as loaded (issue the loads early, convert late).
-template <int K, class E>
-struct RawSlice;
-template <int K>
-struct RawSlice<K, float> {
-  using Chunk = float4;
-  Chunk c[K / 32];
-};
-template <int K>
-struct RawSlice<K, __nv_bfloat16> {
-  using Chunk = uint2;
-  Chunk c[K / 32];
-};
-template <int K, class E>
-__device__ __forceinline__ void load_raw_slice(const E* p, int lane, RawSlice<K, E>& r) {
-  using Chunk = typename RawSlice<K, E>::Chunk;
-#pragma unroll
-  for (int i = 0; i < K / 32; ++i) r.c[i] = reinterpret_cast<const Chunk*>(p)[i * kGroupLanes + lane];
-}
-template <int K>
-__device__ __forceinline__ void raw_slice_to_f32(const RawSlice<K, float>& r, float* x) {
-#pragma unroll
-  for (int i = 0; i < K / 32; ++i) x[4 * i] = r.c[i].x, x[4 * i + 1] = r.c[i].y, x[4 * i + 2] = r.c[i].z, x[4 * i + 3] = r.c[i].w;
-}
-template <int K>
-__device__ __forceinline__ void raw_slice_to_f32(const RawSlice<K, __nv_bfloat16>& r, float* x) {
-#pragma unroll
-  for (int i = 0; i < K / 32; ++i) {
-    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.c[i].x));
-    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.c[i].y));
     x[4 * i] = a.x, x[4 * i + 1] = a.y, x[4 * i + 2] = b.x, x[4 * i + 3] = b.y;
   }
 }
@@ -216,14 +192,19 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Thread 0 only: initialise `chunks` barriers and start the copies of rows [0, 16 * chunks) of
-// `src` (rows of K floats) into `tile`. The block must pass a __syncthreads() before any wait.
-template <int K>
-__device__ __forceinline__ void tile_issue(float* tile, const float* src, int chunks, uint64_t* bars) {
-  constexpr uint32_t kChunkBytes = kGroups * K * sizeof(float);
+// Thread 0 only: initialise `chunks` barriers (once per block; each completed copy then flips its
+// barrier's phase parity).
+__device__ __forceinline__ void tile_init(int chunks, uint64_t* bars) {
   for (int c = 0; c < chunks; ++c)
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bars + c)));
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// Thread 0 only: start the copies of rows [0, 16 * chunks) of `src` (rows of K floats) into
+// `tile` on initialised barriers. The block must pass a __syncthreads() after the initialisation
+// and before any wait.
+template <int K>
+__device__ __forceinline__ void tile_copy(float* tile, const float* src, int chunks, uint64_t* bars) {
+  constexpr uint32_t kChunkBytes = kGroups * K * sizeof(float);
   for (int c = 0; c < chunks; ++c) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bars + c)),
                  "r"(kChunkBytes)
@@ -235,25 +216,32 @@ __device__ __forceinline__ void tile_issue(float* tile, const float* src, int ch
         : "memory");
   }
 }
+// Both, for a block that fills its tile once.
+template <int K>
+__device__ __forceinline__ void tile_issue(float* tile, const float* src, int chunks, uint64_t* bars) {
+  tile_init(chunks, bars);
+  tile_copy<K>(tile, src, chunks, bars);
+}
 
-__device__ __forceinline__ void tile_wait(uint64_t* bar) {
+// Waits for the copy of phase `parity` (0 for a barrier's first copy, then alternating).
+__device__ __forceinline__ void tile_wait(uint64_t* bar, uint32_t parity = 0) {
   uint32_t done = 0;
   do {
     asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}\n"
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)
-        : "r"(smem_addr(bar))
+        : "r"(smem_addr(bar)), "r"(parity)
         : "memory");
   } while (!done);
 }
 
-// Row rl of the block's S0 tile (chunk ch) once its copy has landed, or zeros for a request without
-// a state (direct mode).
+// Row rl of the block's S0 tile (chunk ch) once its copy (phase parity) has landed, or zeros for a
+// request without a state (direct mode).
 template <int K>
 __device__ __forceinline__ void load_tile_row(bool has_state, const float* tile, uint64_t* bars, int ch, int rl,
-                                              int lane, float* s) {
+                                              int lane, float* s, uint32_t parity = 0) {
   if (has_state) {
-    tile_wait(bars + ch);
+    tile_wait(bars + ch, parity);
     load_slice<K>(tile + size_t(rl) * K, lane, s);
   } else {
 #pragma unroll
@@ -290,6 +278,8 @@ struct RowsRule {
   int max_rows, min_blocks_per_sm;
 };
 int choose_rows_per_block(const GdnStepIO& io, RowsRule rule);
+// The current device's multiprocessor count (read once).
+int multiprocessor_count();
 // The rules, measured on the H200 (gdn_decode_kvbuffer.cu log v10, v12):
 //  * recurrent: 16 KiB tiles (32 rows) beat 32 KiB ones (in place at batch 64: 70.8 against
 //    71.1 us, out of place at 256: 266.3 against 268.4), and batch 8 runs 6% faster at 4 blocks

@@ -522,10 +522,9 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
 // (u_t, o, append). Appends k_t and G_t unless the row folds. Triggers kernel B's launch at once
 // (programmatic dependent launch): B starts streaming S0 while A runs and waits for A only
 // before it reads `scratch`.
-template <int K, int V, class E, int KEY_ROUNDS>
-__global__ void __launch_bounds__(kThreads, KEY_ROUNDS > 1 ? 6 : 8) gdn_kvbuffer_split_buffer_kernel(GdnKVBufferParams p) {
+template <int K, int V, class E>
+__global__ void __launch_bounds__(kThreads) gdn_kvbuffer_split_buffer_kernel(GdnKVBufferParams p) {
   static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
-  static_assert(KEY_ROUNDS * kGroups <= kMaxCapacity, "key rounds");
   constexpr int N = K / 8;
   constexpr int kVec = 16 / sizeof(E);
   extern __shared__ __align__(128) float smem[];
@@ -555,20 +554,11 @@ __global__ void __launch_bounds__(kThreads, KEY_ROUNDS > 1 ? 6 : 8) gdn_kvbuffer
   float* sGt = sd + R * C;    // [R] G_t
   float* sbeta = sGt + R;     // [R] beta
 
-  // Each group's keys j = group + 16 t (t < KEY_ROUNDS = ceil(C / 16)) go out with the u rows,
-  // before any wait: one round trip for all of them (log v20; a loop over t waited for each key
-  // round in turn).
-  constexpr int kKeyRounds = KEY_ROUNDS;
-  RawSlice<K, E> kraw[kKeyRounds];
-#pragma unroll
-  for (int t = 0; t < kKeyRounds; ++t)
-    if (t * kGroups + group < n) load_raw_slice<K>(bk + (size_t(t * kGroups + group) * H + kh) * K, lane, kraw[t]);
-  constexpr int vvecs = V / kVec, jstep = kThreads / vvecs;
-  for (int i = 0; i < R; ++i)
-    for (int j = threadIdx.x / vvecs; j < n; j += jstep) {
-      const int x = threadIdx.x % vvecs;
-      cp_async16(su + (size_t(i) * C + j) * V + x * kVec, bval + (size_t(j) * HV + kh * R + i) * V + x * kVec);
-    }
+  const int vvecs = V / kVec;
+  for (int idx = threadIdx.x; idx < R * n * vvecs; idx += kThreads) {
+    const int x = idx % vvecs, ij = idx / vvecs, i = ij / n, j = ij % n;
+    cp_async16(su + (size_t(i) * C + j) * V + x * kVec, bval + (size_t(j) * HV + kh * R + i) * V + x * kVec);
+  }
   for (int idx = threadIdx.x; idx < R * n; idx += kThreads) {
     const int i = idx / n, j = idx % n;
     sG[i * C + j] = gcum[j * HV + kh * R + i];
@@ -583,13 +573,11 @@ __global__ void __launch_bounds__(kThreads, KEY_ROUNDS > 1 ? 6 : 8) gdn_kvbuffer
   }
   float k[N], q[N], kq;
   load_token_kq<K>(io, row, kh, lane, k, q, kq);
-#pragma unroll
-  for (int t = 0; t < kKeyRounds; ++t) {
-    if (t * kGroups >= n) break;  // block-uniform: every group runs the same shuffles
-    const int j = t * kGroups + group;
+  for (int base = 0; base < n; base += kGroups) {  // same trip count on every group (shuffles)
+    const int j = base + group;
     float kj[N];
     if (j < n) {
-      raw_slice_to_f32<K>(kraw[t], kj);
+      load_slice<K>(bk + (size_t(j) * H + kh) * K, lane, kj);
     } else {
 #pragma unroll
       for (int i = 0; i < N; ++i) kj[i] = 0.f;
@@ -636,27 +624,34 @@ __global__ void __launch_bounds__(kThreads, KEY_ROUNDS > 1 ? 6 : 8) gdn_kvbuffer
 // S0 rows by bulk copies, all chunks in flight) for rows with a state or a fold; other rows exit
 // at once (kernel A finished them). u_t and o from S0 plus kernel A's r, s; appends u_t, or folds
 // (keys and u tile staged to shared memory by the folding blocks only: 1/C of the requests).
+// COMPACT (the direct entry point, batch <= kCompactMaxBatch): the grid has G row groups instead
+// of one block row per request; every block finds the rows that need kernel B (a state or a fold)
+// and takes those of rank g, g + G, ... in row order, one after another (log v21: in direct mode
+// almost every block of the one-row-per-block grid only read its row's metadata and exited).
+constexpr int kCompactMaxBatch = 1024;
+
+struct SplitStateShared {
+  uint64_t bars[kMaxChunks];
+  float sr[kMaxChunks * kGroups], ss[kMaxChunks * kGroups];  // kernel A's r, s of the block's rows
+  __nv_bfloat16 sv[kMaxChunks * kGroups];                   // v of the block's rows
+  float sw[kMaxCapacity];                                   // G_j, then e^{G_t - G_j}: folds only
+  float gprev;                                              // G_{n-1}
+};
+
+// Kernel B's work for request row c.row (slot, fill n, has_state): its S0 tile copies go out on
+// barriers initialised by the caller and complete phase `parity`.
 template <int K, int V, class E>
-__global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(GdnKVBufferParams p, int rows) {
-  static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
+__device__ __forceinline__ void split_state_row(const GdnKVBufferParams& p, int rows, const BlockCoords& c, int slot,
+                                                int n, bool has_state, uint32_t parity, float* tile,
+                                                SplitStateShared& sh) {
   constexpr int N = K / 8;
-  extern __shared__ __align__(128) float tile[];  // [rows, K] S0 rows, then the fold's keys and u tile
-  __shared__ __align__(8) uint64_t bars[kMaxChunks];
-  __shared__ __align__(16) __nv_bfloat16 sv[kMaxChunks * kGroups];
-  __shared__ __align__(16) float sr[kMaxChunks * kGroups], ss[kMaxChunks * kGroups];
-  __shared__ float sw[kMaxCapacity];  // G_j, then e^{G_t - G_j}: folding blocks only
-  __shared__ float s_gprev;           // G_{n-1}
   const GdnStepIO& io = p.io;
-  const BlockCoords c = block_coords<V>(rows);
-  const int slot = io.slot[c.row], n = p.row_fill[c.row];
-  const bool has_state = p.row_has_state[c.row] != 0;
   const int C = p.capacity;
   const bool fold = n + 1 == C;
-  if (slot < 0 || (!has_state && !fold)) return;  // kernel A wrote the zero output / finished the token
   const int H = io.H, HV = io.HV, kh = c.kh;
   const int chunks = rows / kGroups;
   float* state = p.state + (size_t(slot) * HV + c.h) * V * K;
-  if (has_state && threadIdx.x == 0) tile_issue<K>(tile, state + size_t(c.v0) * K, chunks, bars);
+  if (has_state && threadIdx.x == 0) tile_copy<K>(tile, state + size_t(c.v0) * K, chunks, sh.bars);
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
   TokenKQRaw<K> kq_raw;
   issue_token_kq<K>(io, c.row, kh, lane, kq_raw);
@@ -683,26 +678,27 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
       const int j = idx / uvecs, x = idx % uvecs;
       cp_async16(utile + j * ustride + x * kVec, bval + (size_t(j) * HV + c.h) * V + c.v0 + x * kVec);
     }
-    for (int j = threadIdx.x; j < n; j += kThreads) cp_async4(sw + j, gcum + j * HV + c.h);
+    for (int j = threadIdx.x; j < n; j += kThreads) cp_async4(sh.sw + j, gcum + j * HV + c.h);
   }
-  if (n > 0 && threadIdx.x == 0) cp_async4(&s_gprev, gcum + (n - 1) * HV + c.h);
-  if (threadIdx.x < rows / 8) cp_async16(sv + threadIdx.x * 8, io.v + (size_t(c.row) * HV + c.h) * V + c.v0 + threadIdx.x * 8);
+  if (n > 0 && threadIdx.x == 0) cp_async4(&sh.gprev, gcum + (n - 1) * HV + c.h);
+  if (threadIdx.x < rows / 8)
+    cp_async16(sh.sv + threadIdx.x * 8, io.v + (size_t(c.row) * HV + c.h) * V + c.v0 + threadIdx.x * 8);
   // Kernel A's r, s: wait for A's grid (a no-op when launched without programmatic dependence).
   // Nothing above reads what A writes (scratch, entry n of k and G) or writes what A reads.
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const float* rs = p.scratch + (size_t(c.row) * HV + c.h) * 2 * V;
   if (threadIdx.x < rows / 4) {
-    cp_async16(sr + threadIdx.x * 4, rs + c.v0 + threadIdx.x * 4);
-    cp_async16(ss + threadIdx.x * 4, rs + V + c.v0 + threadIdx.x * 4);
+    cp_async16(sh.sr + threadIdx.x * 4, rs + c.v0 + threadIdx.x * 4);
+    cp_async16(sh.ss + threadIdx.x * 4, rs + V + c.v0 + threadIdx.x * 4);
   }
   float k[N], q[N], kq;
   finish_token_kq<K>(kq_raw, k, q, kq);  // while the copies are in flight
   cp_async_wait_all();
   __syncthreads();  // barriers initialised, every cp.async above landed
-  const float G_t = (n > 0 ? s_gprev : 0.f) + g;
+  const float G_t = (n > 0 ? sh.gprev : 0.f) + g;
   const float eG_t = expf(G_t);
   if (fold) {  // block-uniform
-    for (int j = threadIdx.x; j < n; j += kThreads) sw[j] = expf(G_t - sw[j]);
+    for (int j = threadIdx.x; j < n; j += kThreads) sh.sw[j] = expf(G_t - sh.sw[j]);
     __syncthreads();
   }
 
@@ -711,16 +707,77 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
   for (int ch = 0; ch < chunks; ++ch) {
     const int rl = ch * kGroups + group, r = c.v0 + rl;
     float s[N];
-    load_tile_row<K>(has_state, tile, bars, ch, rl, lane, s);
+    load_tile_row<K>(has_state, tile, sh.bars, ch, rl, lane, s, parity);
     const float a = group_sum(dot<N>(s, k));
     const float b = group_sum(dot<N>(s, q));
-    const float u_t = beta * (__bfloat162float(sv[rl]) - fmaf(eG_t, a, sr[rl]));
-    if (lane == 0) out[r] = __float2bfloat16_rn(fmaf(eG_t, b, ss[rl]) + kq * u_t);
+    const float u_t = beta * (__bfloat162float(sh.sv[rl]) - fmaf(eG_t, a, sh.sr[rl]));
+    if (lane == 0) out[r] = __float2bfloat16_rn(fmaf(eG_t, b, sh.ss[rl]) + kq * u_t);
     if (fold) {
-      fold_row<K>(s, eG_t, u_t, k, n, sw, utile + rl, ustride, skeys, lane);
+      fold_row<K>(s, eG_t, u_t, k, n, sh.sw, utile + rl, ustride, skeys, lane);
       store_slice<K>(state + size_t(r) * K, lane, s);
     } else if (lane == 0) {
       entry_n[r] = from_f32<E>(u_t);
+    }
+  }
+}
+
+template <int K, int V, class E, bool COMPACT>
+__global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(GdnKVBufferParams p, int rows) {
+  static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
+  extern __shared__ __align__(128) float tile[];  // [rows, K] S0 rows, then the fold's keys and u tile
+  __shared__ __align__(16) SplitStateShared sh;
+  const GdnStepIO& io = p.io;
+  BlockCoords c = block_coords<V>(rows);
+  const int chunks = rows / kGroups;
+  const int C = p.capacity;
+  if constexpr (!COMPACT) {
+    const int slot = io.slot[c.row], n = p.row_fill[c.row];
+    const bool has_state = p.row_has_state[c.row] != 0;
+    if (slot < 0 || (!has_state && n + 1 != C)) return;  // kernel A wrote the zero output / finished the token
+    if (has_state && threadIdx.x == 0) tile_init(chunks, sh.bars);
+    split_state_row<K, V, E>(p, rows, c, slot, n, has_state, 0, tile, sh);
+  } else {
+    constexpr int kPer = kCompactMaxBatch / kThreads, kWarps = kThreads / 32;
+    __shared__ int s_count[kPer][kWarps];       // rows needing kernel B per (chunk of rows, warp)
+    __shared__ int16_t s_rows[kCompactMaxBatch];  // this block's rows, in rank order
+    const int B = io.batch, G = gridDim.z, g = blockIdx.z;
+    const int warp = threadIdx.x / 32, wl = threadIdx.x % 32;
+    unsigned work = 0;  // bit i: row i * kThreads + threadIdx.x needs kernel B
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int row = i * kThreads + threadIdx.x;
+      if (row < B && io.slot[row] >= 0 && (p.row_has_state[row] != 0 || p.row_fill[row] + 1 == C)) work |= 1u << i;
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const unsigned m = __ballot_sync(0xffffffffu, (work >> i) & 1u);
+      if (wl == 0) s_count[i][warp] = __popc(m);
+    }
+    if (threadIdx.x == 0) tile_init(chunks, sh.bars);
+    __syncthreads();
+    int before = 0;  // rows needing kernel B ahead of chunk i
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const unsigned m = __ballot_sync(0xffffffffu, (work >> i) & 1u);
+      int rank = before + __popc(m & ((1u << wl) - 1u));
+      for (int w = 0; w < warp; ++w) rank += s_count[i][w];
+      if (((work >> i) & 1u) && rank % G == g) s_rows[rank / G] = int16_t(i * kThreads + threadIdx.x);
+      for (int w = 0; w < kWarps; ++w) before += s_count[i][w];
+    }
+    __syncthreads();
+    const int mine = before > g ? (before - g + G - 1) / G : 0;
+    uint32_t parity = 0;
+    for (int t = 0; t < mine; ++t) {
+      if (t > 0) {
+        __syncthreads();  // the previous row's tile, sv, sr, ss and sw are consumed
+        // Generic-proxy reads of the tile precede the next bulk (async-proxy) writes to it.
+        if (threadIdx.x == 0) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      }
+      c.row = s_rows[t];
+      const int slot = io.slot[c.row], n = p.row_fill[c.row];
+      const bool has_state = p.row_has_state[c.row] != 0;
+      split_state_row<K, V, E>(p, rows, c, slot, n, has_state, parity, tile, sh);
+      if (has_state) parity ^= 1u;
     }
   }
 }
@@ -744,33 +801,38 @@ void launch_kvbuffer(const GdnKVBufferParams& p, int rows, cudaStream_t stream) 
 }
 
 template <int K, int V, class E>
-void launch_split(const GdnKVBufferParams& p, int rows, cudaStream_t stream) {
+void launch_split(const GdnKVBufferParams& p, int rows, bool compact, cudaStream_t stream) {
   const int R = p.io.HV / p.io.H;
   const size_t C = size_t(p.capacity);
   const size_t smem_a = R * C * V * sizeof(E) + (2 * C + 2 * R * C + 2 * size_t(R)) * sizeof(float);
-  const dim3 grid_a(unsigned(long(p.io.batch) * p.io.H));
-  if (C <= kGroups)
-    launch_kernel(gdn_kvbuffer_split_buffer_kernel<K, V, E, 1>, grid_a, dim3(kThreads), smem_a, stream, false, p);
-  else if (C <= 2 * kGroups)
-    launch_kernel(gdn_kvbuffer_split_buffer_kernel<K, V, E, 2>, grid_a, dim3(kThreads), smem_a, stream, false, p);
-  else
-    launch_kernel(gdn_kvbuffer_split_buffer_kernel<K, V, E, 4>, grid_a, dim3(kThreads), smem_a, stream, false, p);
+  launch_kernel(gdn_kvbuffer_split_buffer_kernel<K, V, E>, dim3(unsigned(long(p.io.batch) * p.io.H)), dim3(kThreads),
+                smem_a, stream, false, p);
   const size_t smem_b = size_t(rows) * K * sizeof(float) + C * K * sizeof(E) + C * size_t(rows + kUtilePad) * sizeof(E);
   // Programmatic dependent launch: B may start once every block of A has started (A triggers at
   // entry); B's griddepcontrol.wait orders its reads of A's scratch.
-  const dim3 grid = decode_grid(p.io, rows);
-  launch_kernel(gdn_kvbuffer_split_state_kernel<K, V, E>, grid, dim3(kThreads), smem_b, stream, true, p, rows);
+  dim3 grid = decode_grid(p.io, rows);
+  if (!compact)
+    return launch_kernel(gdn_kvbuffer_split_state_kernel<K, V, E, false>, grid, dim3(kThreads), smem_b, stream, true,
+                         p, rows);
+  // Row groups: split_row_groups, or as many as one wave of blocks holds (at least one, at most
+  // one per row).
+  const auto kernel = gdn_kvbuffer_split_state_kernel<K, V, E, true>;
+  const long per_group = long(grid.x) * grid.y;
+  const long wave = long(multiprocessor_count()) * resident_blocks(kernel, kThreads, smem_b);
+  const long groups = p.split_row_groups ? p.split_row_groups : wave / per_group;
+  grid.z = unsigned(std::max(1L, std::min<long>(p.io.batch, groups)));
+  launch_kernel(kernel, grid, dim3(kThreads), smem_b, stream, true, p, rows);
 }
 
 template <int K, int V>
-void dispatch_entry(const GdnKVBufferParams& p, int rows, bool split, cudaStream_t stream) {
+void dispatch_entry(const GdnKVBufferParams& p, int rows, bool split, bool compact, cudaStream_t stream) {
   const bool raw = p.variant == GdnBufferVariant::Raw;
   if (split) {
     switch (p.entry) {
       case GdnEntryType::BF16:
-        return launch_split<K, V, __nv_bfloat16>(p, rows, stream);
+        return launch_split<K, V, __nv_bfloat16>(p, rows, compact, stream);
       case GdnEntryType::FP32:
-        return launch_split<K, V, float>(p, rows, stream);
+        return launch_split<K, V, float>(p, rows, compact, stream);
       default:
         throw std::invalid_argument("gdn_decode_kvbuffer: unsupported entry type");
     }
@@ -806,7 +868,8 @@ LaunchShape launch_shape(const GdnKVBufferParams& p, int split_min_capacity) {
   return {split, choose_rows_per_block(p.io, split ? split_state_rows(p.capacity) : kSingleKVBufferRows)};
 }
 
-void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* who, int split_min_capacity) {
+void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* who, int split_min_capacity,
+                  bool direct_entry) {
   validate_step_io(p.io, who, false);
   auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(who) + ": " + m); };
   if (p.capacity < 1 || p.capacity > kMaxCapacity)
@@ -819,15 +882,17 @@ void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* w
   if (p.variant == GdnBufferVariant::Raw && !p.buf_beta) fail("the raw variant needs buf_beta");
   if (p.path == GdnDecodePath::Split && !split_possible(p))
     fail("the split path needs the cached-u variant, row_fill/row_has_state and scratch");
+  if (p.split_row_groups < 0) fail("split_row_groups must be >= 0");
   if (p.io.batch == 0) return;
   if (capacity1_route(p)) return run_kvbuffer_capacity1(p, stream, who);
   const LaunchShape shape = launch_shape(p, split_min_capacity);
+  const bool compact = direct_entry && p.io.batch <= kCompactMaxBatch;
   const int kv = p.io.K * 1000 + p.io.V;
   switch (kv) {
     case 128 * 1000 + 128:
-      return dispatch_entry<128, 128>(p, shape.rows, shape.split, stream);
+      return dispatch_entry<128, 128>(p, shape.rows, shape.split, compact, stream);
     case 64 * 1000 + 64:
-      return dispatch_entry<64, 64>(p, shape.rows, shape.split, stream);
+      return dispatch_entry<64, 64>(p, shape.rows, shape.split, compact, stream);
     default:
       fail("unsupported head dims K=" + std::to_string(p.io.K) + " V=" + std::to_string(p.io.V) +
            " (supported: 64x64, 128x128)");
@@ -837,11 +902,11 @@ void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* w
 }  // namespace gdn_detail
 
 void gdn_decode_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream) {
-  gdn_detail::run_kvbuffer(p, stream, "gdn_decode_kvbuffer", gdn_detail::kSplitMinCapacityKVBuffer);
+  gdn_detail::run_kvbuffer(p, stream, "gdn_decode_kvbuffer", gdn_detail::kSplitMinCapacityKVBuffer, false);
 }
 
 void gdn_decode_direct(const GdnKVBufferParams& p, cudaStream_t stream) {
-  gdn_detail::run_kvbuffer(p, stream, "gdn_decode_direct", gdn_detail::kSplitMinCapacityDirect);
+  gdn_detail::run_kvbuffer(p, stream, "gdn_decode_direct", gdn_detail::kSplitMinCapacityDirect, true);
 }
 
 int gdn_decode_kvbuffer_rows_per_block(const GdnKVBufferParams& p) {

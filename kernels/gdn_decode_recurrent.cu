@@ -109,14 +109,19 @@ void validate_step_io(const GdnStepIO& io, const char* who, bool warp_rows_allow
   }
 }
 
-int choose_rows_per_block(const GdnStepIO& io, RowsRule rule) {
-  if (io.rows_per_block) return io.rows_per_block;
+int multiprocessor_count() {
   static int sms = [] {
     int dev = 0, n = 0;
     KVB_CUDA_CHECK(cudaGetDevice(&dev));
     KVB_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
     return n;
   }();
+  return sms;
+}
+
+int choose_rows_per_block(const GdnStepIO& io, RowsRule rule) {
+  if (io.rows_per_block) return io.rows_per_block;
+  const int sms = multiprocessor_count();
   const long heads = long(io.batch) * io.HV;
   int rows = std::min(io.V, rule.max_rows);
   while (rows > 16 && heads * (io.V / rows) < long(rule.min_blocks_per_sm) * sms) rows /= 2;
@@ -136,7 +141,7 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
   const GdnStepIO& io = p.io;
   const BlockCoords c = block_coords<V>(rows);
   const int slot = io.slot[c.row];
-  const bool has_state = !STATE_FLAG || row_has_state[c.row] != 0;
+  const bool has_state = !STATE_FLAG || load_unsunk(row_has_state + c.row) != 0;
   if (slot < 0) {
     write_zero_output(io, c, rows);
     return;
@@ -186,7 +191,7 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurr
   const BlockCoords c = block_coords<V>(R);
   const int lane = threadIdx.x;
   const int slot = io.slot[c.row];
-  const bool has_state = !STATE_FLAG || row_has_state[c.row] != 0;
+  const bool has_state = !STATE_FLAG || load_unsunk(row_has_state + c.row) != 0;
   // The token's inputs do not depend on the slot: issued before its round trip ends.
   const size_t kq_off = (size_t(c.row) * io.H + c.kh) * K + lane * NL;
   __nv_bfloat162 kraw[NL / 2], qraw[NL / 2];

@@ -79,6 +79,8 @@ TEST(GdnDecodeDispatch, RefusesUnsupportedShapes) {
   EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);  // no scratch
   b.scratch = reinterpret_cast<float*>(dummy), b.row_fill = b.row_has_state = nullptr;
   EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);  // no row metadata
+  b.row_fill = b.row_has_state = dummy, b.split_row_groups = -1;
+  EXPECT_THROW(gdn_decode_direct(b, 0), std::invalid_argument);
   cudaFree(dummy);
 }
 

@@ -66,6 +66,7 @@ struct DecodeCase {
   // from C 4, for gdn_decode_kvbuffer at C 64); Split / Single force a path. Every KVBuffer case
   // passes the split path's scratch.
   GdnDecodePath path = GdnDecodePath::Auto;
+  int split_row_groups = 0;  // gdn_decode_direct's split state kernel: row groups (0 = one wave)
 };
 
 struct CaseResult {
@@ -255,7 +256,7 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
       p.state = s_out, p.buf_k = buf_k.as<void>(), p.buf_val = buf_val.as<void>(), p.buf_gcum = buf_g.as<float>();
       p.buf_beta = buf_beta.as<float>(), p.fill = d_fill.as<int32_t>(), p.has_state = d_has.as<int32_t>();
       p.done_count = d_done.as<int32_t>();
-      p.path = cs.path, p.scratch = d_scratch.as<float>();
+      p.path = cs.path, p.scratch = d_scratch.as<float>(), p.split_row_groups = cs.split_row_groups;
       if (cs.row_metadata) {
         p.fill = p.has_state = p.done_count = nullptr;
         p.row_fill = d_row_fill.as<int32_t>(), p.row_has_state = d_row_has.as<int32_t>();
@@ -477,6 +478,27 @@ inline std::vector<DecodeCase> decode_cases(bool quick) {
     c.kernel = Kernel::Direct, c.path = GdnDecodePath::Single, c.capacity = 8, c.direct_every = 3,
     c.name = "single-direct-bf16-C8-b64-mixed";
     if (!quick) add(c);
+  }
+  // gdn_decode_direct's row-compacted state kernel with few row groups, so that each block runs
+  // several rows one after another (rows with a state flip the tile barriers' phase, folds reuse
+  // the shared memory): mixed direct / stateful rows, padding rows, long folds, fp32 entries.
+  {
+    DecodeCase c;
+    c.kernel = Kernel::Direct, c.row_metadata = true, c.path = GdnDecodePath::Split;
+    c.batch = 20, c.pad_rows = 3, c.direct_every = 2, c.capacity = 8, c.split_row_groups = 3;
+    c.name = "compact-direct-bf16-C8-b20-groups3-mixed";
+    add(c);
+    c.split_row_groups = 1, c.direct_every = 4, c.name = "compact-direct-bf16-C8-b20-groups1-mixed";
+    add(c);
+    c.capacity = 64, c.batch = 6, c.split_row_groups = 2, c.direct_every = 2, c.cycles = 2;
+    c.name = "compact-direct-bf16-C64-b6-groups2-mixed";
+    add(c);
+    c.capacity = 16, c.entry = GdnEntryType::FP32, c.K = 64, c.batch = 12, c.cycles = 3, c.split_row_groups = 2;
+    c.name = "compact-direct-fp32-K64-C16-b12-groups2-mixed";
+    add(c);
+    c.entry = GdnEntryType::BF16, c.K = 128, c.path = GdnDecodePath::Auto, c.split_row_groups = 0, c.batch = 64,
+    c.capacity = 32, c.direct_every = 1, c.name = "compact-direct-auto-C32-b64";
+    add(c);
   }
   return cs;
 }
