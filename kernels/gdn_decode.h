@@ -84,8 +84,9 @@ struct GdnKVBufferParams {
   // Split path only: fp32 workspace [B, HV, 2, V] (per row and value head, the buffered terms
   // r_v = sum_j c_j u_j[v] and s_v = sum_j d_j u_j[v]); without it Auto runs the single kernel.
   float* scratch = nullptr;
-  // Split path of gdn_decode_direct only: the state kernel's grid holds this many row groups, each
-  // block taking every G-th row that has a state or folds (0 = as many as fill one wave of blocks).
+  // Split path of gdn_decode_direct only: the state kernel's grid holds this many row groups G,
+  // each block taking every G-th row that has a state or folds (at most 1024 rows; G >= B: one
+  // block row per request). 0 = the dispatch's choice (gdn_decode_kvbuffer.cu, kernel B).
   int split_row_groups = 0;
 };
 void gdn_decode_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream);

@@ -629,6 +629,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kvbuffer_split_buffer_kernel(Gdn
 // and takes those of rank g, g + G, ... in row order, one after another (log v21: in direct mode
 // almost every block of the one-row-per-block grid only read its row's metadata and exited).
 constexpr int kCompactMaxBatch = 1024;
+constexpr int kCompactMinCapacity = 16;
 
 struct SplitStateShared {
   uint64_t bars[kMaxChunks];
@@ -801,7 +802,7 @@ void launch_kvbuffer(const GdnKVBufferParams& p, int rows, cudaStream_t stream) 
 }
 
 template <int K, int V, class E>
-void launch_split(const GdnKVBufferParams& p, int rows, bool compact, cudaStream_t stream) {
+void launch_split(const GdnKVBufferParams& p, int rows, bool compact_allowed, cudaStream_t stream) {
   const int R = p.io.HV / p.io.H;
   const size_t C = size_t(p.capacity);
   const size_t smem_a = R * C * V * sizeof(E) + (2 * C + 2 * R * C + 2 * size_t(R)) * sizeof(float);
@@ -811,16 +812,18 @@ void launch_split(const GdnKVBufferParams& p, int rows, bool compact, cudaStream
   // Programmatic dependent launch: B may start once every block of A has started (A triggers at
   // entry); B's griddepcontrol.wait orders its reads of A's scratch.
   dim3 grid = decode_grid(p.io, rows);
-  if (!compact)
+  // Row groups (compact_allowed: the direct entry point): split_row_groups, or as many as one wave
+  // of blocks holds, taken from C = kCompactMinCapacity when fewer than the rows (log v21).
+  const auto kernel = gdn_kvbuffer_split_state_kernel<K, V, E, true>;
+  long groups = p.split_row_groups;
+  if (compact_allowed && !groups && p.capacity >= kCompactMinCapacity) {
+    const long per_group = long(grid.x) * grid.y;
+    groups = long(multiprocessor_count()) * resident_blocks(kernel, kThreads, smem_b) / per_group;
+  }
+  if (!compact_allowed || groups <= 0 || groups >= p.io.batch)
     return launch_kernel(gdn_kvbuffer_split_state_kernel<K, V, E, false>, grid, dim3(kThreads), smem_b, stream, true,
                          p, rows);
-  // Row groups: split_row_groups, or as many as one wave of blocks holds (at least one, at most
-  // one per row).
-  const auto kernel = gdn_kvbuffer_split_state_kernel<K, V, E, true>;
-  const long per_group = long(grid.x) * grid.y;
-  const long wave = long(multiprocessor_count()) * resident_blocks(kernel, kThreads, smem_b);
-  const long groups = p.split_row_groups ? p.split_row_groups : wave / per_group;
-  grid.z = unsigned(std::max(1L, std::min<long>(p.io.batch, groups)));
+  grid.z = unsigned(groups);
   launch_kernel(kernel, grid, dim3(kThreads), smem_b, stream, true, p, rows);
 }
 

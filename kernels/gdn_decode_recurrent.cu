@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurr
   const BlockCoords c = block_coords<V>(R);
   const int lane = threadIdx.x;
   const int slot = io.slot[c.row];
-  const bool has_state = !STATE_FLAG || load_unsunk(row_has_state + c.row) != 0;
+  const bool has_state = !STATE_FLAG || row_has_state[c.row] != 0;
   // The token's inputs do not depend on the slot: issued before its round trip ends.
   const size_t kq_off = (size_t(c.row) * io.H + c.kh) * K + lane * NL;
   __nv_bfloat162 kraw[NL / 2], qraw[NL / 2];
