@@ -359,33 +359,36 @@ class VerifySweep {
   void summary() const {
     fmt::print("\nverify summary (us per layer per step, median; kvbuffer at its best C) | {} | commit {}\n", a_.gpu,
                a_.commit);
-    fmt::print("{:>6} {:>2} {:>12} {:>16} {:>9} {:>16} {:>12}\n", "batch", "T", "classic", "kvbuffer [C]", "speedup",
-               "decode-kvb [C]", "verify/dec");
-    for (int batch : a_.batches)
-      for (int T : a_.drafts) {
-        const auto best = [&](const std::string& name) -> std::pair<int, double> {
-          const auto it = results_.find({name, batch, T});
-          if (it == results_.end()) return {-1, 0};
-          auto b = *std::min_element(it->second.begin(), it->second.end(),
-                                     [](auto& x, auto& y) { return x.second < y.second; });
-          return b;
-        };
-        const auto c = best("verify-classic"), k = best("verify-kvbuffer");
-        if (c.first < 0 && k.first < 0) continue;
-        std::pair<int, double> d{-1, 0};
-        if (k.first >= 0) {
-          const auto it = results_.find({"decode-kvbuffer", batch, 1});
-          if (it != results_.end())
-            for (auto& x : it->second)
-              if (x.first == k.first) d = x;
+    fmt::print("{:>6} {:>6} {:>2} {:>12} {:>16} {:>9} {:>16} {:>12}\n", "drafts", "batch", "T", "classic",
+               "kvbuffer [C]", "speedup", "decode-kvb [C]", "verify/dec");
+    // Chains, then trees (the decode step on the same pools is timed with the chains only).
+    for (const std::string shape : {"chain", "tree"})
+      for (int batch : a_.batches)
+        for (int T : a_.drafts) {
+          const std::string suffix = shape == "tree" ? "-tree" : "";
+          const auto best = [&](const std::string& name) -> std::pair<int, double> {
+            const auto it = results_.find({name, batch, T});
+            if (it == results_.end()) return {-1, 0};
+            auto b = *std::min_element(it->second.begin(), it->second.end(),
+                                       [](auto& x, auto& y) { return x.second < y.second; });
+            return b;
+          };
+          const auto c = best("verify-classic" + suffix), k = best("verify-kvbuffer" + suffix);
+          if (c.first < 0 && k.first < 0) continue;
+          std::pair<int, double> d{-1, 0};
+          if (k.first >= 0 && suffix.empty()) {
+            const auto it = results_.find({"decode-kvbuffer", batch, 1});
+            if (it != results_.end())
+              for (auto& x : it->second)
+                if (x.first == k.first) d = x;
+          }
+          fmt::print("{:>6} {:>6} {:>2} {:>12} {:>16} {:>9} {:>16} {:>12}\n", shape, batch, T,
+                     c.first >= 0 ? fmt::format("{:.2f}", c.second) : "-",
+                     k.first >= 0 ? fmt::format("{:.2f} [{}]", k.second, k.first) : "-",
+                     c.first >= 0 && k.first >= 0 ? fmt::format("{:.2f}x", c.second / k.second) : "-",
+                     d.first >= 0 ? fmt::format("{:.2f} [{}]", d.second, d.first) : "-",
+                     d.first >= 0 ? fmt::format("{:.2f}x", k.second / d.second) : "-");
         }
-        fmt::print("{:>6} {:>2} {:>12} {:>16} {:>9} {:>16} {:>12}\n", batch, T,
-                   c.first >= 0 ? fmt::format("{:.2f}", c.second) : "-",
-                   k.first >= 0 ? fmt::format("{:.2f} [{}]", k.second, k.first) : "-",
-                   c.first >= 0 && k.first >= 0 ? fmt::format("{:.2f}x", c.second / k.second) : "-",
-                   d.first >= 0 ? fmt::format("{:.2f} [{}]", d.second, d.first) : "-",
-                   d.first >= 0 ? fmt::format("{:.2f}x", k.second / d.second) : "-");
-      }
   }
 
   VerifySweepArgs a_;

@@ -732,8 +732,9 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
   const int chunks = rows / kGroups;
   const int C = p.capacity;
   if constexpr (!COMPACT) {
-    const int slot = io.slot[c.row], n = p.row_fill[c.row];
-    const bool has_state = p.row_has_state[c.row] != 0;
+    // Unsunk: ptxas otherwise loads the metadata only after a slot < 0 exit (two round trips).
+    const int slot = io.slot[c.row], n = load_unsunk(p.row_fill + c.row);
+    const bool has_state = load_unsunk(p.row_has_state + c.row) != 0;
     if (slot < 0 || (!has_state && n + 1 != C)) return;  // kernel A wrote the zero output / finished the token
     if (has_state && threadIdx.x == 0) tile_init(chunks, sh.bars);
     split_state_row<K, V, E>(p, rows, c, slot, n, has_state, 0, tile, sh);
@@ -743,12 +744,18 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
     __shared__ int16_t s_rows[kCompactMaxBatch];  // this block's rows, in rank order
     const int B = io.batch, G = gridDim.z, g = blockIdx.z;
     const int warp = threadIdx.x / 32, wl = threadIdx.x % 32;
-    unsigned work = 0;  // bit i: row i * kThreads + threadIdx.x needs kernel B
+    // Every row's metadata is loaded before any is tested (one round trip, not a chain).
+    int slot_of[kPer], fill_of[kPer], has_of[kPer];
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int row = i * kThreads + threadIdx.x;
-      if (row < B && io.slot[row] >= 0 && (p.row_has_state[row] != 0 || p.row_fill[row] + 1 == C)) work |= 1u << i;
+      slot_of[i] = -1, fill_of[i] = 0, has_of[i] = 0;
+      if (row < B) slot_of[i] = io.slot[row], fill_of[i] = p.row_fill[row], has_of[i] = p.row_has_state[row];
     }
+    unsigned work = 0;  // bit i: row i * kThreads + threadIdx.x needs kernel B
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (slot_of[i] >= 0 && (has_of[i] != 0 || fill_of[i] + 1 == C)) work |= 1u << i;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const unsigned m = __ballot_sync(0xffffffffu, (work >> i) & 1u);

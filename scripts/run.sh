@@ -46,7 +46,7 @@ gpu_main_job() {
   "$kvbuf" check
   echo
   echo "== decode and verify sweep: $model on $gpu"
-  "$kvbuf" sweep --model "$model" --batch 1,8,32,64,128,256,512 --chunk 1,2,4,8,16,32,64 \
+  "$kvbuf" sweep --model "$model" --batch 1,8,32,64,128,256,512 --chunk 1,2,4,8,12,16,32,64 \
     --kernels recurrent,recurrent-oop,kvbuffer,kvbuffer-fp32,kvbuffer-raw,direct,verify-classic,verify-kvbuffer \
     --drafts 1,2,3,4,5,8 --out "results/decode_$gpu.csv" --verify-out "results/verify_$gpu.csv"
   local fla=()
