@@ -732,10 +732,12 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
   const int chunks = rows / kGroups;
   const int C = p.capacity;
   if constexpr (!COMPACT) {
-    // Unsunk: ptxas otherwise loads the metadata only after a slot < 0 exit (two round trips).
-    const int slot = io.slot[c.row], n = load_unsunk(p.row_fill + c.row);
-    const bool has_state = load_unsunk(p.row_has_state + c.row) != 0;
-    if (slot < 0 || (!has_state && n + 1 != C)) return;  // kernel A wrote the zero output / finished the token
+    const int slot = io.slot[c.row], n = p.row_fill[c.row];
+    const bool has_state = p.row_has_state[c.row] != 0;
+    // One branch on all three values, without short-circuit: ptxas split `slot < 0 || ...` into a
+    // slot exit followed by the metadata loads, a second dependent round trip (log v21).
+    const bool work = (slot >= 0) & (has_state | (n + 1 == C));
+    if (!work) return;  // kernel A wrote the zero output / finished the token
     if (has_state && threadIdx.x == 0) tile_init(chunks, sh.bars);
     split_state_row<K, V, E>(p, rows, c, slot, n, has_state, 0, tile, sh);
   } else {
