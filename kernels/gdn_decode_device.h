@@ -291,7 +291,8 @@ int multiprocessor_count();
 //    work; 32-row tiles split the long folds of C >= 32 over more blocks (direct, C = 64 at batch
 //    64: 34.0 against 39.4 us), but for C < 32 they only add empty blocks (direct, C = 8 at 256:
 //    70.5 against 58.8 us); small batches keep 8 blocks per SM (direct at batch 8, C = 8: 7.8 us
-//    with 16 rows, 11.1 with 32).
+//    with 16 rows, 11.1 with 32). These rules predate gdn_decode_direct's compacted kernel B
+//    (from C = 16: gdn_decode_kvbuffer.cu log v21), which no longer launches the empty blocks.
 constexpr RowsRule kRecurrentRows{32, 4};
 // The recurrent dispatch's rows per block (gdn_decode_recurrent.cu).
 int recurrent_rows(const GdnStepIO& io);

@@ -290,6 +290,45 @@
 //     81.33 / 160.03 / 303.39 [C = 8] at 1 / 64 / 128 / 256 / 512; against the one-warp
 //     recurrent kernel (3.53 / 67.41 / 132.03 / 261.29 / 519.62 in place) 0.89x / 1.48x / 1.62x /
 //     1.63x / 1.71x. ReplaySSM (7.5 / 45.7 / 161 / 316) still beaten at every batch.
+//   v20 capacity 1 through the recurrent kernels (header, "Capacity 1"). Predicted, written before
+//     measuring: batch 1, C = 1 from 3.94 us to the recurrent kernel's ~3.5 (the same update, one
+//     more load beside the slot). First build (d85d569): 3.65 against 3.50. SASS (cuobjdump):
+//     ptxas had moved the row_has_state load below the slot < 0 exit, a second dependent round
+//     trip; a relaxed gpu-scope load (load_unsunk) stays put. Measured (22a9216, interleaved
+//     twice with 6ce0628): 3.521-3.529 against the recurrent kernel's 3.517-3.522 (6ce0628's C = 1:
+//     3.94-3.96); batch 8 10.55-10.59 against 10.43-10.47 (11.55). The one-warp shape from batch 32
+//     stays 1-3% behind the recurrent kernel at C = 1 (35.9 against 34.9 at 32), where C = 1 is
+//     not the best C. The sweep no longer advances the row metadata at C = 1 (it never changes).
+//   v20b (not kept; branch exp/a-key-rounds, d85d569) kernel A loading every key round at once:
+//     its loop over rounds of 16 keys waited for each round's loads. Predicted, written before
+//     measuring: direct C = 64 at batch 64 34.3 -> ~31 us. Measured: 38.4 (ncu: A 17.5 -> 22.3
+//     us): the raw keys took the register count from 64 to 128 (80 with spills under a 6-block
+//     bound).
+//   v21 kernel B over compacted row groups for gdn_decode_direct (COMPACT above). ncu (6ce0628,
+//     direct C = 64 at batch 64, kernels serialised): A 17.5 us, B 25.2, where B's real work is
+//     one request's fold (~3 us); the other 127 of every 128 blocks read their row's metadata and
+//     exit, 8192 blocks at 5 per SM: ~12 waves. Predicted, written before measuring: C = 64 at
+//     batch 64 34.3 -> ~22-25 us. Measured (22a9216, interleaved twice with 6ce0628): 64: 27.9
+//     (34.3), 128: 46.7 (52.8), 256: 72.2 (87.8), 512: 137.6 (158.3); C = 32 5-14% faster from
+//     batch 128; but at C <= 8, where B / C rows fold every step and a few groups run them in
+//     series, 3-8% slower (256, C = 4: 68.2 against 63.3). Kept from C = 16 (kCompactMinCapacity;
+//     128, C = 16: 29.2 against 33.2; 64: 23.2 against 22.5). Two more ptxas findings in the
+//     same kernel: the scan's short-circuit test loaded each row's metadata after the previous
+//     one's (rewritten: all 24 loads issued at once), and kernel B's `slot < 0 || ...` exit became
+//     a slot exit followed by the metadata loads (rewritten as one predicate of the three values,
+//     plain loads: f831236). Final A/B (f831236 against 6ce0628, interleaved twice): batch 8,
+//     C = 4 / 8 8.74 / 7.88 against 8.76 / 7.94, C = 16 7.49 against 7.14 (5% slower, not
+//     explained), C = 64 28.2 against 34.4 at batch 64.
+//   Capacities between the powers of two (b4e535b, results/decode_between_h200.csv): at 256, C =
+//     6 / 8 / 10 / 12 159.3 / 155.9 / 156.4 / 163.8 us: C = 10's fewer bytes (model 1.765x against
+//     1.730x at C = 8) buy nothing, and C = 12 loses a block per SM to shared memory.
+//   Result of this stop (f831236, results/decode_h200.csv): KVBuffer at its best C 3.54 [C = 1] /
+//     45.49 / 81.45 / 157.37 / 304.04 [C = 8] at 1 / 64 / 128 / 256 / 512 against the recurrent
+//     kernel's 3.53 / 67.42 / 132.16 / 261.23 / 519.61: 1.00x / 1.48x / 1.62x / 1.66x / 1.71x, the
+//     256 and 512 points at the 700 W cap (1785 / 1797 MHz); ReplaySSM beaten at every batch.
+//     6ecd108's sweep of the same kernel on another H200 of the same kind ran hotter (256: 161.3
+//     us at 1689 MHz; 512: 326.7 [C = 4]): results/decode_h200_6ecd108.csv. Direct, context 64:
+//     0.42x recurrent at batch 64 (28.30 us).
 #include <stdexcept>
 #include <string>
 

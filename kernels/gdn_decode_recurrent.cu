@@ -77,6 +77,13 @@
 //     515.27 us at batch 1 / 8 / 32 / 64 / 128 / 256 / 512 against FLA's 3.90 / 11.48 / 36.17 /
 //     68.13 / 131.60 / 259.28 / 514.36: ahead up to 256 (there by 0.06%), 0.18% behind at 512;
 //     in place 3.53 / 10.45 / 34.90 / 67.41 (94.5% of copy) / 132.03 / 261.29 / 519.62.
+//   Both shapes also run KVBuffer decode at capacity 1 (STATE_FLAG instantiations: every step
+//     folds its only token, so the step is this update; rows without a state read nothing;
+//     gdn_decode_kvbuffer.cu log v20).
+//   Result of this stop (f831236, results/decode_h200.csv and fla_h200.csv, same session): out of
+//     place 3.51 / 10.91 / 34.76 / 67.02 / 131.24 / 259.13 / 515.07 us against FLA's 3.89 / 11.38 /
+//     36.09 / 68.08 / 132.02 / 259.72 / 515.32: ahead at every batch; in place 3.53 / 10.44 /
+//     34.90 / 67.42 (95.3% of copy) / 132.16 / 261.23 / 519.61.
 #include <algorithm>
 #include <stdexcept>
 #include <string>

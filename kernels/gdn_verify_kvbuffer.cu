@@ -130,6 +130,15 @@
 //     lengthen. T = 5 costs what a fifth token's work costs in a latency-bound block (1.36x T = 4
 //     for 1.25x the columns); beating ReplaySSM's 137 us there needs a shorter block, not a
 //     different tile count.
+//   v11 (no kernel change; b4e535b, results/verify_h200.csv) C = 12 on the sweep's axis: T = 5 is
+//     fastest there, 9.75 / 153.95 / 292.16 us at batch 1 / 128 / 256 (C = 8: 9.89 / 163.73 /
+//     310.15; C = 16: 10.26 / 171.69 / 325.98), since at C = 8 a verify of 5 folds first whenever
+//     n >= 3 and at C = 16 more entries enter every row's sums (both fit 5 blocks per SM: 29.8 and
+//     41.5 KiB of shared memory, 96 registers). ReplaySSM's 137 / 267 us at T = 5 are still 12% /
+//     9% away.
+//   Result of this stop (b4e535b = this kernel, results/verify_h200.csv): T = 4 at 128 126.41 us
+//     [C = 16], 4.67x classic (590.30) and 1.25x the decode step on the same pools (101.27); T = 5
+//     9.75 / 153.95 / 292.16 us at 1 / 128 / 256 [C = 12].
 #include <stdexcept>
 #include <string>
 
