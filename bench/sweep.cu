@@ -295,9 +295,9 @@ class DecodeSweep {
     copy_gbps_ = measure_copy_gbps();
     fmt::print("measured copy bandwidth (read + write, cudaMemcpyAsync D2D 2 GiB): {:.0f} GB/s\n", copy_gbps_);
     CsvWriter csv(args_.out, {"model", "kernel", "variant", "entry_dtype", "placement", "batch", "chunk", "layers",
-                              "rows_per_block", "latency_us_median", "latency_us_min", "latency_us_max", "samples",
-                              "bytes_per_layer_step", "gbps", "frac_copy_bw", "copy_gbps", "sm_clock_mhz",
-                              "power_w", "gpu", "commit"});
+                              "rows_per_block", "row_groups", "latency_us_median", "latency_us_min",
+                              "latency_us_max", "samples", "bytes_per_layer_step", "gbps", "frac_copy_bw",
+                              "copy_gbps", "sm_clock_mhz", "power_w", "gpu", "commit"});
     int failed = 0;
     for (int batch : args_.batches) {
       for (const std::string& name : args_.kernels) {
@@ -421,7 +421,7 @@ class DecodeSweep {
     for (int chunk : chunks) {
       fill_pools();
       std::function<void(cudaStream_t)> step;
-      int rows_per_block = 0;
+      int rows_per_block = 0, row_groups = 0;
       if (!kd.buffered) {
         rows_per_block = gdn_decode_recurrent_rows_per_block(in.io);
         step = [&, L](cudaStream_t s) {
@@ -437,6 +437,7 @@ class DecodeSweep {
       } else {
         const GdnKVBufferParams p0 = layer_params(0, chunk);
         rows_per_block = kd.direct ? gdn_decode_direct_rows_per_block(p0) : gdn_decode_kvbuffer_rows_per_block(p0);
+        if (kd.direct) row_groups = gdn_decode_direct_row_groups(p0);
         stagger_fill_kernel<<<grid_for(size_t(L) * batch), 256>>>(fill.as<int32_t>(), has.as<int32_t>(),
                                                                   done.as<int32_t>(), size_t(L) * batch, batch, chunk,
                                                                   kd.direct ? 0 : 1);
@@ -488,9 +489,9 @@ class DecodeSweep {
                kd.buffered ? (kd.variant == GdnBufferVariant::Raw ? "raw" : "cached-u") : "none",
                kd.buffered ? (bf16 ? "bf16" : "fp32") : "none", kd.out_of_place ? "out-of-place" : "in-place",
                std::to_string(batch), std::to_string(chunk), std::to_string(L), std::to_string(rows_per_block),
-               fmt_g(t.median_us), fmt_g(t.min_us), fmt_g(t.max_us), std::to_string(t.samples), fmt_g(bytes),
-               fmt_g(gbps), fmt_g(gbps / copy_gbps_), fmt_g(copy_gbps_), t.telemetry.clock_mhz(),
-               t.telemetry.power_w(), gpu_, commit_});
+               std::to_string(row_groups), fmt_g(t.median_us), fmt_g(t.min_us), fmt_g(t.max_us),
+               std::to_string(t.samples), fmt_g(bytes), fmt_g(gbps), fmt_g(gbps / copy_gbps_), fmt_g(copy_gbps_),
+               t.telemetry.clock_mhz(), t.telemetry.power_w(), gpu_, commit_});
       fmt::print("{:<14} batch {:>4} chunk {:>3}: {:9.2f} us/layer (min {:.2f}, max {:.2f}, {} samples)  {:7.0f} GB/s  "
                  "{:5.1f}% of copy\n",
                  kd.name, batch, chunk, t.median_us, t.min_us, t.max_us, t.samples, gbps, 100 * gbps / copy_gbps_);

@@ -101,5 +101,8 @@ void gdn_decode_direct(const GdnKVBufferParams& p, cudaStream_t stream);
 int gdn_decode_recurrent_rows_per_block(const GdnStepIO& io);
 int gdn_decode_kvbuffer_rows_per_block(const GdnKVBufferParams& p);
 int gdn_decode_direct_rows_per_block(const GdnKVBufferParams& p);
+// The row groups G of gdn_decode_direct's compacted state kernel for these parameters, 0 where it
+// runs one block row per request or no state kernel (the sweep's CSV reports them).
+int gdn_decode_direct_row_groups(const GdnKVBufferParams& p);
 
 }  // namespace kvbuf

@@ -849,6 +849,28 @@ void launch_kvbuffer(const GdnKVBufferParams& p, int rows, cudaStream_t stream) 
                 false, p, rows);
 }
 
+template <int K, class E>
+size_t split_state_smem_bytes(const GdnKVBufferParams& p, int rows) {
+  const size_t C = size_t(p.capacity);
+  return size_t(rows) * K * sizeof(float) + C * K * sizeof(E) + C * size_t(rows + kUtilePad) * sizeof(E);
+}
+
+// Kernel B's row groups G, or 0 for one block row per request (the plain kernel). compact_allowed:
+// the direct entry point. split_row_groups, or as many groups as one wave of blocks holds, taken
+// from C = kCompactMinCapacity when fewer than the rows (log v21).
+template <int K, int V, class E>
+int split_state_row_groups(const GdnKVBufferParams& p, int rows, bool compact_allowed) {
+  if (!compact_allowed) return 0;
+  long groups = p.split_row_groups;
+  if (!groups && p.capacity >= kCompactMinCapacity) {
+    const dim3 grid = decode_grid(p.io, rows);
+    const int per_sm = resident_blocks(gdn_kvbuffer_split_state_kernel<K, V, E, true>, kThreads,
+                                       split_state_smem_bytes<K, E>(p, rows));
+    groups = long(multiprocessor_count()) * per_sm / (long(grid.x) * grid.y);
+  }
+  return groups > 0 && groups < p.io.batch ? int(groups) : 0;
+}
+
 template <int K, int V, class E>
 void launch_split(const GdnKVBufferParams& p, int rows, bool compact_allowed, cudaStream_t stream) {
   const int R = p.io.HV / p.io.H;
@@ -856,23 +878,16 @@ void launch_split(const GdnKVBufferParams& p, int rows, bool compact_allowed, cu
   const size_t smem_a = R * C * V * sizeof(E) + (2 * C + 2 * R * C + 2 * size_t(R)) * sizeof(float);
   launch_kernel(gdn_kvbuffer_split_buffer_kernel<K, V, E>, dim3(unsigned(long(p.io.batch) * p.io.H)), dim3(kThreads),
                 smem_a, stream, false, p);
-  const size_t smem_b = size_t(rows) * K * sizeof(float) + C * K * sizeof(E) + C * size_t(rows + kUtilePad) * sizeof(E);
+  const size_t smem_b = split_state_smem_bytes<K, E>(p, rows);
   // Programmatic dependent launch: B may start once every block of A has started (A triggers at
   // entry); B's griddepcontrol.wait orders its reads of A's scratch.
   dim3 grid = decode_grid(p.io, rows);
-  // Row groups (compact_allowed: the direct entry point): split_row_groups, or as many as one wave
-  // of blocks holds, taken from C = kCompactMinCapacity when fewer than the rows (log v21).
-  const auto kernel = gdn_kvbuffer_split_state_kernel<K, V, E, true>;
-  long groups = p.split_row_groups;
-  if (compact_allowed && !groups && p.capacity >= kCompactMinCapacity) {
-    const long per_group = long(grid.x) * grid.y;
-    groups = long(multiprocessor_count()) * resident_blocks(kernel, kThreads, smem_b) / per_group;
-  }
-  if (!compact_allowed || groups <= 0 || groups >= p.io.batch)
+  const int groups = split_state_row_groups<K, V, E>(p, rows, compact_allowed);
+  if (!groups)
     return launch_kernel(gdn_kvbuffer_split_state_kernel<K, V, E, false>, grid, dim3(kThreads), smem_b, stream, true,
                          p, rows);
   grid.z = unsigned(groups);
-  launch_kernel(kernel, grid, dim3(kThreads), smem_b, stream, true, p, rows);
+  launch_kernel(gdn_kvbuffer_split_state_kernel<K, V, E, true>, grid, dim3(kThreads), smem_b, stream, true, p, rows);
 }
 
 template <int K, int V>
@@ -968,6 +983,24 @@ int gdn_decode_kvbuffer_rows_per_block(const GdnKVBufferParams& p) {
 int gdn_decode_direct_rows_per_block(const GdnKVBufferParams& p) {
   if (gdn_detail::capacity1_route(p)) return gdn_detail::recurrent_rows(p.io);
   return gdn_detail::launch_shape(p, gdn_detail::kSplitMinCapacityDirect).rows;
+}
+
+int gdn_decode_direct_row_groups(const GdnKVBufferParams& p) {
+  using namespace gdn_detail;
+  if (capacity1_route(p)) return 0;
+  const LaunchShape shape = launch_shape(p, kSplitMinCapacityDirect);
+  if (!shape.split || p.io.batch > kCompactMaxBatch) return 0;
+  const bool bf16 = p.entry == GdnEntryType::BF16;
+  switch (p.io.K * 1000 + p.io.V) {
+    case 128 * 1000 + 128:
+      return bf16 ? split_state_row_groups<128, 128, __nv_bfloat16>(p, shape.rows, true)
+                  : split_state_row_groups<128, 128, float>(p, shape.rows, true);
+    case 64 * 1000 + 64:
+      return bf16 ? split_state_row_groups<64, 64, __nv_bfloat16>(p, shape.rows, true)
+                  : split_state_row_groups<64, 64, float>(p, shape.rows, true);
+    default:
+      return 0;
+  }
 }
 
 }  // namespace kvbuf

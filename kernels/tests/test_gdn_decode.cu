@@ -84,5 +84,36 @@ TEST(GdnDecodeDispatch, RefusesUnsupportedShapes) {
   cudaFree(dummy);
 }
 
+// The row groups the direct entry point's compacted state kernel gets (the sweep's row_groups column).
+TEST(GdnDecodeDispatch, DirectRowGroups) {
+  int32_t* dummy = nullptr;
+  KVB_CUDA_CHECK(cudaMalloc(&dummy, 256));
+  GdnKVBufferParams p;
+  p.io.batch = 64;
+  p.io.slot = dummy;
+  p.state = reinterpret_cast<float*>(dummy);
+  p.buf_k = p.buf_val = dummy;
+  p.buf_gcum = reinterpret_cast<float*>(dummy);
+  p.row_fill = p.row_has_state = dummy;
+  p.scratch = reinterpret_cast<float*>(dummy);
+  p.capacity = 8;  // split, but below kCompactMinCapacity: one block row per request
+  EXPECT_EQ(gdn_decode_direct_row_groups(p), 0);
+  p.split_row_groups = 3;
+  EXPECT_EQ(gdn_decode_direct_row_groups(p), 3);
+  p.split_row_groups = 64;  // as many groups as rows: the plain kernel
+  EXPECT_EQ(gdn_decode_direct_row_groups(p), 0);
+  p.split_row_groups = 0, p.capacity = 64;  // one wave of 32-row blocks: fewer groups than rows
+  const int g = gdn_decode_direct_row_groups(p);
+  EXPECT_GE(g, 1);
+  EXPECT_LT(g, 64);
+  p.capacity = 1;  // the recurrent kernels
+  EXPECT_EQ(gdn_decode_direct_row_groups(p), 0);
+  p.capacity = 64, p.io.batch = 2000;  // above the compacted kernel's 1024 rows
+  EXPECT_EQ(gdn_decode_direct_row_groups(p), 0);
+  p.io.batch = 64, p.scratch = nullptr;  // no split path
+  EXPECT_EQ(gdn_decode_direct_row_groups(p), 0);
+  cudaFree(dummy);
+}
+
 }  // namespace
 }  // namespace kvbuf::decode_check
