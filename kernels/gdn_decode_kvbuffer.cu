@@ -319,6 +319,13 @@
 //     plain loads: f831236). Final A/B (f831236 against 6ce0628, interleaved twice): batch 8,
 //     C = 4 / 8 8.74 / 7.88 against 8.76 / 7.94, C = 16 7.49 against 7.14 (5% slower, not
 //     explained), C = 64 28.2 against 34.4 at batch 64.
+//   v21b the compacted kernel only where the plain grid runs >= 12 waves (batch >= 12 G). The
+//     row_groups column (3e71d7e, results/direct_groups_h200.csv) showed batch 8 at C >= 16
+//     compacted into 3 groups: 7.54 against the plain kernel's 7.14 us at C = 16 (6ce0628). All
+//     points measured so far, plain -> compacted, by the plain grid's waves B / G: batch 8 (2.7
+//     waves) C = 16 / 32 / 64 7.14 / 7.52 / 8.64 -> 7.54 / 7.75 / 8.76; batch 64 C = 16 (6.4)
+//     22.4 -> 22.9, C = 32 (10.7) 26.2 -> 26.6, C = 64 (12.8) 34.4 -> 28.0; batch 128 C = 16 (12.8)
+//     33.2 -> 28.9; 256 (25.6) 56.6 -> 54.1; 512 C = 16 (51) 103.3 -> 102.9, C = 32 120.3 -> 106.1.
 //   Capacities between the powers of two (b4e535b, results/decode_between_h200.csv): at 256, C =
 //     6 / 8 / 10 / 12 159.3 / 155.9 / 156.4 / 163.8 us: C = 10's fewer bytes (model 1.765x against
 //     1.730x at C = 8) buy nothing, and C = 12 loses a block per SM to shared memory.
@@ -669,6 +676,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kvbuffer_split_buffer_kernel(Gdn
 // almost every block of the one-row-per-block grid only read its row's metadata and exited).
 constexpr int kCompactMaxBatch = 1024;
 constexpr int kCompactMinCapacity = 16;
+constexpr int kCompactMinWaves = 12;
 
 struct SplitStateShared {
   uint64_t bars[kMaxChunks];
@@ -857,7 +865,8 @@ size_t split_state_smem_bytes(const GdnKVBufferParams& p, int rows) {
 
 // Kernel B's row groups G, or 0 for one block row per request (the plain kernel). compact_allowed:
 // the direct entry point. split_row_groups, or as many groups as one wave of blocks holds, taken
-// from C = kCompactMinCapacity when fewer than the rows (log v21).
+// from C = kCompactMinCapacity where the plain grid would run kCompactMinWaves waves or more
+// (B / G: its blocks mostly exit; log v21).
 template <int K, int V, class E>
 int split_state_row_groups(const GdnKVBufferParams& p, int rows, bool compact_allowed) {
   if (!compact_allowed) return 0;
@@ -867,6 +876,7 @@ int split_state_row_groups(const GdnKVBufferParams& p, int rows, bool compact_al
     const int per_sm = resident_blocks(gdn_kvbuffer_split_state_kernel<K, V, E, true>, kThreads,
                                        split_state_smem_bytes<K, E>(p, rows));
     groups = long(multiprocessor_count()) * per_sm / (long(grid.x) * grid.y);
+    if (p.io.batch < kCompactMinWaves * groups) groups = 0;
   }
   return groups > 0 && groups < p.io.batch ? int(groups) : 0;
 }

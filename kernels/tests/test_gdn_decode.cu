@@ -102,15 +102,17 @@ TEST(GdnDecodeDispatch, DirectRowGroups) {
   EXPECT_EQ(gdn_decode_direct_row_groups(p), 3);
   p.split_row_groups = 64;  // as many groups as rows: the plain kernel
   EXPECT_EQ(gdn_decode_direct_row_groups(p), 0);
-  p.split_row_groups = 0, p.capacity = 64;  // one wave of 32-row blocks: fewer groups than rows
+  p.split_row_groups = 0, p.capacity = 64, p.io.batch = 512;  // one wave of 32-row blocks: fewer groups than rows
   const int g = gdn_decode_direct_row_groups(p);
   EXPECT_GE(g, 1);
-  EXPECT_LT(g, 64);
+  EXPECT_LT(g, 512 / 12);
+  p.io.batch = 8;  // the plain grid would run fewer than 12 waves: not compacted
+  EXPECT_EQ(gdn_decode_direct_row_groups(p), 0);
   p.capacity = 1;  // the recurrent kernels
   EXPECT_EQ(gdn_decode_direct_row_groups(p), 0);
   p.capacity = 64, p.io.batch = 2000;  // above the compacted kernel's 1024 rows
   EXPECT_EQ(gdn_decode_direct_row_groups(p), 0);
-  p.io.batch = 64, p.scratch = nullptr;  // no split path
+  p.io.batch = 512, p.scratch = nullptr;  // no split path
   EXPECT_EQ(gdn_decode_direct_row_groups(p), 0);
   cudaFree(dummy);
 }

@@ -497,7 +497,7 @@ inline std::vector<DecodeCase> decode_cases(bool quick) {
     c.name = "compact-direct-fp32-K64-C16-b12-groups2-mixed";
     add(c);
     c.entry = GdnEntryType::BF16, c.K = 128, c.path = GdnDecodePath::Auto, c.split_row_groups = 0, c.batch = 64,
-    c.capacity = 32, c.direct_every = 1, c.name = "compact-direct-auto-C32-b64";
+    c.capacity = 32, c.direct_every = 1, c.name = "direct-auto-C32-b64";
     add(c);
   }
   return cs;
