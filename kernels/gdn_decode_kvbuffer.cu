@@ -326,6 +326,9 @@
 //     waves) C = 16 / 32 / 64 7.14 / 7.52 / 8.64 -> 7.54 / 7.75 / 8.76; batch 64 C = 16 (6.4)
 //     22.4 -> 22.9, C = 32 (10.7) 26.2 -> 26.6, C = 64 (12.8) 34.4 -> 28.0; batch 128 C = 16 (12.8)
 //     33.2 -> 28.9; 256 (25.6) 56.6 -> 54.1; 512 C = 16 (51) 103.3 -> 102.9, C = 32 120.3 -> 106.1.
+//     Measured (89b27eb, results/direct_groups_h200.csv): batch 8 C = 16 / 32 / 64 7.12 / 7.52 /
+//     8.65 us (plain), batch 64 C = 16 / 32 22.66 / 26.34 (plain), C = 64 28.29 (5 groups), and
+//     from batch 128 the compacted times above.
 //   Capacities between the powers of two (b4e535b, results/decode_between_h200.csv): at 256, C =
 //     6 / 8 / 10 / 12 159.3 / 155.9 / 156.4 / 163.8 us: C = 10's fewer bytes (model 1.765x against
 //     1.730x at C = 8) buy nothing, and C = 12 loses a block per SM to shared memory.
