@@ -317,8 +317,8 @@
 //     one's (rewritten: all 24 loads issued at once), and kernel B's `slot < 0 || ...` exit became
 //     a slot exit followed by the metadata loads (rewritten as one predicate of the three values,
 //     plain loads: f831236). Final A/B (f831236 against 6ce0628, interleaved twice): batch 8,
-//     C = 4 / 8 8.74 / 7.88 against 8.76 / 7.94, C = 16 7.49 against 7.14 (5% slower, not
-//     explained), C = 64 28.2 against 34.4 at batch 64.
+//     C = 4 / 8 8.74 / 7.88 against 8.76 / 7.94, C = 16 7.49 against 7.14 (5% slower: batch 8 was
+//     compacted too, v21b), C = 64 28.2 against 34.4 at batch 64.
 //   v21b the compacted kernel only where the plain grid runs >= 12 waves (batch >= 12 G). The
 //     row_groups column (3e71d7e, results/direct_groups_h200.csv) showed batch 8 at C >= 16
 //     compacted into 3 groups: 7.54 against the plain kernel's 7.14 us at C = 16 (6ce0628). All
