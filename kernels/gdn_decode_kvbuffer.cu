@@ -681,6 +681,13 @@ constexpr int kCompactMaxBatch = 1024;
 constexpr int kCompactMinCapacity = 16;
 constexpr int kCompactMinWaves = 12;
 
+// Whether kernel B has work for a request row: it exists (slot >= 0) and has a state or folds.
+// Bitwise, not short-circuit: ptxas split `slot < 0 || ...` into a slot exit followed by the
+// metadata loads, a second dependent round trip (log v21).
+__device__ __forceinline__ bool state_kernel_row(int slot, int n, bool has_state, int C) {
+  return (slot >= 0) & (has_state | (n + 1 == C));
+}
+
 struct SplitStateShared {
   uint64_t bars[kMaxChunks];
   float sr[kMaxChunks * kGroups], ss[kMaxChunks * kGroups];  // kernel A's r, s of the block's rows
@@ -784,10 +791,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
   if constexpr (!COMPACT) {
     const int slot = io.slot[c.row], n = p.row_fill[c.row];
     const bool has_state = p.row_has_state[c.row] != 0;
-    // One branch on all three values, without short-circuit: ptxas split `slot < 0 || ...` into a
-    // slot exit followed by the metadata loads, a second dependent round trip (log v21).
-    const bool work = (slot >= 0) & (has_state | (n + 1 == C));
-    if (!work) return;  // kernel A wrote the zero output / finished the token
+    if (!state_kernel_row(slot, n, has_state, C)) return;  // kernel A wrote the zero output / finished the token
     if (has_state && threadIdx.x == 0) tile_init(chunks, sh.bars);
     split_state_row<K, V, E>(p, rows, c, slot, n, has_state, 0, tile, sh);
   } else {
@@ -807,7 +811,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
     unsigned work = 0;  // bit i: row i * kThreads + threadIdx.x needs kernel B
 #pragma unroll
     for (int i = 0; i < kPer; ++i)
-      if (slot_of[i] >= 0 && (has_of[i] != 0 || fill_of[i] + 1 == C)) work |= 1u << i;
+      if (state_kernel_row(slot_of[i], fill_of[i], has_of[i] != 0, C)) work |= 1u << i;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const unsigned m = __ballot_sync(0xffffffffu, (work >> i) & 1u);
@@ -867,12 +871,12 @@ size_t split_state_smem_bytes(const GdnKVBufferParams& p, int rows) {
 }
 
 // Kernel B's row groups G, or 0 for one block row per request (the plain kernel). compact_allowed:
-// the direct entry point. split_row_groups, or as many groups as one wave of blocks holds, taken
+// the direct entry point, for at most kCompactMaxBatch rows. split_row_groups, or as many groups as one wave of blocks holds, taken
 // from C = kCompactMinCapacity where the plain grid would run kCompactMinWaves waves or more
 // (B / G: its blocks mostly exit; log v21).
 template <int K, int V, class E>
 int split_state_row_groups(const GdnKVBufferParams& p, int rows, bool compact_allowed) {
-  if (!compact_allowed) return 0;
+  if (!compact_allowed || p.io.batch > kCompactMaxBatch) return 0;
   long groups = p.split_row_groups;
   if (!groups && p.capacity >= kCompactMinCapacity) {
     const dim3 grid = decode_grid(p.io, rows);
@@ -904,14 +908,14 @@ void launch_split(const GdnKVBufferParams& p, int rows, bool compact_allowed, cu
 }
 
 template <int K, int V>
-void dispatch_entry(const GdnKVBufferParams& p, int rows, bool split, bool compact, cudaStream_t stream) {
+void dispatch_entry(const GdnKVBufferParams& p, int rows, bool split, bool compact_allowed, cudaStream_t stream) {
   const bool raw = p.variant == GdnBufferVariant::Raw;
   if (split) {
     switch (p.entry) {
       case GdnEntryType::BF16:
-        return launch_split<K, V, __nv_bfloat16>(p, rows, compact, stream);
+        return launch_split<K, V, __nv_bfloat16>(p, rows, compact_allowed, stream);
       case GdnEntryType::FP32:
-        return launch_split<K, V, float>(p, rows, compact, stream);
+        return launch_split<K, V, float>(p, rows, compact_allowed, stream);
       default:
         throw std::invalid_argument("gdn_decode_kvbuffer: unsupported entry type");
     }
@@ -965,13 +969,12 @@ void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* w
   if (p.io.batch == 0) return;
   if (capacity1_route(p)) return run_kvbuffer_capacity1(p, stream, who);
   const LaunchShape shape = launch_shape(p, split_min_capacity);
-  const bool compact = direct_entry && p.io.batch <= kCompactMaxBatch;
   const int kv = p.io.K * 1000 + p.io.V;
   switch (kv) {
     case 128 * 1000 + 128:
-      return dispatch_entry<128, 128>(p, shape.rows, shape.split, compact, stream);
+      return dispatch_entry<128, 128>(p, shape.rows, shape.split, direct_entry, stream);
     case 64 * 1000 + 64:
-      return dispatch_entry<64, 64>(p, shape.rows, shape.split, compact, stream);
+      return dispatch_entry<64, 64>(p, shape.rows, shape.split, direct_entry, stream);
     default:
       fail("unsupported head dims K=" + std::to_string(p.io.K) + " V=" + std::to_string(p.io.V) +
            " (supported: 64x64, 128x128)");
@@ -1002,7 +1005,7 @@ int gdn_decode_direct_row_groups(const GdnKVBufferParams& p) {
   using namespace gdn_detail;
   if (capacity1_route(p)) return 0;
   const LaunchShape shape = launch_shape(p, kSplitMinCapacityDirect);
-  if (!shape.split || p.io.batch > kCompactMaxBatch) return 0;
+  if (!shape.split) return 0;
   const bool bf16 = p.entry == GdnEntryType::BF16;
   switch (p.io.K * 1000 + p.io.V) {
     case 128 * 1000 + 128:
