@@ -145,6 +145,7 @@
 #include "kernels/common.cuh"
 #include "kernels/gdn_verify.h"
 #include "kernels/gdn_verify_device.h"
+#include "kernels/tf32_mma.h"
 
 namespace kvbuf {
 namespace {
@@ -196,39 +197,6 @@ struct VerifySmem {
   __host__ __device__ int part() const { return up16(scale() + 2 * tmax * 4); }
   __host__ __device__ size_t bytes() const { return size_t(part() + kVerifyWarps * key_rows_pad() * nb() * 4); }
 };
-
-// One m16n8k8 TF32 tensor-core product accumulated into d (fragment layouts of the PTX ISA:
-// a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4); b0 (t, g), b1 (t + 4, g);
-// d0, d1 (g, 2t, 2t + 1), d2, d3 (g + 8, 2t, 2t + 1), g = lane / 4, t = lane % 4). The fp32 A
-// values are split as a = hi + lo with hi = a truncated to TF32 (exact in TF32) and lo = a - hi
-// (exact in fp32; the tensor core keeps its top 10 mantissa bits): two products give a to ~2^-21
-// relative, the fp32 accuracy this kernel had with FMAs. B must be exact in TF32 (raw bf16 keys).
-__device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, float b0,
-                                         float b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
-}
-__device__ __forceinline__ void mma_tf32x2(float (&d)[4], float a0, float a1, float a2, float a3, float b0, float b1) {
-  const float a[4] = {a0, a1, a2, a3};
-  uint32_t hi[4], lo[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    hi[i] = __float_as_uint(a[i]) & 0xffffe000u;
-    lo[i] = __float_as_uint(a[i] - __uint_as_float(hi[i]));
-  }
-  mma_tf32(d, lo[0], lo[1], lo[2], lo[3], b0, b1);
-  mma_tf32(d, hi[0], hi[1], hi[2], hi[3], b0, b1);
-}
-// A operand exact in TF32 (bf16 values held as fp32): one product; otherwise the hi + lo split.
-template <bool EXACT>
-__device__ __forceinline__ void mma_tf32_a(float (&d)[4], float a0, float a1, float a2, float a3, float b0, float b1) {
-  if constexpr (EXACT)
-    mma_tf32(d, __float_as_uint(a0), __float_as_uint(a1), __float_as_uint(a2), __float_as_uint(a3), b0, b1);
-  else
-    mma_tf32x2(d, a0, a1, a2, a3, b0, b1);
-}
 
 // Block: kRows = 64 rows of one value head of one request; LN = kLanesPerRow lanes share each
 // row and every thread holds RPT = kRowsPerThread rows (NT = 64 LN / RPT threads): thread = lane
@@ -441,16 +409,42 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     for (int k = 0; k < RPT; ++k)
 #pragma unroll
       for (int i = 0; i < NF; ++i) x[k][i] = scale4(e_gn, x[k][i]);
-    for (int j = 0; j < n; ++j) {
-      float wj[RPT];
+    if constexpr (sizeof(E) == 2) {
+      // On the tensor cores (bf16 keys are exact in TF32; the weights are split): per warp,
+      // x [16 rows, K] += W [16 rows, n] x keys [n, K] in k-steps of 8 entries. x already is the
+      // accumulator fragment once K is permuted: n-tile (i, hh) takes the columns
+      // 16 i + 4 (c / 2) + 2 hh + c % 2 (c = 0..7), so lane (g, t) accumulates x[0][i] (row g) and
+      // x[1][i] (row g + 8 of the fragment, row + 32 of the block) at columns 16 i + 4 t + 2 hh,
+      // + 1: the .x, .y (hh = 0) or .z, .w (hh = 1) of its own float4s.
+      const int g = group % 8;
+      for (int ks = 0; ks < (n + 7) / 8; ++ks) {
+        const int j0 = 8 * ks + part, j1 = j0 + 4;
+        const Tf32Split a = tf32_split(j0 < n ? s_w[j0 * kRows + group] : 0.f, j0 < n ? s_w[j0 * kRows + group + ROW_STEP] : 0.f,
+                                       j1 < n ? s_w[j1 * kRows + group] : 0.f, j1 < n ? s_w[j1 * kRows + group + ROW_STEP] : 0.f);
+        const float* key0 = s_keys + j0 * KP + 4 * (g / 2) + g % 2;
+        const float* key1 = s_keys + j1 * KP + 4 * (g / 2) + g % 2;
 #pragma unroll
-      for (int k = 0; k < RPT; ++k) wj[k] = s_w[j * kRows + group + k * ROW_STEP];
-      const float4* key = reinterpret_cast<const float4*>(s_keys + j * KP);
+        for (int i = 0; i < NF; ++i) {
+          float d0[4] = {x[0][i].x, x[0][i].y, x[1][i].x, x[1][i].y};
+          float d1[4] = {x[0][i].z, x[0][i].w, x[1][i].z, x[1][i].w};
+          mma_tf32x2(d0, a, j0 < n ? key0[16 * i] : 0.f, j1 < n ? key1[16 * i] : 0.f);
+          mma_tf32x2(d1, a, j0 < n ? key0[16 * i + 2] : 0.f, j1 < n ? key1[16 * i + 2] : 0.f);
+          x[0][i] = make_float4(d0[0], d0[1], d1[0], d1[1]);
+          x[1][i] = make_float4(d0[2], d0[3], d1[2], d1[3]);
+        }
+      }
+    } else {
+      for (int j = 0; j < n; ++j) {
+        float wj[RPT];
 #pragma unroll
-      for (int i = 0; i < NF; ++i) {
-        const float4 kf = key[LN * i + part];
+        for (int k = 0; k < RPT; ++k) wj[k] = s_w[j * kRows + group + k * ROW_STEP];
+        const float4* key = reinterpret_cast<const float4*>(s_keys + j * KP);
 #pragma unroll
-        for (int k = 0; k < RPT; ++k) x[k][i] = axpy4(wj[k], kf, x[k][i]);
+        for (int i = 0; i < NF; ++i) {
+          const float4 kf = key[LN * i + part];
+#pragma unroll
+          for (int k = 0; k < RPT; ++k) x[k][i] = axpy4(wj[k], kf, x[k][i]);
+        }
       }
     }
 #pragma unroll
