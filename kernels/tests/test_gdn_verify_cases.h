@@ -566,6 +566,8 @@ inline std::vector<VerifyCase> verify_cases(bool quick) {
   add({"K128_C1_T1_bf16_chain", kKVBuffer, 128, 128, 2, 4, 1, 1, true, false, {}, 20}, false);
   add({"small_K64_C8_T6_bf16_tree", kKVBuffer, 64, 64, 2, 4, 8, 6, true, true, {}, 24}, false);
   add({"K128_C12_T8_fp32_tree", kKVBuffer, 128, 128, 2, 4, 12, 8, false, true, {}, 24}, true);
+  add({"K128_C12_T5_bf16_chain_extreme_gates", kKVBuffer, 128, 128, 2, 4, 12, 5, true, false, ref::GateRange::extreme(), 24},
+      false);
   add({"K128_C16_T4_bf16_tree", kKVBuffer, 128, 128, 2, 4, 16, 4, true, true, ref::GateRange::mild(), 24}, false);
   add({"small_K64_T4_chain", kClassic, 64, 64, 2, 4, 0, 4, false, false, {}, 20}, false);
   add({"K128_T5_chain", kClassic, 128, 128, 2, 4, 0, 5, false, false, {}, 20}, true);
