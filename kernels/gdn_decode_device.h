@@ -108,11 +108,9 @@ __device__ __forceinline__ void issue_token_kq(const GdnStepIO& io, int row, int
     raw.q[i] = reinterpret_cast<const uint2*>(io.q + off)[i * kGroupLanes + lane];
   }
 }
-// Normalised key and query slices (q also scaled by K^-0.5) and k.q from the raw slices; the key's
-// scale (k = raw k * kscale) too where asked.
+// Normalised key and query slices (q also scaled by K^-0.5) and k.q from the raw slices.
 template <int K>
-__device__ __forceinline__ void finish_token_kq(const TokenKQRaw<K>& raw, float* k, float* q, float& kq,
-                                                float* kscale = nullptr) {
+__device__ __forceinline__ void finish_token_kq(const TokenKQRaw<K>& raw, float* k, float* q, float& kq) {
 #pragma unroll
   for (int i = 0; i < K / 32; ++i) {
     const float2 k0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.k[i].x));
@@ -127,7 +125,6 @@ __device__ __forceinline__ void finish_token_kq(const TokenKQRaw<K>& raw, float*
 #pragma unroll
   for (int i = 0; i < K / 8; ++i) k[i] *= kinv, q[i] *= qinv;
   kq = group_sum(dot<K / 8>(k, q));
-  if (kscale) *kscale = kinv;
 }
 // Both at once, for kernels with nothing to overlap.
 template <int K>

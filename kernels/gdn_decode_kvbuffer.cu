@@ -345,7 +345,6 @@
 #include "kernels/common.cuh"
 #include "kernels/gdn_decode.h"
 #include "kernels/gdn_decode_device.h"
-#include "kernels/tf32_mma.h"
 
 namespace kvbuf {
 namespace gdn_detail {
@@ -357,53 +356,6 @@ constexpr int kUtilePad = 8;  // u tile row stride rows + 8: 16-byte rows, a gro
 constexpr int kSplitMinBatch = 8;
 constexpr int kSplitMinCapacityKVBuffer = 64;
 constexpr int kSplitMinCapacityDirect = 4;
-
-// The single kernel folds on the tensor cores (fold_tile_mma) where every warp's rows form one
-// 16-row fragment (64-row tiles) and the buffer fits two k-steps of 8 entries, for cached-u bf16
-// entries (keys exact in TF32); elsewhere by FMAs (fold_row).
-constexpr int kMmaFoldRows = 4 * kGroups, kMmaFoldMaxCapacity = 16;
-template <class E, bool RAW>
-constexpr bool kMmaFoldEntries = !RAW && sizeof(E) == 2;
-
-// The fold of a 64-row tile on the tensor cores, n + 1 = C <= 16 entries (the n buffered ones and
-// the token). Per warp, its 16 rows (fragment row m: chunk m / 4, group 4 w + m % 4) as one
-// m16n8k8 fragment:
-//   S [16, K] <- e^{G_t} S + W [16, C] x keys [C, K],  W[r][j] = sw[j] u_j[r] (j < n), u_t[r] kscale (j = n)
-// with the buffered keys (bf16: exact in TF32) and the token's raw bf16 key in row n of skeys, and
-// W split hi + lo. S0 comes from the tile (zeros without a state) and the result goes to the state
-// pool; n-tile c covers columns 8c .. 8c + 7, so each lane quad stores 32 contiguous bytes of a row.
-template <int K>
-__device__ __forceinline__ void fold_tile_mma(float* state_rows, const float* tile, bool has_state, float eG_t, int n,
-                                              const float* sw, const __nv_bfloat16* utile, int ustride,
-                                              const float* sut, float kscale, const __nv_bfloat16* skeys) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, w = threadIdx.x >> 5;
-  const int r0 = (g >> 2) * kGroups + 4 * w + (g & 3), r1 = r0 + 2 * kGroups;
-  const int C = n + 1;
-  auto weight = [&](int r, int j) {
-    return j < n ? sw[j] * __bfloat162float(utile[j * ustride + r]) : j == n ? sut[r] * kscale : 0.f;
-  };
-  Tf32Split a[2];
-  a[0] = tf32_split(weight(r0, t), weight(r1, t), weight(r0, t + 4), weight(r1, t + 4));
-  if (C > 8) a[1] = tf32_split(weight(r0, t + 8), weight(r1, t + 8), weight(r0, t + 12), weight(r1, t + 12));
-  const __nv_bfloat16 zero = __float2bfloat16_rn(0.f);
-#pragma unroll 4
-  for (int nt = 0; nt < K / 8; ++nt) {
-    const int col = 8 * nt + 2 * t;
-    const float2 c0 = has_state ? *reinterpret_cast<const float2*>(tile + r0 * K + col) : make_float2(0.f, 0.f);
-    const float2 c1 = has_state ? *reinterpret_cast<const float2*>(tile + r1 * K + col) : make_float2(0.f, 0.f);
-    float d[4] = {eG_t * c0.x, eG_t * c0.y, eG_t * c1.x, eG_t * c1.y};
-#pragma unroll
-    for (int ks = 0; ks < 2; ++ks) {
-      if (ks * 8 >= C) break;
-      const int j0 = 8 * ks + t, j1 = j0 + 4;
-      const float b0 = __bfloat162float(j0 < C ? skeys[j0 * K + 8 * nt + g] : zero);
-      const float b1 = __bfloat162float(j1 < C ? skeys[j1 * K + 8 * nt + g] : zero);
-      mma_tf32x2(d, a[ks], b0, b1);
-    }
-    *reinterpret_cast<float2*>(state_rows + size_t(r0) * K + col) = make_float2(d[0], d[1]);
-    *reinterpret_cast<float2*>(state_rows + size_t(r1) * K + col) = make_float2(d[2], d[3]);
-  }
-}
 
 template <int K, int V, class E, bool RAW>
 __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVBufferParams p, int rows) {
@@ -438,7 +390,6 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   const bool has_state = has_state_flag != 0;
   const bool fold = n + 1 == C;
   const int chunks = rows / kGroups;
-  const bool mma_fold = kMmaFoldEntries<E, RAW> && fold && rows == kMmaFoldRows && C <= kMmaFoldMaxCapacity;
   const size_t head = (size_t(slot) * HV + c.h) * V * K;
   float* state = p.state + head;
   if (has_state && threadIdx.x == 0) tile_issue<K>(smem, state + size_t(c.v0) * K, chunks, bars);
@@ -458,7 +409,6 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   float* sc = sG + C;                                                // c_j
   float* sd = sc + C;                                                // d_j
   float* sw = sd + C;                                                // e^{G_t - G_j}
-  float* sut = sw + C;    // cached-u, C <= kMmaFoldMaxCapacity: [rows] u_t, for fold_tile_mma
   float* L = sw + C;      // raw: [C][C], L[j][i] = beta_j e^{G_j-G_i} k_i.k_j (i < j < n)
   float* eG = L + C * C;  // raw: e^{G_j}
   float* bj = eG + C;     // raw: beta_j
@@ -482,12 +432,8 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     }
     if (threadIdx.x < rows / 8) cp_async16(sv + threadIdx.x * 8, io.v + (size_t(c.row) * HV + c.h) * V + c.v0 + threadIdx.x * 8);
   }
-  float k[N], q[N], kq, kscale;
-  finish_token_kq<K>(kq_raw, k, q, kq, &kscale);  // while the copies are in flight
-  if (mma_fold && group == 0) {  // the token's raw key (exact in TF32) as the fold's key row n
-#pragma unroll
-    for (int i = 0; i < K / 32; ++i) reinterpret_cast<uint2*>(skeys + size_t(n) * K)[i * kGroupLanes + lane] = kq_raw.k[i];
-  }
+  float k[N], q[N], kq;
+  finish_token_kq<K>(kq_raw, k, q, kq);  // while the copies are in flight
   cp_async_wait_all();
   __syncthreads();
   const float G_t = (n > 0 ? sG[n - 1] : 0.f) + g;
@@ -583,9 +529,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
       __syncwarp();
     }
     if (lane == 0) out[r] = __float2bfloat16_rn(o);
-    if (mma_fold) {
-      if (lane == 0) sut[rl] = u_t;
-    } else if (fold) {
+    if (fold) {
       if constexpr (RAW) fold_row<K>(s, eG_t, u_t, k, n, sw, ua, 1, skeys, lane);
       else fold_row<K>(s, eG_t, u_t, k, n, sw, utile + rl, ustride, skeys, lane);
       store_slice<K>(state + size_t(r) * K, lane, s);
@@ -593,12 +537,6 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
       entry_n[r] = from_f32<E>(RAW ? v_r : u_t);
     }
     if (RAW) __syncwarp();  // ua is rewritten by the next row
-  }
-  if constexpr (kMmaFoldEntries<E, RAW>) {
-    if (mma_fold) {
-      __syncwarp();  // the warp's u_t (its own rows) are in sut
-      fold_tile_mma<K>(state + size_t(c.v0) * K, tile, has_state, eG_t, n, sw, utile, ustride, sut, kscale, skeys);
-    }
   }
 
   if (!fold && c.tile == 0) {
@@ -915,7 +853,7 @@ size_t kvbuffer_smem_bytes(const GdnKVBufferParams& p, int rows) {
   if (p.variant == GdnBufferVariant::Raw)
     bytes += (C * C + 2 * C + size_t(kGroups) * C) * 4;
   else
-    bytes += C * size_t(rows + kUtilePad) * esz + (C <= size_t(kMmaFoldMaxCapacity) ? size_t(rows) * 4 : 0);
+    bytes += C * size_t(rows + kUtilePad) * esz;
   return bytes;
 }
 

@@ -406,21 +406,21 @@ inline std::vector<DecodeCase> decode_cases(bool quick) {
     c.capacity = 16, c.batch = 3, c.rows_per_block = 128, c.name = "kvbuffer-cachedu-bf16-C16-rows128-b3";
     add(c);
   }
-  // The tensor-core fold (cached-u bf16, 64-row tiles, C <= 16): one partial k-step (C = 4), one
-  // full (8), a full and a partial (12), two full (16); direct rows, K = 64, extreme gates.
+  // 64-row tiles at batch 3 (Auto takes them from batch ~16): C 4 / 8 / 12 / 16, direct rows,
+  // K = 64, scheduler metadata, extreme gates.
   for (int C : {4, 8, 12, 16}) {
     DecodeCase c;
     c.capacity = C, c.batch = 3, c.rows_per_block = 64, c.direct_every = C == 12 ? 2 : 0;
-    c.name = "mmafold-C" + std::to_string(C) + "-b3" + (c.direct_every ? "-mixed-direct" : "");
+    c.name = "tile64-C" + std::to_string(C) + "-b3" + (c.direct_every ? "-mixed-direct" : "");
     add(c);
   }
   {
     DecodeCase c;
     c.capacity = 8, c.batch = 3, c.rows_per_block = 64, c.K = 64, c.row_metadata = true, c.direct_every = 2;
-    c.name = "mmafold-K64-rowmeta-C8-b3-mixed-direct";
+    c.name = "tile64-K64-rowmeta-C8-b3-mixed-direct";
     add(c);
     c.K = 128, c.row_metadata = false, c.direct_every = 0, c.gates = ref::GateRange::extreme(), c.capacity = 12;
-    c.name = "mmafold-C12-b3-extreme-gates";
+    c.name = "tile64-C12-b3-extreme-gates";
     add(c);
   }
   {
