@@ -463,11 +463,19 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // columns t, t + 4, k-step 2i + 1 their .z, .w, and the B fragment is the same float4 of the
   // B row g. Then each thread gathers its own row's 2 TMAX sums from its quad and scales them.
   static_assert(LN == 4 && RPT == 2 && ROW_STEP == 32, "the A fragment layout needs 4 lanes x 2 rows, rows g and g + 32");
-  float ab[2 * TMAX];  // row r_own's sums
-  if (have_s0) {
-    float d[NTILES][4];
+  // The buffer terms su_t[r] = sum_j wu[j][t] u_j[r], so_t[r] = sum_j wo[j][t] u_j[r] for bf16
+  // entries on the tensor cores as well, into the same fragment layout: per warp D [16 rows, NB] =
+  // U [16 rows, n_eff] (the u tile, exact in TF32) x [wu | wo] [n_eff, NB] (split hi + lo), in
+  // k-steps of 8 entries. Each lane then merges both products of its fragment columns,
+  //   e_c = e^{G_t} scale_c (S0^T [k|q])_c + (su | so)_c,
+  // so the gather below moves one value per column: xv_t = v - e_t, o_t = e_{TMAX+t} + ...
+  constexpr bool kMmaBufferTerms = sizeof(E) == 2;
+  float d[NTILES][4], db[NTILES][4];
 #pragma unroll
-    for (int nt = 0; nt < NTILES; ++nt) d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.f;
+  for (int nt = 0; nt < NTILES; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[nt][e] = db[nt][e] = 0.f;
+  if (have_s0) {
     const float* b_row = s_b + (group % 8) * BP + 4 * part;
 #pragma unroll
     for (int i = 0; i < NF; ++i) {
@@ -478,30 +486,57 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
         mma_tf32x2(d[nt], x[0][i].z, x[1][i].z, x[0][i].w, x[1][i].w, bf.z, bf.w);
       }
     }
-    const int quad = (threadIdx.x & 31) & ~3;
-#pragma unroll
-    for (int c = 0; c < 2 * TMAX; ++c) {
-      const int nt = c / 8, src = quad + (c % 8) / 2, par = c % 2;
-      const float row0 = __shfl_sync(0xffffffffu, d[nt][par], src);
-      const float row1 = __shfl_sync(0xffffffffu, d[nt][2 + par], src);
-      ab[c] = (own ? row1 : row0) * s_scale[c < TMAX ? c : T + c - TMAX];
-    }
-  } else {
-#pragma unroll
-    for (int c = 0; c < 2 * TMAX; ++c) ab[c] = 0.f;
   }
-
-  // Row r: buffer terms, then the forward substitution over the window.
-  float su[TMAX], so[TMAX];
+  if constexpr (kMmaBufferTerms) {
+    const int g = group % 8;
+    for (int ks = 0; ks < (n_eff + 7) / 8; ++ks) {
+      const int j0 = 8 * ks + part, j1 = j0 + 4;
+      const float a0 = j0 < n_eff ? to_f32(s_u[j0 * kRows + group]) : 0.f;
+      const float a1 = j0 < n_eff ? to_f32(s_u[j0 * kRows + group + ROW_STEP]) : 0.f;
+      const float a2 = j1 < n_eff ? to_f32(s_u[j1 * kRows + group]) : 0.f;
+      const float a3 = j1 < n_eff ? to_f32(s_u[j1 * kRows + group + ROW_STEP]) : 0.f;
 #pragma unroll
-  for (int t = 0; t < TMAX; ++t) su[t] = so[t] = 0.f;
+      for (int nt = 0; nt < NTILES; ++nt) {
+        // Column c = 8 nt + g of [wu | wo]; columns of absent tokens (t >= T) and padding are zero.
+        const int c = 8 * nt + g, t = c < TMAX ? c : c - TMAX;
+        const bool live = c < 2 * TMAX && t < T;
+        const float* coef = (c < TMAX ? s_wu : s_wo) + t;
+        const float b0 = live && j0 < n_eff ? coef[j0 * TMAX] : 0.f;
+        const float b1 = live && j1 < n_eff ? coef[j1 * TMAX] : 0.f;
+        const float b0_hi = __uint_as_float(__float_as_uint(b0) & 0xffffe000u), b1_hi = __uint_as_float(__float_as_uint(b1) & 0xffffe000u);
+        const uint32_t ua0 = __float_as_uint(a0), ua1 = __float_as_uint(a1), ua2 = __float_as_uint(a2), ua3 = __float_as_uint(a3);
+        mma_tf32(db[nt], ua0, ua1, ua2, ua3, b0 - b0_hi, b1 - b1_hi);
+        mma_tf32(db[nt], ua0, ua1, ua2, ua3, b0_hi, b1_hi);
+      }
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < NTILES; ++nt)
+#pragma unroll
+    for (int par = 0; par < 2; ++par) {
+      const int c = 8 * nt + 2 * part + par, t = c < TMAX ? c : c - TMAX;
+      const float f = c < 2 * TMAX && t < T ? s_egwin[t] * s_scale[c < TMAX ? t : T + t] : 0.f;
+      d[nt][par] = fmaf(f, d[nt][par], db[nt][par]);
+      d[nt][2 + par] = fmaf(f, d[nt][2 + par], db[nt][2 + par]);
+    }
+  float e_row[2 * TMAX];  // row r_own's merged sums
+  const int quad = (threadIdx.x & 31) & ~3;
+#pragma unroll
+  for (int c = 0; c < 2 * TMAX; ++c) {
+    const int nt = c / 8, src = quad + (c % 8) / 2, par = c % 2;
+    const float row0 = __shfl_sync(0xffffffffu, d[nt][par], src);
+    const float row1 = __shfl_sync(0xffffffffu, d[nt][2 + par], src);
+    e_row[c] = own ? row1 : row0;
+  }
+  if constexpr (!kMmaBufferTerms) {
 #pragma unroll 4
-  for (int j = 0; j < n_eff; ++j) {
-    const float uj = to_f32(s_u[j * kRows + r]);
+    for (int j = 0; j < n_eff; ++j) {
+      const float uj = to_f32(s_u[j * kRows + r]);
 #pragma unroll
-    for (int t = 0; t < TMAX; ++t) {
-      su[t] = fmaf(s_wu[j * TMAX + t], uj, su[t]);
-      so[t] = fmaf(s_wo[j * TMAX + t], uj, so[t]);
+      for (int t = 0; t < TMAX; ++t) {
+        e_row[t] = fmaf(s_wu[j * TMAX + t], uj, e_row[t]);
+        e_row[TMAX + t] = fmaf(s_wo[j * TMAX + t], uj, e_row[TMAX + t]);
+      }
     }
   }
   E* win_u = static_cast<E*>(p.win_u);
@@ -511,11 +546,11 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     u[t] = 0.f;
     if (t < T) {
       const size_t tok = ((size_t(row) * T + t) * io.HV + h) * io.V + v0 + r;
-      float xv = __bfloat162float(s_raw_v[t * kRows + r]) - s_egwin[t] * ab[t] - su[t];
+      float xv = __bfloat162float(s_raw_v[t * kRows + r]) - e_row[t];
 #pragma unroll
       for (int s = 0; s < t; ++s) xv = fmaf(-s_vu[s * TMAX + t], u[s], xv);
       u[t] = round_to<E>(s_beta[t] * xv);
-      float o = fmaf(s_egwin[t], ab[TMAX + t], so[t]);
+      float o = e_row[TMAX + t];
 #pragma unroll
       for (int s = 0; s <= t; ++s) o = fmaf(s_vo[s * TMAX + t], u[s], o);
       if (writer) {
