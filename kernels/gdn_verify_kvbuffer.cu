@@ -476,16 +476,26 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
 #pragma unroll
     for (int e = 0; e < 4; ++e) d[nt][e] = db[nt][e] = 0.f;
   if (have_s0) {
+    // The hi and lo products accumulate in separate fragments (db holds the lo sums until the
+    // buffer terms): two chains of dependent products per n-tile instead of one of twice the length.
     const float* b_row = s_b + (group % 8) * BP + 4 * part;
 #pragma unroll
     for (int i = 0; i < NF; ++i) {
 #pragma unroll
       for (int nt = 0; nt < NTILES; ++nt) {
         const float4 bf = *reinterpret_cast<const float4*>(b_row + nt * 8 * BP + 16 * i);
-        mma_tf32x2(d[nt], x[0][i].x, x[1][i].x, x[0][i].y, x[1][i].y, bf.x, bf.y);
-        mma_tf32x2(d[nt], x[0][i].z, x[1][i].z, x[0][i].w, x[1][i].w, bf.z, bf.w);
+        const Tf32Split a0 = tf32_split(x[0][i].x, x[1][i].x, x[0][i].y, x[1][i].y);
+        const Tf32Split a1 = tf32_split(x[0][i].z, x[1][i].z, x[0][i].w, x[1][i].w);
+        mma_tf32(db[nt], a0.lo[0], a0.lo[1], a0.lo[2], a0.lo[3], bf.x, bf.y);
+        mma_tf32(d[nt], a0.hi[0], a0.hi[1], a0.hi[2], a0.hi[3], bf.x, bf.y);
+        mma_tf32(db[nt], a1.lo[0], a1.lo[1], a1.lo[2], a1.lo[3], bf.z, bf.w);
+        mma_tf32(d[nt], a1.hi[0], a1.hi[1], a1.hi[2], a1.hi[3], bf.z, bf.w);
       }
     }
+#pragma unroll
+    for (int nt = 0; nt < NTILES; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) d[nt][e] += db[nt][e], db[nt][e] = 0.f;
   }
   if constexpr (kMmaBufferTerms) {
     const int g = group % 8;
