@@ -339,6 +339,14 @@
 //     6ecd108's sweep of the same kernel on another H200 of the same kind ran hotter (256: 161.3
 //     us at 1689 MHz; 512: 326.7 [C = 4]): results/decode_h200_6ecd108.csv. Direct, context 64:
 //     0.42x recurrent at batch 64 (28.30 us).
+//   v22 (not kept; 287c67d) the single kernel's fold on the tensor cores (as the verify kernel's,
+//     gdn_verify_kvbuffer.cu log v12): per warp its 16 rows as one m16n8k8 fragment, C from the S0
+//     tile, D stored to the pool, for cached-u bf16 entries, 64-row tiles and C <= 16. Predicted,
+//     written before measuring: ~4% fewer instructions at 256, C = 8 (1 block in 8 folds), 2-3%
+//     faster at the power cap. Measured (interleaved twice with ccb38a2): 256, C = 8 154.8 -> 163.0
+//     us, 128 81.8 -> 86.0. ncu (256, C = 8): 6.6% fewer instructions, but shared-memory bank
+//     conflicts 0.42M -> 2.90M: the tile's rows are 512 bytes apart, so the fragment's 8 rows read
+//     the same 8 banks, and the kernel waits on shared memory more than it saves in issue.
 #include <stdexcept>
 #include <string>
 

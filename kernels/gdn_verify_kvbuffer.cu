@@ -20,9 +20,11 @@
 // q, k [B, T, H, K], v [B, T, HV, V] bf16; g, beta [B, T, HV] fp32; out [B, T, HV, V] bf16;
 // scratch win_k [B, T, H, K] E, win_u [B, T, HV, V] E, win_gcum [B, T, HV] fp32, win_base [B, 2].
 // Block: 64 rows of one value head, 128 threads (4 lanes per row, 2 rows per thread: kernel
-// below); the u_j are consumed in the owned-row layout, and candidates' u are rounded to E before
-// later nodes use them, so a verified window produces exactly what the same tokens would in
-// successive decode steps. The commit kernels run as programmatic dependents of the verify.
+// below). The key dot products, the row products S0^T [k | q], the fold and (bf16 entries) the
+// buffer terms run on the tensor cores (m16n8k8 TF32, fp32 operands split hi + lo: tf32_mma.h).
+// Candidates' u are rounded to E before later nodes use them, so a verified window rounds where
+// the same tokens would in successive decode steps. The commit kernels run as programmatic
+// dependents of the verify.
 //
 // Performance log (H200, Qwen3-Next shapes H=16 HV=32 K=V=128, 36 layer pools in one CUDA graph,
 // verify + commit per layer, median; targets at T = 4, batch 128: >= 4x classic verify + commit and
@@ -139,6 +141,35 @@
 //   Result of this stop (b4e535b = this kernel, results/verify_h200.csv): T = 4 at 128 126.41 us
 //     [C = 16], 4.67x classic (590.30) and 1.25x the decode step on the same pools (101.27); T = 5
 //     9.75 / 153.95 / 292.16 us at 1 / 128 / 256 [C = 12].
+//   v12 the fold on the tensor cores (bf16 entries; the FMA loop stays for fp32): per warp
+//     D [16 rows, K] = W [16, n] x keys [n, K], W split hi + lo. Predicted, written before
+//     measuring: T = 5, C = 12 at 128 ~5% faster (the n K FMAs per row of the ~1/3 of blocks that
+//     fold become ~1/4 as many instructions). First build (287c67d, D accumulated into x):
+//     slower everywhere, T = 4, C = 8 at 128 138.5 -> 162.9 us. ncu: long-scoreboard stalls 3.4x;
+//     SASS: x now had to sit in fragment order, against the float4 order of the state loads, and
+//     ptxas issued several loads into the same registers, so each block waited for part of S0
+//     before its prologue. With D from zero added to x by FADDs (f661e4b), interleaved twice
+//     with ccb38a2: T = 5, C = 12 157.9 -> 153.6 (128), 303.2 -> 295.3 (256); T = 4, C = 16 130.9
+//     -> 128.1; C = 8 unchanged (139.3 -> 139.1).
+//   v13 (0a2d8ea) the buffer terms su, so on the tensor cores for bf16 entries (U tile exact,
+//     [wu | wo] split), merged with the row products in fragment layout, so the gather moves one
+//     value per column. Predicted ~4% (2 T FMAs per entry per row, computed twice by the two
+//     lanes of a row). Measured, interleaved twice with ccb38a2 (another machine): T = 5, C = 12
+//     154.1 -> 146.7 us at 128, 295.5 -> 281.1 at 256; T = 4, C = 16 126.6 -> 119.6 at 128.
+//     Not kept: 6 blocks per SM (80 registers, branch exp/verify-6blocks): T = 5, C = 12 178.9.
+//   v14 (this kernel) the row products' hi and lo products in two accumulators, two chains of 16
+//     dependent MMAs per n-tile instead of one of 32 (fixed-latency "wait" stalls were 9% of the
+//     samples in the row part). Measured, interleaved twice with 0a2d8ea: T = 4 2% faster (128,
+//     C = 16: 119.8 -> 116.8; 256: 229.5 -> 225.5; batch 1 8.08 -> 7.90), T = 5 unchanged
+//     (146.5 -> 146.9 at 128; ptxas now spills 52 bytes there, 16 before).
+//   ncu (T = 5 against T = 4, C = 12, batch 128, kernel alone 138.3 / 112.9 us): 67.4M against
+//     55.7M warp instructions at the same 55% issue rate; the tensor pipe is 14% / 10% busy, so
+//     not the limit. Stall samples at T = 5 (0a2d8ea): fixed-latency waits 21%, shared-memory
+//     waits 16%, barriers 13%, global loads 10%; the window normalisation and operand staging
+//     are 16% of the instructions. T = 5 pays for a second 8-column tile (10 columns) in every
+//     product and staging loop: 25% more time than T = 4 at C = 12 (146.9 against 117.8 us),
+//     and at C = 16 b4e535b measured T = 5 within 8% of T = 8 (171.6 against 185.2). ReplaySSM's
+//     137 / 267 us at T = 5 are still 7% / 4% away.
 #include <stdexcept>
 #include <string>
 
