@@ -202,9 +202,7 @@ struct VerifySmem {
   int kd, tmax, c, esz;
   __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
   __host__ __device__ int kp() const { return kd + 4; }  // padded fp32 rows
-  __host__ __device__ int k() const { return 0; }
-  __host__ __device__ int q() const { return k() + tmax * kp() * 4; }
-  __host__ __device__ int keys() const { return q() + tmax * kp() * 4; }               // [C, kp] fp32
+  __host__ __device__ int keys() const { return 0; }                                   // [C, kp] fp32
   __host__ __device__ int landing() const { return keys() + c * kp() * 4; }             // [C, kd] E, then w
   __host__ __device__ int landing_bytes() const { return up16(c * (kd * esz > kRows * 4 ? kd * esz : kRows * 4)); }
   __host__ __device__ int u() const { return landing() + landing_bytes(); }             // [C, kRows] E
@@ -264,7 +262,6 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   extern __shared__ float4 smem4[];
   char* smem = reinterpret_cast<char*>(smem4);
   const VerifySmem L{KD, TMAX, C, ESZ};
-  float *s_k = reinterpret_cast<float*>(smem + L.k()), *s_q = reinterpret_cast<float*>(smem + L.q());
   float* s_keys = reinterpret_cast<float*>(smem + L.keys());
   E* s_landing = reinterpret_cast<E*>(smem + L.landing());
   float* s_w = reinterpret_cast<float*>(smem + L.landing());
@@ -315,19 +312,46 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   cp_async_commit();
   cp_async_wait_group<1>();
   __syncthreads();
-  normalise_window_kq<KD, NT>(T, s_raw_kq, s_k, s_q, KP, s_scale);
-  {  // tensor-core operand: raw bf16 keys and queries are exact in TF32; their scales come after
-    for (int idx = threadIdx.x; idx < NB * (KD / 4); idx += NT) {
-      const int c = idx / (KD / 4), e = (idx % (KD / 4)) * 4;
-      const int vec = c < T ? c : (c >= TMAX && c < TMAX + T) ? T + c - TMAX : -1;
-      float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (vec >= 0) {
-        const uint2 raw = *reinterpret_cast<const uint2*>(s_raw_kq + vec * KD + e);
-        const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-        const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-        f = make_float4(lo.x, lo.y, hi.x, hi.y);
+  // Tensor-core operand B and the norm scales in one pass: column c < T holds the raw key c,
+  // column TMAX + t the raw query t (bf16 values, exact in TF32), the other columns zeros; the
+  // products are scaled afterwards by s_scale (keys 0..T-1, then queries, q also by K^-0.5).
+  // Warp w takes the columns w, w + 4, ... at once (independent shuffle reductions), lane l the
+  // elements [l PL, (l + 1) PL). (It replaced normalised fp32 copies of the window and a separate
+  // staging loop whose index arithmetic was half of this part's instructions: log v15.)
+  {
+    constexpr int PL = KD / 32, COLS = NB / kVerifyWarps;
+    static_assert(NB % kVerifyWarps == 0 && (PL == 2 || PL == 4), "operand columns per warp, K = 64 or 128");
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float xs[COLS][PL], ss[COLS];
+    int vec[COLS];
+#pragma unroll
+    for (int k = 0; k < COLS; ++k) {
+      const int c = warp + k * kVerifyWarps;
+      vec[k] = c < T ? c : (c >= TMAX && c < TMAX + T) ? T + c - TMAX : -1;
+      ss[k] = 0.f;
+#pragma unroll
+      for (int i = 0; i < PL; ++i) xs[k][i] = 0.f;
+      if (vec[k] >= 0) {
+        const __nv_bfloat162* src = reinterpret_cast<const __nv_bfloat162*>(s_raw_kq + vec[k] * KD + lane * PL);
+#pragma unroll
+        for (int i = 0; i < PL / 2; ++i) {
+          const float2 f = __bfloat1622float2(src[i]);
+          xs[k][2 * i] = f.x, xs[k][2 * i + 1] = f.y;
+        }
       }
-      *reinterpret_cast<float4*>(s_b + c * BP + e) = f;
+#pragma unroll
+      for (int i = 0; i < PL; ++i) ss[k] = fmaf(xs[k][i], xs[k][i], ss[k]);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+      for (int k = 0; k < COLS; ++k) ss[k] += __shfl_xor_sync(0xffffffffu, ss[k], off);
+#pragma unroll
+    for (int k = 0; k < COLS; ++k) {
+      float* dst = s_b + (warp + k * kVerifyWarps) * BP + lane * PL;
+      if constexpr (PL == 4) *reinterpret_cast<float4*>(dst) = make_float4(xs[k][0], xs[k][1], xs[k][2], xs[k][3]);
+      else *reinterpret_cast<float2*>(dst) = make_float2(xs[k][0], xs[k][1]);
+      if (vec[k] >= 0 && lane == 0) s_scale[vec[k]] = rsqrtf(ss[k] + 1e-6f) * (vec[k] >= T ? rsqrtf(float(KD)) : 1.f);
     }
   }
   cp_async_wait_group<0>();
@@ -605,7 +629,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     if (h % ratio == 0) {
       E* win_k = static_cast<E*>(p.win_k);
       for (int idx = threadIdx.x; idx < T * KD; idx += NT)
-        win_k[((size_t(row) * T + idx / KD) * io.H + kh) * KD + idx % KD] = from_f32<E>(s_k[(idx / KD) * KP + idx % KD]);
+        win_k[((size_t(row) * T + idx / KD) * io.H + kh) * KD + idx % KD] = from_f32<E>(s_b[(idx / KD) * BP + idx % KD] * s_scale[idx / KD]);
     }
     if (threadIdx.x < T) p.win_gcum[(size_t(row) * T + threadIdx.x) * io.HV + h] = s_gwin[threadIdx.x];
     if (h == 0 && threadIdx.x == 0) {
