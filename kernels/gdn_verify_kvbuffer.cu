@@ -242,14 +242,23 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
   constexpr int NB = operand_cols(TMAX), NTILES = NB / 8, BP = operand_pitch(KD);  // tensor-core operand B
   const GdnVerifyIO& io = p.io;
+  // Grid (V tiles x value heads per key head, key heads, rows), so the coordinates take no runtime
+  // division where the tile count is a power of 2 (V = 64, 128): five divisions had stood before
+  // the first load of every block (log v16).
   const int tiles = io.V / kRows;
-  const int tile = blockIdx.x % tiles, h = (blockIdx.x / tiles) % io.HV, row = blockIdx.x / (tiles * io.HV);
+  int tile, sub, ratio;
+  if ((tiles & (tiles - 1)) == 0) {
+    const int tile_shift = __ffs(tiles) - 1;
+    tile = blockIdx.x & (tiles - 1), sub = blockIdx.x >> tile_shift, ratio = gridDim.x >> tile_shift;
+  } else {
+    tile = blockIdx.x % tiles, sub = blockIdx.x / tiles, ratio = gridDim.x / tiles;
+  }
+  const int kh = blockIdx.y, h = kh * ratio + sub, row = blockIdx.z;
   const int v0 = tile * kRows;
   const int group = threadIdx.x / LN, part = threadIdx.x % LN;
   const int own = part / (LN / RPT), r = group + own * ROW_STEP;  // the row whose outputs this lane computes
   const bool writer = part % (LN / RPT) == 0;
   const int T = io.tokens, C = p.capacity;
-  const int ratio = io.HV / io.H, kh = h / ratio;
   // The commit kernels are launched as programmatic dependents: they start as this grid's last
   // wave runs and wait (griddepcontrol.wait) for its completion before reading anything.
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -626,7 +635,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   }
 
   if (tile == 0) {
-    if (h % ratio == 0) {
+    if (sub == 0) {
       E* win_k = static_cast<E*>(p.win_k);
       for (int idx = threadIdx.x; idx < T * KD; idx += NT)
         win_k[((size_t(row) * T + idx / KD) * io.H + kh) * KD + idx % KD] = from_f32<E>(s_b[(idx / KD) * BP + idx % KD] * s_scale[idx / KD]);
@@ -776,12 +785,15 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_commit_fold_kern
   store_row_halves<KD>(rowA, rowB, b.parity, xa, xb);
 }
 
+constexpr int kMaxVerifyBatch = 65535;  // gridDim.z of the verify kernel
+
 void validate(const GdnVerifyKVBufferParams& p, const char* who) {
   const GdnVerifyIO& io = p.io;
   validate_verify_io(io, who);
   auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(who) + ": " + what); };
   if (p.capacity < io.tokens || p.capacity > 64)
     fail("unsupported capacity C = " + std::to_string(p.capacity) + " (T <= C <= 64)");
+  if (io.batch > kMaxVerifyBatch) fail("batch " + std::to_string(io.batch) + " > " + std::to_string(kMaxVerifyBatch) + " (grid z)");
   if (io.batch > 0 && (!p.state || !p.buf_k ||
                        !p.buf_val || !p.buf_gcum || !p.fill || !p.has_state || !p.win_k || !p.win_u ||
                        !p.win_gcum || !p.win_base))
@@ -799,7 +811,7 @@ void dispatch_tokens(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
   const int T = p.io.tokens;
   const int tmax = T <= 2 ? 2 : T <= 4 ? 4 : T <= 6 ? T : 8;
   const size_t smem = VerifySmem{KD, tmax, p.capacity, sizeof(E)}.bytes();
-  const unsigned blocks = unsigned(p.io.batch) * p.io.HV * (p.io.V / kRows);
+  const dim3 blocks(unsigned(p.io.V / kRows * (p.io.HV / p.io.H)), unsigned(p.io.H), unsigned(p.io.batch));
   switch (tmax) {
     case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E>, p, smem, blocks, kVerifyThreads, stream);
     case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E>, p, smem, blocks, kVerifyThreads, stream);

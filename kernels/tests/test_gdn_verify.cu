@@ -7,6 +7,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/tests/test_gdn_verify_cases.h"
@@ -70,6 +71,17 @@ TEST(GdnVerifyBadInput, UnsupportedShapesThrow) {
   p.io.batch = 2;  // null pointers
   EXPECT_THROW(gdn_verify_kvbuffer(p, 0), std::invalid_argument);
   EXPECT_THROW(gdn_verify_kvbuffer_commit(p, 0), std::invalid_argument);
+  {  // more rows than the grid's z dimension holds; the pointers are never dereferenced
+    GdnVerifyKVBufferParams big = p;
+    static float sink[1];
+    auto any = [](auto*& ptr) { ptr = reinterpret_cast<std::remove_reference_t<decltype(ptr)>>(sink); };
+    any(big.io.slot), any(big.io.q), any(big.io.k), any(big.io.v), any(big.io.g), any(big.io.beta), any(big.io.out);
+    any(big.state), any(big.buf_k), any(big.buf_val), any(big.buf_gcum), any(big.fill), any(big.has_state);
+    any(big.win_k), any(big.win_u), any(big.win_gcum), any(big.win_base);
+    big.io.H = 1, big.io.HV = 1, big.io.V = 128;
+    big.io.batch = 65535 + 1;
+    EXPECT_THROW(gdn_verify_kvbuffer(big, 0), std::invalid_argument);
+  }
   GdnVerifyClassicParams c;
   c.io.batch = 1;
   c.io.tokens = 4;
