@@ -169,7 +169,22 @@
 //     are 16% of the instructions. T = 5 pays for a second 8-column tile (10 columns) in every
 //     product and staging loop: 25% more time than T = 4 at C = 12 (146.9 against 117.8 us),
 //     and at C = 16 b4e535b measured T = 5 within 8% of T = 8 (171.6 against 185.2). ReplaySSM's
-//     137 / 267 us at T = 5 are still 7% / 4% away.
+//     137 / 267 us at T = 5 were still 7% / 4% away.
+//   v15 (8aefc16) operand B and the window's norm scales in one pass: warp w stages the columns
+//     w, w + 4, ... at once (their shuffle reductions interleaved), and the normalised fp32 copies
+//     of the window (read only by the win_k store since v8) are gone. In the profile above this
+//     part was 16% of the instructions (1298 per block at T = 5), half of them index arithmetic
+//     of the staging loop, and at T = 5 two warps normalised two rounds of vectors while two
+//     waited at the barrier. Predicted, written before measuring: T = 5 5-8% faster, T = 4 less.
+//     Measured, interleaved twice with 957f9fd (a hotter machine): T = 5 at 128 146.7 -> 137.2 us
+//     [C = 12], 162.6 -> 142.3 [C = 16]; at 256 292.1 -> 271.5 [12], 311.8 -> 270.0 [16]; batch 1
+//     [16] 10.15 -> 9.40; T = 4 unchanged (128, C = 16: 119.3 -> 120.1). ptxas's spills at T = 5
+//     fell from 52 to 16 bytes.
+//   v16 (this kernel) grid (V tiles x value heads per key head, key heads, rows) as the decode
+//     kernels: the flat block index took five runtime integer divisions (I2F / MUFU / F2I
+//     sequences, ~100 instructions per warp) before the slot load. Predicted 2-4%. Measured,
+//     interleaved twice with 8aefc16: T = 5 at 128 136.3 -> 133.9 us [C = 12], at 256 259.1 ->
+//     253.7; T = 4 at 128 118.8 -> 116.0 [16], at 256 231.7 -> 224.2 [16]; batch 8 15.8 -> 15.5.
 #include <stdexcept>
 #include <string>
 
