@@ -400,7 +400,6 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   const int chunks = rows / kGroups;
   const size_t head = (size_t(slot) * HV + c.h) * V * K;
   float* state = p.state + head;
-  if (has_state && threadIdx.x == 0) tile_issue<K>(smem, state + size_t(c.v0) * K, chunks, bars);
 
   // Everything else the block reads goes to shared memory in one round trip by cp.async (no
   // registers held): keys [n][K], (cached-u) the u tile [n][rows], G_j (and beta_j), and v of the
@@ -440,6 +439,8 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     }
     if (threadIdx.x < rows / 8) cp_async16(sv + threadIdx.x * 8, io.v + (size_t(c.row) * HV + c.h) * V + c.v0 + threadIdx.x * 8);
   }
+  // The S0 tile after the small copies, which the block waits for first.
+  if (has_state && threadIdx.x == 0) tile_issue<K>(smem, state + size_t(c.v0) * K, chunks, bars);
   float k[N], q[N], kq;
   finish_token_kq<K>(kq_raw, k, q, kq);  // while the copies are in flight
   cp_async_wait_all();
@@ -499,10 +500,14 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     float u_t, o;
     if (!RAW) {
       float pc = 0.f, pd = 0.f;
-      for (int j = lane; j < n; j += kGroupLanes) {
-        const float uj = to_f32(utile[j * ustride + rl]);
-        pc = fmaf(sc[j], uj, pc);
-        pd = fmaf(sd[j], uj, pd);
+#pragma unroll 1
+      for (int j0 = 0; j0 < n; j0 += kGroupLanes) {  // one predicated round per 8 entries (C <= 8: one)
+        const int j = j0 + lane;
+        if (j < n) {
+          const float uj = to_f32(utile[j * ustride + rl]);
+          pc = fmaf(sc[j], uj, pc);
+          pd = fmaf(sd[j], uj, pd);
+        }
       }
       const float s1 = group_sum(fmaf(eG_t, pa, pc));
       const float s2 = group_sum(fmaf(eG_t, pb, pd));
