@@ -347,6 +347,26 @@
 //     us, 128 81.8 -> 86.0. ncu (256, C = 8): 6.6% fewer instructions, but shared-memory bank
 //     conflicts 0.42M -> 2.90M: the tile's rows are 512 bytes apart, so the fragment's 8 rows read
 //     the same 8 banks, and the kernel waits on shared memory more than it saves in issue.
+//   ncu (110e010 = f831236's kernel, 256, C = 8, source-level samples): 5873 warp instructions per
+//     block; 25% of the warp samples wait for the block's small cp.async copies (keys, u tile, G_j,
+//     v: one dependent round trip after the slot) at the first barrier, 15% for the slot and row
+//     metadata; the row loop is 56% of the instructions, a third of them address and loop
+//     arithmetic (the u-tile loop unrolled by 4 with remainder tests for n <= 7 entries).
+//   v23 (b724990) the S0 tile's bulk copies issued after the small copies (it was issued first, so
+//     the block's 32 KiB sat ahead of the few hundred bytes it waits for at the first barrier),
+//     and the u-tile terms as one predicated round per 8 entries. Predicted, written before
+//     measuring: a few % at large batch from the first-barrier wait. Measured, interleaved three
+//     times with 110e010 (a cool machine, 1980 MHz): 256, C = 8 152.6 -> 148.7 us (1.757x the
+//     sweep's recurrent), 128 81.6 -> 78.1, batch 32, C = 16 28.96 -> 25.88; the u-tile change
+//     alone (df66764) 152.6 -> 152.0. In the full sweep (results/decode_h200.csv, b724990) the
+//     256 point ran at the 700 W cap and 1734 MHz: 156.03 us, 1.674x (f831236: 157.37, 1.66x);
+//     512 301.25 (1.726x), 64 42.49 (45.49), 32 24.74 (27.25), and batch 8 9.61 at C = 8 (1.09x
+//     recurrent; C = 1 had been best there, 10.52).
+//   Result of this stop (b724990, results/decode_h200.csv): KVBuffer at its best C 3.56 [C = 1] /
+//     9.61 / 24.74 / 42.49 / 79.59 / 156.03 / 301.25 [C = 8] at 1 / 8 / 32 / 64 / 128 / 256 / 512
+//     against the recurrent kernel's 3.55 / 10.49 / 34.95 / 67.48 / 132.18 / 261.24 / 519.84:
+//     1.00x / 1.09x / 1.41x / 1.59x / 1.66x / 1.67x / 1.73x, 256 and 512 at the 700 W cap
+//     (1734 / 1782 MHz). Missed still: 1.7x at 256 in the sweep.
 #include <stdexcept>
 #include <string>
 
