@@ -185,6 +185,10 @@
 //     sequences, ~100 instructions per warp) before the slot load. Predicted 2-4%. Measured,
 //     interleaved twice with 8aefc16: T = 5 at 128 136.3 -> 133.9 us [C = 12], at 256 259.1 ->
 //     253.7; T = 4 at 128 118.8 -> 116.0 [16], at 256 231.7 -> 224.2 [16]; batch 8 15.8 -> 15.5.
+//   Result of this stop (110e010 = this kernel, results/verify_h200.csv): T = 4 at 128 117.94 us
+//     [C = 16], 4.98x classic (587.62) and 1.16x the decode step on the same pools (101.29); T = 5
+//     9.15 / 133.29 / 258.28 us at 1 / 128 / 256 [C = 12 / 16 / 12], ahead of ReplaySSM's 13.7 /
+//     137 / 267 (by 2.7% and 3.3% at 128 and 256, at the power cap).
 #include <stdexcept>
 #include <string>
 
