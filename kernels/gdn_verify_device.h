@@ -184,11 +184,10 @@ __device__ __forceinline__ void copy_window_gates_async(const GdnVerifyIO& io, i
   }
 }
 // Once the copies landed: normalised keys and queries (q also scaled by K^-0.5) as padded fp32
-// rows s_k[t], s_q[t] of kd_pad floats. Each warp normalises whole vectors. With s_scale, also
-// the scale of vector i (keys 0..T-1, then queries) in s_scale[i].
+// rows s_k[t], s_q[t] of kd_pad floats. Each warp normalises whole vectors.
 template <int KD, int NT = kThreads>
 __device__ __forceinline__ void normalise_window_kq(int T, const __nv_bfloat16* s_raw, float* s_k, float* s_q,
-                                                    int kd_pad, float* s_scale = nullptr) {
+                                                    int kd_pad) {
   // Lane l holds elements [l PER_LANE, (l+1) PER_LANE) of a vector (one 4- or 8-byte load); each
   // warp takes two vectors at a time so that their load and shuffle latencies overlap.
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -225,7 +224,6 @@ __device__ __forceinline__ void normalise_window_kq(int T, const __nv_bfloat16* 
       const bool is_q = vecs[w] >= T;
       float scale = rsqrtf(ss[w] + 1e-6f);
       if (is_q) scale *= rsqrtf(float(KD));
-      if (s_scale && lane == 0) s_scale[vecs[w]] = scale;
       float* dst = (is_q ? s_q : s_k) + (is_q ? vecs[w] - T : vecs[w]) * kd_pad + lane * PER_LANE;
 #pragma unroll
       for (int i = 0; i < PER_LANE; ++i) dst[i] = x[w][i] * scale;

@@ -544,7 +544,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // so any permutation shared by A and B is exact): lane (g, t) holds float4 x[0][i] of row g and
   // x[1][i] of row g + 8 at columns 16 i + 4 t .. + 3; k-step 2i takes their .x, .y as logical
   // columns t, t + 4, k-step 2i + 1 their .z, .w, and the B fragment is the same float4 of the
-  // B row g. Then each thread gathers its own row's 2 TMAX sums from its quad and scales them.
+  // B row g. The sums are scaled and merged with the buffer terms below, then each thread gathers
+  // its own row's 2 TMAX values from its quad.
   static_assert(LN == 4 && RPT == 2 && ROW_STEP == 32, "the A fragment layout needs 4 lanes x 2 rows, rows g and g + 32");
   // The buffer terms su_t[r] = sum_j wu[j][t] u_j[r], so_t[r] = sum_j wo[j][t] u_j[r] for bf16
   // entries on the tensor cores as well, into the same fragment layout: per warp D [16 rows, NB] =
