@@ -362,6 +362,13 @@
 //     256 point ran at the 700 W cap and 1734 MHz: 156.03 us, 1.674x (f831236: 157.37, 1.66x);
 //     512 301.25 (1.726x), 64 42.49 (45.49), 32 24.74 (27.25), and batch 8 9.61 at C = 8 (1.09x
 //     recurrent; C = 1 had been best there, 10.52).
+//   v24 (5cc9ee1) the rows' outputs and appended entries staged in shared memory and stored by
+//     16-byte vectors after the row loop: lane 0's per-row stores had cost ~35 instructions of
+//     address arithmetic each, ~10% of the block's (ncu above). Predicted 2-3% at the power cap.
+//     Measured, interleaved twice with b724990: 256, C = 8 152.0 -> 151.1 us, 128 78.9 -> 78.3,
+//     batch 32 25.0 -> 24.6 (0.6-1.4%). Its full sweep (results/decode_h200_5cc9ee1.csv) ran on a
+//     hotter machine, at the 700 W cap from batch 64 (1833 MHz; b724990's run: from 128): 256
+//     156.02 us [C = 8] at 1722 MHz (1.667x), 512 319.69 [C = 4] (1.617x).
 //   Result of this stop (b724990, results/decode_h200.csv): KVBuffer at its best C 3.56 [C = 1] /
 //     9.61 / 24.74 / 42.49 / 79.59 / 156.03 / 301.25 [C = 8] at 1 / 8 / 32 / 64 / 128 / 256 / 512
 //     against the recurrent kernel's 3.55 / 10.49 / 34.95 / 67.48 / 132.18 / 261.24 / 519.84:
