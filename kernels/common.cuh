@@ -22,6 +22,19 @@ namespace kvbuf {
 // After every launch: catches launch-configuration errors (and, when synchronous, faults).
 #define KVB_CUDA_CHECK_LAUNCH() KVB_CUDA_CHECK(cudaGetLastError())
 
+// Grids with one request row per z index (gridDim.z's limit).
+constexpr int kMaxBatch = 65535;
+
+// Host: raises kernel's dynamic shared memory limit to smem where its static and dynamic shared
+// memory together pass the default 48 KiB.
+template <class... KernelArgs>
+void allow_dynamic_smem(void (*kernel)(KernelArgs...), size_t smem) {
+  cudaFuncAttributes attrs = {};
+  KVB_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
+  if (smem + attrs.sharedSizeBytes > 48 * 1024)
+    KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+}
+
 // Host: launches kernel(args...) on grid x block with smem bytes of dynamic shared memory (raising
 // the kernel's limit when its static and dynamic shared memory together pass the default 48 KiB).
 // programmatic_dependent: the grid may start while the previous grid in the stream still runs; it
@@ -29,10 +42,7 @@ namespace kvbuf {
 template <class... KernelArgs, class... Args>
 void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                    bool programmatic_dependent, Args&&... args) {
-  cudaFuncAttributes attrs = {};
-  KVB_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
-  if (smem + attrs.sharedSizeBytes > 48 * 1024)
-    KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  allow_dynamic_smem(kernel, smem);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -51,10 +61,7 @@ void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t 
 // multiprocessor (raising the kernel's limit as launch_kernel does).
 template <class... KernelArgs>
 int resident_blocks(void (*kernel)(KernelArgs...), int threads, size_t smem) {
-  cudaFuncAttributes attrs = {};
-  KVB_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
-  if (smem + attrs.sharedSizeBytes > 48 * 1024)
-    KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  allow_dynamic_smem(kernel, smem);
   int blocks = 0;
   KVB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
   return blocks;

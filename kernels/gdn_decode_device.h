@@ -171,7 +171,6 @@ __device__ __forceinline__ BlockCoords block_coords(int rows_per_block) {
   c.v0 = c.tile * rows_per_block;
   return c;
 }
-constexpr int kMaxBatch = 65535;  // gridDim.z
 inline dim3 decode_grid(const GdnStepIO& io, int rows_per_block) {
   return dim3(unsigned(io.V / rows_per_block * (io.HV / io.H)), unsigned(io.H), unsigned(io.batch));
 }

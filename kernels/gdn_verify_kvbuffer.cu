@@ -805,15 +805,13 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_commit_fold_kern
   store_row_halves<KD>(rowA, rowB, b.parity, xa, xb);
 }
 
-constexpr int kMaxVerifyBatch = 65535;  // gridDim.z of the verify kernel
-
 void validate(const GdnVerifyKVBufferParams& p, const char* who) {
   const GdnVerifyIO& io = p.io;
   validate_verify_io(io, who);
   auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(who) + ": " + what); };
   if (p.capacity < io.tokens || p.capacity > 64)
     fail("unsupported capacity C = " + std::to_string(p.capacity) + " (T <= C <= 64)");
-  if (io.batch > kMaxVerifyBatch) fail("batch " + std::to_string(io.batch) + " > " + std::to_string(kMaxVerifyBatch) + " (grid z)");
+  if (io.batch > kMaxBatch) fail("batch " + std::to_string(io.batch) + " > " + std::to_string(kMaxBatch) + " (grid z)");
   if (io.batch > 0 && (!p.state || !p.buf_k ||
                        !p.buf_val || !p.buf_gcum || !p.fill || !p.has_state || !p.win_k || !p.win_u ||
                        !p.win_gcum || !p.win_base))
