@@ -400,7 +400,7 @@ constexpr int kSplitMinCapacityDirect = 4;
 // one a_j = sw_j u_j[v] and the row's lanes take them by shuffle. More than 8 keys go in further
 // rounds that keep the partial rows in the tile. The same operations in the same order as fold_row.
 template <int K, class E>
-__device__ __forceinline__ void fold_tile(float* tile, float* state_rows, int rows, int n, bool has_state, float eG_t,
+__device__ __forceinline__ void fold_tile(float* tile, float* state_rows, int rows, int n, float eG_t,
                                           const float* k, const float* s_ut, const float* sw, const E* utile,
                                           int ustride, const E* skeys) {
   constexpr int kLanesPerRow = K / 4;
@@ -437,8 +437,7 @@ __device__ __forceinline__ void fold_tile(float* tile, float* state_rows, int ro
     const bool last = b == rounds - 1;
     for (int r = first_row; r < rows; r += kRowsPerPass) {
       float* const tp = tile + r * K + 4 * cc;
-      float4 s4 = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (b > 0 || has_state) s4 = *reinterpret_cast<const float4*>(tp);
+      const float4 s4 = *reinterpret_cast<const float4*>(tp);  // zeros without a state
       float s[4] = {s4.x, s4.y, s4.z, s4.w};
       if (b == 0) {
         const float ut = s_ut[r];
@@ -464,13 +463,16 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
   constexpr int N = K / 8;
   extern __shared__ __align__(128) float smem[];
-  __shared__ __align__(8) uint64_t bars[kMaxChunks];
-  __shared__ __align__(16) __nv_bfloat16 sv[kMaxChunks * kGroups];  // v of this block's rows
+  // Per-row arrays first (layout: single_rows_bytes), then the S0 tile and the buffer staging. All
+  // of them in the dynamic block: a static array's address took ~5 instructions (the CTA id of
+  // the shared window) every time ptxas rematerialised it in the row loop.
+  uint64_t* const bars = reinterpret_cast<uint64_t*>(smem);                      // [kMaxChunks]
+  __nv_bfloat16* const sv = reinterpret_cast<__nv_bfloat16*>(bars + kMaxChunks);  // [rows] v
   // The rows' outputs and appended entries, stored to global memory by 16-byte vectors after the
   // row loop (one store per row from lane 0 cost ~35 instructions of address arithmetic each).
-  __shared__ __align__(16) __nv_bfloat16 s_out[kMaxChunks * kGroups];
-  __shared__ __align__(16) E s_entry[kMaxChunks * kGroups];
-  __shared__ float s_ut[RAW ? 1 : kMaxChunks * kGroups];  // cached-u, folding blocks: u_t of the rows
+  __nv_bfloat16* const s_out = sv + rows;                                        // [rows]
+  float* const s_ut = reinterpret_cast<float*>(s_out + rows);  // cached-u, folding blocks: [rows] u_t
+  E* const s_entry = reinterpret_cast<E*>(s_ut + (RAW ? 0 : rows));              // [rows]
   const GdnStepIO& io = p.io;
   const BlockCoords c = block_coords<V>(rows);
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
@@ -508,7 +510,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   float* gcum = p.buf_gcum + size_t(slot) * C * HV;                  // [C, HV]
   constexpr int kVec = 16 / sizeof(E);
   const int ustride = rows + kUtilePad;
-  float* tile = smem;                                                // [rows, K] S0 rows
+  float* tile = reinterpret_cast<float*>(s_entry + rows);            // [rows, K] S0 rows
   E* skeys = reinterpret_cast<E*>(tile + rows * K);                  // [C][K] keys k_j
   E* utile = skeys + C * K;                                          // cached: [C][ustride] u_j
   float* sG = reinterpret_cast<float*>(utile + (RAW ? 0 : C * ustride));  // G_j
@@ -538,8 +540,14 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     }
     if (threadIdx.x < rows / 8) cp_async16(sv + threadIdx.x * 8, io.v + (size_t(c.row) * HV + c.h) * V + c.v0 + threadIdx.x * 8);
   }
-  // The S0 tile after the small copies, which the block waits for first.
-  if (has_state && threadIdx.x == 0) tile_issue<K>(smem, state + size_t(c.v0) * K, chunks, bars);
+  // The S0 tile after the small copies, which the block waits for first. Without a state the tile
+  // is zeros (S0 = 0), so the row loop reads rows the same way in both modes.
+  if (has_state) {
+    if (threadIdx.x == 0) tile_issue<K>(tile, state + size_t(c.v0) * K, chunks, bars);
+  } else if (!RAW) {
+    for (int i = threadIdx.x; i < rows * K / 4; i += kThreads)
+      reinterpret_cast<float4*>(tile)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
   float k[N], q[N], kq;
   finish_token_kq<K>(kq_raw, k, q, kq);  // while the copies are in flight
   cp_async_wait_all();
@@ -547,8 +555,11 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   const float G_t = (n > 0 ? sG[n - 1] : 0.f) + g;
   const float eG_t = expf(G_t);
 
-  // Per-block scalars over the buffered keys (shuffle loops: same trip count on every group).
+  // Per-block scalars over the buffered keys (shuffle loops: same trip count on every group of a
+  // warp; a warp whose groups hold no entry of the round skips it).
+  constexpr int kWarpGroups = 32 / kGroupLanes;
   for (int base = 0; base < n; base += kGroups) {
+    if (!RAW && base + (threadIdx.x / 32) * kWarpGroups >= n) continue;
     const int j = base + group;
     float kj[N];
     if (j < n) {
@@ -589,18 +600,32 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   E* const entry_n = bval + (size_t(n) * HV + c.h) * V;  // this head's values of the appended entry
   float* ua = scratch + group * C;
   const int leader = (threadIdx.x & 31) & ~(kGroupLanes - 1);
+  const float sc_lane = !RAW && lane < n ? sc[lane] : 0.f, sd_lane = !RAW && lane < n ? sd[lane] : 0.f;
+  const E* const u_lane = utile + lane * ustride;
 
   for (int ch = 0; ch < chunks; ++ch) {
     const int rl = ch * kGroups + group, r = c.v0 + rl;
     const float v_r = __bfloat162float(sv[rl]);
     float s[N];
-    load_tile_row<K>(has_state, tile, bars, ch, rl, lane, s);
+    if constexpr (RAW) {
+      load_tile_row<K>(has_state, tile, bars, ch, rl, lane, s);
+    } else {
+      if (has_state) tile_wait(bars + ch);
+      load_slice<K>(tile + size_t(rl) * K, lane, s);
+    }
     const float pa = dot<N>(s, k), pb = dot<N>(s, q);
     float u_t, o;
     if (!RAW) {
+      // Lane l takes entries l, l + 8, ...: one predicated round per 8 entries, the first with its
+      // scalars held in registers.
       float pc = 0.f, pd = 0.f;
+      if (lane < n) {
+        const float uj = to_f32(u_lane[rl]);
+        pc = sc_lane * uj;
+        pd = sd_lane * uj;
+      }
 #pragma unroll 1
-      for (int j0 = 0; j0 < n; j0 += kGroupLanes) {  // one predicated round per 8 entries (C <= 8: one)
+      for (int j0 = kGroupLanes; j0 < n; j0 += kGroupLanes) {
         const int j = j0 + lane;
         if (j < n) {
           const float uj = to_f32(utile[j * ustride + rl]);
@@ -658,7 +683,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     reinterpret_cast<uint4*>(out + c.v0)[threadIdx.x] = reinterpret_cast<const uint4*>(s_out)[threadIdx.x];
   if (fold) {
     if constexpr (!RAW)
-      fold_tile<K>(tile, state + size_t(c.v0) * K, rows, n, has_state, eG_t, k, s_ut, sw, utile, ustride, skeys);
+      fold_tile<K>(tile, state + size_t(c.v0) * K, rows, n, eG_t, k, s_ut, sw, utile, ustride, skeys);
   } else {
     for (int i = threadIdx.x; i < rows * int(sizeof(E)) / 16; i += kThreads)
       reinterpret_cast<uint4*>(entry_n + c.v0)[i] = reinterpret_cast<const uint4*>(s_entry)[i];
@@ -970,10 +995,16 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
   }
 }
 
+// The single kernel's per-row arrays ahead of its tile: barriers, v, outputs, (cached-u) u_t,
+// appended entries. Every part is a multiple of 16 bytes (rows is a multiple of 16).
+size_t single_rows_bytes(int rows, size_t esz, bool raw) {
+  return kMaxChunks * sizeof(uint64_t) + size_t(rows) * (2 + 2 + (raw ? 0 : 4) + esz);
+}
 size_t kvbuffer_smem_bytes(const GdnKVBufferParams& p, int rows) {
   const size_t C = size_t(p.capacity), K = size_t(p.io.K);
   const size_t esz = p.entry == GdnEntryType::FP32 ? 4 : 2;
-  size_t bytes = size_t(rows) * K * 4 + C * K * esz + 4 * C * 4;
+  const bool raw = p.variant == GdnBufferVariant::Raw;
+  size_t bytes = single_rows_bytes(rows, esz, raw) + size_t(rows) * K * 4 + C * K * esz + 4 * C * 4;
   if (p.variant == GdnBufferVariant::Raw)
     bytes += (C * C + 2 * C + size_t(kGroups) * C) * 4;
   else
