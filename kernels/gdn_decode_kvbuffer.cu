@@ -391,6 +391,7 @@ constexpr int kUtilePad = 8;  // u tile row stride rows + 8: 16-byte rows, a gro
 constexpr int kSplitMinBatch = 8;
 constexpr int kSplitMinCapacityKVBuffer = 64;
 constexpr int kSplitMinCapacityDirect = 4;
+constexpr int kFoldTileMinCapacity = 8;
 
 // The fold of the block's whole S0 tile after the row loop (cached-u):
 //   S0[v,:] <- e^{G_t} S0[v,:] + u_t[v] k_t + sum_{j<n} sw_j u_j[v] k_j
@@ -459,14 +460,28 @@ __device__ __forceinline__ void fold_tile(float* tile, float* state_rows, int ro
 }
 
 template <int K, int V, class E, bool RAW>
-__global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVBufferParams p, int rows) {
+__global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVBufferParams p, int rows, int rows_offset) {
   static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
   constexpr int N = K / 8;
   extern __shared__ __align__(128) float smem[];
-  // Per-row arrays first (layout: single_rows_bytes), then the S0 tile and the buffer staging. All
-  // of them in the dynamic block: a static array's address took ~5 instructions (the CTA id of
-  // the shared window) every time ptxas rematerialised it in the row loop.
-  uint64_t* const bars = reinterpret_cast<uint64_t*>(smem);                      // [kMaxChunks]
+  // Dynamic shared memory: the S0 tile first (128-byte aligned for the bulk copies), the buffer
+  // staging, then the per-row arrays at rows_offset bytes (kvbuffer_smem_layout). The per-row arrays were static arrays
+  // once: their addresses took ~5 instructions (the CTA id of the shared window) every time
+  // ptxas rematerialised one in the row loop; placed ahead of the tile they cost its alignment.
+  const int C = p.capacity;
+  const int ustride = rows + kUtilePad;
+  float* const tile = smem;                                          // [rows, K] S0 rows
+  E* const skeys = reinterpret_cast<E*>(tile + rows * K);            // [C][K] keys k_j
+  E* const utile = skeys + C * K;                                    // cached: [C][ustride] u_j
+  float* const sG = reinterpret_cast<float*>(utile + (RAW ? 0 : C * ustride));  // G_j
+  float* const sc = sG + C;                                          // c_j
+  float* const sd = sc + C;                                          // d_j
+  float* const sw = sd + C;                                          // e^{G_t - G_j}
+  float* const L = sw + C;      // raw: [C][C], L[j][i] = beta_j e^{G_j-G_i} k_i.k_j (i < j < n)
+  float* const eG = L + C * C;  // raw: e^{G_j}
+  float* const bj = eG + C;     // raw: beta_j
+  float* const scratch = bj + C;  // raw: [kGroups][C] per-group a_j, then u_j
+  uint64_t* const bars = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(smem) + rows_offset);  // [kMaxChunks]
   __nv_bfloat16* const sv = reinterpret_cast<__nv_bfloat16*>(bars + kMaxChunks);  // [rows] v
   // The rows' outputs and appended entries, stored to global memory by 16-byte vectors after the
   // row loop (one store per row from lane 0 cost ~35 instructions of address arithmetic each).
@@ -494,7 +509,6 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     write_zero_output(io, c, rows);
     return;
   }
-  const int C = p.capacity;
   if (!row_meta) n = p.fill[slot], has_state_flag = p.has_state[slot];
   const bool has_state = has_state_flag != 0;
   const bool fold = n + 1 == C;
@@ -509,18 +523,6 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   E* bval = static_cast<E*>(p.buf_val) + size_t(slot) * C * HV * V;  // [C, HV, V]
   float* gcum = p.buf_gcum + size_t(slot) * C * HV;                  // [C, HV]
   constexpr int kVec = 16 / sizeof(E);
-  const int ustride = rows + kUtilePad;
-  float* tile = reinterpret_cast<float*>(s_entry + rows);            // [rows, K] S0 rows
-  E* skeys = reinterpret_cast<E*>(tile + rows * K);                  // [C][K] keys k_j
-  E* utile = skeys + C * K;                                          // cached: [C][ustride] u_j
-  float* sG = reinterpret_cast<float*>(utile + (RAW ? 0 : C * ustride));  // G_j
-  float* sc = sG + C;                                                // c_j
-  float* sd = sc + C;                                                // d_j
-  float* sw = sd + C;                                                // e^{G_t - G_j}
-  float* L = sw + C;      // raw: [C][C], L[j][i] = beta_j e^{G_j-G_i} k_i.k_j (i < j < n)
-  float* eG = L + C * C;  // raw: e^{G_j}
-  float* bj = eG + C;     // raw: beta_j
-  float* scratch = bj + C;  // raw: [kGroups][C] per-group a_j, then u_j
   {
     const int kvecs = K / kVec;
     for (int idx = threadIdx.x; idx < n * kvecs; idx += kThreads) {
@@ -601,6 +603,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   float* ua = scratch + group * C;
   const int leader = (threadIdx.x & 31) & ~(kGroupLanes - 1);
   const float sc_lane = !RAW && lane < n ? sc[lane] : 0.f, sd_lane = !RAW && lane < n ? sd[lane] : 0.f;
+  const bool fold_by_tile = !RAW && C >= kFoldTileMinCapacity;  // else fold_row per row in the loop
   const E* const u_lane = utile + lane * ustride;
 
   for (int ch = 0; ch < chunks; ++ch) {
@@ -670,8 +673,11 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
       if constexpr (RAW) {
         fold_row<K>(s, eG_t, u_t, k, n, sw, ua, 1, skeys, lane);
         store_slice<K>(state + size_t(r) * K, lane, s);
-      } else if (lane == 0) {
-        s_ut[rl] = u_t;  // cached-u folds the whole tile after the row loop (fold_tile)
+      } else if (fold_by_tile) {
+        if (lane == 0) s_ut[rl] = u_t;
+      } else {
+        fold_row<K>(s, eG_t, u_t, k, n, sw, utile + rl, ustride, skeys, lane);
+        store_slice<K>(state + size_t(r) * K, lane, s);
       }
     } else if (lane == 0) {
       s_entry[rl] = from_f32<E>(RAW ? v_r : u_t);
@@ -682,7 +688,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   if (threadIdx.x < rows / 8)
     reinterpret_cast<uint4*>(out + c.v0)[threadIdx.x] = reinterpret_cast<const uint4*>(s_out)[threadIdx.x];
   if (fold) {
-    if constexpr (!RAW)
+    if (fold_by_tile)
       fold_tile<K>(tile, state + size_t(c.v0) * K, rows, n, eG_t, k, s_ut, sw, utile, ustride, skeys);
   } else {
     for (int i = threadIdx.x; i < rows * int(sizeof(E)) / 16; i += kThreads)
@@ -995,28 +1001,30 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
   }
 }
 
-// The single kernel's per-row arrays ahead of its tile: barriers, v, outputs, (cached-u) u_t,
-// appended entries. Every part is a multiple of 16 bytes (rows is a multiple of 16).
-size_t single_rows_bytes(int rows, size_t esz, bool raw) {
-  return kMaxChunks * sizeof(uint64_t) + size_t(rows) * (2 + 2 + (raw ? 0 : 4) + esz);
-}
-size_t kvbuffer_smem_bytes(const GdnKVBufferParams& p, int rows) {
+// The single kernel's dynamic shared memory: the tile and buffer staging, then (16-byte aligned,
+// at rows_offset) the per-row arrays: barriers, v, outputs, (cached-u) u_t, appended entries.
+struct SingleSmemLayout {
+  size_t rows_offset, bytes;
+};
+SingleSmemLayout kvbuffer_smem_layout(const GdnKVBufferParams& p, int rows) {
   const size_t C = size_t(p.capacity), K = size_t(p.io.K);
   const size_t esz = p.entry == GdnEntryType::FP32 ? 4 : 2;
   const bool raw = p.variant == GdnBufferVariant::Raw;
-  size_t bytes = single_rows_bytes(rows, esz, raw) + size_t(rows) * K * 4 + C * K * esz + 4 * C * 4;
-  if (p.variant == GdnBufferVariant::Raw)
+  size_t bytes = size_t(rows) * K * 4 + C * K * esz + 4 * C * 4;
+  if (raw)
     bytes += (C * C + 2 * C + size_t(kGroups) * C) * 4;
   else
     bytes += C * size_t(rows + kUtilePad) * esz;
-  return bytes;
+  const size_t rows_offset = (bytes + 15) / 16 * 16;
+  return {rows_offset, rows_offset + kMaxChunks * sizeof(uint64_t) + size_t(rows) * (2 + 2 + (raw ? 0 : 4) + esz)};
 }
 
 template <int K, int V, class E, bool RAW>
 void launch_kvbuffer(const GdnKVBufferParams& p, int rows, cudaStream_t stream) {
   const dim3 grid = decode_grid(p.io, rows);
-  launch_kernel(gdn_decode_kvbuffer_kernel<K, V, E, RAW>, grid, dim3(kThreads), kvbuffer_smem_bytes(p, rows), stream,
-                false, p, rows);
+  const SingleSmemLayout layout = kvbuffer_smem_layout(p, rows);
+  launch_kernel(gdn_decode_kvbuffer_kernel<K, V, E, RAW>, grid, dim3(kThreads), layout.bytes, stream, false, p, rows,
+                int(layout.rows_offset));
 }
 
 template <int K, class E>
