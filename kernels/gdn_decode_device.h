@@ -66,17 +66,6 @@ __device__ __forceinline__ void load_slice(const __nv_bfloat16* p, int lane, flo
     x[4 * i] = a.x, x[4 * i + 1] = a.y, x[4 * i + 2] = b.x, x[4 * i + 3] = b.y;
   }
 }
-// Four contiguous entries (16-byte aligned for fp32, 8-byte for bf16) as fp32.
-__device__ __forceinline__ void load4(const float* p, float* x) {
-  const float4 f = *reinterpret_cast<const float4*>(p);
-  x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
-}
-__device__ __forceinline__ void load4(const __nv_bfloat16* p, float* x) {
-  const uint2 raw = *reinterpret_cast<const uint2*>(p);
-  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-  x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
-}
 template <int K>
 __device__ __forceinline__ void store_slice(float* p, int lane, const float* x) {
 #pragma unroll

@@ -391,73 +391,6 @@ constexpr int kUtilePad = 8;  // u tile row stride rows + 8: 16-byte rows, a gro
 constexpr int kSplitMinBatch = 8;
 constexpr int kSplitMinCapacityKVBuffer = 64;
 constexpr int kSplitMinCapacityDirect = 4;
-constexpr int kFoldTileMinCapacity = 8;
-
-// The fold of the block's whole S0 tile after the row loop (cached-u):
-//   S0[v,:] <- e^{G_t} S0[v,:] + u_t[v] k_t + sum_{j<n} sw_j u_j[v] k_j
-// by rows, not by row groups: a warp takes whole rows, a lane 4 contiguous columns, and the lane
-// keeps its columns of 8 keys in registers for all of its rows (fold_row in the row loop reloaded
-// every key for every row: n x K entries of shared memory per row). Each lane < 8 of a row computes
-// one a_j = sw_j u_j[v] and the row's lanes take them by shuffle. More than 8 keys go in further
-// rounds that keep the partial rows in the tile. The same operations in the same order as fold_row.
-template <int K, class E>
-__device__ __forceinline__ void fold_tile(float* tile, float* state_rows, int rows, int n, float eG_t,
-                                          const float* k, const float* s_ut, const float* sw, const E* utile,
-                                          int ustride, const E* skeys) {
-  constexpr int kLanesPerRow = K / 4;
-  constexpr int kRowsPerWarp = 32 / kLanesPerRow;
-  constexpr int kRowsPerPass = kRowsPerWarp * (kThreads / 32);
-  constexpr int kKeysPerRound = 8;
-  const int lane32 = threadIdx.x % 32, cc = lane32 % kLanesPerRow;
-  const int first_row = (threadIdx.x / 32) * kRowsPerWarp + lane32 / kLanesPerRow;
-  const int src_base = lane32 - cc;
-  // k_t's columns 4 cc .. 4 cc + 3 are this lane's slice cc / 8 in the row-group layout, picked by
-  // 0 / 1 weights: a select on the slice index became a dynamic index, k spilled to local memory.
-  float kt[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-  for (int i = 0; i < K / 32; ++i) {
-    const float w = i == cc / kGroupLanes ? 1.f : 0.f;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) kt[e] = fmaf(w, k[4 * i + e], kt[e]);
-  }
-  const int rounds = n > kKeysPerRound ? (n + kKeysPerRound - 1) / kKeysPerRound : 1;
-  for (int b = 0; b < rounds; ++b) {
-    const int j0 = b * kKeysPerRound;
-    float kj[kKeysPerRound][4];
-#pragma unroll
-    for (int jj = 0; jj < kKeysPerRound; ++jj) {
-      if (j0 + jj < n) {
-        load4(skeys + (j0 + jj) * K + 4 * cc, kj[jj]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) kj[jj][e] = 0.f;
-      }
-    }
-    const int j_mine = j0 + cc % kKeysPerRound;
-    const float sw_mine = j_mine < n ? sw[j_mine] : 0.f;
-    const bool last = b == rounds - 1;
-    for (int r = first_row; r < rows; r += kRowsPerPass) {
-      float* const tp = tile + r * K + 4 * cc;
-      const float4 s4 = *reinterpret_cast<const float4*>(tp);  // zeros without a state
-      float s[4] = {s4.x, s4.y, s4.z, s4.w};
-      if (b == 0) {
-        const float ut = s_ut[r];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[e] = fmaf(eG_t, s[e], ut * kt[e]);
-      }
-      const float a_mine = j_mine < n ? sw_mine * to_f32(utile[j_mine * ustride + r]) : 0.f;
-#pragma unroll
-      for (int jj = 0; jj < kKeysPerRound; ++jj) {
-        const float a = __shfl_sync(0xffffffffu, a_mine, src_base + jj);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[e] = fmaf(a, kj[jj][e], s[e]);
-      }
-      const float4 out = make_float4(s[0], s[1], s[2], s[3]);
-      if (last) reinterpret_cast<float4*>(state_rows)[r * (K / 4) + cc] = out;
-      else *reinterpret_cast<float4*>(tp) = out;
-    }
-  }
-}
 
 template <int K, int V, class E, bool RAW>
 __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVBufferParams p, int rows, int rows_offset) {
@@ -486,8 +419,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   // The rows' outputs and appended entries, stored to global memory by 16-byte vectors after the
   // row loop (one store per row from lane 0 cost ~35 instructions of address arithmetic each).
   __nv_bfloat16* const s_out = sv + rows;                                        // [rows]
-  float* const s_ut = reinterpret_cast<float*>(s_out + rows);  // cached-u, folding blocks: [rows] u_t
-  E* const s_entry = reinterpret_cast<E*>(s_ut + (RAW ? 0 : rows));              // [rows]
+  E* const s_entry = reinterpret_cast<E*>(s_out + rows);                         // [rows]
   const GdnStepIO& io = p.io;
   const BlockCoords c = block_coords<V>(rows);
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
@@ -603,7 +535,6 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   float* ua = scratch + group * C;
   const int leader = (threadIdx.x & 31) & ~(kGroupLanes - 1);
   const float sc_lane = !RAW && lane < n ? sc[lane] : 0.f, sd_lane = !RAW && lane < n ? sd[lane] : 0.f;
-  const bool fold_by_tile = !RAW && C >= kFoldTileMinCapacity;  // else fold_row per row in the loop
   const E* const u_lane = utile + lane * ustride;
 
   for (int ch = 0; ch < chunks; ++ch) {
@@ -670,15 +601,9 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     }
     if (lane == 0) s_out[rl] = __float2bfloat16_rn(o);
     if (fold) {
-      if constexpr (RAW) {
-        fold_row<K>(s, eG_t, u_t, k, n, sw, ua, 1, skeys, lane);
-        store_slice<K>(state + size_t(r) * K, lane, s);
-      } else if (fold_by_tile) {
-        if (lane == 0) s_ut[rl] = u_t;
-      } else {
-        fold_row<K>(s, eG_t, u_t, k, n, sw, utile + rl, ustride, skeys, lane);
-        store_slice<K>(state + size_t(r) * K, lane, s);
-      }
+      if constexpr (RAW) fold_row<K>(s, eG_t, u_t, k, n, sw, ua, 1, skeys, lane);
+      else fold_row<K>(s, eG_t, u_t, k, n, sw, utile + rl, ustride, skeys, lane);
+      store_slice<K>(state + size_t(r) * K, lane, s);
     } else if (lane == 0) {
       s_entry[rl] = from_f32<E>(RAW ? v_r : u_t);
     }
@@ -687,10 +612,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   __syncthreads();
   if (threadIdx.x < rows / 8)
     reinterpret_cast<uint4*>(out + c.v0)[threadIdx.x] = reinterpret_cast<const uint4*>(s_out)[threadIdx.x];
-  if (fold) {
-    if (fold_by_tile)
-      fold_tile<K>(tile, state + size_t(c.v0) * K, rows, n, eG_t, k, s_ut, sw, utile, ustride, skeys);
-  } else {
+  if (!fold) {
     for (int i = threadIdx.x; i < rows * int(sizeof(E)) / 16; i += kThreads)
       reinterpret_cast<uint4*>(entry_n + c.v0)[i] = reinterpret_cast<const uint4*>(s_entry)[i];
     if (c.tile == 0) {
@@ -1002,7 +924,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
 }
 
 // The single kernel's dynamic shared memory: the tile and buffer staging, then (16-byte aligned,
-// at rows_offset) the per-row arrays: barriers, v, outputs, (cached-u) u_t, appended entries.
+// at rows_offset) the per-row arrays: barriers, v, outputs, appended entries.
 struct SingleSmemLayout {
   size_t rows_offset, bytes;
 };
@@ -1016,7 +938,7 @@ SingleSmemLayout kvbuffer_smem_layout(const GdnKVBufferParams& p, int rows) {
   else
     bytes += C * size_t(rows + kUtilePad) * esz;
   const size_t rows_offset = (bytes + 15) / 16 * 16;
-  return {rows_offset, rows_offset + kMaxChunks * sizeof(uint64_t) + size_t(rows) * (2 + 2 + (raw ? 0 : 4) + esz)};
+  return {rows_offset, rows_offset + kMaxChunks * sizeof(uint64_t) + size_t(rows) * (2 + 2 + esz)};
 }
 
 template <int K, int V, class E, bool RAW>
