@@ -46,6 +46,13 @@ __device__ __forceinline__ float group_sum(float x) {
 }
 
 
+// Two bf16 packed in 32 bits as fp32: a bf16 is the top half of its fp32, so the high element
+// is one AND and the low one one shift (the intrinsic's conversion took a PRMT and a shift for
+// the high element).
+__device__ __forceinline__ float2 bf16x2_to_float2(uint32_t x) {
+  return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
+}
+
 // Loads this lane's K/32 chunks of a K-vector of type E into x[4 * K/32].
 template <int K>
 __device__ __forceinline__ void load_slice(const float* p, int lane, float* x) {
@@ -60,9 +67,7 @@ __device__ __forceinline__ void load_slice(const __nv_bfloat16* p, int lane, flo
 #pragma unroll
   for (int i = 0; i < K / 32; ++i) {
     const uint2 raw = reinterpret_cast<const uint2*>(p)[i * kGroupLanes + lane];
-    const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
-    const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
-    const float2 a = __bfloat1622float2(lo), b = __bfloat1622float2(hi);
+    const float2 a = bf16x2_to_float2(raw.x), b = bf16x2_to_float2(raw.y);
     x[4 * i] = a.x, x[4 * i + 1] = a.y, x[4 * i + 2] = b.x, x[4 * i + 3] = b.y;
   }
 }
@@ -108,23 +113,37 @@ __device__ __forceinline__ void issue_token_kq(const GdnStepIO& io, int row, int
     raw.q[i] = reinterpret_cast<const uint2*>(io.q + off)[i * kGroupLanes + lane];
   }
 }
-// Normalised key and query slices (q also scaled by K^-0.5) and k.q from the raw slices.
+// The key and query slices as fp32, not normalised, and their normalisation scales (q's also
+// holds K^-0.5).
 template <int K>
-__device__ __forceinline__ void finish_token_kq(const TokenKQRaw<K>& raw, float* k, float* q, float& kq) {
+__device__ __forceinline__ void token_kq_slices(const TokenKQRaw<K>& raw, float* k, float* q, float& kinv,
+                                                float& qinv) {
 #pragma unroll
   for (int i = 0; i < K / 32; ++i) {
-    const float2 k0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.k[i].x));
-    const float2 k1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.k[i].y));
-    const float2 q0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.q[i].x));
-    const float2 q1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.q[i].y));
+    const float2 k0 = bf16x2_to_float2(raw.k[i].x), k1 = bf16x2_to_float2(raw.k[i].y);
+    const float2 q0 = bf16x2_to_float2(raw.q[i].x), q1 = bf16x2_to_float2(raw.q[i].y);
     k[4 * i] = k0.x, k[4 * i + 1] = k0.y, k[4 * i + 2] = k1.x, k[4 * i + 3] = k1.y;
     q[4 * i] = q0.x, q[4 * i + 1] = q0.y, q[4 * i + 2] = q1.x, q[4 * i + 3] = q1.y;
   }
-  const float kinv = rsqrtf(group_sum(dot<K / 8>(k, k)) + 1e-6f);
-  const float qinv = rsqrtf(group_sum(dot<K / 8>(q, q)) + 1e-6f) * rsqrtf(float(K));
+  kinv = rsqrtf(group_sum(dot<K / 8>(k, k)) + 1e-6f);
+  qinv = rsqrtf(group_sum(dot<K / 8>(q, q)) + 1e-6f) * rsqrtf(float(K));
+}
+// Normalised key and query slices (q also scaled by K^-0.5) and k.q from the raw slices.
+template <int K>
+__device__ __forceinline__ void finish_token_kq(const TokenKQRaw<K>& raw, float* k, float* q, float& kq) {
+  float kinv, qinv;
+  token_kq_slices<K>(raw, k, q, kinv, qinv);
 #pragma unroll
   for (int i = 0; i < K / 8; ++i) k[i] *= kinv, q[i] *= qinv;
   kq = group_sum(dot<K / 8>(k, q));
+}
+// The slices left unnormalised, for kernels that apply the scales to a few sums instead of every
+// element; kq is the normalised k.q.
+template <int K>
+__device__ __forceinline__ void finish_token_kq_unscaled(const TokenKQRaw<K>& raw, float* k, float* q, float& kinv,
+                                                         float& qinv, float& kq) {
+  token_kq_slices<K>(raw, k, q, kinv, qinv);
+  kq = group_sum(dot<K / 8>(k, q)) * (kinv * qinv);
 }
 // Both at once, for kernels with nothing to overlap.
 template <int K>

@@ -482,12 +482,14 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     for (int i = threadIdx.x; i < rows * K / 4; i += kThreads)
       reinterpret_cast<float4*>(tile)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  float k[N], q[N], kq;
-  finish_token_kq<K>(kq_raw, k, q, kq);  // while the copies are in flight
+  // k and q stay unnormalised (kinv, qinv): the scales go on the sums that use them.
+  float k[N], q[N], kinv, qinv, kq;
+  finish_token_kq_unscaled<K>(kq_raw, k, q, kinv, qinv, kq);  // while the copies are in flight
   cp_async_wait_all();
   __syncthreads();
   const float G_t = (n > 0 ? sG[n - 1] : 0.f) + g;
   const float eG_t = expf(G_t);
+  const float eG_k = eG_t * kinv, eG_q = eG_t * qinv;
 
   // Per-block scalars over the buffered keys (shuffle loops: same trip count on every group of a
   // warp; a warp whose groups hold no entry of the round skips it).
@@ -502,8 +504,8 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
 #pragma unroll
       for (int i = 0; i < N; ++i) kj[i] = 0.f;
     }
-    const float dk = group_sum(dot<N>(kj, k));
-    const float dq = group_sum(dot<N>(kj, q));
+    const float dk = group_sum(dot<N>(kj, k)) * kinv;
+    const float dq = group_sum(dot<N>(kj, q)) * qinv;
     if (j < n && lane == 0) {
       const float e = expf(G_t - sG[j]);
       sc[j] = e * dk;
@@ -567,8 +569,8 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
           pd = fmaf(sd[j], uj, pd);
         }
       }
-      const float s1 = group_sum(fmaf(eG_t, pa, pc));
-      const float s2 = group_sum(fmaf(eG_t, pb, pd));
+      const float s1 = group_sum(fmaf(eG_k, pa, pc));
+      const float s2 = group_sum(fmaf(eG_q, pb, pd));
       u_t = beta * (v_r - s1);
       o = s2 + kq * u_t;
     } else {
@@ -581,7 +583,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
         }
         if (lane == 0) ua[j] = aj;
       }
-      const float a_t = group_sum(pa), b_t = group_sum(pb);
+      const float a_t = group_sum(pa) * kinv, b_t = group_sum(pb) * qinv;
       __syncwarp();
       u_t = 0.f, o = 0.f;
       if (lane == 0) {
@@ -601,8 +603,8 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     }
     if (lane == 0) s_out[rl] = __float2bfloat16_rn(o);
     if (fold) {
-      if constexpr (RAW) fold_row<K>(s, eG_t, u_t, k, n, sw, ua, 1, skeys, lane);
-      else fold_row<K>(s, eG_t, u_t, k, n, sw, utile + rl, ustride, skeys, lane);
+      if constexpr (RAW) fold_row<K>(s, eG_t, u_t * kinv, k, n, sw, ua, 1, skeys, lane);
+      else fold_row<K>(s, eG_t, u_t * kinv, k, n, sw, utile + rl, ustride, skeys, lane);
       store_slice<K>(state + size_t(r) * K, lane, s);
     } else if (lane == 0) {
       s_entry[rl] = from_f32<E>(RAW ? v_r : u_t);
@@ -616,7 +618,11 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     for (int i = threadIdx.x; i < rows * int(sizeof(E)) / 16; i += kThreads)
       reinterpret_cast<uint4*>(entry_n + c.v0)[i] = reinterpret_cast<const uint4*>(s_entry)[i];
     if (c.tile == 0) {
-      if (c.sub == 0 && group == 0) store_slice<K>(bk + (size_t(n) * H + kh) * K, lane, k);
+      if (c.sub == 0 && group == 0) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) k[i] *= kinv;
+        store_slice<K>(bk + (size_t(n) * H + kh) * K, lane, k);
+      }
       if (threadIdx.x == 0) {
         gcum[n * HV + c.h] = G_t;
         if (RAW) p.buf_beta[(size_t(slot) * C + n) * HV + c.h] = beta;
