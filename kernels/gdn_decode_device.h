@@ -28,13 +28,12 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
-// A load that ptxas keeps where it is written: it sank a plain load of row metadata below the
-// slot check that followed it, a second dependent round trip (gdn_decode_kvbuffer.cu log v20).
-// Read-only within the kernel, so through the non-coherent path, which L1 may serve (a relaxed
-// gpu-scope load went to L2 every time).
+// A load that ptxas keeps where it is written (a relaxed gpu-scope load, served by L2): it sank a
+// plain load of row metadata below the slot check that followed it, a second dependent round
+// trip (gdn_decode_kvbuffer.cu log v20).
 __device__ __forceinline__ int load_unsunk(const int32_t* p) {
   int x;
-  asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(x) : "l"(p));
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(x) : "l"(p));
   return x;
 }
 
