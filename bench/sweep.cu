@@ -414,6 +414,9 @@ class DecodeSweep {
       if (!kd.pool_fill) {
         p.fill = p.has_state = p.done_count = nullptr;
         p.row_fill = row_fill.as<int32_t>(), p.row_has_state = row_has.as<int32_t>();
+        // Every KVBuffer request of the sweep has a state (staggered fills from has_state 1), as
+        // the scheduler of a steady decode batch knows: at C = 1 the plain recurrent update runs.
+        p.every_row_has_state = !kd.direct;
       }
       return p;
     };

@@ -80,6 +80,10 @@ struct GdnKVBufferParams {
   // caller advances its copy (fill + 1, or 0 and has_state = 1 after the fold at fill C - 1).
   const int32_t* row_fill = nullptr;
   const int32_t* row_has_state = nullptr;
+  // The scheduler's promise that every row of this step has a state (no direct-mode request, as
+  // in steady decoding): at capacity 1 the dispatch then runs the plain recurrent update, without
+  // the per-row has_state load (gdn_decode_direct refuses it). No effect at other capacities.
+  bool every_row_has_state = false;
   GdnDecodePath path = GdnDecodePath::Auto;
   // Split path only: fp32 workspace [B, HV, 2, V] (per row and value head, the buffered terms
   // r_v = sum_j c_j u_j[v] and s_v = sum_j d_j u_j[v]); without it Auto runs the single kernel.

@@ -1057,6 +1057,7 @@ void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* w
   if (p.path == GdnDecodePath::Split && !split_possible(p))
     fail("the split path needs the cached-u variant, row_fill/row_has_state and scratch");
   if (p.split_row_groups < 0) fail("split_row_groups must be >= 0");
+  if (direct_entry && p.every_row_has_state) fail("every_row_has_state contradicts direct mode");
   if (p.io.batch == 0) return;
   if (capacity1_route(p)) return run_kvbuffer_capacity1(p, stream, who);
   const LaunchShape shape = launch_shape(p, split_min_capacity);

@@ -311,7 +311,7 @@ void run_kvbuffer_capacity1(const GdnKVBufferParams& p, cudaStream_t stream, con
   GdnRecurrentParams r;
   r.io = p.io;
   r.state_in = r.state_out = p.state;
-  run_recurrent(r, p.row_has_state, stream, who);
+  run_recurrent(r, p.every_row_has_state ? nullptr : p.row_has_state, stream, who);
 }
 }  // namespace gdn_detail
 

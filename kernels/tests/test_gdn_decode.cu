@@ -81,6 +81,8 @@ TEST(GdnDecodeDispatch, RefusesUnsupportedShapes) {
   EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);  // no row metadata
   b.row_fill = b.row_has_state = dummy, b.split_row_groups = -1;
   EXPECT_THROW(gdn_decode_direct(b, 0), std::invalid_argument);
+  b.split_row_groups = 0, b.every_row_has_state = true;  // a promise direct mode cannot keep
+  EXPECT_THROW(gdn_decode_direct(b, 0), std::invalid_argument);
   cudaFree(dummy);
 }
 

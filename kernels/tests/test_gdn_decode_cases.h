@@ -62,6 +62,7 @@ struct DecodeCase {
   int direct_every = 0;     // request r starts in direct mode when direct_every && r % direct_every == 0
   int rows_per_block = 0;
   bool row_metadata = false;  // fill/has_state as per-row step inputs instead of pool arrays
+  bool every_row_has_state = false;  // the scheduler's promise (only for cases without direct rows)
   // Auto: the dispatch's choice (with row metadata: split from batch 8, for gdn_decode_direct
   // from C 4, for gdn_decode_kvbuffer at C 64); Split / Single force a path. Every KVBuffer case
   // passes the split path's scratch.
@@ -261,6 +262,7 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
         p.fill = p.has_state = p.done_count = nullptr;
         p.row_fill = d_row_fill.as<int32_t>(), p.row_has_state = d_row_has.as<int32_t>();
       }
+      p.every_row_has_state = cs.every_row_has_state;
       if (cs.kernel == Kernel::Direct)
         gdn_decode_direct(p, 0);
       else
@@ -459,6 +461,13 @@ inline std::vector<DecodeCase> decode_cases(bool quick) {
     c.name = "capacity1-direct-b3";
     add(c);
     c.batch = 40, c.HV = 4 * c.H, c.name = "capacity1-direct-warp-gqa4-b40";
+    add(c);
+    // Every row with a state, promised by the scheduler: the plain recurrent kernels, both shapes.
+    c = DecodeCase{};
+    c.row_metadata = true, c.every_row_has_state = true, c.capacity = 1, c.cycles = 4;
+    c.batch = 3, c.pad_rows = 1, c.name = "capacity1-every-row-stateful-tiles-b3";
+    add(c);
+    c.batch = 40, c.name = "capacity1-every-row-stateful-warp-b40";
     add(c);
   }
   // The split path (kernel A per key head, kernel B streaming S0), forced at small batch and
