@@ -29,9 +29,12 @@
 // lanes, one row per group per 16-row chunk. S0 rows arrive by bulk copies (as in
 // gdn_decode_recurrent) started as soon as has_state is known; the buffered keys [n, K], the u tile
 // [n, rows] and G_j reach shared memory in the same round trip (cp.async); per-block scalars
-// (c_j, d_j, decays) come from shared memory. C is a runtime value (1..64): only buffer sizes and
-// trip counts depend on it. Templates: K = V in {64, 128}, entry type E in {bf16, fp32}, variant
-// {cached-u, raw}.
+// (c_j, d_j, decays) come from shared memory. The token's k and q stay unnormalised in registers;
+// their scales multiply the few sums that use them. Dynamic shared memory (single kernel): the S0
+// tile at offset 0 (128-byte aligned), the buffer staging, then the per-row arrays (barriers, v,
+// outputs, appended entries) at an offset the host computes. C is a runtime value (1..64): only
+// buffer sizes and trip counts depend on it. Templates: K = V in {64, 128}, entry type E in
+// {bf16, fp32}, variant {cached-u, raw}.
 //
 // Two launch shapes (GdnKVBufferParams::path), same math and layouts:
 //   single: the kernel below, one block per (row, value head, V tile) does everything.
@@ -47,7 +50,8 @@
 //   Capacity 1 (Auto, scheduler row metadata): no token outlives its step (fill is 0 before every
 //     step and every step folds), so the step is the recurrent update of S0 in place; the dispatch
 //     runs gdn_decode_recurrent's kernels on the state pool, with S0 = 0 and no read where
-//     row_has_state is 0 (log v20). The buffer pools are not touched.
+//     row_has_state is 0 (log v20), or, when the scheduler promises every_row_has_state, the plain
+//     recurrent kernels without that per-row load (log v29). The buffer pools are not touched.
 //   The split kernels:
 //     kernel A per (row, key head) stages the n buffered keys, G_j and u_j rows once for the R
 //     value heads sharing the key head, computes c_j, d_j (groups of lanes over j in parallel)
@@ -374,6 +378,55 @@
 //     against the recurrent kernel's 3.55 / 10.49 / 34.95 / 67.48 / 132.18 / 261.24 / 519.84:
 //     1.00x / 1.09x / 1.41x / 1.59x / 1.66x / 1.67x / 1.73x, 256 and 512 at the 700 W cap
 //     (1734 / 1782 MHz). Missed still: 1.7x at 256 in the sweep.
+//   ncu (5104439 below, 256, C = 8, source counters): 4799 warp instructions per block (110e010:
+//     5873); the prologue to the first barrier is 36% of them (the token's k, q normalisation 15%),
+//     the row loop 35%, the fold 18% (1 block in 8), the key round 4%; 30% of the warp samples
+//     wait for the slot and row metadata or, at the first barrier, for the small copies.
+//   v25 (not kept; 4a886e5) the fold of the whole tile after the row loop (fold_tile): a warp per
+//     row, a lane per 4 columns holding its columns of 8 keys in registers for all of its rows,
+//     a_j = sw_j u_j[v] by shuffle; fold_row reloads n keys per row from shared memory (7 x 256 B
+//     at C = 8). Predicted, written before measuring: the folding blocks' instructions halved
+//     (~8% of all), 2-4% at 256, C = 8 at the power cap. Measured (interleaved twice with
+//     5cc9ee1): 256, C = 8 148.1 -> 147.8 us, 512 298 -> 294, 128 84.7 -> 84.1, but C = 4 1-2%
+//     slower and batch 32, C = 8 24.5 -> 25.0: the folding blocks now end with a serial phase.
+//     Measured again on top of v26 (6464123 against the same build without it, call 4): within
+//     0.4% everywhere. Dropped.
+//   v26 (2618211, 6464123) row-loop trims, counted in the SASS before measuring: the per-row
+//     arrays (bars, sv, s_out, s_entry) moved from static to dynamic shared memory (a static
+//     array's address, rebuilt from the CTA id of the shared window each time ptxas
+//     rematerialised it, took ~5 instructions, three times per row); without a state the tile is
+//     zeroed once (16 stores per thread) instead of zero registers before every row's load; the
+//     first u-tile round reads sc_j, sd_j from registers loaded before the loop; warps whose
+//     groups hold no entry skip the key round. Row iteration 132 -> 105 instructions. Predicted
+//     ~1-2% at the power cap. First build (2618211) placed the per-row arrays ahead of the tile,
+//     704 bytes in: 256, C = 8 148.1 -> 150.9 us, 128 77.6 -> 79.1 at 1980 MHz (the bulk copies'
+//     destination lost its 128-byte alignment). With the tile back at offset 0 and the arrays
+//     after the buffer staging at a host-computed offset (6464123), interleaved twice on a
+//     hotter machine: 256, C = 8 151.5 -> 147.5 us, 512 322 -> 301, 128 78.7 -> 77.0, C = 4 and
+//     16, batch 8 and 32 also 1-4% faster. On a cool machine (5104439 = 6464123 without v25):
+//     256 148.1 -> 145.9, 512 295.6 -> 286.5, 128 77.5 -> 76.4, batch 1, C = 8 4.06 -> 3.97.
+//   v27 (f79f5cd) the token's k and q unnormalised: their scales go on the sums (e^{G_t} kinv on
+//     S0 k, e^{G_t} qinv on S0 q, kinv, qinv on the key scalars, u_t kinv in the fold, kinv on the
+//     appended key), 32 multiplies per thread fewer; bf16 pairs converted by one AND (high) and
+//     one shift (low) where the intrinsic took a PRMT and a shift for the high one (every bf16
+//     slice load in the decode kernels). Predicted ~0.5-1%. Measured: not separable from v26,
+//     256, C = 8 147.5 us with it (call 6) and without it (call 4) on machines where 5cc9ee1 took
+//     151.3-151.7; kept for the instructions it removes (the same results within rounding: every
+//     decode test passes with unchanged tolerances).
+//   v28 (not kept; fb7c860) load_unsunk through the non-coherent path (ld.global.nc) instead of a
+//     relaxed gpu-scope load, so L1 could serve the capacity-1 route's has_state. Predicted: batch
+//     1, C = 1 at the recurrent kernel's 3.49 us. Measured (three interleaved runs): 3.65 against
+//     3.49. Reverted.
+//   v29 (d6f2445) every_row_has_state: the scheduler's promise that no row of the step is
+//     stateless lets the capacity-1 route launch the plain recurrent kernels. The sweeps had
+//     measured batch 1, C = 1 0.3-0.8% behind the recurrent kernel (f79f5cd: 3.496 against 3.468
+//     us); call 8, interleaved twice: 3.51 / 3.50 against 3.50 / 3.50.
+//   Result of this stop (d6f2445, results/decode_h200.csv): KVBuffer at its best C 3.48 [C = 1] /
+//     9.14 [4] / 24.02 / 41.90 / 78.49 / 149.34 / 305.47 [C = 8] at 1 / 8 / 32 / 64 / 128 / 256 /
+//     512 against the recurrent kernel's 3.49 / 10.43 / 34.69 / 67.14 / 131.49 / 259.93 / 517.04:
+//     1.003x / 1.14x / 1.45x / 1.60x / 1.68x / 1.74x / 1.69x, 128-512 at the 700 W cap (1709 /
+//     1728 / 1530 MHz). Two more sweeps of the same C > 1 kernel on other machines: 1.733x and
+//     1.738x at 256 (results/decode_h200_f79f5cd.csv; fb7c860 in call 7).
 #include <stdexcept>
 #include <string>
 
