@@ -451,9 +451,10 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   constexpr int N = K / 8;
   extern __shared__ __align__(128) float smem[];
   // Dynamic shared memory: the S0 tile first (128-byte aligned for the bulk copies), the buffer
-  // staging, then the per-row arrays at rows_offset bytes (kvbuffer_smem_layout). The per-row arrays were static arrays
-  // once: their addresses took ~5 instructions (the CTA id of the shared window) every time
-  // ptxas rematerialised one in the row loop; placed ahead of the tile they cost its alignment.
+  // staging, then the per-row arrays at rows_offset bytes (kvbuffer_smem_layout). The per-row
+  // arrays were static arrays once: their addresses took ~5 instructions (the CTA id of the shared
+  // window) every time ptxas rematerialised one in the row loop; ahead of the tile they cost the
+  // tile its alignment (log v26).
   const int C = p.capacity;
   const int ustride = rows + kUtilePad;
   float* const tile = smem;                                          // [rows, K] S0 rows
@@ -527,8 +528,9 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     }
     if (threadIdx.x < rows / 8) cp_async16(sv + threadIdx.x * 8, io.v + (size_t(c.row) * HV + c.h) * V + c.v0 + threadIdx.x * 8);
   }
-  // The S0 tile after the small copies, which the block waits for first. Without a state the tile
-  // is zeros (S0 = 0), so the row loop reads rows the same way in both modes.
+  // The S0 tile after the small copies, which the block waits for first. Without a state the
+  // cached-u tile is zeros (S0 = 0), so its row loop reads rows the same way in both modes (the raw
+  // variant's row loop, at the register limit, keeps load_tile_row's zero registers).
   if (has_state) {
     if (threadIdx.x == 0) tile_issue<K>(tile, state + size_t(c.v0) * K, chunks, bars);
   } else if (!RAW) {
