@@ -403,7 +403,7 @@
 //     destination lost its 128-byte alignment). With the tile back at offset 0 and the arrays
 //     after the buffer staging at a host-computed offset (6464123), interleaved twice on a
 //     hotter machine: 256, C = 8 151.5 -> 147.5 us, 512 322 -> 301, 128 78.7 -> 77.0, C = 4 and
-//     16, batch 8 and 32 also 1-4% faster. On a cool machine (5104439 = 6464123 without v25):
+//     16, batch 8 and 32 also 0-4% faster. On a cool machine (5104439 = 6464123 without v25):
 //     256 148.1 -> 145.9, 512 295.6 -> 286.5, 128 77.5 -> 76.4, batch 1, C = 8 4.06 -> 3.97.
 //   v27 (f79f5cd) the token's k and q unnormalised: their scales go on the sums (e^{G_t} kinv on
 //     S0 k, e^{G_t} qinv on S0 q, kinv, qinv on the key scalars, u_t kinv in the fold, kinv on the
