@@ -76,6 +76,12 @@ template <>
 __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+// Two bf16 packed in 32 bits (low element first) as fp32: a bf16 is the top half of its fp32, so
+// the high element is one AND and the low one one shift (the intrinsic's conversion took a PRMT
+// and a shift for the high element).
+__device__ __forceinline__ float2 bf16x2_to_float2(uint32_t x) {
+  return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
+}
 
 // 16-byte asynchronous global -> shared copy (cp.async, bypassing L1): a block issues all of its
 // small reads at once instead of one dependent load per loop iteration; cp_async_wait_all() then a

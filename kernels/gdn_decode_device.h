@@ -46,13 +46,6 @@ __device__ __forceinline__ float group_sum(float x) {
 }
 
 
-// Two bf16 packed in 32 bits as fp32: a bf16 is the top half of its fp32, so the high element
-// is one AND and the low one one shift (the intrinsic's conversion took a PRMT and a shift for
-// the high element).
-__device__ __forceinline__ float2 bf16x2_to_float2(uint32_t x) {
-  return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
-}
-
 // Loads this lane's K/32 chunks of a K-vector of type E into x[4 * K/32].
 template <int K>
 __device__ __forceinline__ void load_slice(const float* p, int lane, float* x) {

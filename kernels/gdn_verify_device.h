@@ -142,8 +142,7 @@ __device__ __forceinline__ WindowNode window_node(int T, const int* parents) {
 __device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ float4 load4(const __nv_bfloat16* p) {
   const uint2 raw = *reinterpret_cast<const uint2*>(p);
-  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  const float2 a = bf16x2_to_float2(raw.x), b = bf16x2_to_float2(raw.y);
   return make_float4(a.x, a.y, b.x, b.y);
 }
 
