@@ -9,7 +9,7 @@
 #include "sim/capacity.h"
 #ifdef KVBUF_WITH_CUDA
 #include "bench/gpu_commands.h"
-#include "bench/sweep.h"
+#include "bench/gpu_timing.h"
 #endif
 
 namespace kvbuf::cli {

@@ -1,5 +1,7 @@
 #include "bench/cmd_common.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -102,6 +104,34 @@ BufferVariant parse_variant_option(const std::string& value) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(std::string("--variant: ") + e.what());
   }
+}
+
+namespace {
+CLI::Validator number_rule(const char* name, const char* rule, bool integer, bool allow_zero) {
+  return CLI::Validator(
+      [=](std::string& in) -> std::string {
+        double v = 0;
+        long long i = 0;
+        const bool parsed = integer ? CLI::detail::lexical_cast(in, i) : CLI::detail::lexical_cast(in, v);
+        if (integer) v = double(i);
+        if (!parsed || !(allow_zero ? v >= 0 : v > 0) || !std::isfinite(v)) return std::string(rule) + ", got " + in;
+        return {};
+      },
+      name);
+}
+}  // namespace
+
+const CLI::Validator& positive_integer() {
+  static const CLI::Validator v = number_rule("POSITIVE", "must be a positive integer", true, false);
+  return v;
+}
+const CLI::Validator& non_negative_integer() {
+  static const CLI::Validator v = number_rule("NONNEGATIVE", "must be a non-negative integer", true, true);
+  return v;
+}
+const CLI::Validator& positive_number() {
+  static const CLI::Validator v = number_rule("POSITIVE", "must be a positive finite number", false, false);
+  return v;
 }
 
 void require_positive(const std::string& option, long value) {

@@ -28,6 +28,8 @@ Command add_bytes_command(CLI::App& app);
 Command add_check_command(CLI::App& app);
 Command add_export_command(CLI::App& app);
 Command add_capacity_command(CLI::App& app);
+// CUDA builds only (bench/cmd_sweep.cu); kvbuf_main.cpp registers a stub that exits 2 otherwise.
+Command add_sweep_command(CLI::App& app);
 
 // --model NAME (a catalog name; "all" where allowed) or the custom dims --kind --key-heads
 // --value-heads --head-k --head-v --layers; then --tp divides the heads.
@@ -54,6 +56,12 @@ struct ModelOptions {
 // "fp32" etc. -> bytes, as UsageError.
 int parse_dtype_option(const std::string& option, const std::string& value);
 BufferVariant parse_variant_option(const std::string& value);
+
+// CLI11 validators whose messages name the rule ("--steps: must be a positive integer, got 0");
+// on a list option they check every element.
+const CLI::Validator& positive_integer();
+const CLI::Validator& non_negative_integer();
+const CLI::Validator& positive_number();
 
 // Positive integer (or list element) checks, as UsageError naming the option.
 void require_positive(const std::string& option, long value);

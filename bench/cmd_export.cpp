@@ -110,10 +110,6 @@ std::string mode_semantics(const ExportOptions& o, int accept, bool gdn) {
       o.chunk, gdn ? fmt::format(", {} variant", o.variant) : "");
 }
 
-ref::BufferVariant ref_variant(const std::string& v) {
-  return v == "raw" ? ref::BufferVariant::Raw : ref::BufferVariant::CachedU;
-}
-
 template <class T>
 Json export_gdn(const ExportOptions& o, const ModelSpec& m, int accept, Exporter& ex) {
   const ref::GdnDims d{m.layer.key_heads, m.layer.value_heads, m.layer.head_k, m.layer.head_v};
@@ -133,11 +129,11 @@ Json export_gdn(const ExportOptions& o, const ModelSpec& m, int accept, Exporter
     else if (o.mode == "chunk")
       ref::gdn_prefill_chunk(x, o.chunk, state, o_n);
     else if (o.mode == "kvbuffer")
-      ref::gdn_decode_kvbuffer(x, o.chunk, ref_variant(o.variant), state, o_n);
+      ref::gdn_decode_kvbuffer(x, o.chunk, parse_variant(o.variant), state, o_n);
     else if (o.mode == "verify")
-      ref::gdn_verify_kvbuffer(x, o.chunk, ref_variant(o.variant), o.drafts, accept, state, o_n);
+      ref::gdn_verify_kvbuffer(x, o.chunk, parse_variant(o.variant), o.drafts, accept, state, o_n);
     else
-      ref::gdn_decode_direct(x, o.chunk, ref_variant(o.variant), state, o_n);
+      ref::gdn_decode_direct(x, o.chunk, parse_variant(o.variant), state, o_n);
     append(out, o_n);
     append_state(state_final, state);
   }
@@ -201,19 +197,8 @@ int run_export(const ExportOptions& o) {
   const std::vector<ModelSpec> models = o.model.selected_after_tp();
   const ModelSpec& m = models.front();
   const bool gdn = m.kind == LayerKind::GatedDeltaNet;
-  if (std::find(std::begin(kModes), std::end(kModes), o.mode) == std::end(kModes))
-    throw UsageError("unknown --mode '" + o.mode +
-                     "' (known: recurrent, chunk, kvbuffer, verify, direct)");
-  parse_variant_option(o.variant);
   if (!gdn && o.variant != "cached-u")
     throw UsageError("--variant applies to GDN only (a Mamba-2 entry is always x, B, dt, G)");
-  require_positive("--batch", o.batch);
-  require_positive("--steps", o.steps);
-  require_positive("--chunk", o.chunk);
-  if (o.chunk > kMaxBufferCapacity)
-    throw UsageError(
-        fmt::format("--chunk must be at most {}, got {}", kMaxBufferCapacity, o.chunk));
-  require_positive("--drafts", o.drafts);
   const int accept = o.accept ? o.accept : o.drafts;
   if (o.mode == "verify") {
     if (o.drafts > o.chunk)
@@ -223,9 +208,6 @@ int run_export(const ExportOptions& o) {
     if (accept < 1 || accept > o.drafts)
       throw UsageError(fmt::format("--accept must be in 1..T (T = {}), got {}", o.drafts, accept));
   }
-  if (o.seed < 0) throw UsageError(fmt::format("--seed must be non-negative, got {}", o.seed));
-  if (o.dtype != "f64" && o.dtype != "f32")
-    throw UsageError("unknown --dtype '" + o.dtype + "' (known: f64, f32)");
   if (o.out.empty()) throw UsageError("--out DIR is required");
   const LayerShape& s = m.layer;
   const double values =
@@ -291,18 +273,25 @@ Command add_export_command(CLI::App& app) {
   c.app = app.add_subcommand(
       "export", "write one mode's reference inputs and outputs as .npy + manifest.json");
   o->model.add_to(c.app, false, false);
-  c.app->add_option("--mode", o->mode, "recurrent | chunk | kvbuffer | verify | direct")
-      ->required();
-  c.app->add_option("--variant", o->variant, "GDN buffer variant: raw | cached-u")
-      ->capture_default_str();
-  c.app->add_option("--batch", o->batch, "requests N")->capture_default_str();
-  c.app->add_option("--steps", o->steps, "tokens per request T")->required();
+  c.app->add_option("--mode", o->mode, "which mode's reference")
+      ->required()
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(kModes), std::end(kModes))));
+  c.app->add_option("--variant", o->variant, "GDN buffer variant")
+      ->capture_default_str()
+      ->check(CLI::IsMember({variant_name(BufferVariant::CachedU), variant_name(BufferVariant::Raw)}));
+  c.app->add_option("--batch", o->batch, "requests N")->capture_default_str()->check(positive_integer());
+  c.app->add_option("--steps", o->steps, "tokens per request T")->required()->check(positive_integer());
   c.app->add_option("--chunk", o->chunk, "buffer capacity C (prefill chunk for --mode chunk)")
-      ->capture_default_str();
-  c.app->add_option("--drafts", o->drafts, "verify: tokens per round T")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxBufferCapacity));
+  c.app->add_option("--drafts", o->drafts, "verify: tokens per round T")
+      ->capture_default_str()
+      ->check(positive_integer());
   c.app->add_option("--accept", o->accept, "verify: accepted per round m, 1..T (default T)");
-  c.app->add_option("--seed", o->seed, "random seed")->capture_default_str();
-  c.app->add_option("--dtype", o->dtype, "f64 | f32")->capture_default_str();
+  c.app->add_option("--seed", o->seed, "random seed")->capture_default_str()->check(non_negative_integer());
+  c.app->add_option("--dtype", o->dtype, "computation precision")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f64", "f32"}));
   c.app->add_option("--out", o->out, "output folder (created if missing)")->required();
   c.run = [o] { return run_export(*o); };
   return c;

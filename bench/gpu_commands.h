@@ -9,9 +9,6 @@
 
 namespace kvbuf {
 
-// `kvbuf sweep`: decode rows (recurrent/kvbuffer/direct) and verify rows (classic/kvbuffer).
-void register_sweep_command(CLI::App& app);
-
 // GPU kernel checks against the reference, run by `kvbuf check` when a GPU answers.
 // Prints one line per case; returns the number of failed cases.
 int run_gpu_checks(uint64_t seed);
@@ -30,8 +27,5 @@ struct CapacityMeasured {
   std::string note;
 };
 CapacityMeasured measure_capacity_on_gpu(const CapacityMeasureArgs& args);
-
-// The commit that produced a measurement: $KVBUF_COMMIT (set by scripts/gpu_bundle.sh), else "unknown".
-std::string commit_id();
 
 }  // namespace kvbuf

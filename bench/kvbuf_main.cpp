@@ -8,9 +8,6 @@
 #include <new>
 
 #include "bench/cmd_common.h"
-#ifdef KVBUF_WITH_CUDA
-#include "bench/gpu_commands.h"
-#endif
 
 int main(int argc, char** argv) {
   using namespace kvbuf::cli;
@@ -20,7 +17,7 @@ int main(int argc, char** argv) {
                                    add_check_command(app), add_export_command(app),
                                    add_capacity_command(app)};
 #ifdef KVBUF_WITH_CUDA
-  kvbuf::register_sweep_command(app);
+  commands.push_back(add_sweep_command(app));
 #else
   CLI::App* sweep = app.add_subcommand("sweep", "GPU timing sweep (CUDA builds only)");
   sweep->allow_extras();
@@ -45,7 +42,7 @@ int main(int argc, char** argv) {
     }
     for (const Command& c : commands)
       if (c.app->parsed()) return c.run();
-    return 0;  // a subcommand registered elsewhere (sweep) ran in its callback
+    return 0;
   } catch (const std::invalid_argument& e) {  // UsageError and the models' own argument checks
     fmt::print(stderr, "kvbuf: error: {}\n", e.what());
     return 2;

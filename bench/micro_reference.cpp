@@ -53,7 +53,7 @@ void BM_GdnReferenceKVBuffer(benchmark::State& state) {
   const int C = int(state.range(0));
   const GdnTokens<float> x = tokens();
   std::mt19937_64 rng(8);
-  kvbuf::ref::GdnKVBuffer<float> buf(kDims, C, kvbuf::ref::BufferVariant::CachedU,
+  kvbuf::ref::GdnKVBuffer<float> buf(kDims, C, kvbuf::BufferVariant::CachedU,
                                      kvbuf::ref::make_random_gdn_state<float>(kDims, rng));
   std::vector<float> o(size_t(kDims.HV) * kDims.V);
   int t = 0;

@@ -1,7 +1,8 @@
 // The verify rows of `kvbuf sweep` (run_verify_sweep of bench/sweep.h): classic speculative verify
 // (gdn_verify_classic + gdn_verify_classic_commit) against KVBuffer verify (gdn_verify_kvbuffer +
-// gdn_verify_kvbuffer_commit), chains and trees, per batch x T x C, plus the single-token KVBuffer
-// decode step (gdn_decode_kvbuffer) at the same batch and C for the "verify <= 1.3x decode" figure.
+// gdn_verify_kvbuffer_commit), chains and trees, per batch x T x C. For the verify-to-decode ratio
+// it compares with the fastest KVBuffer decode step the decode sweep measures at that batch (the
+// decode sweep's own dispatch and scheduler metadata, time_decode_point), over the same C axis.
 //
 // Method (as the decode sweep, bench/sweep.h): one state pool (and buffer pool) per linear layer,
 // all layers of one model step (verify + commit per layer) in one CUDA graph, median of samples of
@@ -27,7 +28,6 @@
 #include <vector>
 
 #include "bench/csv.h"
-#include "bench/gpu_commands.h"
 #include "bench/sweep.h"
 #include "kernels/common.cuh"
 #include "kernels/gdn_decode.h"
@@ -38,21 +38,6 @@ namespace kvbuf {
 namespace {
 
 std::string fmt_g(double x) { return fmt::format("{:.6g}", x); }
-
-struct VerifyMethod {
-  std::string name;
-  bool kvbuffer;
-  bool tree;
-};
-const std::vector<VerifyMethod>& verify_methods() {
-  static const std::vector<VerifyMethod> m = {
-      {"verify-classic", false, false},
-      {"verify-kvbuffer", true, false},
-      {"verify-classic-tree", false, true},
-      {"verify-kvbuffer-tree", true, true},
-  };
-  return m;
-}
 
 // Tree drafts for the tree rows: a binary heap (node i's parent is i / 2, the root's is 0), as
 // EAGLE-style drafting expands the likeliest candidates; the accepted path ends at the deepest
@@ -118,34 +103,34 @@ Inputs make_inputs(const LayerShape& s, int batch, int T, bool tree, const std::
 
 class VerifySweep {
  public:
-  explicit VerifySweep(const VerifySweepArgs& a) : a_(a), s_(a.model.layer) {
+  VerifySweep(const SweepArgs& a, const std::vector<DecodePoint>& decode_points)
+      : a_(a), s_(a.model.layer), layers_(a.layers > 0 ? a.layers : a.model.linear_layers) {
     if (s_.kind != LayerKind::GatedDeltaNet)
       throw std::invalid_argument("verify sweep: GDN models only; " + a.model.name + " is Mamba-2");
-    if (a.layers < 1) throw std::invalid_argument("verify sweep: layers must be >= 1");
+    if (layers_ < 1) throw std::invalid_argument("verify sweep: layers must be >= 1");
     if (!(a.acceptance >= 0 && a.acceptance <= 1)) throw std::invalid_argument("verify sweep: acceptance must be in [0, 1]");
-    for (const auto& name : a.methods)
-      if (!find(name))
-        throw std::invalid_argument("unknown verify method '" + name +
-                                    "' (verify-classic, verify-kvbuffer, verify-classic-tree, verify-kvbuffer-tree)");
     for (int T : a.drafts)
       if (T < 1 || T > kGdnVerifyMaxTokens) throw std::invalid_argument("verify sweep: T must be in 1..8, got " + std::to_string(T));
-    p_.state_bytes = 4, p_.entry_bytes = 2, p_.io_bytes = 2;
+    for (const DecodePoint& d : decode_points)
+      if (d.kernel == "kvbuffer") decode_[d.batch].push_back({d.chunk, d.median_us});
   }
 
   int run() {
     fmt::print("\nverify sweep: GPU {} | commit {} | model {} | {} layer pools per step | acceptance {} | copy {:.0f} GB/s\n",
-               a_.gpu, a_.commit, a_.model.name, a_.layers, a_.acceptance, a_.copy_gbps);
-    CsvWriter csv(a_.out_csv, {"model", "method", "batch", "drafts", "chunk", "layers", "acceptance",
+               a_.gpu, a_.commit, a_.model.name, layers_, a_.acceptance, a_.copy_gbps);
+    CsvWriter csv(a_.verify_csv, {"model", "method", "batch", "drafts", "chunk", "layers", "acceptance",
                                "tokens_per_step", "latency_us_median", "latency_us_min", "latency_us_max", "samples",
                                "latency_us_per_token", "bytes_per_layer_step", "gbps", "frac_copy_bw", "copy_gbps",
                                "sm_clock_mhz", "power_w", "gpu", "commit"});
     int failed = 0;
     for (int batch : a_.batches) {
       for (int T : a_.drafts) {
-        for (const auto& name : a_.methods) {
-          const VerifyMethod& vm = *find(name);
+        for (const SweepKernel* k : a_.kernels) {
+          if (k->family != SweepFamily::Verify) continue;
+          const SweepKernel& vm = *k;
+          const std::string& name = vm.name;
           try {
-            if (vm.kvbuffer) {
+            if (vm.buffered) {
               for (int C : a_.chunks)
                 if (C >= T) run_kvbuffer(vm, batch, T, C, csv);
             } else {
@@ -160,16 +145,35 @@ class VerifySweep {
           }
         }
       }
+      if (any_chain_kvbuffer()) time_decode_steps(batch, csv);
     }
     summary();
     return failed;
   }
 
  private:
-  static const VerifyMethod* find(const std::string& name) {
-    for (const auto& m : verify_methods())
-      if (m.name == name) return &m;
-    return nullptr;
+  bool any_chain_kvbuffer() const {
+    for (const SweepKernel* k : a_.kernels)
+      if (k->family == SweepFamily::Verify && k->buffered && !k->tree) return true;
+    return false;
+  }
+
+  // The fastest KVBuffer decode step at this batch over the C axis: from the decode sweep of the
+  // same run when it measured "kvbuffer", else timed here with the decode sweep's own runner (rows
+  // "decode-kvbuffer" of the verify CSV).
+  void time_decode_steps(int batch, CsvWriter& csv) {
+    if (decode_.count(batch)) return;
+    const SweepKernel& kd = *find_sweep_kernel("kvbuffer");
+    for (int C : a_.chunks) {
+      DecodeTiming d;
+      std::string why;
+      if (!time_decode_point(a_, kd, batch, C, d, why)) {
+        fmt::print("skip decode-kvbuffer batch {} C {}: {}\n", batch, C, why);
+        continue;
+      }
+      emit(csv, "decode-kvbuffer", batch, 1, C, 1.0, d.t, d.bytes_per_layer_step);
+      decode_[batch].push_back({C, d.t.median_us});
+    }
   }
 
   // m per request row (1..T), fixed for the sweep point, from the acceptance rate.
@@ -197,7 +201,7 @@ class VerifySweep {
 
   TimingStats time(const std::function<void(cudaStream_t)>& step, int steps_per_sample) const {
     GraphTiming how;
-    how.layers = a_.layers;
+    how.layers = layers_;
     how.steps_per_sample = steps_per_sample;
     how.budget_s = 0.4;
     how.min_samples = 5;
@@ -209,7 +213,7 @@ class VerifySweep {
             double bytes) {
     const double gbps = bytes / (t.median_us * 1e-6) / 1e9;
     csv.row({a_.model.name, method, std::to_string(batch), std::to_string(T), std::to_string(C),
-             std::to_string(a_.layers), fmt_g(a_.acceptance), fmt_g(tokens), fmt_g(t.median_us), fmt_g(t.min_us),
+             std::to_string(layers_), fmt_g(a_.acceptance), fmt_g(tokens), fmt_g(t.median_us), fmt_g(t.min_us),
              fmt_g(t.max_us), std::to_string(t.samples), fmt_g(t.median_us / tokens), fmt_g(bytes), fmt_g(gbps),
              fmt_g(gbps / a_.copy_gbps), fmt_g(a_.copy_gbps), t.telemetry.clock_mhz(), t.telemetry.power_w(), a_.gpu,
              a_.commit});
@@ -220,22 +224,25 @@ class VerifySweep {
     results_[{method, batch, T}].push_back({C, t.median_us});
   }
 
-  void run_classic(const VerifyMethod& vm, int batch, int T, CsvWriter& csv) {
-    const int L = a_.layers;
-    const size_t head = size_t(s_.head_v) * s_.head_k, state_layer = size_t(batch) * s_.value_heads * head;
-    const size_t need = (L * state_layer + size_t(T) * state_layer) * 4;
-    if (!fits(need, fmt::format("{} batch {} T {}", vm.name, batch, T))) return;
+  void run_classic(const SweepKernel& vm, int batch, int T, CsvWriter& csv) {
+    const int L = layers_;
+    const PoolLayout layout{s_, 0, BufferVariant::CachedU, p_};
+    // The state pool per layer; the per-node scratch states are shared by the layers (36 layers of
+    // them do not fit at batch 256 x T = 8), which changes nothing in their traffic.
+    const PoolPlan state_plan({layout.state()}, size_t(batch), L), step_plan({layout.step_states(T)}, size_t(batch), 1);
+    if (!fits(state_plan.total_bytes() + step_plan.total_bytes(), fmt::format("{} batch {} T {}", vm.name, batch, T)))
+      return;
     const auto m = draw_accepts(batch, T);
     Inputs in = make_inputs(s_, batch, T, vm.tree, m, a_.seed);
-    DeviceBuffer states(L * state_layer * 4), steps(size_t(T) * state_layer * 4);
-    fill_uniform_f32(states.as<float>(), L * state_layer, a_.seed + 11, -1.f, 1.f);
+    DevicePools states(state_plan), steps(step_plan);
+    fill_uniform_f32(states.at<float>(0, "state"), states.bytes() / 4, a_.seed + 11, -1.f, 1.f);
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
     auto step = [&](cudaStream_t st) {
       for (int l = 0; l < L; ++l) {
         GdnVerifyClassicParams p;
         p.io = in.io;
-        p.state = states.as<float>() + l * state_layer;
-        p.step_states = steps.as<float>();
+        p.state = states.at<float>(l, "state");
+        p.step_states = steps.at<float>(0, "step_states");
         p.accept = in.accept;
         gdn_verify_classic(p, st);
         gdn_verify_classic_commit(p, st);
@@ -249,51 +256,45 @@ class VerifySweep {
     emit(csv, vm.name, batch, T, 0, vm.tree ? mean_m : tokens_per_step(T), t, bytes);
   }
 
-  void run_kvbuffer(const VerifyMethod& vm, int batch, int T, int C, CsvWriter& csv) {
-    const int L = a_.layers, H = s_.key_heads, HV = s_.value_heads, K = s_.head_k, V = s_.head_v;
-    const size_t state_layer = size_t(batch) * HV * V * K;
-    const size_t k_elems = size_t(batch) * C * H * K, u_elems = size_t(batch) * C * HV * V, g_elems = size_t(batch) * C * HV;
-    const size_t wk = size_t(batch) * T * H * K, wu = size_t(batch) * T * HV * V, wg = size_t(batch) * T * HV;
-    const size_t per_layer = state_layer * 4 + (k_elems + u_elems) * 2 + g_elems * 4 + (wk + wu) * 2 + wg * 4 + 5 * batch * 4;
-    if (!fits(L * per_layer, fmt::format("{} batch {} T {} C {}", vm.name, batch, T, C))) return;
+  void run_kvbuffer(const SweepKernel& vm, int batch, int T, int C, CsvWriter& csv) {
+    const int L = layers_;
+    const PoolLayout layout{s_, C, BufferVariant::CachedU, p_};
+    const PoolPlan plan(speculative_pools(layout, T, true, false), size_t(batch), L);
+    if (!fits(plan.total_bytes(), fmt::format("{} batch {} T {} C {}", vm.name, batch, T, C))) return;
     const auto m = draw_accepts(batch, T);
     Inputs in = make_inputs(s_, batch, T, vm.tree, m, a_.seed);
-    DeviceBuffer states(L * state_layer * 4), bk(L * k_elems * 2), bu(L * u_elems * 2), bg(L * g_elems * 4),
-        fill(size_t(L) * batch * 4), has(size_t(L) * batch * 4), done(size_t(L) * batch * 4), win_k(L * wk * 2),
-        win_u(L * wu * 2), win_g(L * wg * 4), win_base(size_t(L) * batch * 2 * 4);
-    fill_uniform_f32(states.as<float>(), L * state_layer, a_.seed + 11, -1.f, 1.f);
-    fill_uniform_bf16(bk.as<void>(), L * k_elems, a_.seed + 13, -0.2f, 0.2f);
-    fill_uniform_bf16(bu.as<void>(), L * u_elems, a_.seed + 14, -1.f, 1.f);
-    fill_uniform_f32(bg.as<float>(), L * g_elems, a_.seed + 15, -0.05f, 0.f);
+    DevicePools pools(plan);
+    for (int l = 0; l < L; ++l) {
+      fill_uniform_f32(pools.at<float>(l, "state"), plan.tensor_bytes("state") / 4, a_.seed + 11 + 8 * l, -1.f, 1.f);
+      fill_uniform_bf16(pools.at<void>(l, "buf_k"), plan.tensor_bytes("buf_k") / 2, a_.seed + 13 + 8 * l, -0.2f, 0.2f);
+      fill_uniform_bf16(pools.at<void>(l, "buf_val"), plan.tensor_bytes("buf_val") / 2, a_.seed + 14 + 8 * l, -1.f, 1.f);
+      fill_uniform_f32(pools.at<float>(l, "buf_gcum"), plan.tensor_bytes("buf_gcum") / 4, a_.seed + 15 + 8 * l, -0.05f, 0.f);
+    }
     // Staggered fills (random 0..C-1, the same in every layer as for a real request), all buffered.
     std::mt19937_64 rng(a_.seed * 104729 + batch * 131 + C);
-    std::vector<int32_t> fill0(batch);
+    std::vector<int32_t> fill0(batch), ones(batch, 1), zeros(batch, 0);
     for (auto& f : fill0) f = int(rng() % C);
-    std::vector<int32_t> fills, ones(size_t(L) * batch, 1), zeros(size_t(L) * batch, 0);
-    for (int l = 0; l < L; ++l) fills.insert(fills.end(), fill0.begin(), fill0.end());
-    KVB_CUDA_CHECK(cudaMemcpy(fill.as<void>(), fills.data(), fills.size() * 4, cudaMemcpyHostToDevice));
-    KVB_CUDA_CHECK(cudaMemcpy(has.as<void>(), ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
-    KVB_CUDA_CHECK(cudaMemcpy(done.as<void>(), zeros.data(), zeros.size() * 4, cudaMemcpyHostToDevice));
+    for (int l = 0; l < L; ++l) {
+      KVB_CUDA_CHECK(cudaMemcpy(pools.at<void>(l, "fill"), fill0.data(), size_t(batch) * 4, cudaMemcpyHostToDevice));
+      KVB_CUDA_CHECK(cudaMemcpy(pools.at<void>(l, "has_state"), ones.data(), size_t(batch) * 4, cudaMemcpyHostToDevice));
+      KVB_CUDA_CHECK(cudaMemcpy(pools.at<void>(l, "done_count"), zeros.data(), size_t(batch) * 4, cudaMemcpyHostToDevice));
+    }
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
-    // Layer l's state and buffer pools, for the verify's and the decode step's parameters alike.
-    auto point_at_layer = [&](auto& p, int l) {
-      p.entry = GdnEntryType::BF16;
-      p.capacity = C;
-      p.state = states.as<float>() + l * state_layer;
-      p.buf_k = bk.as<char>() + l * k_elems * 2;
-      p.buf_val = bu.as<char>() + l * u_elems * 2;
-      p.buf_gcum = bg.as<float>() + l * g_elems;
-      p.fill = fill.as<int32_t>() + size_t(l) * batch;
-      p.has_state = has.as<int32_t>() + size_t(l) * batch;
-    };
     auto params = [&](int l) {
       GdnVerifyKVBufferParams p;
       p.io = in.io;
-      point_at_layer(p, l);
-      p.win_k = win_k.as<char>() + l * wk * 2;
-      p.win_u = win_u.as<char>() + l * wu * 2;
-      p.win_gcum = win_g.as<float>() + l * wg;
-      p.win_base = win_base.as<int32_t>() + size_t(l) * batch * 2;
+      p.entry = EntryType::BF16;
+      p.capacity = C;
+      p.state = pools.at<float>(l, "state");
+      p.buf_k = pools.at<void>(l, "buf_k");
+      p.buf_val = pools.at<void>(l, "buf_val");
+      p.buf_gcum = pools.at<float>(l, "buf_gcum");
+      p.fill = pools.at<int32_t>(l, "fill");
+      p.has_state = pools.at<int32_t>(l, "has_state");
+      p.win_k = pools.at<void>(l, "win_k");
+      p.win_u = pools.at<void>(l, "win_u");
+      p.win_gcum = pools.at<float>(l, "win_gcum");
+      p.win_base = pools.at<int32_t>(l, "win_base");
       p.accept = in.accept;
       return p;
     };
@@ -334,56 +335,46 @@ class VerifySweep {
       return s / batch;
     }() : tokens_per_step(T);
     emit(csv, vm.name, batch, T, C, tokens, t, bytes);
-
-    // The single-token KVBuffer decode step on the same pools (chains only, once per batch x C).
-    if (!vm.tree && !decode_done_.count({batch, C})) {
-      decode_done_[{batch, C}] = true;
-      auto dstep = [&](cudaStream_t st) {
-        for (int l = 0; l < L; ++l) {
-          GdnKVBufferParams p;
-          p.io.batch = batch, p.io.H = H, p.io.HV = HV, p.io.K = K, p.io.V = V;
-          p.io.slot = in.io.slot, p.io.q = in.io.q, p.io.k = in.io.k, p.io.v = in.io.v;
-          p.io.g = in.io.g, p.io.beta = in.io.beta, p.io.out = in.io.out;
-          p.variant = GdnBufferVariant::CachedU;
-          point_at_layer(p, l);
-          p.done_count = done.as<int32_t>() + size_t(l) * batch;
-          gdn_decode_kvbuffer(p, st);
-        }
-      };
-      const TimingStats td = time(dstep, std::max(C, 4));
-      const double dbytes = bytes_kvbuffer_cycle(s_, p_, BufferVariant::CachedU, C).scale(batch).total_bytes();
-      emit(csv, "decode-kvbuffer", batch, 1, C, 1.0, td, dbytes);
-    }
   }
 
+  // The fastest row over C of one method at (batch, T): {C, us}, or C = -1 when not measured.
+  std::pair<int, double> best_of(const std::string& name, int batch, int T) const {
+    const auto it = results_.find({name, batch, T});
+    if (it == results_.end()) return {-1, 0};
+    return *std::min_element(it->second.begin(), it->second.end(), [](auto& x, auto& y) { return x.second < y.second; });
+  }
+
+  // Speedups count against the fastest classic row measured at each (batch, T), named in the table;
+  // the verify-to-decode ratio against the fastest KVBuffer decode step at that batch.
   void summary() const {
-    fmt::print("\nverify summary (us per layer per step, median; kvbuffer at its best C) | {} | commit {}\n", a_.gpu,
-               a_.commit);
-    fmt::print("{:>6} {:>6} {:>2} {:>12} {:>16} {:>9} {:>16} {:>12}\n", "drafts", "batch", "T", "classic",
+    fmt::print("\nverify summary (us per layer per step, median; kvbuffer at its best C; classic = the fastest classic "
+               "row) | {} | commit {}\n",
+               a_.gpu, a_.commit);
+    fmt::print("{:>6} {:>6} {:>2} {:>34} {:>16} {:>9} {:>16} {:>12}\n", "drafts", "batch", "T", "fastest classic",
                "kvbuffer [C]", "speedup", "decode-kvb [C]", "verify/dec");
-    // Chains, then trees (the decode step on the same pools is timed with the chains only).
-    for (const std::string shape : {"chain", "tree"})
+    for (const bool tree : {false, true})
       for (int batch : a_.batches)
         for (int T : a_.drafts) {
-          const std::string suffix = shape == "tree" ? "-tree" : "";
-          const auto best = [&](const std::string& name) -> std::pair<int, double> {
-            const auto it = results_.find({name, batch, T});
-            if (it == results_.end()) return {-1, 0};
-            auto b = *std::min_element(it->second.begin(), it->second.end(),
-                                       [](auto& x, auto& y) { return x.second < y.second; });
-            return b;
-          };
-          const auto c = best("verify-classic" + suffix), k = best("verify-kvbuffer" + suffix);
+          std::string classic_name;
+          std::pair<int, double> c{-1, 0}, k{-1, 0};
+          for (const SweepKernel* m : a_.kernels) {
+            if (m->family != SweepFamily::Verify || m->tree != tree) continue;
+            const auto b = best_of(m->name, batch, T);
+            if (b.first < 0) continue;
+            if (m->buffered) {
+              if (k.first < 0 || b.second < k.second) k = b;
+            } else if (c.first < 0 || b.second < c.second) {
+              c = b, classic_name = m->name;
+            }
+          }
           if (c.first < 0 && k.first < 0) continue;
           std::pair<int, double> d{-1, 0};
-          if (k.first >= 0 && suffix.empty()) {
-            const auto it = results_.find({"decode-kvbuffer", batch, 1});
-            if (it != results_.end())
-              for (auto& x : it->second)
-                if (x.first == k.first) d = x;
-          }
-          fmt::print("{:>6} {:>6} {:>2} {:>12} {:>16} {:>9} {:>16} {:>12}\n", shape, batch, T,
-                     c.first >= 0 ? fmt::format("{:.2f}", c.second) : "-",
+          const auto dit = decode_.find(batch);
+          if (!tree && k.first >= 0 && dit != decode_.end())
+            for (const auto& x : dit->second)
+              if (d.first < 0 || x.second < d.second) d = x;
+          fmt::print("{:>6} {:>6} {:>2} {:>34} {:>16} {:>9} {:>16} {:>12}\n", tree ? "tree" : "chain", batch, T,
+                     c.first >= 0 ? fmt::format("{:.2f} {}", c.second, classic_name) : "-",
                      k.first >= 0 ? fmt::format("{:.2f} [{}]", k.second, k.first) : "-",
                      c.first >= 0 && k.first >= 0 ? fmt::format("{:.2f}x", c.second / k.second) : "-",
                      d.first >= 0 ? fmt::format("{:.2f} [{}]", d.second, d.first) : "-",
@@ -391,17 +382,18 @@ class VerifySweep {
         }
   }
 
-  VerifySweepArgs a_;
+  SweepArgs a_;
   LayerShape s_;
-  Precision p_;
+  int layers_;
+  Precision p_;  // fp32 state, bf16 entries and io: what the verify kernels run
   std::map<std::tuple<std::string, int, int>, std::vector<std::pair<int, double>>> results_;
-  std::map<std::pair<int, int>, bool> decode_done_;
+  std::map<int, std::vector<std::pair<int, double>>> decode_;  // batch -> (C, us) of the KVBuffer decode step
 };
 
 }  // namespace
 
-int run_verify_sweep(const VerifySweepArgs& args) {
-  VerifySweep sweep(args);
+int run_verify_sweep(const SweepArgs& args, const std::vector<DecodePoint>& decode_points) {
+  VerifySweep sweep(args, decode_points);
   return sweep.run();
 }
 

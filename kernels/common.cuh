@@ -1,4 +1,4 @@
-// Shared by every kernel family: the one CUDA error macro family and small device helpers.
+// Shared by every kernel family: small device helpers (the error macros are in cuda_check.h).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -7,20 +7,9 @@
 #include <string>
 #include <utility>
 
+#include "kernels/cuda_check.h"
+
 namespace kvbuf {
-
-// Raises std::runtime_error naming the call text, the CUDA error, file and line.
-#define KVB_CUDA_CHECK(call)                                                                     \
-  do {                                                                                           \
-    cudaError_t kvb_err_ = (call);                                                               \
-    if (kvb_err_ != cudaSuccess) {                                                               \
-      throw std::runtime_error(std::string("CUDA error: ") + cudaGetErrorString(kvb_err_) +      \
-                               " in `" #call "` at " __FILE__ ":" + std::to_string(__LINE__));   \
-    }                                                                                            \
-  } while (0)
-
-// After every launch: catches launch-configuration errors (and, when synchronous, faults).
-#define KVB_CUDA_CHECK_LAUNCH() KVB_CUDA_CHECK(cudaGetLastError())
 
 // Grids with one request row per z index (gridDim.z's limit).
 constexpr int kMaxBatch = 65535;

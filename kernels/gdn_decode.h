@@ -1,5 +1,5 @@
 // Gated DeltaNet decode kernels (one token per request per step), serving layouts of
-// kernels/kvbuffer_layout.h. Host-side Params structs and one dispatch function per kernel; each
+// sim/layout.h. Host-side Params structs and one dispatch function per kernel; each
 // dispatch throws std::invalid_argument("unsupported ...") for shapes it has no instantiation for.
 //   gdn_decode_recurrent  (gdn_decode_recurrent.cu)  read S, update, write S (in or out of place)
 //   gdn_decode_kvbuffer   (gdn_decode_kvbuffer.cu)   read S0 + buffer, append, fold when full
@@ -10,12 +10,14 @@
 
 #include <cstdint>
 
+#include "sim/layout.h"  // BufferVariant, EntryType
+
 namespace kvbuf {
 
 // One step's token inputs and outputs, shared by every decode kernel.
 struct GdnStepIO {
   int batch = 0;                     // B request rows
-  int H = 16, HV = 32, K = 128, V = 128;
+  int H = 0, HV = 0, K = 0, V = 0;   // key heads, value heads, head dims (set them: 0 is refused)
   const int32_t* slot = nullptr;     // [B] pool slot per row; negative = padding row
   const __nv_bfloat16* q = nullptr;  // [B, H, K] un-normalised
   const __nv_bfloat16* k = nullptr;  // [B, H, K] un-normalised
@@ -46,8 +48,6 @@ struct GdnRecurrentParams {
 };
 void gdn_decode_recurrent(const GdnRecurrentParams& p, cudaStream_t stream);
 
-enum class GdnBufferVariant { CachedU, Raw };
-enum class GdnEntryType { BF16, FP32 };
 // Which launch shape gdn_decode_kvbuffer uses (gdn_decode_kvbuffer.cu says when each wins):
 // Single = one kernel per step; Split = a buffer kernel per (row, key head) then a state-streaming
 // kernel for the rows with a state or a fold (cached-u only, needs row_fill/row_has_state and
@@ -56,7 +56,7 @@ enum class GdnEntryType { BF16, FP32 };
 // at C 1 with row_fill/row_has_state it runs the recurrent kernels (every step folds its token).
 enum class GdnDecodePath { Auto, Single, Split };
 
-// KVBuffer decode on pools of kernels/kvbuffer_layout.h, capacity C = `capacity` (1..64).
+// KVBuffer decode on pools of sim/layout.h, capacity C = `capacity` (1..64).
 // Per row at fill n (read from `fill`): output from S0 (skipped when has_state == 0) and the n
 // buffered entries; appends the token as entry n, or, when n + 1 == C, folds S0 and all C tokens
 // into the state in the same kernel (creating it in direct mode) and empties the buffer. `fill`
@@ -64,8 +64,8 @@ enum class GdnDecodePath { Auto, Single, Split };
 // `done_count`, which must be zero before the first launch and is left zero).
 struct GdnKVBufferParams {
   GdnStepIO io;
-  GdnBufferVariant variant = GdnBufferVariant::CachedU;
-  GdnEntryType entry = GdnEntryType::BF16;
+  BufferVariant variant = BufferVariant::CachedU;
+  EntryType entry = EntryType::BF16;
   int capacity = 16;
   float* state = nullptr;      // [slots, HV, V, K] fp32, in place
   void* buf_k = nullptr;       // [slots, C, H, K] entry type

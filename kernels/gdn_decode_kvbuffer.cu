@@ -16,7 +16,7 @@
 // Direct mode (has_state == 0): no S0 read; the fold creates the state and sets has_state.
 // Every exponent is G_t - G_j <= 0: no exp(-G), nothing overflows (section 2).
 //
-// Layouts (kernels/kvbuffer_layout.h): S [slots, HV, V, K] fp32 K contiguous, in place;
+// Layouts (sim/layout.h): S [slots, HV, V, K] fp32 K contiguous, in place;
 //   buf_k [slots, C, H, K] E; buf_val [slots, C, HV, V] E; buf_gcum, buf_beta [slots, C, HV] fp32;
 //   fill, has_state, done_count [slots] int32; token I/O as gdn_decode_recurrent.
 // Races: blocks of one request (value heads x V tiles) read fill/has_state at entry; the last of
@@ -991,8 +991,8 @@ struct SingleSmemLayout {
 };
 SingleSmemLayout kvbuffer_smem_layout(const GdnKVBufferParams& p, int rows) {
   const size_t C = size_t(p.capacity), K = size_t(p.io.K);
-  const size_t esz = p.entry == GdnEntryType::FP32 ? 4 : 2;
-  const bool raw = p.variant == GdnBufferVariant::Raw;
+  const size_t esz = p.entry == EntryType::FP32 ? 4 : 2;
+  const bool raw = p.variant == BufferVariant::Raw;
   size_t bytes = size_t(rows) * K * 4 + C * K * esz + 4 * C * 4;
   if (raw)
     bytes += (C * C + 2 * C + size_t(kGroups) * C) * 4;
@@ -1055,22 +1055,22 @@ void launch_split(const GdnKVBufferParams& p, int rows, bool compact_allowed, cu
 
 template <int K, int V>
 void dispatch_entry(const GdnKVBufferParams& p, int rows, bool split, bool compact_allowed, cudaStream_t stream) {
-  const bool raw = p.variant == GdnBufferVariant::Raw;
+  const bool raw = p.variant == BufferVariant::Raw;
   if (split) {
     switch (p.entry) {
-      case GdnEntryType::BF16:
+      case EntryType::BF16:
         return launch_split<K, V, __nv_bfloat16>(p, rows, compact_allowed, stream);
-      case GdnEntryType::FP32:
+      case EntryType::FP32:
         return launch_split<K, V, float>(p, rows, compact_allowed, stream);
       default:
         throw std::invalid_argument("gdn_decode_kvbuffer: unsupported entry type");
     }
   }
   switch (p.entry) {
-    case GdnEntryType::BF16:
+    case EntryType::BF16:
       return raw ? launch_kvbuffer<K, V, __nv_bfloat16, true>(p, rows, stream)
                  : launch_kvbuffer<K, V, __nv_bfloat16, false>(p, rows, stream);
-    case GdnEntryType::FP32:
+    case EntryType::FP32:
       return raw ? launch_kvbuffer<K, V, float, true>(p, rows, stream)
                  : launch_kvbuffer<K, V, float, false>(p, rows, stream);
     default:
@@ -1084,7 +1084,7 @@ struct LaunchShape {
   int rows;
 };
 bool split_possible(const GdnKVBufferParams& p) {
-  return p.variant == GdnBufferVariant::CachedU && p.row_fill && p.scratch;
+  return p.variant == BufferVariant::CachedU && p.row_fill && p.scratch;
 }
 // Capacity 1 (header, "Capacity 1"): the recurrent kernels, where the row metadata gives has_state.
 bool capacity1_route(const GdnKVBufferParams& p) {
@@ -1108,7 +1108,7 @@ void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* w
   if (bool(p.row_fill) != bool(p.row_has_state)) fail("give both row_fill and row_has_state, or neither");
   if (!p.row_fill && !(p.fill && p.has_state && p.done_count))
     fail("without row_fill/row_has_state, fill, has_state and done_count must be set");
-  if (p.variant == GdnBufferVariant::Raw && !p.buf_beta) fail("the raw variant needs buf_beta");
+  if (p.variant == BufferVariant::Raw && !p.buf_beta) fail("the raw variant needs buf_beta");
   if (p.path == GdnDecodePath::Split && !split_possible(p))
     fail("the split path needs the cached-u variant, row_fill/row_has_state and scratch");
   if (p.split_row_groups < 0) fail("split_row_groups must be >= 0");
@@ -1153,7 +1153,7 @@ int gdn_decode_direct_row_groups(const GdnKVBufferParams& p) {
   if (capacity1_route(p)) return 0;
   const LaunchShape shape = launch_shape(p, kSplitMinCapacityDirect);
   if (!shape.split) return 0;
-  const bool bf16 = p.entry == GdnEntryType::BF16;
+  const bool bf16 = p.entry == EntryType::BF16;
   switch (p.io.K * 1000 + p.io.V) {
     case 128 * 1000 + 128:
       return bf16 ? split_state_row_groups<128, 128, __nv_bfloat16>(p, shape.rows, true)

@@ -1,5 +1,5 @@
 // Gated DeltaNet speculative verify kernels (chains and trees of T <= 8 tokens per request), on the
-// serving layouts of kernels/kvbuffer_layout.h. Host-side Params structs and one dispatch function
+// serving layouts of sim/layout.h. Host-side Params structs and one dispatch function
 // per kernel; each dispatch throws std::invalid_argument("unsupported ...") for shapes it has no
 // instantiation for (K in {64, 128}, V a multiple of 64, 1 <= T <= 8).
 //   gdn_verify_classic          (gdn_verify_classic.cu)   walk the T tokens, write the state after
@@ -40,7 +40,7 @@ constexpr int kGdnVerifyMaxTokens = 8;
 struct GdnVerifyIO {
   int batch = 0;   // B request rows
   int tokens = 0;  // T, 1..8
-  int H = 16, HV = 32, K = 128, V = 128;
+  int H = 0, HV = 0, K = 0, V = 0;  // key heads, value heads, head dims (set them: 0 is refused)
   const int32_t* slot = nullptr;     // [B] pool slot per row; negative = padding row
   const __nv_bfloat16* q = nullptr;  // [B, T, H, K] un-normalised
   const __nv_bfloat16* k = nullptr;  // [B, T, H, K] un-normalised
@@ -73,7 +73,7 @@ void gdn_verify_classic_commit(const GdnVerifyClassicParams& p, cudaStream_t str
 
 struct GdnVerifyKVBufferParams {
   GdnVerifyIO io;
-  GdnEntryType entry = GdnEntryType::BF16;  // buffer and scratch entries (cached-u variant)
+  EntryType entry = EntryType::BF16;  // buffer and scratch entries (cached-u variant)
   int capacity = 16;                        // C, T <= C <= 64
   float* state = nullptr;                   // [slots, HV, V, K] fp32
   void* buf_k = nullptr;                    // [slots, C, H, K]

@@ -15,7 +15,7 @@
 // T == C (then all C entries are folded instead, fill 0), so 0 <= fill < C holds between steps as
 // the decode kernel expects (protocol in gdn_verify.h).
 //
-// Layouts (kernels/kvbuffer_layout.h): S: [slots, HV, V, K] fp32, K contiguous; buf_k [slots, C, H, K],
+// Layouts (sim/layout.h): S: [slots, HV, V, K] fp32, K contiguous; buf_k [slots, C, H, K],
 // buf_val (u) [slots, C, HV, V] in the entry type E (bf16 or fp32); buf_gcum [slots, C, HV] fp32;
 // q, k [B, T, H, K], v [B, T, HV, V] bf16; g, beta [B, T, HV] fp32; out [B, T, HV, V] bf16;
 // scratch win_k [B, T, H, K] E, win_u [B, T, HV, V] E, win_gcum [B, T, HV] fp32, win_base [B, 2].
@@ -845,7 +845,7 @@ void dispatch_tokens(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
 void gdn_verify_kvbuffer(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
   validate(p, "gdn_verify_kvbuffer");
   if (p.io.batch == 0) return;
-  const bool bf16 = p.entry == GdnEntryType::BF16;
+  const bool bf16 = p.entry == EntryType::BF16;
   switch (p.io.K) {
     case 64: return bf16 ? dispatch_tokens<64, __nv_bfloat16>(p, stream) : dispatch_tokens<64, float>(p, stream);
     case 128: return bf16 ? dispatch_tokens<128, __nv_bfloat16>(p, stream) : dispatch_tokens<128, float>(p, stream);
@@ -857,7 +857,7 @@ void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t s
   validate(p, "gdn_verify_kvbuffer_commit");
   if (!p.accept.accept_len) throw std::invalid_argument("gdn_verify_kvbuffer_commit: accept_len is null");
   if (p.io.batch == 0) return;
-  const bool bf16 = p.entry == GdnEntryType::BF16;
+  const bool bf16 = p.entry == EntryType::BF16;
   // The buffer can become full at the commit only when T == C (the verify folds when n + depth >= C):
   // then the fold kernel runs first, reading the scratch and buffer the copy kernel leaves untouched.
   if (p.io.tokens == p.capacity) {

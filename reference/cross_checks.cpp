@@ -51,7 +51,7 @@ void gdn_checks(Case& c, const GdnTokens<double>& x_direct, std::vector<CrossChe
     c.check<T>("chunk=" + std::to_string(chunk),
                [&](auto& x, auto& s, auto& o) { gdn_prefill_chunk(x, chunk, s, o); });
   for (BufferVariant var : {BufferVariant::Raw, BufferVariant::CachedU}) {
-    const std::string vn = to_string(var);
+    const std::string vn = variant_name(var);
     c.check<T>("kvbuffer " + vn + " C=8",
                [&](auto& x, auto& s, auto& o) { gdn_decode_kvbuffer(x, 8, var, s, o); });
     c.check<T>("verify kvbuffer " + vn + " C=8 T=4 m=3",
@@ -67,7 +67,7 @@ void gdn_checks(Case& c, const GdnTokens<double>& x_direct, std::vector<CrossChe
     gdn_decode_recurrent(d.x, s_zero, d.o_ref);
     d.s_ref = flat(s_zero);
     for (BufferVariant var : {BufferVariant::Raw, BufferVariant::CachedU})
-      d.check<T>(std::string("direct ") + to_string(var) + " C=16",
+      d.check<T>(std::string("direct ") + variant_name(var) + " C=16",
                  [&](auto& x, auto& s, auto& o) { gdn_decode_direct(x, 16, var, s, o); });
   }
 

@@ -197,7 +197,6 @@ void gdn_prefill_chunk(const GdnTokens<T>& x, int chunk, GdnState<T>& state, std
   }
 }
 
-const char* to_string(BufferVariant v) { return v == BufferVariant::Raw ? "raw" : "cached-u"; }
 
 // ---- GdnKVBuffer -----------------------------------------------------------------------------
 

@@ -12,6 +12,8 @@
 #include <Eigen/Dense>
 #include <vector>
 
+#include "sim/layout.h"  // BufferVariant
+
 namespace kvbuf::ref {
 
 template <class T>
@@ -90,12 +92,10 @@ void gdn_decode_recurrent(const GdnTokens<T>& x, GdnState<T>& state, std::vector
 template <class T>
 void gdn_prefill_chunk(const GdnTokens<T>& x, int chunk, GdnState<T>& state, std::vector<T>& o);
 
-// Which entries the KV buffer keeps (kernels/kvbuffer_layout.h):
+// Which entries the KV buffer keeps (BufferVariant, sim/layout.h):
 //   Raw:     k_j (normalised), v_j, G_j, beta_j; the corrected values u_j are recomputed from S0
 //            by a forward substitution whenever needed (section 4);
 //   CachedU: k_j (normalised), u_j, G_j (section 3).
-enum class BufferVariant { Raw, CachedU };
-const char* to_string(BufferVariant v);  // "raw" | "cached-u"
 
 // The KV buffer of one request together with its checkpoint S0 (sections 2-7).
 // Invariant between calls: 0 <= fill() < capacity(); S0 is written only by fold().

@@ -98,7 +98,7 @@ T round_to_bf16(T x) {
   return T(bf16_bits_to_float(float_to_bf16_bits(float(x))));
 }
 
-// The inputs exactly as the kernels receive them (kernels/kvbuffer_layout.h): q, k, v rounded to
+// The inputs exactly as the kernels receive them (sim/layout.h): q, k, v rounded to
 // bf16, g and beta to fp32; still held in T, so the float64 reference runs on the kernel's inputs.
 template <class T>
 GdnTokens<T> round_tokens_to_bf16(const GdnTokens<T>& x) {

@@ -41,20 +41,21 @@ Part token_output(const LayerShape& s, const Precision& p) {
           double(s.value_heads) * s.head_v * p.io_bytes};
 }
 
-// One buffer entry split by tensor; `prefix` names the area ("buffer" or "scratch").
+// One buffer entry split by tensor (sizes from sim/layout.h); `prefix` names the area ("buffer"
+// or "scratch").
 std::vector<Part> entry_parts(const LayerShape& s, const Precision& p, BufferVariant v,
                               const std::string& prefix) {
-  const double H = s.key_heads, HV = s.value_heads, K = s.head_k, V = s.head_v, e = p.entry_bytes;
+  const PoolLayout l{s, 1, v, p};
   const std::string t = dtype_name(p.entry_bytes);
+  const double keys = double(l.entry_key_bytes()), values = double(l.entry_value_bytes()),
+               scalars = double(l.entry_scalar_bytes());
   if (is_gdn(s)) {
     const bool cached_u = v == BufferVariant::CachedU;
-    return {{prefix + ".keys", t, H * K * e},
-            {prefix + (cached_u ? ".u" : ".v"), t, HV * V * e},
-            {prefix + (cached_u ? ".G" : ".G_beta"), "fp32", (cached_u ? 1 : 2) * HV * 4}};
+    return {{prefix + ".keys", t, keys},
+            {prefix + (cached_u ? ".u" : ".v"), t, values},
+            {prefix + (cached_u ? ".G" : ".G_beta"), "fp32", scalars}};
   }
-  return {{prefix + ".x", t, HV * V * e},
-          {prefix + ".B", t, H * K * e},
-          {prefix + ".dt_G", "fp32", 2 * HV * 4}};
+  return {{prefix + ".x", t, values}, {prefix + ".B", t, keys}, {prefix + ".dt_G", "fp32", scalars}};
 }
 
 void add_tokens(StepBytes& b, const LayerShape& s, const Precision& p, int tokens) {
@@ -83,39 +84,6 @@ void check_chunk(int chunk) {
 }
 
 }  // namespace
-
-const char* variant_name(BufferVariant v) {
-  return v == BufferVariant::CachedU ? "cached-u" : "raw";
-}
-
-BufferVariant parse_variant(const std::string& name) {
-  if (name == "cached-u") return BufferVariant::CachedU;
-  if (name == "raw") return BufferVariant::Raw;
-  throw std::invalid_argument("unknown buffer variant '" + name + "' (known: raw, cached-u)");
-}
-
-std::string dtype_name(int bytes) {
-  switch (bytes) {
-    case 1:
-      return "fp8";
-    case 2:
-      return "bf16";
-    case 4:
-      return "fp32";
-    case 8:
-      return "fp64";
-    default:
-      throw std::invalid_argument("no dtype of " + std::to_string(bytes) + " bytes");
-  }
-}
-
-int dtype_bytes(const std::string& name) {
-  if (name == "fp8") return 1;
-  if (name == "bf16") return 2;
-  if (name == "fp32" || name == "f32") return 4;
-  if (name == "fp64" || name == "f64") return 8;
-  throw std::invalid_argument("unknown dtype '" + name + "' (known: fp8, bf16, fp32, fp64)");
-}
 
 double StepBytes::read_bytes() const {
   double sum = 0;
@@ -166,22 +134,17 @@ StepBytes average(const std::vector<StepBytes>& steps) {
 
 double buffer_entry_bytes(const LayerShape& s, const Precision& p, BufferVariant v) {
   check_precision(p);
-  double sum = 0;
-  for (const Part& part : entry_parts(s, p, v, "buffer")) sum += part.bytes;
-  return sum;
+  return double(PoolLayout{s, 1, v, p}.entry_bytes());
 }
 
 double state_bytes(const LayerShape& s, const Precision& p) {
   check_precision(p);
-  return double(s.value_heads) * s.head_k * s.head_v * p.state_bytes;
+  return double(PoolLayout{s, 0, BufferVariant::CachedU, p}.state_bytes());
 }
 
 double conv_state_bytes(const LayerShape& s, const Precision& p) {
   check_precision(p);
-  const double conv_dim = is_gdn(s)
-                              ? 2.0 * s.key_heads * s.head_k + double(s.value_heads) * s.head_v
-                              : double(s.value_heads) * s.head_v + 2.0 * s.key_heads * s.head_k;
-  return conv_dim * (s.conv_width - 1) * p.io_bytes;
+  return double(PoolLayout{s, 0, BufferVariant::CachedU, p}.conv_bytes());
 }
 
 StepBytes bytes_recurrent(const LayerShape& s, const Precision& p) {

@@ -7,23 +7,9 @@
 #include <vector>
 
 #include "sim/catalog.h"
+#include "sim/layout.h"
 
 namespace kvbuf {
-
-// GDN buffer entry: cached-u keeps k, u and G; raw keeps k, v, G and beta (u recomputed).
-// Mamba-2 has one entry kind (x, B, dt, G); its variant argument is ignored.
-enum class BufferVariant { CachedU, Raw };
-const char* variant_name(BufferVariant v);             // "cached-u" or "raw"
-BufferVariant parse_variant(const std::string& name);  // throws std::invalid_argument otherwise
-
-struct Precision {
-  int state_bytes = 4;  // s: state element (fp32)
-  int entry_bytes = 2;  // e: buffer element (k, u or v) (bf16)
-  int io_bytes = 2;     // io: q/k/v inputs and outputs (bf16)
-};
-// "fp32", "bf16", "fp64" or "fp8" for 4, 2, 8, 1 bytes; throws std::invalid_argument otherwise.
-std::string dtype_name(int bytes);
-int dtype_bytes(const std::string& name);  // inverse of dtype_name ("f32"/"f64" also accepted)
 
 // One tensor's traffic in one step: count elements of elem_bytes each, read and/or written.
 struct TensorTraffic {

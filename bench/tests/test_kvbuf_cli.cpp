@@ -169,22 +169,22 @@ TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
   const std::string ex =
       "export --kind gdn --key-heads 1 --value-heads 2 --head-k 8 --head-v 8 --layers 1 ";
   const std::string out = " --out " + scratch_dir("bad_export").string();
-  expect_usage_error(ex + "--mode bogus --steps 3" + out, "unknown --mode 'bogus'");
-  expect_usage_error(ex + "--mode kvbuffer --steps 0" + out, "--steps must be a positive integer");
+  expect_usage_error(ex + "--mode bogus --steps 3" + out, "--mode: bogus not in");
+  expect_usage_error(ex + "--mode kvbuffer --steps 0" + out, "--steps: must be a positive integer, got 0");
   expect_usage_error(ex + "--mode kvbuffer --steps 3 --batch -1" + out, "--batch");
   expect_usage_error(ex + "--mode kvbuffer --steps 3 --chunk 0" + out,
-                     "--chunk must be a positive integer");
+                     "--chunk: Value 0 not in range 1 to 65536");
   expect_usage_error(ex + "--mode kvbuffer --steps 3 --chunk 70000" + out,
-                     "--chunk must be at most 65536");
+                     "--chunk: Value 70000 not in range 1 to 65536");
   expect_usage_error(ex + "--mode verify --steps 3 --chunk 4 --drafts 5" + out,
                      "exceeds buffer capacity");
   expect_usage_error(ex + "--mode verify --steps 3 --chunk 4 --drafts 2 --accept 3" + out,
                      "--accept");
   expect_usage_error(ex + "--mode kvbuffer --steps 3 --variant fast" + out,
-                     "unknown buffer variant");
-  expect_usage_error(ex + "--mode kvbuffer --steps 3 --dtype f16" + out, "unknown --dtype");
+                     "--variant: fast not in");
+  expect_usage_error(ex + "--mode kvbuffer --steps 3 --dtype f16" + out, "--dtype: f16 not in");
   expect_usage_error(ex + "--mode kvbuffer --steps 3 --seed -5" + out,
-                     "--seed must be non-negative");
+                     "--seed: must be a non-negative integer, got -5");
   expect_usage_error(ex + "--mode kvbuffer --steps 3", "--out");
   expect_usage_error(ex + "--mode kvbuffer --steps 3 --out /proc/kvbuf-cannot-write",
                      "cannot write");
@@ -198,7 +198,14 @@ TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
   expect_usage_error("capacity " + q + "--tp 2 --measure", "requires a CUDA build");
 #else
   // Argument checks come before any device is looked for.
-  expect_usage_error("sweep --rows-per-block 48", "--rows-per-block must be");
+  expect_usage_error("sweep --rows-per-block 48", "--rows-per-block: 48 not in");
+  expect_usage_error("sweep --kernels recurrent,fastest", "--kernels: fastest not in");
+  expect_usage_error("sweep --chunk 65", "--chunk: Value 65 not in range 1 to 64");
+  expect_usage_error("sweep --batch 8,0", "--batch: must be a positive integer, got 0");
+  expect_usage_error("sweep --drafts 9", "--drafts: Value 9 not in range 1 to 8");
+  expect_usage_error("sweep --acceptance 1.5", "--acceptance");
+  expect_usage_error("sweep --budget-s 0", "--budget-s: must be a positive finite number");
+  expect_usage_error("sweep --model nemotron-3-nano-30b-a3b", "is Mamba-2");
   expect_usage_error("sweep --rows-per-block 8 --kernels recurrent,kvbuffer", "recurrent kernels only, not kvbuffer");
 #endif
 }

@@ -67,7 +67,7 @@ TEST(GdnDecodeDispatch, RefusesUnsupportedShapes) {
   b.io.rows_per_block = 8;  // the one-warp shape is the recurrent kernel's only
   EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);
   b.io.rows_per_block = 0;
-  b.variant = GdnBufferVariant::Raw;  // no buf_beta
+  b.variant = BufferVariant::Raw;  // no buf_beta
   EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);
   // The split path needs cached-u entries, scheduler row metadata and scratch.
   b.buf_beta = reinterpret_cast<float*>(dummy);
@@ -75,7 +75,7 @@ TEST(GdnDecodeDispatch, RefusesUnsupportedShapes) {
   b.row_fill = b.row_has_state = dummy;
   b.scratch = reinterpret_cast<float*>(dummy);
   EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);  // raw
-  b.variant = GdnBufferVariant::CachedU, b.scratch = nullptr;
+  b.variant = BufferVariant::CachedU, b.scratch = nullptr;
   EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);  // no scratch
   b.scratch = reinterpret_cast<float*>(dummy), b.row_fill = b.row_has_state = nullptr;
   EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);  // no row metadata

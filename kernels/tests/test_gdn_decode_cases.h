@@ -53,8 +53,8 @@ struct DecodeCase {
   int batch = 3;            // requests
   int pad_rows = 1;         // extra rows with slot -1 every step
   int capacity = 4;
-  GdnBufferVariant variant = GdnBufferVariant::CachedU;
-  GdnEntryType entry = GdnEntryType::BF16;
+  BufferVariant variant = BufferVariant::CachedU;
+  EntryType entry = EntryType::BF16;
   int cycles = 3;           // full flush cycles every request runs
   int recurrent_steps = 6;
   bool gates_in_kernel = false;
@@ -107,7 +107,7 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
   using namespace detail;
   CaseResult res;
   const bool recurrent = cs.kernel == Kernel::RecurrentInPlace || cs.kernel == Kernel::RecurrentOutOfPlace;
-  const bool bf16_entries = !recurrent && cs.entry == GdnEntryType::BF16;
+  const bool bf16_entries = !recurrent && cs.entry == EntryType::BF16;
   res.tol_out = bf16_entries ? 5 * std::ldexp(1.0, -8) : std::ldexp(1.0, -8) + 1e-4;
   res.tol_state = bf16_entries ? 4 * std::ldexp(1.0, -8) : 1e-4;
   auto fail = [&](const std::string& m) {
@@ -158,7 +158,7 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
   pool_b.upload(pool_init);
 
   // Buffer pools poisoned with NaN (0xff bytes) so that reading an entry never written shows.
-  const size_t esz = (cs.entry == GdnEntryType::BF16) ? 2 : 4;
+  const size_t esz = (cs.entry == EntryType::BF16) ? 2 : 4;
   Dev buf_k(size_t(slots) * C * H * K * esz), buf_val(size_t(slots) * C * HV * V * esz);
   Dev buf_g(size_t(slots) * C * HV * 4), buf_beta(size_t(slots) * C * HV * 4);
   Dev d_fill(slots * 4), d_has(slots * 4), d_done(slots * 4);
@@ -378,10 +378,10 @@ inline std::vector<DecodeCase> decode_cases(bool quick) {
     r.gates = ref::GateRange::typical(), r.gates_in_kernel = true, r.HV = 4 * r.H, r.name = "recurrent-warp-gqa4-gates-in-kernel-b3";
     add(r);
   }
-  for (auto variant : {GdnBufferVariant::CachedU, GdnBufferVariant::Raw})
-    for (auto entry : {GdnEntryType::BF16, GdnEntryType::FP32}) {
-      const std::string tag = std::string(variant == GdnBufferVariant::Raw ? "raw" : "cachedu") + "-" +
-                              (entry == GdnEntryType::BF16 ? "bf16" : "fp32");
+  for (auto variant : {BufferVariant::CachedU, BufferVariant::Raw})
+    for (auto entry : {EntryType::BF16, EntryType::FP32}) {
+      const std::string tag = std::string(variant == BufferVariant::Raw ? "raw" : "cachedu") + "-" +
+                              (entry == EntryType::BF16 ? "bf16" : "fp32");
       for (int C : {1, 4, 8, 16, 32, 64}) {
         DecodeCase c;
         c.variant = variant, c.entry = entry, c.capacity = C, c.batch = 3;
@@ -430,19 +430,19 @@ inline std::vector<DecodeCase> decode_cases(bool quick) {
     c.pad_rows = 1;
     c.kernel = Kernel::Direct, c.rows_per_block = 0, c.direct_every = 1, c.capacity = 64, c.batch = 3, c.name = "direct-cachedu-bf16-C64-b3";
     add(c);
-    c.variant = GdnBufferVariant::Raw, c.capacity = 16, c.name = "direct-raw-bf16-C16-b3";
+    c.variant = BufferVariant::Raw, c.capacity = 16, c.name = "direct-raw-bf16-C16-b3";
     add(c);
   }
   // Scheduler metadata (row_fill / row_has_state) instead of the pool's fill counters.
-  for (auto variant : {GdnBufferVariant::CachedU, GdnBufferVariant::Raw}) {
-    const std::string tag = variant == GdnBufferVariant::Raw ? "raw" : "cachedu";
+  for (auto variant : {BufferVariant::CachedU, BufferVariant::Raw}) {
+    const std::string tag = variant == BufferVariant::Raw ? "raw" : "cachedu";
     DecodeCase c;
     c.row_metadata = true, c.variant = variant;
     c.capacity = 16, c.batch = 64, c.pad_rows = 2, c.direct_every = 3, c.name = "rowmeta-" + tag + "-C16-b64-mixed-direct";
     add(c);
     c.capacity = 1, c.batch = 3, c.direct_every = 0, c.name = "rowmeta-" + tag + "-C1-b3";
     add(c);
-    c.capacity = 64, c.batch = 1, c.entry = GdnEntryType::FP32, c.name = "rowmeta-" + tag + "-fp32-C64-b1";
+    c.capacity = 64, c.batch = 1, c.entry = EntryType::FP32, c.name = "rowmeta-" + tag + "-fp32-C64-b1";
     add(c);
   }
   // Capacity 1 with row metadata runs the recurrent kernels on the pool (S0 = 0 for stateless
@@ -473,8 +473,8 @@ inline std::vector<DecodeCase> decode_cases(bool quick) {
   // The split path (kernel A per key head, kernel B streaming S0), forced at small batch and
   // chosen by Auto (direct entry point at C 8, kvbuffer entry point at C 64, batch 64); the
   // single-kernel path forced where Auto would split.
-  for (auto entry : {GdnEntryType::BF16, GdnEntryType::FP32}) {
-    const std::string tag = entry == GdnEntryType::BF16 ? "bf16" : "fp32";
+  for (auto entry : {EntryType::BF16, EntryType::FP32}) {
+    const std::string tag = entry == EntryType::BF16 ? "bf16" : "fp32";
     for (int C : {1, 4, 16, 64}) {
       DecodeCase c;
       c.row_metadata = true, c.path = GdnDecodePath::Split, c.entry = entry, c.capacity = C, c.batch = 3;
@@ -523,10 +523,10 @@ inline std::vector<DecodeCase> decode_cases(bool quick) {
     c.capacity = 64, c.batch = 6, c.split_row_groups = 2, c.direct_every = 2, c.cycles = 2;
     c.name = "compact-direct-bf16-C64-b6-groups2-mixed";
     add(c);
-    c.capacity = 16, c.entry = GdnEntryType::FP32, c.K = 64, c.batch = 12, c.cycles = 3, c.split_row_groups = 2;
+    c.capacity = 16, c.entry = EntryType::FP32, c.K = 64, c.batch = 12, c.cycles = 3, c.split_row_groups = 2;
     c.name = "compact-direct-fp32-K64-C16-b12-groups2-mixed";
     add(c);
-    c.entry = GdnEntryType::BF16, c.K = 128, c.path = GdnDecodePath::Auto, c.split_row_groups = 0, c.batch = 64,
+    c.entry = EntryType::BF16, c.K = 128, c.path = GdnDecodePath::Auto, c.split_row_groups = 0, c.batch = 64,
     c.capacity = 32, c.direct_every = 1, c.name = "direct-auto-C32-b64";
     add(c);
   }

@@ -296,7 +296,7 @@ inline VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   p.io = GdnVerifyIO{B, T, c.H, c.HV, c.K, c.V, slot.as<int32_t>(), q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(),
                      v.as<__nv_bfloat16>(), g.as<float>(), beta.as<float>(), c.tree ? parents.as<int32_t>() : nullptr,
                      out.as<__nv_bfloat16>()};
-  p.entry = c.bf16_entries ? GdnEntryType::BF16 : GdnEntryType::FP32;
+  p.entry = c.bf16_entries ? EntryType::BF16 : EntryType::FP32;
   p.capacity = C;
   p.state = state.as<float>();
   p.buf_k = buf_k.as<void>();

@@ -147,7 +147,7 @@ void check_kvbuffer(const Problem& p, int C, BufferVariant var) {
   GdnState<T> s = gdn_cast_state<T>(p.s0);
   std::vector<T> o;
   gdn_decode_kvbuffer(gdn_cast_tokens<T>(p.x), C, var, s, o);
-  const std::string what = std::string("kvbuffer ") + to_string(var) + " C=" + std::to_string(C);
+  const std::string what = std::string("kvbuffer ") + variant_name(var) + " C=" + std::to_string(C);
   expect_close(o, p.truth.o, p.x.dims, p.x.steps, what + " o");
   expect_close(flat(s), flat(p.truth.state), p.x.dims, p.x.steps, what + " state");
 }
@@ -170,7 +170,7 @@ void check_direct(const GdnTokens<double>& x, const Truth& zero_truth, int C, Bu
   GdnState<T> s = gdn_cast_state<T>(make_random_gdn_state<double>(x.dims, rng));
   std::vector<T> o;
   const bool overflowed = gdn_decode_direct(gdn_cast_tokens<T>(x), C, var, s, o);
-  const std::string what = std::string("direct ") + to_string(var) + " C=" + std::to_string(C);
+  const std::string what = std::string("direct ") + variant_name(var) + " C=" + std::to_string(C);
   EXPECT_EQ(overflowed, x.steps >= C) << what;
   expect_close(o, zero_truth.o, x.dims, x.steps, what + " o");
   expect_close(flat(s), flat(zero_truth.state), x.dims, x.steps, what + " state");
@@ -248,7 +248,7 @@ TEST(GdnKVBuffer, EntriesHoldTheRecurrenceCorrectedValues) {
     ASSERT_EQ(buf.fill(), p.x.steps);
     double G = 0;
     for (int j = 0; j < p.x.steps; ++j) {
-      EXPECT_LE(max_rel_err(buf.entry_u(j), u_true[j]), 1e-13) << to_string(var) << " entry " << j;
+      EXPECT_LE(max_rel_err(buf.entry_u(j), u_true[j]), 1e-13) << variant_name(var) << " entry " << j;
       G += p.x.g[j * d.HV + 1];
       EXPECT_DOUBLE_EQ(buf.entry_G(j)[1], G);
       const GdnTokens<double> tj = gdn_slice_tokens(p.x, j, 1);
@@ -279,7 +279,7 @@ void check_chain_verify(const GdnDims& d, int C, int n, int Tw, BufferVariant va
   const GdnState<double> s0 = make_random_gdn_state<double>(d, rng);
   const Truth all = recurrent_truth(concat(prefix, window), s0);
   for (int m = 0; m <= Tw; ++m) {
-    SCOPED_TRACE(std::string(to_string(var)) + " " + type_name(T{}) + " C=" + std::to_string(C) +
+    SCOPED_TRACE(std::string(variant_name(var)) + " " + type_name(T{}) + " C=" + std::to_string(C) +
                  " n=" + std::to_string(n) + " T=" + std::to_string(Tw) + " m=" + std::to_string(m));
     GdnKVBuffer<T> buf(d, C, var, gdn_cast_state<T>(s0));
     std::vector<T> o(d.HV * d.V), ow;
@@ -406,7 +406,7 @@ void check_tree(const GdnDims& d, int C, int n, int nodes_count, BufferVariant v
     depth = 0;
     for (int i = 1; i <= nodes_count; ++i) depth = std::max(depth, int(root_path(parents, i).size()));
   } while (depth > C);
-  SCOPED_TRACE(std::string(to_string(var)) + " " + type_name(T{}) + " C=" + std::to_string(C) +
+  SCOPED_TRACE(std::string(variant_name(var)) + " " + type_name(T{}) + " C=" + std::to_string(C) +
                " n=" + std::to_string(n) + " nodes=" + std::to_string(nodes_count));
   GdnKVBuffer<T> buf(d, C, var, gdn_cast_state<T>(s0));
   std::vector<T> o(d.HV * d.V), ot;

@@ -21,7 +21,7 @@ struct Config {
            " chunk=" + std::to_string(chunk) + " T=" + std::to_string(drafts) +
            " accept=" + std::to_string(accept) + " g in [" + std::to_string(gates.g_min) + ", " +
            std::to_string(gates.g_max) + "] p(beta=0)=" + std::to_string(gates.p_beta_zero) +
-           " p(beta=1)=" + std::to_string(gates.p_beta_one) + " " + to_string(variant);
+           " p(beta=1)=" + std::to_string(gates.p_beta_one) + " " + variant_name(variant);
   }
 };
 

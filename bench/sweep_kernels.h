@@ -1,0 +1,88 @@
+// The kernel axis of `kvbuf sweep`: one table of named rows, from which the --kernels help, its
+// validation and both sweep runners (bench/sweep_decode.cu, bench/sweep_verify.cu) take what a
+// kernel name means.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "kernels/gdn_decode.h"
+#include "sim/layout.h"
+
+namespace kvbuf {
+
+enum class SweepFamily { Decode, Verify };
+
+struct SweepKernel {
+  std::string name;  // as on the command line and in the CSV
+  SweepFamily family = SweepFamily::Decode;
+  std::string help;
+  bool buffered = false;      // has a buffer and a chunk (C) axis: KVBuffer decode, direct, KVBuffer verify
+  bool out_of_place = false;  // recurrent: separate input and output state pools
+  bool direct = false;        // every request stateless (direct mode)
+  BufferVariant variant = BufferVariant::CachedU;
+  EntryType entry = EntryType::BF16;
+  bool pool_fill = false;  // fill/has_state advanced in the kernel instead of scheduler metadata
+  GdnDecodePath path = GdnDecodePath::Auto;  // the dispatch's choice, or one path forced
+  bool tree = false;                         // verify: tree drafts instead of a chain
+};
+
+inline const std::vector<SweepKernel>& sweep_kernels() {
+  using F = SweepFamily;
+  auto recurrent = [](std::string name, bool out_of_place, std::string help) {
+    SweepKernel k{std::move(name), F::Decode, std::move(help)};
+    k.out_of_place = out_of_place;
+    return k;
+  };
+  auto buffered = [](std::string name, std::string help, bool direct) {
+    SweepKernel k{std::move(name), F::Decode, std::move(help)};
+    k.buffered = true, k.direct = direct;
+    return k;
+  };
+  auto with_entry = [](SweepKernel k, BufferVariant v, EntryType e) {
+    k.variant = v, k.entry = e;
+    return k;
+  };
+  auto with_path = [](SweepKernel k, GdnDecodePath p) {
+    k.path = p;
+    return k;
+  };
+  auto verify = [](std::string name, std::string help, bool kvbuffer, bool tree) {
+    SweepKernel k{std::move(name), F::Verify, std::move(help)};
+    k.buffered = kvbuffer, k.tree = tree;
+    return k;
+  };
+  auto with_pool_fill = [](SweepKernel k) {
+    k.pool_fill = true;
+    return k;
+  };
+  static const std::vector<SweepKernel> table = {
+      recurrent("recurrent", false, "classic recurrent decode, state updated in place"),
+      recurrent("recurrent-oop", true, "classic recurrent decode, separate output pool (FLA's placement)"),
+      buffered("kvbuffer", "KVBuffer decode, cached-u bf16 entries, scheduler metadata", false),
+      with_entry(buffered("kvbuffer-fp32", "KVBuffer decode, cached-u fp32 entries", false), BufferVariant::CachedU,
+                 EntryType::FP32),
+      with_entry(buffered("kvbuffer-raw", "KVBuffer decode, raw bf16 entries (u recomputed)", false),
+                 BufferVariant::Raw, EntryType::BF16),
+      buffered("direct", "direct mode: stateless requests read only their entries", true),
+      with_pool_fill(buffered("kvbuffer-poolfill", "KVBuffer decode, fill advanced in the kernel", false)),
+      with_path(buffered("kvbuffer-single", "KVBuffer decode, single-kernel path forced", false),
+                GdnDecodePath::Single),
+      with_path(buffered("kvbuffer-split", "KVBuffer decode, split path forced", false), GdnDecodePath::Split),
+      with_path(buffered("direct-single", "direct mode, single-kernel path forced", true), GdnDecodePath::Single),
+      with_path(buffered("direct-split", "direct mode, split path forced", true), GdnDecodePath::Split),
+      verify("verify-classic", "classic speculative verify (a state per draft) + copy commit", false, false),
+      verify("verify-kvbuffer", "KVBuffer verify from S0 + buffer + commit of the accepted entries", true, false),
+      verify("verify-classic-tree", "classic verify of a draft tree", false, true),
+      verify("verify-kvbuffer-tree", "KVBuffer verify of a draft tree", true, true),
+  };
+  return table;
+}
+
+// nullptr for an unknown name.
+inline const SweepKernel* find_sweep_kernel(const std::string& name) {
+  for (const SweepKernel& k : sweep_kernels())
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+}  // namespace kvbuf
