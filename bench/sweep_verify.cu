@@ -1,6 +1,8 @@
-// The verify rows of `kvbuf sweep` (run_verify_sweep of bench/sweep.h): classic speculative verify
-// (gdn_verify_classic + gdn_verify_classic_commit) against KVBuffer verify (gdn_verify_kvbuffer +
-// gdn_verify_kvbuffer_commit), chains and trees, per batch x T x C, plus the single-token KVBuffer
+// The verify rows of `kvbuf sweep` (run_verify_sweep of bench/sweep.h): classic speculative verify,
+// in place (verify-classic-inplace: gdn_verify_classic with step_slot, committed by index) and with
+// a copy commit (verify-classic: gdn_verify_classic + gdn_verify_classic_commit), against KVBuffer
+// verify (gdn_verify_kvbuffer + gdn_verify_kvbuffer_commit), chains and trees, per batch x T x C,
+// plus the single-token KVBuffer
 // decode step (gdn_decode_kvbuffer) at the same batch and C for the "verify <= 1.3x decode" figure.
 //
 // Method (as the decode sweep, bench/sweep.h): one state pool (and buffer pool) per linear layer,
@@ -10,12 +12,16 @@
 // the acceptance rate a: m = 1 + the number of leading drafts accepted, each with probability a
 // (at most T - 1), so fills advance at different speeds and stagger (initial fills are random in
 // 0..C-1 too). Per accepted token = per step / E[m], E[m] = (1 - a^T) / (1 - a).
-// Bytes per layer per step come from sim/bytes_model.h (bytes_verify_classic with the commit copy;
+// Bytes per layer per step come from sim/bytes_model.h (bytes_verify_classic with the commit copy or
+// without it in place;
 // bytes_verify_kvbuffer at each request's fill under the kernels' fold rule (verify_kvbuffer_next_fill),
 // averaged over the simulated steady state of the fills).
 // The token inputs are shared by all layers (a few MiB at most), as in the decode sweep; the classic
 // per-node scratch states [B, T, HV, V, K] are shared by the layers too (36 layers of them do not
 // fit at batch 256 x T = 8), which changes nothing in its traffic: they are written once, read once.
+// In place, each layer's pool holds batch x (T + 1) slots, row r owning slots r (T + 1) + 0..T; the
+// slot arrays are shared by the layers and rotated once per step, after the layers, by
+// advance_inplace_slots (the scheduler's commit by index).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -43,15 +49,38 @@ struct VerifyMethod {
   std::string name;
   bool kvbuffer;
   bool tree;
+  bool in_place = false;  // classic only
 };
 const std::vector<VerifyMethod>& verify_methods() {
   static const std::vector<VerifyMethod> m = {
       {"verify-classic", false, false},
+      {"verify-classic-inplace", false, false, true},
       {"verify-kvbuffer", true, false},
       {"verify-classic-tree", false, true},
+      {"verify-classic-inplace-tree", false, true, true},
       {"verify-kvbuffer-tree", true, true},
   };
   return m;
+}
+std::string method_names() {
+  std::string r;
+  for (const auto& m : verify_methods()) r += (r.empty() ? "" : ", ") + m.name;
+  return r;
+}
+
+// The commit by index of the in-place classic rows, as a scheduler does it: row r owns slots
+// r (T + 1) + j, j = 0..T, with S0 in j and node t's state in (j + 1 + t) mod (T + 1); accepting
+// node n (1-based; 0 = none) moves S0 to (j + n) mod (T + 1), and the other T slots receive the
+// next step's nodes.
+__global__ void advance_inplace_slots(int batch, int T, const int32_t* accept_len, const int32_t* accept_nodes,
+                                      int32_t* slot, int32_t* step_slot) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= batch) return;
+  const int m = min(accept_len[r], T);
+  const int n = m <= 0 ? 0 : accept_nodes ? accept_nodes[r * T + m - 1] : m;
+  const int base = r * (T + 1), j = (slot[r] - base + n) % (T + 1);
+  slot[r] = base + j;
+  for (int t = 0; t < T; ++t) step_slot[r * T + t] = base + (j + 1 + t) % (T + 1);
 }
 
 // Tree drafts for the tree rows: a binary heap (node i's parent is i / 2, the root's is 0), as
@@ -125,8 +154,7 @@ class VerifySweep {
     if (!(a.acceptance >= 0 && a.acceptance <= 1)) throw std::invalid_argument("verify sweep: acceptance must be in [0, 1]");
     for (const auto& name : a.methods)
       if (!find(name))
-        throw std::invalid_argument("unknown verify method '" + name +
-                                    "' (verify-classic, verify-kvbuffer, verify-classic-tree, verify-kvbuffer-tree)");
+        throw std::invalid_argument("unknown verify method '" + name + "' (" + method_names() + ")");
     for (int T : a.drafts)
       if (T < 1 || T > kGdnVerifyMaxTokens) throw std::invalid_argument("verify sweep: T must be in 1..8, got " + std::to_string(T));
     p_.state_bytes = 4, p_.entry_bytes = 2, p_.io_bytes = 2;
@@ -222,30 +250,52 @@ class VerifySweep {
 
   void run_classic(const VerifyMethod& vm, int batch, int T, CsvWriter& csv) {
     const int L = a_.layers;
-    const size_t head = size_t(s_.head_v) * s_.head_k, state_layer = size_t(batch) * s_.value_heads * head;
-    const size_t need = (L * state_layer + size_t(T) * state_layer) * 4;
+    const size_t head = size_t(s_.head_v) * s_.head_k, state_row = size_t(s_.value_heads) * head;
+    // Slots per layer pool: batch (copy; the T scratch states shared by the layers) or batch (T + 1).
+    const size_t pool = vm.in_place ? size_t(batch) * (T + 1) * state_row : size_t(batch) * state_row;
+    const size_t need = (L * pool + (vm.in_place ? 0 : size_t(T) * batch * state_row)) * 4;
     if (!fits(need, fmt::format("{} batch {} T {}", vm.name, batch, T))) return;
     const auto m = draw_accepts(batch, T);
     Inputs in = make_inputs(s_, batch, T, vm.tree, m, a_.seed);
-    DeviceBuffer states(L * state_layer * 4), steps(size_t(T) * state_layer * 4);
-    fill_uniform_f32(states.as<float>(), L * state_layer, a_.seed + 11, -1.f, 1.f);
+    DeviceBuffer states(L * pool * 4), steps(vm.in_place ? 0 : size_t(T) * batch * state_row * 4),
+        step_slot(vm.in_place ? size_t(batch) * T * 4 : 0);
+    fill_uniform_f32(states.as<float>(), L * pool, a_.seed + 11, -1.f, 1.f);
+    if (vm.in_place) {
+      std::vector<int32_t> slots(batch), steps_at(size_t(batch) * T);
+      for (int r = 0; r < batch; ++r) {
+        slots[r] = r * (T + 1);
+        for (int t = 0; t < T; ++t) steps_at[size_t(r) * T + t] = r * (T + 1) + 1 + t;
+      }
+      KVB_CUDA_CHECK(cudaMemcpy(in.slot.as<void>(), slots.data(), slots.size() * 4, cudaMemcpyHostToDevice));
+      KVB_CUDA_CHECK(cudaMemcpy(step_slot.as<void>(), steps_at.data(), steps_at.size() * 4, cudaMemcpyHostToDevice));
+    }
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
     auto step = [&](cudaStream_t st) {
       for (int l = 0; l < L; ++l) {
         GdnVerifyClassicParams p;
         p.io = in.io;
-        p.state = states.as<float>() + l * state_layer;
-        p.step_states = steps.as<float>();
+        p.state = states.as<float>() + l * pool;
         p.accept = in.accept;
-        gdn_verify_classic(p, st);
-        gdn_verify_classic_commit(p, st);
+        if (vm.in_place) {
+          p.step_slot = step_slot.as<int32_t>();
+          gdn_verify_classic(p, st);
+        } else {
+          p.step_states = steps.as<float>();
+          gdn_verify_classic(p, st);
+          gdn_verify_classic_commit(p, st);
+        }
+      }
+      if (vm.in_place) {
+        advance_inplace_slots<<<(batch + 127) / 128, 128, 0, st>>>(batch, T, in.accept.accept_len, in.accept.accept_nodes,
+                                                                    in.slot.as<int32_t>(), step_slot.as<int32_t>());
+        KVB_CUDA_CHECK_LAUNCH();
       }
     };
     const TimingStats t = time(step, 4);
     double mean_m = 0;
     for (int x : m) mean_m += vm.tree ? std::min(x, heap_depth(T)) : x;
     mean_m /= batch;
-    const double bytes = bytes_verify_classic(s_, p_, T, true).scale(batch).total_bytes();
+    const double bytes = bytes_verify_classic(s_, p_, T, !vm.in_place).scale(batch).total_bytes();
     emit(csv, vm.name, batch, T, 0, vm.tree ? mean_m : tokens_per_step(T), t, bytes);
   }
 
@@ -357,9 +407,10 @@ class VerifySweep {
   }
 
   void summary() const {
-    fmt::print("\nverify summary (us per layer per step, median; kvbuffer at its best C) | {} | commit {}\n", a_.gpu,
-               a_.commit);
-    fmt::print("{:>6} {:>6} {:>2} {:>12} {:>16} {:>9} {:>16} {:>12}\n", "drafts", "batch", "T", "classic",
+    fmt::print("\nverify summary (us per layer per step, median; classic: the faster of in place and copy commit, "
+               "speedup against it; kvbuffer at its best C) | {} | commit {}\n",
+               a_.gpu, a_.commit);
+    fmt::print("{:>6} {:>6} {:>2} {:>18} {:>16} {:>9} {:>16} {:>12}\n", "drafts", "batch", "T", "classic [row]",
                "kvbuffer [C]", "speedup", "decode-kvb [C]", "verify/dec");
     // Chains, then trees (the decode step on the same pools is timed with the chains only).
     for (const std::string shape : {"chain", "tree"})
@@ -373,7 +424,10 @@ class VerifySweep {
                                        [](auto& x, auto& y) { return x.second < y.second; });
             return b;
           };
-          const auto c = best("verify-classic" + suffix), k = best("verify-kvbuffer" + suffix);
+          const auto copy = best("verify-classic" + suffix), in_place = best("verify-classic-inplace" + suffix);
+          const bool in_place_faster = in_place.first >= 0 && (copy.first < 0 || in_place.second < copy.second);
+          const auto c = in_place_faster ? in_place : copy;
+          const auto k = best("verify-kvbuffer" + suffix);
           if (c.first < 0 && k.first < 0) continue;
           std::pair<int, double> d{-1, 0};
           if (k.first >= 0 && suffix.empty()) {
@@ -382,8 +436,8 @@ class VerifySweep {
               for (auto& x : it->second)
                 if (x.first == k.first) d = x;
           }
-          fmt::print("{:>6} {:>6} {:>2} {:>12} {:>16} {:>9} {:>16} {:>12}\n", shape, batch, T,
-                     c.first >= 0 ? fmt::format("{:.2f}", c.second) : "-",
+          fmt::print("{:>6} {:>6} {:>2} {:>18} {:>16} {:>9} {:>16} {:>12}\n", shape, batch, T,
+                     c.first >= 0 ? fmt::format("{:.2f} [{}]", c.second, in_place_faster ? "inplace" : "copy") : "-",
                      k.first >= 0 ? fmt::format("{:.2f} [{}]", k.second, k.first) : "-",
                      c.first >= 0 && k.first >= 0 ? fmt::format("{:.2f}x", c.second / k.second) : "-",
                      d.first >= 0 ? fmt::format("{:.2f} [{}]", d.second, d.first) : "-",
