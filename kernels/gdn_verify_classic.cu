@@ -37,9 +37,9 @@
 //     commit kernel unchanged) ~570 at 128, ~1140 at 256.
 //     Measured (f503cf2b9f26, twice, interleaved with the variant below; copy ceiling 4237-4263
 //     GB/s in the same runs): in place 5.76-5.78 / 418.0-418.1 / 833.6-833.8 us (91.5-92.1% of
-//     copy at 128 and 256), copy 8.56-8.64 / 554.7-554.8 / 1102.4-1102.7 (91.7-92.6%). Faster
-//     than the public kernel at every batch (by 75%, 6.1% and 4.7%); batch 1 better than predicted
-//     (one wave of 512 one-warp blocks, 5 dependent node updates each).
+//     copy at 128 and 256), copy 8.56-8.64 / 554.7-554.8 / 1102.4-1102.7 (91.7-92.6%). In place
+//     is faster than the public kernel at every batch (5.8 / 418 / 834 against 23.2 / 445 / 874
+//     us); batch 1 better than predicted (one wave of 512 one-warp blocks, 5 node updates each).
 //   v3 (not kept) __launch_bounds__(32, 32): 64 registers (one 4-byte spill) for 32 warps per SM
 //     instead of 25. Measured in the same runs: in place 5.88 / 422.5-422.8 / 842.1-842.2 us, copy
 //     8.78-8.81 / 559.3-559.8 / 1112.9-1113.1: 1% slower; more warps in flight add nothing here.
