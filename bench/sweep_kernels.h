@@ -24,6 +24,7 @@ struct SweepKernel {
   bool pool_fill = false;  // fill/has_state advanced in the kernel instead of scheduler metadata
   GdnDecodePath path = GdnDecodePath::Auto;  // the dispatch's choice, or one path forced
   bool tree = false;                         // verify: tree drafts instead of a chain
+  bool in_place = false;  // classic verify: node states written into the pool, committed by index
 };
 
 inline const std::vector<SweepKernel>& sweep_kernels() {
@@ -51,6 +52,10 @@ inline const std::vector<SweepKernel>& sweep_kernels() {
     k.buffered = kvbuffer, k.tree = tree;
     return k;
   };
+  auto in_place = [](SweepKernel k) {
+    k.in_place = true;
+    return k;
+  };
   auto with_pool_fill = [](SweepKernel k) {
     k.pool_fill = true;
     return k;
@@ -71,8 +76,12 @@ inline const std::vector<SweepKernel>& sweep_kernels() {
       with_path(buffered("direct-single", "direct mode, single-kernel path forced", true), GdnDecodePath::Single),
       with_path(buffered("direct-split", "direct mode, split path forced", true), GdnDecodePath::Split),
       verify("verify-classic", "classic speculative verify (a state per draft) + copy commit", false, false),
+      in_place(verify("verify-classic-inplace",
+                      "classic verify as serving engines run it: T + 1 state slots per request, commit by index",
+                      false, false)),
       verify("verify-kvbuffer", "KVBuffer verify from S0 + buffer + commit of the accepted entries", true, false),
       verify("verify-classic-tree", "classic verify of a draft tree", false, true),
+      in_place(verify("verify-classic-inplace-tree", "in-place classic verify of a draft tree", false, true)),
       verify("verify-kvbuffer-tree", "KVBuffer verify of a draft tree", true, true),
   };
   return table;

@@ -1,6 +1,7 @@
-// The verify rows of `kvbuf sweep` (run_verify_sweep of bench/sweep.h): classic speculative verify
-// (gdn_verify_classic + gdn_verify_classic_commit) against KVBuffer verify (gdn_verify_kvbuffer +
-// gdn_verify_kvbuffer_commit), chains and trees, per batch x T x C. For the verify-to-decode ratio
+// The verify rows of `kvbuf sweep` (run_verify_sweep of bench/sweep.h): classic speculative verify,
+// in place (verify-classic-inplace: gdn_verify_classic with step_slot, committed by index) and with
+// a copy commit (verify-classic: gdn_verify_classic + gdn_verify_classic_commit), against KVBuffer
+// verify (gdn_verify_kvbuffer + gdn_verify_kvbuffer_commit), chains and trees, per batch x T x C. For the verify-to-decode ratio
 // it compares with the fastest KVBuffer decode step the decode sweep measures at that batch (the
 // decode sweep's own dispatch and scheduler metadata, time_decode_point), over the same C axis.
 //
@@ -11,12 +12,16 @@
 // the acceptance rate a: m = 1 + the number of leading drafts accepted, each with probability a
 // (at most T - 1), so fills advance at different speeds and stagger (initial fills are random in
 // 0..C-1 too). Per accepted token = per step / E[m], E[m] = (1 - a^T) / (1 - a).
-// Bytes per layer per step come from sim/bytes_model.h (bytes_verify_classic with the commit copy;
+// Bytes per layer per step come from sim/bytes_model.h (bytes_verify_classic with the commit copy or,
+// in place, without it;
 // bytes_verify_kvbuffer at each request's fill under the kernels' fold rule (verify_kvbuffer_next_fill),
 // averaged over the simulated steady state of the fills).
 // The token inputs are shared by all layers (a few MiB at most), as in the decode sweep; the classic
 // per-node scratch states [B, T, HV, V, K] are shared by the layers too (36 layers of them do not
 // fit at batch 256 x T = 8), which changes nothing in its traffic: they are written once, read once.
+// In place, each layer's pool holds batch x (T + 1) slots, row r owning slots r (T + 1) + 0..T; the
+// slot arrays are shared by the layers and rotated once per step, after the layers, by
+// advance_inplace_slots (the scheduler's commit by index).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -38,6 +43,21 @@ namespace kvbuf {
 namespace {
 
 std::string fmt_g(double x) { return fmt::format("{:.6g}", x); }
+
+// The commit by index of the in-place classic rows, as a scheduler does it: row r owns slots
+// r (T + 1) + j, j = 0..T, with S0 in j and node t's state in (j + 1 + t) mod (T + 1); accepting
+// node n (1-based; 0 = none) moves S0 to (j + n) mod (T + 1), and the other T slots receive the
+// next step's nodes.
+__global__ void advance_inplace_slots(int batch, int T, const int32_t* accept_len, const int32_t* accept_nodes,
+                                      int32_t* slot, int32_t* step_slot) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= batch) return;
+  const int m = min(accept_len[r], T);
+  const int n = m <= 0 ? 0 : accept_nodes ? accept_nodes[r * T + m - 1] : m;
+  const int base = r * (T + 1), j = (slot[r] - base + n) % (T + 1);
+  slot[r] = base + j;
+  for (int t = 0; t < T; ++t) step_slot[r * T + t] = base + (j + 1 + t) % (T + 1);
+}
 
 // Tree drafts for the tree rows: a binary heap (node i's parent is i / 2, the root's is 0), as
 // EAGLE-style drafting expands the likeliest candidates; the accepted path ends at the deepest
@@ -227,32 +247,54 @@ class VerifySweep {
   void run_classic(const SweepKernel& vm, int batch, int T, CsvWriter& csv) {
     const int L = layers_;
     const PoolLayout layout{s_, 0, BufferVariant::CachedU, p_};
-    // The state pool per layer; the per-node scratch states are shared by the layers (36 layers of
-    // them do not fit at batch 256 x T = 8), which changes nothing in their traffic.
-    const PoolPlan state_plan({layout.state()}, size_t(batch), L), step_plan({layout.step_states(T)}, size_t(batch), 1);
+    // Copy commit: the state pool per layer, and the per-node scratch states shared by the layers
+    // (36 layers of them do not fit at batch 256 x T = 8), which changes nothing in their traffic.
+    // In place: T + 1 state slots per request in every layer's pool.
+    const size_t slots = vm.in_place ? size_t(batch) * (T + 1) : size_t(batch);
+    const PoolPlan state_plan({layout.state()}, slots, L), step_plan({layout.step_states(T)}, vm.in_place ? 0 : batch, 1);
     if (!fits(state_plan.total_bytes() + step_plan.total_bytes(), fmt::format("{} batch {} T {}", vm.name, batch, T)))
       return;
     const auto m = draw_accepts(batch, T);
     Inputs in = make_inputs(s_, batch, T, vm.tree, m, a_.seed);
     DevicePools states(state_plan), steps(step_plan);
+    DeviceBuffer step_slot(vm.in_place ? size_t(batch) * T * 4 : 0);
     fill_uniform_f32(states.at<float>(0, "state"), states.bytes() / 4, a_.seed + 11, -1.f, 1.f);
+    if (vm.in_place) {
+      std::vector<int32_t> slot0(batch), steps_at(size_t(batch) * T);
+      for (int r = 0; r < batch; ++r) {
+        slot0[r] = r * (T + 1);
+        for (int t = 0; t < T; ++t) steps_at[size_t(r) * T + t] = r * (T + 1) + 1 + t;
+      }
+      in.slot.upload(slot0);
+      step_slot.upload(steps_at);
+    }
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
     auto step = [&](cudaStream_t st) {
       for (int l = 0; l < L; ++l) {
         GdnVerifyClassicParams p;
         p.io = in.io;
         p.state = states.at<float>(l, "state");
-        p.step_states = steps.at<float>(0, "step_states");
         p.accept = in.accept;
-        gdn_verify_classic(p, st);
-        gdn_verify_classic_commit(p, st);
+        if (vm.in_place) {
+          p.step_slot = step_slot.as<int32_t>();
+          gdn_verify_classic(p, st);
+        } else {
+          p.step_states = steps.at<float>(0, "step_states");
+          gdn_verify_classic(p, st);
+          gdn_verify_classic_commit(p, st);
+        }
+      }
+      if (vm.in_place) {
+        advance_inplace_slots<<<(batch + 127) / 128, 128, 0, st>>>(batch, T, in.accept.accept_len, in.accept.accept_nodes,
+                                                                    in.slot.as<int32_t>(), step_slot.as<int32_t>());
+        KVB_CUDA_CHECK_LAUNCH();
       }
     };
     const TimingStats t = time(step, 4);
     double mean_m = 0;
     for (int x : m) mean_m += vm.tree ? std::min(x, heap_depth(T)) : x;
     mean_m /= batch;
-    const double bytes = bytes_verify_classic(s_, p_, T, true).scale(batch).total_bytes();
+    const double bytes = bytes_verify_classic(s_, p_, T, !vm.in_place).scale(batch).total_bytes();
     emit(csv, vm.name, batch, T, 0, vm.tree ? mean_m : tokens_per_step(T), t, bytes);
   }
 

@@ -3,7 +3,9 @@
 // per kernel; each dispatch throws std::invalid_argument("unsupported ...") for shapes it has no
 // instantiation for (K in {64, 128}, V a multiple of 64, 1 <= T <= 8).
 //   gdn_verify_classic          (gdn_verify_classic.cu)   walk the T tokens, write the state after
-//   gdn_verify_classic_commit                             every token; copy the accepted one back
+//   gdn_verify_classic_commit                             every token: in place into pool slots
+//                                                         (commit by index, no kernel) or to a
+//                                                         scratch (commit copies the accepted one)
 //   gdn_verify_kvbuffer         (gdn_verify_kvbuffer.cu)  all T outputs from one read of S0 + the
 //   gdn_verify_kvbuffer_commit                            buffer; append the accepted entries
 //
@@ -60,15 +62,27 @@ struct GdnVerifyAccept {
   const int32_t* accept_nodes = nullptr;
 };
 
+// Classic verify: S0 read from state[slot[row]], the state after every node t (0-based) written
+// where exactly one of these says:
+//  * in place (step_slot set), as serving engines' spec-decode state caches do: each request owns
+//    T + 1 pool slots per layer; node t's state goes to state[step_slot[row, t]], and a tree node
+//    whose parent is not the previous node reads its parent's state from there. step_slot entries
+//    of a row are distinct and differ from slot[row] (padding rows' are not read). Commit by
+//    index, no kernel: the scheduler sets slot[row] <- step_slot[row, last accepted node] (m = 0
+//    keeps it); the row's other T slots receive the next round's states.
+//  * copy (step_states set): node t's state goes to step_states[row, t]; gdn_verify_classic_commit
+//    copies the accepted one into state[slot].
 struct GdnVerifyClassicParams {
   GdnVerifyIO io;
-  float* state = nullptr;        // [slots, HV, V, K] fp32, K contiguous
-  float* step_states = nullptr;  // [B, T, HV, V, K] fp32: the state after every node
-  GdnVerifyAccept accept;        // commit only
+  float* state = nullptr;              // [slots, HV, V, K] fp32, K contiguous
+  const int32_t* step_slot = nullptr;  // [B, T] in place: pool slot receiving the state after node t
+  float* step_states = nullptr;        // [B, T, HV, V, K] fp32 copy variant: the state after every node
+  GdnVerifyAccept accept;              // commit (copy variant) only
 };
-// Writes out and step_states; reads state.
+// Writes out and the node states; reads state[slot] (and the parents' states of tree nodes).
 void gdn_verify_classic(const GdnVerifyClassicParams& p, cudaStream_t stream);
-// state[slot] <- step_states[row, last accepted node] (m = 0 keeps the state).
+// Copy variant: state[slot] <- step_states[row, last accepted node] (m = 0 keeps the state).
+// Refuses the in-place variant (std::invalid_argument), which commits by index.
 void gdn_verify_classic_commit(const GdnVerifyClassicParams& p, cudaStream_t stream);
 
 struct GdnVerifyKVBufferParams {

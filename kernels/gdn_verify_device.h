@@ -1,8 +1,8 @@
 // Device helpers shared by the GDN verify kernels (include from .cu files only).
 //
-// Block of the classic verify and of the commit's fold (the KVBuffer verify has its own shape,
-// described in gdn_verify_kvbuffer.cu): 64 threads own 64 consecutive rows S[v0 .. v0+63, :] of one value head of one request
-// (blockIdx.x = (row * HV + h) * tiles + tile, tiles = V / 64). Rows are split over lane pairs:
+// Block of the KVBuffer commit's fold (the KVBuffer verify and the classic verify have their own
+// shapes, described in gdn_verify_kvbuffer.cu and gdn_verify_classic.cu): 64 threads own 64
+// consecutive rows S[v0 .. v0+63, :] of one value head of one request (blockIdx.x = (row * HV + h) * tiles + tile, tiles = V / 64). Rows are split over lane pairs:
 // lanes 2r and 2r+1 of warp w hold rows rA = 32w + r and rB = rA + 16; lane parity p holds the
 // float4 chunks f = 2i + p (i = 0 .. K/8-1) of both rows, so each load instruction of a pair reads
 // one full 32-byte sector of a row, and a T-token verify reduces its 2T dot products per row over 2
@@ -27,12 +27,6 @@ constexpr int kThreads = 64;  // one owned row per thread
 template <class E>
 __device__ __forceinline__ float round_to(float x) { return to_f32(from_f32<E>(x)); }
 
-__device__ __forceinline__ float dot4(const float4 a, const float4 b, float acc) {
-  acc = fmaf(a.x, b.x, acc);
-  acc = fmaf(a.y, b.y, acc);
-  acc = fmaf(a.z, b.z, acc);
-  return fmaf(a.w, b.w, acc);
-}
 __device__ __forceinline__ float4 axpy4(float a, const float4 x, const float4 y) {
   return make_float4(fmaf(a, x.x, y.x), fmaf(a, x.y, y.y), fmaf(a, x.z, y.z), fmaf(a, x.w, y.w));
 }
@@ -82,38 +76,10 @@ __device__ __forceinline__ void store_row_halves(float* rowA, float* rowB, int p
   }
 }
 
-// Partial dot products of rows rA, rB with a padded shared K-vector (this lane's chunks).
-template <int KD>
-__device__ __forceinline__ void dot_row_halves(const float4 (&xa)[KD / 8], const float4 (&xb)[KD / 8],
-                                               const float* s_vec, int parity, float& da, float& db) {
-#pragma unroll
-  for (int i = 0; i < KD / 8; ++i) {
-    const float4 w = reinterpret_cast<const float4*>(s_vec)[2 * i + parity];
-    da = dot4(xa[i], w, da);
-    db = dot4(xb[i], w, db);
-  }
-}
-
-// Tree structure of one row (run by one thread), 0-based: s_parent[t] in -1..t-1 (-1 = the
-// committed state; out-of-range entries read as -1), s_anc[t] the strict-ancestor bitmask, from the
-// 1-based parents p(i) of the row (null: a chain). Returns the depth of the deepest node.
-__device__ __forceinline__ int window_tree(int T, const int* parents, int* s_parent, unsigned* s_anc) {
-  int depth_of[kGdnVerifyMaxTokens];
-  int depth = 0;
-  for (int t = 0; t < T; ++t) {
-    int p = parents ? parents[t] - 1 : t - 1;
-    if (p < -1 || p >= t) p = -1;
-    s_parent[t] = p;
-    s_anc[t] = p < 0 ? 0u : (s_anc[p] | (1u << p));
-    depth_of[t] = p < 0 ? 1 : depth_of[p] + 1;
-    depth = max(depth, depth_of[t]);
-  }
-  return depth;
-}
-
-// The same structure computed by warp 0 in parallel, lane t = node t (lanes >= T: no node): its
-// strict-ancestor bitmask (0-based), and the depth of the deepest node (every lane). Parents as in
-// window_tree; TMAX bounds T.
+// The tree structure of one request row computed by warp 0, lane t = node t (lanes >= T: no node):
+// its strict-ancestor bitmask (0-based), and the depth of the deepest node (every lane), from the
+// 1-based parents p(i) of the row (null: a chain; out-of-range entries read as 0, the committed
+// state). TMAX bounds T.
 struct WindowNode {
   unsigned anc;
   int depth;
@@ -182,54 +148,6 @@ __device__ __forceinline__ void copy_window_gates_async(const GdnVerifyIO& io, i
     if (io.parents) cp_async4(s_parents + t, io.parents + size_t(row) * io.tokens + t);
   }
 }
-// Once the copies landed: normalised keys and queries (q also scaled by K^-0.5) as padded fp32
-// rows s_k[t], s_q[t] of kd_pad floats. Each warp normalises whole vectors.
-template <int KD, int NT = kThreads>
-__device__ __forceinline__ void normalise_window_kq(int T, const __nv_bfloat16* s_raw, float* s_k, float* s_q,
-                                                    int kd_pad) {
-  // Lane l holds elements [l PER_LANE, (l+1) PER_LANE) of a vector (one 4- or 8-byte load); each
-  // warp takes two vectors at a time so that their load and shuffle latencies overlap.
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  constexpr int PER_LANE = KD / 32, WARPS = NT / 32;
-  static_assert(PER_LANE == 2 || PER_LANE == 4, "K = 64 or 128");
-  for (int v0 = warp; v0 < 2 * T; v0 += 2 * WARPS) {
-    const int vecs[2] = {v0, v0 + WARPS};
-    float x[2][PER_LANE], ss[2];
-#pragma unroll
-    for (int w = 0; w < 2; ++w) {
-      ss[w] = 0.f;
-      if (vecs[w] < 2 * T) {
-        const __nv_bfloat162* src = reinterpret_cast<const __nv_bfloat162*>(s_raw + vecs[w] * KD + lane * PER_LANE);
-#pragma unroll
-        for (int i = 0; i < PER_LANE / 2; ++i) {
-          const float2 f = __bfloat1622float2(src[i]);
-          x[w][2 * i] = f.x, x[w][2 * i + 1] = f.y;
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < PER_LANE; ++i) x[w][i] = 0.f;
-      }
-#pragma unroll
-      for (int i = 0; i < PER_LANE; ++i) ss[w] = fmaf(x[w][i], x[w][i], ss[w]);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      ss[0] += __shfl_xor_sync(0xffffffffu, ss[0], off);
-      ss[1] += __shfl_xor_sync(0xffffffffu, ss[1], off);
-    }
-#pragma unroll
-    for (int w = 0; w < 2; ++w) {
-      if (vecs[w] >= 2 * T) continue;
-      const bool is_q = vecs[w] >= T;
-      float scale = rsqrtf(ss[w] + 1e-6f);
-      if (is_q) scale *= rsqrtf(float(KD));
-      float* dst = (is_q ? s_q : s_k) + (is_q ? vecs[w] - T : vecs[w]) * kd_pad + lane * PER_LANE;
-#pragma unroll
-      for (int i = 0; i < PER_LANE; ++i) dst[i] = x[w][i] * scale;
-    }
-  }
-}
-
 // Fold of n entries into this thread's row halves: x <- exp(G_n) x + sum_j w_j[row] k_j, with the
 // keys in shared rows of `key_stride` elements and w_j[r] = exp(G_n - G_j) u_j[r] in s_w[j * kRows + r].
 template <int KD, class KT>

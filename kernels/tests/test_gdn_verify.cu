@@ -89,6 +89,18 @@ TEST(GdnVerifyBadInput, UnsupportedShapesThrow) {
   EXPECT_THROW(gdn_verify_classic(c, 0), std::invalid_argument);
   c.io.V = 128;
   EXPECT_THROW(gdn_verify_classic(c, 0), std::invalid_argument);  // null pointers
+  {  // exactly one of step_states (copy) and step_slot (in place); the pointers are never dereferenced
+    static float sink[1];
+    auto any = [](auto*& ptr) { ptr = reinterpret_cast<std::remove_reference_t<decltype(ptr)>>(sink); };
+    any(c.io.slot), any(c.io.q), any(c.io.k), any(c.io.v), any(c.io.g), any(c.io.beta), any(c.io.out), any(c.state);
+    EXPECT_THROW(gdn_verify_classic(c, 0), std::invalid_argument);  // neither
+    any(c.step_states), any(c.step_slot), any(c.accept.accept_len);
+    EXPECT_THROW(gdn_verify_classic(c, 0), std::invalid_argument);  // both
+    c.step_states = nullptr;
+    EXPECT_THROW(gdn_verify_classic_commit(c, 0), std::invalid_argument);  // in place commits by index
+    c.io.batch = 65535 + 1;
+    EXPECT_THROW(gdn_verify_classic(c, 0), std::invalid_argument);  // more rows than the grid's z holds
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The GDN verify kernel checks, shared by the gtest binary (test_gdn_verify.cu) and `kvbuf check`
-// (bench/gpu_checks.cu): gdn_verify_kvbuffer + commit and gdn_verify_classic + commit against the
+// (bench/gpu_checks.cu): gdn_verify_kvbuffer + commit and gdn_verify_classic (copy variant + its
+// commit, and in place with the commit by index, run_classic_inplace_case) against the
 // float64 reference ref::gdn_decode_recurrent of the accepted token sequence, on the same
 // bf16-rounded inputs.
 //
@@ -59,6 +60,7 @@ struct VerifyCase {
   bool tree;
   ref::GateRange gates;
   int rounds;
+  bool in_place = false;  // Classic only: node states into pool slots, commit by index (gdn_verify.h)
 };
 
 inline std::ostream& operator<<(std::ostream& os, const VerifyCase& c) { return os << c.name; }
@@ -79,7 +81,7 @@ struct VerifyResult {
   // KVBuffer: the pool state S0 after every fold (tol_state); verify_folds + commit_folds > 0.
   double fold_err = 0;
   int verify_folds = 0, commit_folds = 0;
-  // Classic: the state every node writes (step_states; tol_state).
+  // Classic: the state every node writes (step_states, or its step slot in place; tol_state).
   double node_state_err = 0;
   long outputs_checked = 0, states_checked = 0;  // node outputs (HV x V each), states (HV x K x V each)
 
@@ -542,14 +544,160 @@ inline VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
   return res;
 }
 
+// Classic in place (step_slot): each request row owns T + 1 slots of a pool, scattered over it
+// (a random permutation, with slots that no row owns between them); every round the row's T slots
+// other than its committed one are handed to the nodes in a fresh random order, the verify writes
+// node t's state into step_slot[row, t], and the commit is by index as a scheduler does it:
+// slot[row] <- step_slot[row, last accepted node] (m = 0 keeps it). Checked per round: outputs,
+// every node's state in its step slot, that no other slot changed (bitwise: the committed states
+// and the unowned slots), and the committed state of every row after the commit.
+inline VerifyResult run_classic_inplace_case(const VerifyCase& c, uint64_t seed) {
+  VerifyResult res;
+  res.method = VerifyMethod::Classic;
+  res.tol_out = 2 * kU16;
+  res.tol_state = 1e-4;
+  const GdnDims d{c.H, c.HV, c.K, c.V};
+  const int B = int(kSlots.size()), T = c.T;
+  std::mt19937_64 rng(seed);
+  const size_t head = size_t(c.V) * c.K, slot_elems = size_t(c.HV) * head;
+  const int pool_slots = B * (T + 1) + 3;
+  Dev state(size_t(pool_slots) * slot_elems * 4);
+  Dev q(size_t(B) * T * c.H * c.K * 2), k(size_t(B) * T * c.H * c.K * 2), v(size_t(B) * T * c.HV * c.V * 2),
+      g(size_t(B) * T * c.HV * 4), beta(size_t(B) * T * c.HV * 4), parents(size_t(B) * T * 4),
+      out(size_t(B) * T * c.HV * c.V * 2), slot(B * 4), step_slot(size_t(B) * T * 4);
+
+  // Slots owned per row (padding rows own none and get slot -1, step slots -1).
+  std::vector<int> perm(pool_slots);
+  for (int i = 0; i < pool_slots; ++i) perm[i] = i;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<std::vector<int>> owned(B);
+  std::vector<int> cur(B, -1);
+  std::vector<bool> is_owned(pool_slots, false);
+  for (int r = 0, next = 0; r < B; ++r) {
+    if (kSlots[r] < 0) continue;
+    owned[r].assign(perm.begin() + next, perm.begin() + next + T + 1);
+    next += T + 1;
+    for (int x : owned[r]) is_owned[x] = true;
+    cur[r] = owned[r][0];
+  }
+  std::vector<float> h_state(size_t(pool_slots) * slot_elems);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (auto& x : h_state) x = float(normal(rng));
+  state.upload(h_state);
+  std::vector<GdnState<double>> ref_state(B);
+  for (int r = 0; r < B; ++r) {
+    if (kSlots[r] < 0) continue;
+    ref_state[r] = ref::gdn_zero_state<double>(d);
+    for (int h = 0; h < c.HV; ++h)
+      for (int vv = 0; vv < c.V; ++vv)
+        for (int kk = 0; kk < c.K; ++kk)
+          ref_state[r][h](kk, vv) = h_state[((size_t(cur[r]) * c.HV + h) * c.V + vv) * c.K + kk];
+  }
+  GdnVerifyClassicParams p;
+  p.io = GdnVerifyIO{B, T, c.H, c.HV, c.K, c.V, slot.as<int32_t>(), q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(),
+                     v.as<__nv_bfloat16>(), g.as<float>(), beta.as<float>(), c.tree ? parents.as<int32_t>() : nullptr,
+                     out.as<__nv_bfloat16>()};
+  p.state = state.as<float>();
+  p.step_slot = step_slot.as<int32_t>();
+
+  ErrAcc out_err, step_err, state_err;
+  auto measured = [&] {
+    res.out_err = out_err.rel();
+    res.node_state_err = step_err.rel();
+    res.state_err = state_err.rel();
+    return res;
+  };
+  auto at = [&](const std::vector<float>& S, int s, int h, int vv, int kk) {
+    return S[((size_t(s) * c.HV + h) * c.V + vv) * c.K + kk];
+  };
+  for (int round = 0; round < c.rounds; ++round) {
+    const auto [win, par0] = draw_window(c, d, B, rng, q, k, v, g, beta, parents);
+    // This round's slots: the committed one, then the row's other T slots in a random order.
+    std::vector<int> h_slot(B, -1), h_step(size_t(B) * T, -1);
+    std::vector<bool> is_step(pool_slots, false);
+    for (int r = 0; r < B; ++r) {
+      if (kSlots[r] < 0) continue;
+      h_slot[r] = cur[r];
+      std::vector<int> free_slots;
+      for (int x : owned[r])
+        if (x != cur[r]) free_slots.push_back(x);
+      std::shuffle(free_slots.begin(), free_slots.end(), rng);
+      for (int t = 0; t < T; ++t) {
+        h_step[size_t(r) * T + t] = free_slots[t];
+        is_step[free_slots[t]] = true;
+      }
+    }
+    slot.upload(h_slot);
+    step_slot.upload(h_step);
+    out.poison();
+    for (int x = 0; x < pool_slots; ++x)
+      if (is_step[x]) KVB_CUDA_CHECK(cudaMemset(state.as<float>() + size_t(x) * slot_elems, 0xff, slot_elems * 4));
+    const auto before = state.download<float>();
+    gdn_verify_classic(p, 0);
+    KVB_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto h_out = out.download<uint16_t>();
+    const auto S = state.download<float>();
+    for (int x = 0; x < pool_slots; ++x)
+      if (!is_step[x] &&
+          std::memcmp(S.data() + size_t(x) * slot_elems, before.data() + size_t(x) * slot_elems, slot_elems * 4) != 0) {
+        record_failure(res, "slot " + std::to_string(x) + (is_owned[x] ? " (a committed state)" : " (owned by no row)") +
+                                " changed by the verify in round " + std::to_string(round));
+        return measured();
+      }
+    for (int r = 0; r < B; ++r) {
+      const size_t base = size_t(r) * T * c.HV * c.V;
+      if (kSlots[r] < 0) {
+        if (!padding_row_zero(h_out, base, c)) {
+          record_failure(res,
+                         "padding row " + std::to_string(r) + " output not zero in round " + std::to_string(round));
+          return measured();
+        }
+        continue;
+      }
+      for (int t = 0; t < T; ++t) {
+        const GdnState<double> s =
+            check_node_outputs(c, win[r], par0[r], t, ref_state[r], h_out.data() + base, out_err);
+        ++res.outputs_checked;
+        for (int h = 0; h < c.HV; ++h)
+          for (int vv = 0; vv < c.V; ++vv)
+            for (int kk = 0; kk < c.K; ++kk) step_err.add(at(S, h_step[size_t(r) * T + t], h, vv, kk), s[h](kk, vv));
+        ++res.states_checked;
+      }
+    }
+    // Commit by index.
+    for (int r = 0; r < B; ++r) {
+      if (kSlots[r] < 0) continue;
+      const std::vector<int> path = draw_accepted_path(c.tree, T, par0[r], rng);
+      std::vector<double> o;
+      if (!path.empty()) {
+        ref::gdn_decode_recurrent(select_tokens(win[r], path), ref_state[r], o);
+        cur[r] = h_step[size_t(r) * T + path.back()];
+      }
+      for (int h = 0; h < c.HV; ++h)
+        for (int vv = 0; vv < c.V; ++vv)
+          for (int kk = 0; kk < c.K; ++kk) state_err.add(at(S, cur[r], h, vv, kk), ref_state[r][h](kk, vv));
+      ++res.states_checked;
+    }
+  }
+
+  measured();
+  if (!(res.out_err <= res.tol_out)) record_failure(res, exceeds("outputs", res.out_err, res.tol_out));
+  if (!(res.node_state_err <= res.tol_state))
+    record_failure(res, exceeds("node states", res.node_state_err, res.tol_state));
+  if (!(res.state_err <= res.tol_state)) record_failure(res, exceeds("committed states", res.state_err, res.tol_state));
+  return res;
+}
+
 }  // namespace detail
 
 inline VerifyResult run_verify_case(const VerifyCase& c, uint64_t seed) {
-  return c.method == VerifyMethod::KVBuffer ? detail::run_kvbuffer_case(c, seed) : detail::run_classic_case(c, seed);
+  if (c.method == VerifyMethod::KVBuffer) return detail::run_kvbuffer_case(c, seed);
+  return c.in_place ? detail::run_classic_inplace_case(c, seed) : detail::run_classic_case(c, seed);
 }
 
 // The cases `kvbuf check` and the gtest binary run: KVBuffer cases first, then classic. `quick`
-// keeps one chain and one tree case per method (bf16 and fp32 entries, T up to 8).
+// keeps one chain and one tree case per method (bf16 and fp32 entries, T up to 8; classic: copy and
+// in place).
 inline std::vector<VerifyCase> verify_cases(bool quick) {
   constexpr VerifyMethod kKVBuffer = VerifyMethod::KVBuffer, kClassic = VerifyMethod::Classic;
   std::vector<VerifyCase> cs;
@@ -573,6 +721,13 @@ inline std::vector<VerifyCase> verify_cases(bool quick) {
   add({"K128_T5_chain", kClassic, 128, 128, 2, 4, 0, 5, false, false, {}, 20}, true);
   add({"K128_T8_tree", kClassic, 128, 128, 2, 4, 0, 8, false, true, {}, 20}, true);
   add({"K64_V128_T3_tree_extreme_gates", kClassic, 64, 128, 2, 4, 0, 3, false, true, ref::GateRange::extreme(), 20},
+      false);
+  add({"inplace_small_K64_T4_chain", kClassic, 64, 64, 2, 4, 0, 4, false, false, {}, 20, true}, false);
+  add({"inplace_K128_T5_chain", kClassic, 128, 128, 2, 4, 0, 5, false, false, {}, 20, true}, true);
+  add({"inplace_K128_T1_chain", kClassic, 128, 128, 2, 4, 0, 1, false, false, {}, 20, true}, false);
+  add({"inplace_K128_T8_tree", kClassic, 128, 128, 2, 4, 0, 8, false, true, {}, 20, true}, true);
+  add({"inplace_K64_V128_T6_tree_extreme_gates", kClassic, 64, 128, 2, 4, 0, 6, false, true,
+       ref::GateRange::extreme(), 20, true},
       false);
   return cs;
 }
