@@ -1,0 +1,145 @@
+// GPU smoke test of `kvbuf sweep` (ctest label gpu): a tiny grid with 2 layer pools, every decode
+// and verify row family, whose CSVs are parsed and checked: the columns, positive and ordered
+// latencies, and bytes equal to the bytes model of sim/ for each row.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sim/bytes_model.h"
+#include "sim/catalog.h"
+
+namespace kvbuf {
+namespace {
+
+namespace fs = std::filesystem;
+
+using Row = std::map<std::string, std::string>;
+
+std::vector<Row> read_csv(const fs::path& p, std::vector<std::string>& header) {
+  std::ifstream in(p);
+  std::string line;
+  std::vector<Row> rows;
+  auto split = [](const std::string& l) {
+    std::vector<std::string> f;
+    std::stringstream ss(l);
+    std::string x;
+    while (std::getline(ss, x, ',')) f.push_back(x);
+    if (!l.empty() && l.back() == ',') f.push_back("");
+    return f;
+  };
+  if (!std::getline(in, line)) return rows;
+  header = split(line);
+  while (std::getline(in, line)) {
+    const auto f = split(line);
+    EXPECT_EQ(f.size(), header.size()) << line;
+    Row r;
+    for (size_t i = 0; i < header.size() && i < f.size(); ++i) r[header[i]] = f[i];
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+double num(const Row& r, const std::string& k) { return std::stod(r.at(k)); }
+
+TEST(SweepSmoke, TinyGridWritesRowsThatMatchTheBytesModel) {
+  const fs::path dir = fs::temp_directory_path() / ("kvbuf_sweep_smoke_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path decode = dir / "decode.csv", verify = dir / "verify.csv";
+  // $KVBUF_CLI overrides the build's path (a GPU bundle runs the binaries from another folder).
+  const char* cli = std::getenv("KVBUF_CLI");
+  const std::string cmd = std::string(cli && *cli ? cli : KVBUF_CLI_PATH) +
+                          " sweep --model qwen3-next-80b-a3b --layer-pools 2 --batch 3 --chunk 2,4 --drafts 2"
+                          " --kernels recurrent,recurrent-oop,kvbuffer,kvbuffer-raw,kvbuffer-fp32,direct,"
+                          "verify-classic,verify-classic-inplace,verify-kvbuffer --budget-s 0.02 --out " +
+                          decode.string() + " --verify-out " + verify.string() + " > " + (dir / "log").string() +
+                          " 2>&1";
+  const int raw = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(raw) && WEXITSTATUS(raw) == 0) << cmd;
+
+  const ModelSpec m = find_model("qwen3-next-80b-a3b");
+  const LayerShape& s = m.layer;
+  std::vector<std::string> header;
+  const auto drows = read_csv(decode, header);
+  EXPECT_EQ(header, (std::vector<std::string>{"model", "kernel", "variant", "entry_dtype", "placement", "batch",
+                                              "chunk", "layers", "rows_per_block", "row_groups", "latency_us_median",
+                                              "latency_us_min", "latency_us_max", "samples", "bytes_per_layer_step",
+                                              "gbps", "frac_copy_bw", "copy_gbps", "sm_clock_mhz", "power_w", "gpu",
+                                              "commit", "note"}));
+  // 2 recurrent rows + 4 buffered kernels x 2 capacities.
+  ASSERT_EQ(drows.size(), 10u);
+  for (const Row& r : drows) {
+    SCOPED_TRACE(r.at("kernel") + " C " + r.at("chunk"));
+    EXPECT_EQ(r.at("note"), "");
+    EXPECT_EQ(r.at("layers"), "2");
+    EXPECT_GT(num(r, "latency_us_min"), 0);
+    EXPECT_LE(num(r, "latency_us_min"), num(r, "latency_us_median"));
+    EXPECT_LE(num(r, "latency_us_median"), num(r, "latency_us_max"));
+    EXPECT_FALSE(r.at("gpu").empty());
+    const std::string k = r.at("kernel");
+    const int C = std::stoi(r.at("chunk"));
+    const Precision p = precision_of(k == "kvbuffer-fp32" ? EntryType::FP32 : EntryType::BF16);
+    StepBytes b;
+    if (k == "recurrent" || k == "recurrent-oop")
+      b = bytes_recurrent(s, p);
+    else if (k == "direct")
+      b = bytes_direct_mean(s, p, C);
+    else
+      b = bytes_kvbuffer_cycle(s, p, k == "kvbuffer-raw" ? BufferVariant::Raw : BufferVariant::CachedU, C);
+    EXPECT_NEAR(num(r, "bytes_per_layer_step"), b.scale(3).total_bytes(), 1e-5 * b.total_bytes());
+    EXPECT_NEAR(num(r, "gbps"), num(r, "bytes_per_layer_step") / (num(r, "latency_us_median") * 1e3),
+                1e-4 * num(r, "gbps"));
+  }
+
+  const auto vrows = read_csv(verify, header);
+  std::map<std::string, int> seen;
+  for (const Row& r : vrows) {
+    const std::string k = r.at("method");
+    SCOPED_TRACE(k + " C " + r.at("chunk"));
+    ++seen[k];
+    EXPECT_GT(num(r, "latency_us_min"), 0);
+    EXPECT_LE(num(r, "latency_us_min"), num(r, "latency_us_max"));
+    const Precision p;
+    const double bytes = num(r, "bytes_per_layer_step");
+    if (k == "verify-classic" || k == "verify-classic-inplace") {
+      EXPECT_NEAR(bytes, bytes_verify_classic(s, p, 2, k == "verify-classic").scale(3).total_bytes(), 1e-5 * bytes);
+    } else if (k == "verify-kvbuffer") {
+      // The rows' fills evolve under the protocol: the mean lies between the cheapest and dearest fill.
+      const int C = std::stoi(r.at("chunk"));
+      double lo = 1e300, hi = 0;
+      for (int n = 0; n < C; ++n)
+        for (int acc = 1; acc <= 2; ++acc) {
+          const double x = bytes_verify_kvbuffer(s, p, BufferVariant::CachedU, C, 2, n, acc).total_bytes() * 3;
+          lo = std::min(lo, x), hi = std::max(hi, x);
+        }
+      EXPECT_GE(bytes, lo * (1 - 1e-9));
+      EXPECT_LE(bytes, hi * (1 + 1e-9));
+    } else if (k == "decode-kvbuffer") {
+      const int C = std::stoi(r.at("chunk"));
+      EXPECT_NEAR(bytes, bytes_kvbuffer_cycle(s, p, BufferVariant::CachedU, C).scale(3).total_bytes(), 1e-5 * bytes);
+    } else {
+      ADD_FAILURE() << "unexpected method " << k;
+    }
+  }
+  EXPECT_EQ(seen["verify-classic"], 1);
+  EXPECT_EQ(seen["verify-classic-inplace"], 1);
+  EXPECT_EQ(seen["verify-kvbuffer"], 2);  // C 2 and 4 (T = 2 <= C)
+  // The decode sweep measured "kvbuffer" in the same run: the verify sweep compares with it and
+  // times no decode step of its own.
+  EXPECT_EQ(seen["decode-kvbuffer"], 0);
+  std::ifstream log(dir / "log");
+  std::stringstream ss;
+  ss << log.rdbuf();
+  EXPECT_NE(ss.str().find("verify/dec"), std::string::npos) << ss.str();
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kvbuf
