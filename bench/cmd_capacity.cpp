@@ -61,25 +61,13 @@ int run_capacity(const CapacityOptions& o) {
   const std::vector<ModelSpec> before_tp = o.model.selected();
   const std::vector<ModelSpec> models = o.model.selected_after_tp();
   const std::vector<int> drafts = parse_drafts(o.drafts);
-  if (!(o.gpu_mem_gib > 0))
-    throw UsageError(fmt::format("--gpu-mem-gib must be positive, got {}", o.gpu_mem_gib));
   const bool weights_given = o.weights_option->count() > 0;
-  if (weights_given && !(o.weights_gib >= 0))
-    throw UsageError(fmt::format("--weights-gib must be non-negative, got {}", o.weights_gib));
-  require_positive("--context", o.context);
-  require_positive("--chunk", o.chunk);
   for (int T : drafts)
     if (T > o.chunk)
       throw UsageError(fmt::format(
           "--drafts T = {} exceeds buffer capacity --chunk C = {} (need T <= C)", T, o.chunk));
-  const SchedulerPolicy scheduler = [&] {
-    try {
-      return parse_scheduler(o.scheduler);
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(std::string("--scheduler: ") + e.what());
-    }
-  }();
-  const BufferVariant variant = parse_variant_option(o.variant);
+  const SchedulerPolicy scheduler = parse_scheduler(o.scheduler);
+  const BufferVariant variant = parse_variant(o.variant);
 #ifndef KVBUF_WITH_CUDA
   if (o.measure) throw UsageError("kvbuf capacity --measure requires a CUDA build");
 #endif
@@ -233,18 +221,26 @@ Command add_capacity_command(CLI::App& app) {
   c.app = app.add_subcommand(
       "capacity", "largest number of concurrent requests: classic speculative vs KVBuffer");
   o->model.add_to(c.app, true, true);
-  c.app->add_option("--gpu-mem-gib", o->gpu_mem_gib, "GPU memory in GiB")->capture_default_str();
-  o->weights_option =
-      c.app->add_option("--weights-gib", o->weights_gib,
-                        "weight memory per GPU in GiB (default params x 2 bytes / tp)");
-  c.app->add_option("--context", o->context, "context length L in tokens")->capture_default_str();
+  c.app->add_option("--gpu-mem-gib", o->gpu_mem_gib, "GPU memory in GiB")
+      ->capture_default_str()
+      ->check(positive_number());
+  o->weights_option = c.app->add_option("--weights-gib", o->weights_gib,
+                                        "weight memory per GPU in GiB (default params x 2 bytes / tp)")
+                          ->check(CLI::Range(0.0, 1e9));
+  c.app->add_option("--context", o->context, "context length L in tokens")
+      ->capture_default_str()
+      ->check(positive_integer());
   c.app->add_option("--drafts", o->drafts, "tokens verified per step T: N[,N..] or 'all' (1..8)")
       ->capture_default_str();
-  c.app->add_option("--chunk", o->chunk, "KVBuffer capacity C (C >= T)")->capture_default_str();
-  c.app->add_option("--scheduler", o->scheduler, "full-attention KV policy: reserve | mean")
-      ->capture_default_str();
-  c.app->add_option("--variant", o->variant, "GDN buffer variant: raw | cached-u")
-      ->capture_default_str();
+  c.app->add_option("--chunk", o->chunk, "KVBuffer capacity C (C >= T)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxBufferCapacity));
+  c.app->add_option("--scheduler", o->scheduler, "full-attention KV policy")
+      ->capture_default_str()
+      ->check(CLI::IsMember({scheduler_name(SchedulerPolicy::Reserve), scheduler_name(SchedulerPolicy::Mean)}));
+  c.app->add_option("--variant", o->variant, "GDN buffer variant")
+      ->capture_default_str()
+      ->check(CLI::IsMember({variant_name(BufferVariant::CachedU), variant_name(BufferVariant::Raw)}));
   c.app->add_option("--csv", o->csv, "also write the rows to this CSV file");
   c.app->add_flag("--count-scratch", o->count_scratch,
                   "count the T verify-scratch entries per request and layer our kernels allocate "

@@ -152,17 +152,16 @@ TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
   expect_usage_error("bytes --model all", "not supported");
   expect_usage_error("check --seed abc", "seed");
   expect_usage_error("check --seed -1", "--seed must be non-negative");
-  expect_usage_error("capacity " + q + "--chunk 0", "--chunk must be a positive integer");
+  expect_usage_error("capacity " + q + "--chunk 0", "--chunk: Value 0 not in range 1 to 65536");
   expect_usage_error("capacity " + q + "--drafts 5 --chunk 4", "exceeds buffer capacity");
   expect_usage_error("capacity " + q + "--drafts all --chunk 4", "exceeds buffer capacity");
   expect_usage_error("capacity " + q + "--drafts 0", "--drafts must be a positive integer");
   expect_usage_error("capacity " + q + "--drafts x", "--drafts");
-  expect_usage_error("capacity " + q + "--context 0", "--context must be a positive integer");
-  expect_usage_error("capacity " + q + "--gpu-mem-gib -1", "--gpu-mem-gib must be positive");
-  expect_usage_error("capacity " + q + "--gpu-mem-gib inf",
-                     "GPU memory must be positive and at most");
-  expect_usage_error("capacity " + q + "--weights-gib -1", "--weights-gib must be non-negative");
-  expect_usage_error("capacity " + q + "--scheduler fifo", "unknown scheduler");
+  expect_usage_error("capacity " + q + "--context 0", "--context: must be a positive integer, got 0");
+  expect_usage_error("capacity " + q + "--gpu-mem-gib -1", "--gpu-mem-gib: must be a positive finite number, got -1");
+  expect_usage_error("capacity " + q + "--gpu-mem-gib inf", "--gpu-mem-gib: must be a positive finite number, got inf");
+  expect_usage_error("capacity " + q + "--weights-gib -1", "--weights-gib: Value -1 not in range");
+  expect_usage_error("capacity " + q + "--scheduler fifo", "--scheduler: fifo not in {reserve,mean}");
   expect_usage_error("capacity --model all --tp 16", "not divisible by --tp 16");
   expect_usage_error("capacity --model nope", "unknown model");
   expect_usage_error("capacity " + q + "--csv /nonexistent-dir/c.csv", "cannot write");
