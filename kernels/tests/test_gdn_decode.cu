@@ -1,10 +1,17 @@
-// GPU tests of the GDN decode kernels against the float64 reference (cases and tolerances in
-// test_gdn_decode_cases.h), plus the dispatch's refusals of unsupported shapes.
+// GPU tests of the GDN decode kernels against the float64 reference (the cases of
+// kernels/checks/gdn_decode_checks.h), plus the dispatch's refusals of unsupported shapes.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <exception>
+#include <set>
 #include <stdexcept>
+#include <string>
 
-#include "kernels/tests/test_gdn_decode_cases.h"
+#include "kernels/checks/check_common.h"
+#include "kernels/checks/gdn_decode_checks.h"
+#include "kernels/common.cuh"
+#include "kernels/tests/check_case_support.h"
 
 namespace kvbuf::decode_check {
 namespace {
@@ -13,23 +20,36 @@ class GdnDecode : public ::testing::TestWithParam<DecodeCase> {};
 
 TEST_P(GdnDecode, MatchesFloat64Reference) {
   const DecodeCase& cs = GetParam();
-  // A fresh seed per case and per run of the binary (time-based), printed for reproduction.
-  const uint64_t seed = std::hash<std::string>{}(cs.name) ^ uint64_t(::testing::UnitTest::GetInstance()->random_seed()) ^
-                        uint64_t(std::random_device{}());
-  const CaseResult r = run_decode_case(cs, seed);
-  std::printf("%s (seed %llu)\n", r.line(cs.name).c_str(), (unsigned long long)seed);
-  EXPECT_TRUE(r.passed) << r.message;
-  EXPECT_GT(r.outputs_checked, 0);
-  EXPECT_GT(r.states_checked, 0);
+  const uint64_t base_seed = checks::test_base_seed();
+  const uint64_t seed = checks::case_seed(base_seed, cs.name);
+  const std::string note = checks::reproduction_note(describe(cs), seed, base_seed);
+  CaseResult r;
+  try {
+    r = run_decode_case(cs, seed);
+  } catch (const std::exception& e) {
+    FAIL() << "threw: " << e.what() << note;
+  }
+  std::printf("%s (case seed %llu)\n", r.line(cs.name).c_str(), (unsigned long long)seed);
+  EXPECT_TRUE(r.passed) << r.line(cs.name) << note;
+  EXPECT_GT(r.outputs_checked, 0) << note;
+  EXPECT_GT(r.states_checked, 0) << note;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GdnDecode, ::testing::ValuesIn(decode_cases(false)),
                          [](const ::testing::TestParamInfo<DecodeCase>& info) {
-                           std::string n = info.param.name;
-                           for (char& ch : n)
-                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
+                           return checks::gtest_param_name(info.param.name);
                          });
+
+// Host only: every case has a distinct gtest name (gtest would abort the whole binary otherwise)
+// and the quick subset `kvbuf check` runs is a subset of the full list.
+TEST(GdnDecodeCases, NamesUniqueQuickSubset) {
+  std::set<std::string> names;
+  for (const auto& c : decode_cases(false))
+    EXPECT_TRUE(names.insert(checks::gtest_param_name(c.name)).second) << "duplicate case name " << describe(c);
+  const auto quick = decode_cases(true);
+  EXPECT_FALSE(quick.empty());
+  for (const auto& c : quick) EXPECT_EQ(names.count(checks::gtest_param_name(c.name)), 1u) << describe(c);
+}
 
 TEST(GdnDecodeDispatch, RefusesUnsupportedShapes) {
   GdnRecurrentParams p;

@@ -1,5 +1,5 @@
-// Owning device allocation shared by the GPU kernel checks (test_gdn_decode_cases.h,
-// test_gdn_verify_cases.h): upload, download and NaN poisoning of the whole allocation.
+// Owning device allocation of the GPU kernel checks (gdn_decode_checks.cu, gdn_verify_checks.cu):
+// upload, download and NaN poisoning of the whole allocation.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -9,7 +9,7 @@
 
 #include "kernels/common.cuh"
 
-namespace kvbuf::test {
+namespace kvbuf::checks {
 
 class Dev {
  public:
@@ -42,4 +42,4 @@ class Dev {
   size_t bytes_ = 0;
 };
 
-}  // namespace kvbuf::test
+}  // namespace kvbuf::checks
