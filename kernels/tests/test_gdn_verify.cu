@@ -61,18 +61,18 @@ TEST_P(GdnVerifyClassicTest, MatchesRecurrentOfAcceptedTokens) { run_and_expect_
 INSTANTIATE_TEST_SUITE_P(Cases, GdnVerifyClassicTest, ::testing::ValuesIn(cases_of(VerifyMethod::Classic)),
                          case_name);
 
-// Host only: every case has a distinct gtest name within its method's suite (gtest would abort the
-// whole binary otherwise) and the quick subset `kvbuf check` runs is a subset of the full list.
-TEST(GdnVerifyCases, NamesUniqueQuickSubset) {
-  std::set<std::string> gtest_names, qualified_names;
-  for (const auto& c : verify_cases(false)) {
-    EXPECT_TRUE(gtest_names.insert(std::to_string(int(c.method)) + "/" + checks::gtest_param_name(c.name)).second)
-        << "duplicate gtest name " << describe(c);
-    EXPECT_TRUE(qualified_names.insert(qualified_name(c)).second) << "duplicate case name " << describe(c);
-  }
+// Host only (ctest GdnVerifyCases.host_only, which CI without a GPU runs): qualified names, which
+// `kvbuf check` prints and case seeds derive from, are unique across methods, and the quick subset
+// `kvbuf check` runs is part of the full list. (gtest itself aborts the binary on an invalid or
+// duplicate parameter name within a suite.)
+TEST(GdnVerifyCases, QualifiedNamesUniqueQuickSubset) {
+  std::set<std::string> names;
+  for (const auto& c : verify_cases(false))
+    EXPECT_TRUE(names.insert(qualified_name(c)).second) << "duplicate case name " << describe(c);
   const auto quick = verify_cases(true);
   EXPECT_FALSE(quick.empty());
-  for (const auto& c : quick) EXPECT_EQ(qualified_names.count(qualified_name(c)), 1u) << describe(c);
+  EXPECT_LT(quick.size(), names.size());
+  for (const auto& c : quick) EXPECT_EQ(names.count(qualified_name(c)), 1u) << describe(c);
 }
 
 // ---- bad input --------------------------------------------------------------------------------
