@@ -17,7 +17,9 @@ Command add_check_command(CLI::App& app) {
   Command c;
   c.app = app.add_subcommand(
       "check", "run the reference cross-checks (and the GPU kernel checks in CUDA builds)");
-  c.app->add_option("--seed", *seed, "random seed of the inputs")->capture_default_str();
+  c.app->add_option("--seed", *seed,
+                    "random seed of the inputs (GPU cases: the GPU tests' KVBUF_TEST_SEED)")
+      ->capture_default_str();
   c.run = [seed] {
     if (*seed < 0) throw UsageError(fmt::format("--seed must be non-negative, got {}", *seed));
     const std::vector<ref::CrossCheck> checks = ref::run_reference_cross_checks(uint64_t(*seed));

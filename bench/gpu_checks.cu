@@ -1,21 +1,19 @@
-// `kvbuf check` on a GPU machine: the decode kernel cases of kernels/tests/test_gdn_decode_cases.h
-// and the verify kernel cases of kernels/tests/test_gdn_verify_cases.h, the quick subset of each
-// (the gtest binaries run them all). One line per case, a summary line per kernel family.
+// `kvbuf check` on a GPU machine: the quick subsets of the decode and verify kernel checks
+// (kernels/checks/; the gtest binaries run every case). Each case's inputs come from
+// checks::case_seed(--seed, case name), as in the gtest binaries with KVBUF_TEST_SEED = --seed.
+// One line per case, a summary line per kernel family.
+#include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include <cstdlib>
 #include <exception>
 
 #include "bench/gpu_commands.h"
-#include "kernels/tests/test_gdn_decode_cases.h"
-#include "kernels/tests/test_gdn_verify_cases.h"
+#include "kernels/checks/check_common.h"
+#include "kernels/checks/gdn_decode_checks.h"
+#include "kernels/checks/gdn_verify_checks.h"
 
 namespace kvbuf {
-
-std::string commit_id() {
-  const char* c = std::getenv("KVBUF_COMMIT");
-  return c && *c ? c : "unknown";
-}
 
 namespace {
 
@@ -25,12 +23,13 @@ int run_decode_checks(uint64_t seed) {
   for (const auto& cs : decode_check::decode_cases(true)) {
     ++n;
     try {
-      const auto r = decode_check::run_decode_case(cs, seed + n);
+      const auto r = decode_check::run_decode_case(cs, checks::case_seed(seed, cs.name));
       if (!r.passed) ++failed;
       fmt::print("{}\n", r.line(cs.name));
+      if (!r.passed) fmt::print("  case {}\n", decode_check::describe(cs));
     } catch (const std::exception& e) {
       ++failed;
-      fmt::print("FAIL {}: {}\n", cs.name, e.what());
+      fmt::print("FAIL {}: {}\n  case {}\n", cs.name, e.what(), decode_check::describe(cs));
     }
   }
   fmt::print("GPU decode checks: {} of {} passed (seed {})\n", n - failed, n, seed);
@@ -43,12 +42,13 @@ int run_verify_checks(uint64_t seed) {
     ++n;
     const std::string name = verify_check::qualified_name(cs);
     try {
-      const auto r = verify_check::run_verify_case(cs, seed + n);
+      const auto r = verify_check::run_verify_case(cs, checks::case_seed(seed, name));
       if (!r.passed) ++failed;
       fmt::print("{}\n", r.line(name));
+      if (!r.passed) fmt::print("  case {}\n", verify_check::describe(cs));
     } catch (const std::exception& e) {
       ++failed;
-      fmt::print("FAIL {}: {}\n", name, e.what());
+      fmt::print("FAIL {}: {}\n  case {}\n", name, e.what(), verify_check::describe(cs));
     }
   }
   fmt::print("GPU verify checks: {} of {} passed (seed {})\n", n - failed, n, seed);

@@ -1,10 +1,17 @@
-// GPU tests of the GDN decode kernels against the float64 reference (cases and tolerances in
-// test_gdn_decode_cases.h), plus the dispatch's refusals of unsupported shapes.
+// GPU tests of the GDN decode kernels against the float64 reference (the cases of
+// kernels/checks/gdn_decode_checks.h), plus the dispatch's refusals of unsupported shapes.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <exception>
+#include <set>
 #include <stdexcept>
+#include <string>
 
-#include "kernels/tests/test_gdn_decode_cases.h"
+#include "kernels/checks/check_common.h"
+#include "kernels/checks/gdn_decode_checks.h"
+#include "kernels/common.cuh"
+#include "kernels/tests/check_case_support.h"
 
 namespace kvbuf::decode_check {
 namespace {
@@ -13,23 +20,45 @@ class GdnDecode : public ::testing::TestWithParam<DecodeCase> {};
 
 TEST_P(GdnDecode, MatchesFloat64Reference) {
   const DecodeCase& cs = GetParam();
-  // A fresh seed per case and per run of the binary (time-based), printed for reproduction.
-  const uint64_t seed = std::hash<std::string>{}(cs.name) ^ uint64_t(::testing::UnitTest::GetInstance()->random_seed()) ^
-                        uint64_t(std::random_device{}());
-  const CaseResult r = run_decode_case(cs, seed);
-  std::printf("%s (seed %llu)\n", r.line(cs.name).c_str(), (unsigned long long)seed);
-  EXPECT_TRUE(r.passed) << r.message;
-  EXPECT_GT(r.outputs_checked, 0);
-  EXPECT_GT(r.states_checked, 0);
+  const uint64_t base_seed = checks::test_base_seed();
+  const uint64_t seed = checks::case_seed(base_seed, cs.name);
+  const std::string note = checks::reproduction_note(describe(cs), seed, base_seed);
+  CaseResult r;
+  try {
+    r = run_decode_case(cs, seed);
+  } catch (const std::exception& e) {
+    FAIL() << "threw: " << e.what() << note;
+  }
+  std::printf("%s (case seed %llu)\n", r.line(cs.name).c_str(), (unsigned long long)seed);
+  EXPECT_TRUE(r.passed) << r.line(cs.name) << note;
+  EXPECT_GT(r.outputs_checked, 0) << note;
+  EXPECT_GT(r.states_checked, 0) << note;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GdnDecode, ::testing::ValuesIn(decode_cases(false)),
                          [](const ::testing::TestParamInfo<DecodeCase>& info) {
-                           std::string n = info.param.name;
-                           for (char& ch : n)
-                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
+                           return checks::gtest_param_name(info.param.name);
                          });
+
+// Host only (ctest GdnDecodeCases.host_only, which CI without a GPU runs; there gtest also aborts
+// the binary on an invalid or duplicate parameter name): the quick subset `kvbuf check` runs is
+// part of the full list, and case seeds depend on both the base seed and the name.
+TEST(GdnDecodeCases, QuickIsASubset) {
+  std::set<std::string> names;
+  for (const auto& c : decode_cases(false)) names.insert(c.name);
+  const auto quick = decode_cases(true);
+  EXPECT_FALSE(quick.empty());
+  EXPECT_LT(quick.size(), names.size());
+  for (const auto& c : quick) EXPECT_EQ(names.count(c.name), 1u) << describe(c);
+}
+
+TEST(GdnDecodeCases, CaseSeedDependsOnBaseAndName) {
+  const uint64_t s = checks::case_seed(1, "kvbuffer-cachedu-bf16-C4-b3");
+  EXPECT_EQ(s, checks::case_seed(1, "kvbuffer-cachedu-bf16-C4-b3"));
+  EXPECT_NE(s, checks::case_seed(2, "kvbuffer-cachedu-bf16-C4-b3"));
+  EXPECT_NE(s, checks::case_seed(1, "kvbuffer-cachedu-bf16-C4-b4"));
+  EXPECT_NE(checks::case_seed(0, "a"), checks::case_seed(0, "b"));
+}
 
 TEST(GdnDecodeDispatch, RefusesUnsupportedShapes) {
   GdnRecurrentParams p;
@@ -92,6 +121,7 @@ TEST(GdnDecodeDispatch, DirectRowGroups) {
   KVB_CUDA_CHECK(cudaMalloc(&dummy, 256));
   GdnKVBufferParams p;
   p.io.batch = 64;
+  p.io.H = 16, p.io.HV = 32, p.io.K = 128, p.io.V = 128;  // Qwen3-Next
   p.io.slot = dummy;
   p.state = reinterpret_cast<float*>(dummy);
   p.buf_k = p.buf_val = dummy;

@@ -1,16 +1,20 @@
-// GPU tests of the GDN verify kernels against the float64 reference (cases and tolerances in
-// test_gdn_verify_cases.h), plus the dispatch's refusals of unsupported shapes.
+// GPU tests of the GDN verify kernels against the float64 reference (the cases of
+// kernels/checks/gdn_verify_checks.h), plus the dispatch's refusals of unsupported shapes.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstdio>
-#include <functional>
+#include <exception>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include "kernels/tests/test_gdn_verify_cases.h"
+#include "kernels/checks/check_common.h"
+#include "kernels/checks/gdn_verify_checks.h"
+#include "kernels/gdn_verify.h"
+#include "kernels/tests/check_case_support.h"
 
 namespace kvbuf::verify_check {
 namespace {
@@ -22,21 +26,26 @@ std::vector<VerifyCase> cases_of(VerifyMethod method) {
   return r;
 }
 
-// A fixed seed per case (per method and name), so that a failure reproduces run after run.
-uint64_t case_seed(const VerifyCase& c) {
-  return uint64_t((c.method == VerifyMethod::KVBuffer ? 0x5eed0000u : 0xc1a55000u) + std::hash<std::string>{}(c.name));
-}
-
 void run_and_expect_pass(const VerifyCase& c) {
-  const uint64_t seed = case_seed(c);
-  const VerifyResult r = run_verify_case(c, seed);
-  std::printf("%s (seed %llu)\n", r.line(c.name).c_str(), (unsigned long long)seed);
-  EXPECT_TRUE(r.passed) << r.message;
-  EXPECT_GT(r.outputs_checked, 0);
-  EXPECT_GT(r.states_checked, 0);
+  const std::string name = qualified_name(c);
+  const uint64_t base_seed = checks::test_base_seed();
+  const uint64_t seed = checks::case_seed(base_seed, name);
+  const std::string note = checks::reproduction_note(describe(c), seed, base_seed);
+  VerifyResult r;
+  try {
+    r = run_verify_case(c, seed);
+  } catch (const std::exception& e) {
+    FAIL() << "threw: " << e.what() << note;
+  }
+  std::printf("%s (case seed %llu)\n", r.line(name).c_str(), (unsigned long long)seed);
+  EXPECT_TRUE(r.passed) << r.line(name) << note;
+  EXPECT_GT(r.outputs_checked, 0) << note;
+  EXPECT_GT(r.states_checked, 0) << note;
 }
 
-std::string case_name(const ::testing::TestParamInfo<VerifyCase>& info) { return info.param.name; }
+std::string case_name(const ::testing::TestParamInfo<VerifyCase>& info) {
+  return checks::gtest_param_name(info.param.name);
+}
 
 class GdnVerifyKVBufferTest : public ::testing::TestWithParam<VerifyCase> {};
 
@@ -51,6 +60,20 @@ TEST_P(GdnVerifyClassicTest, MatchesRecurrentOfAcceptedTokens) { run_and_expect_
 
 INSTANTIATE_TEST_SUITE_P(Cases, GdnVerifyClassicTest, ::testing::ValuesIn(cases_of(VerifyMethod::Classic)),
                          case_name);
+
+// Host only (ctest GdnVerifyCases.host_only, which CI without a GPU runs): qualified names, which
+// `kvbuf check` prints and case seeds derive from, are unique across methods, and the quick subset
+// `kvbuf check` runs is part of the full list. (gtest itself aborts the binary on an invalid or
+// duplicate parameter name within a suite.)
+TEST(GdnVerifyCases, QualifiedNamesUniqueQuickSubset) {
+  std::set<std::string> names;
+  for (const auto& c : verify_cases(false))
+    EXPECT_TRUE(names.insert(qualified_name(c)).second) << "duplicate case name " << describe(c);
+  const auto quick = verify_cases(true);
+  EXPECT_FALSE(quick.empty());
+  EXPECT_LT(quick.size(), names.size());
+  for (const auto& c : quick) EXPECT_EQ(names.count(qualified_name(c)), 1u) << describe(c);
+}
 
 // ---- bad input --------------------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
-// run_reference_cross_checks (what `kvbuf check` prints): every case passes, fast, and each line is
-// printed so the margins are visible in the test log.
+// run_reference_cross_checks (what `kvbuf check` prints): every case passes, and each line is
+// printed so the margins are visible in the test log. (No time limit: ctest's TIMEOUT catches a
+// hang, and a wall-clock assertion would fail on a loaded machine, not on a wrong result.)
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -11,11 +11,8 @@
 namespace kvbuf::ref {
 namespace {
 
-TEST(GdnCrossChecks, AllPassUnderFiveSeconds) {
-  const auto t0 = std::chrono::steady_clock::now();
+TEST(GdnCrossChecks, AllPass) {
   const auto checks = run_reference_cross_checks(20261129);
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_GT(checks.size(), 80u);
   int gdn = 0, mamba2 = 0;
   for (const auto& c : checks) {
@@ -30,8 +27,6 @@ TEST(GdnCrossChecks, AllPassUnderFiveSeconds) {
     EXPECT_TRUE(c.ok) << c.name << ": " << c.max_rel_err << " > " << c.tol;
     EXPECT_EQ(c.ok, c.max_rel_err <= c.tol) << c.name;
   }
-  std::printf("  %zu cross-checks in %.2f s\n", checks.size(), secs);
-  EXPECT_LT(secs, 5.0);
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
-// run_mamba2_cross_checks (part of what `kvbuf check` prints): every check passes, the list covers
-// every mode in both precisions, and it runs in under 2 s; each line is printed so the margins are
-// visible in the test log.
+// run_mamba2_cross_checks (part of what `kvbuf check` prints): every check passes and the list
+// covers every mode in both precisions; each line is printed so the margins are visible in the test
+// log. (No time limit: ctest's TIMEOUT catches a hang, and a wall-clock assertion would fail on a
+// loaded machine, not on a wrong result.)
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstdio>
 
 #include "reference/mamba2.h"
@@ -11,10 +11,8 @@
 namespace kvbuf::ref {
 namespace {
 
-TEST(Mamba2CrossChecks, AllPassUnderTwoSeconds) {
-  const auto t0 = std::chrono::steady_clock::now();
+TEST(Mamba2CrossChecks, AllPass) {
   const auto checks = run_mamba2_cross_checks(20261129);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const char* mode :
        {"recurrent f32", "prefill", "kvbuffer", "direct", "verify classic", "verify kvbuffer"}) {
     bool found = false;
@@ -28,8 +26,6 @@ TEST(Mamba2CrossChecks, AllPassUnderTwoSeconds) {
     EXPECT_EQ(c.ok, c.max_rel_err <= c.tol) << c.name;
     EXPECT_LT(c.tol, 1e-3) << c.name << ": tolerance too loose to mean anything";
   }
-  std::printf("  %zu Mamba-2 cross-checks in %.3f s\n", checks.size(), secs);
-  EXPECT_LT(secs, 2.0);
 }
 
 }  // namespace

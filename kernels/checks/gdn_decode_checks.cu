@@ -1,12 +1,12 @@
-// The GDN decode kernel checks, shared by the gtest binary (test_gdn_decode.cu) and `kvbuf check`
-// (bench/gpu_checks.cu). Each case runs a batch of requests through the kernel step by step on
-// fresh random bf16-rounded inputs and compares, against ref::gdn_decode_recurrent in float64 on
-// exactly those inputs: every output of every step, and the state of every request after every
-// fold (recurrent: after every step). Requests start at staggered steps (so their buffers sit at
-// different fills: every step some flush); before a request starts and after it ends its row is a
-// padding row, plus fixed padding rows, whose outputs must be exactly zero; slots no row addresses
-// must stay bitwise unchanged; outputs are poisoned (NaN) before every launch and buffer pools are
-// poisoned (NaN) at start, so a read of an unwritten entry shows.
+// The GDN decode kernel checks of gdn_decode_checks.h. Each case runs a batch of requests through
+// the kernel step by step on fresh random bf16-rounded inputs and compares, against
+// ref::gdn_decode_recurrent in float64 on exactly those inputs: every output of every step, and the
+// state of every request after every fold (recurrent: after every step). Requests start at
+// staggered steps (so their buffers sit at different fills: every step some flush); before a
+// request starts and after it ends its row is a padding row, plus fixed padding rows, whose outputs
+// must be exactly zero; slots no row addresses must stay bitwise unchanged; outputs are poisoned
+// (NaN) before every launch and buffer pools are poisoned (NaN) at start, so a read of an unwritten
+// entry shows.
 //
 // Tolerances (norm-wise relative error ||x - ref|| / ||ref||, reference in float64). bf16 keeps 8
 // significant bits, so rounding to bf16 costs at most u = 2^-8 relative per element (norm-wise too).
@@ -22,73 +22,86 @@
 //     folds a case checks: tol_state = 4 * 2^-8.
 // NaN never passes (comparisons are written as !(err <= tol)). Output errors are per request token
 // (all HV x V values), state errors per request (all HV x K x V values).
-#pragma once
+#include "kernels/checks/gdn_decode_checks.h"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <cstring>
 #include <random>
 #include <sstream>
-#include <string>
-#include <vector>
 
+#include "kernels/checks/check_common.h"
+#include "kernels/device_buffer.h"
 #include "kernels/common.cuh"
-#include "kernels/gdn_decode.h"
-#include "kernels/tests/test_device_buffer.h"
 #include "reference/gdn.h"
-#include "reference/random_inputs.h"
 
 namespace kvbuf::decode_check {
+namespace {
 
-enum class Kernel { RecurrentInPlace, RecurrentOutOfPlace, KVBuffer, Direct };
-
-struct DecodeCase {
-  std::string name;
-  Kernel kernel = Kernel::KVBuffer;
-  int K = 128;              // = V
-  int H = 2, HV = 4;        // GQA 2
-  int batch = 3;            // requests
-  int pad_rows = 1;         // extra rows with slot -1 every step
-  int capacity = 4;
-  BufferVariant variant = BufferVariant::CachedU;
-  EntryType entry = EntryType::BF16;
-  int cycles = 3;           // full flush cycles every request runs
-  int recurrent_steps = 6;
-  bool gates_in_kernel = false;
-  ref::GateRange gates = ref::GateRange::typical();
-  int direct_every = 0;     // request r starts in direct mode when direct_every && r % direct_every == 0
-  int rows_per_block = 0;
-  bool row_metadata = false;  // fill/has_state as per-row step inputs instead of pool arrays
-  bool every_row_has_state = false;  // the scheduler's promise (only for cases without direct rows)
-  // Auto: the dispatch's choice (with row metadata: split from batch 8, for gdn_decode_direct
-  // from C 4, for gdn_decode_kvbuffer at C 64); Split / Single force a path. Every KVBuffer case
-  // passes the split path's scratch.
-  GdnDecodePath path = GdnDecodePath::Auto;
-  int split_row_groups = 0;  // gdn_decode_direct's split state kernel: row groups (0 = one wave)
-};
-
-struct CaseResult {
-  bool passed = true;
-  double max_out_err = 0, max_state_err = 0, tol_out = 0, tol_state = 0;
-  long outputs_checked = 0, states_checked = 0;
-  std::string message;
-  std::string line(const std::string& name) const {
-    std::ostringstream s;
-    s << (passed ? "PASS " : "FAIL ") << name << ": out err " << max_out_err << " (tol " << tol_out
-      << ", " << outputs_checked << " token outputs), state err " << max_state_err << " (tol "
-      << tol_state << ", " << states_checked << " states)" << (message.empty() ? "" : " -- " + message);
-    return s.str();
+const char* kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::RecurrentInPlace: return "recurrent-inplace";
+    case Kernel::RecurrentOutOfPlace: return "recurrent-oop";
+    case Kernel::KVBuffer: return "kvbuffer";
+    case Kernel::Direct: return "direct";
   }
-};
+  return "?";
+}
+const char* path_name(GdnDecodePath p) {
+  switch (p) {
+    case GdnDecodePath::Auto: return "auto";
+    case GdnDecodePath::Single: return "single";
+    case GdnDecodePath::Split: return "split";
+  }
+  return "?";
+}
 
-namespace detail {
+}  // namespace
 
-using test::Dev;
+std::string describe(const DecodeCase& c) {
+  const DecodeCase d;  // fields left at their defaults are not listed
+  std::ostringstream s;
+  s << c.name << ": kernel=" << kernel_name(c.kernel) << " K=V=" << c.K << " batch=" << c.batch;
+  auto field = [&](const char* name, auto value, auto default_value) {
+    if (value != default_value) s << " " << name << "=" << value;
+  };
+  field("H", c.H, d.H), field("HV", c.HV, d.HV), field("pad_rows", c.pad_rows, d.pad_rows);
+  const bool recurrent = c.kernel == Kernel::RecurrentInPlace || c.kernel == Kernel::RecurrentOutOfPlace;
+  if (recurrent) {
+    field("recurrent_steps", c.recurrent_steps, d.recurrent_steps);
+  } else {
+    s << " capacity=" << c.capacity << " variant=" << (c.variant == BufferVariant::Raw ? "raw" : "cached-u")
+      << " entry=" << (c.entry == EntryType::BF16 ? "bf16" : "fp32");
+    field("cycles", c.cycles, d.cycles), field("direct_every", c.direct_every, d.direct_every);
+    field("row_metadata", c.row_metadata, d.row_metadata);
+    field("every_row_has_state", c.every_row_has_state, d.every_row_has_state);
+    field("path", path_name(c.path), std::string(path_name(d.path)));
+    field("split_row_groups", c.split_row_groups, d.split_row_groups);
+  }
+  field("gates", checks::gate_range_name(c.gates), checks::gate_range_name(d.gates));
+  field("gates_in_kernel", c.gates_in_kernel, d.gates_in_kernel);
+  field("rows_per_block", c.rows_per_block, d.rows_per_block);
+  s << " (other fields at DecodeCase's defaults)";
+  return s.str();
+}
 
-inline std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& x) {
+void PrintTo(const DecodeCase& c, std::ostream* os) { *os << describe(c); }
+
+std::string CaseResult::line(const std::string& name) const {
+  std::ostringstream s;
+  s << (passed ? "PASS " : "FAIL ") << name << ": out err " << max_out_err << " (tol " << tol_out << ", "
+    << outputs_checked << " token outputs), state err " << max_state_err << " (tol " << tol_state << ", "
+    << states_checked << " states)" << (message.empty() ? "" : " -- " + message);
+  return s.str();
+}
+
+namespace {
+
+
+std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& x) {
   std::vector<__nv_bfloat16> r(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     const uint16_t bits = ref::float_to_bf16_bits(x[i]);
@@ -96,15 +109,14 @@ inline std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& x) {
   }
   return r;
 }
-inline float bf16_to_float(__nv_bfloat16 b) {
+float bf16_to_float(__nv_bfloat16 b) {
   uint16_t bits;
   std::memcpy(&bits, &b, 2);
   return ref::bf16_bits_to_float(bits);
 }
-}  // namespace detail
+}  // namespace
 
-inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
-  using namespace detail;
+CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
   CaseResult res;
   const bool recurrent = cs.kernel == Kernel::RecurrentInPlace || cs.kernel == Kernel::RecurrentOutOfPlace;
   const bool bf16_entries = !recurrent && cs.entry == EntryType::BF16;
@@ -153,24 +165,24 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
       for (int v = 0; v < V; ++v)
         for (int k = 0; k < K; ++k) ref_state[r][h](k, v) = s[h * head_elems + size_t(v) * K + k];
   }
-  Dev pool_a(pool_init.size() * 4), pool_b(pool_init.size() * 4);
+  DeviceBuffer pool_a(pool_init.size() * 4), pool_b(pool_init.size() * 4);
   pool_a.upload(pool_init);
   pool_b.upload(pool_init);
 
   // Buffer pools poisoned with NaN (0xff bytes) so that reading an entry never written shows.
   const size_t esz = (cs.entry == EntryType::BF16) ? 2 : 4;
-  Dev buf_k(size_t(slots) * C * H * K * esz), buf_val(size_t(slots) * C * HV * V * esz);
-  Dev buf_g(size_t(slots) * C * HV * 4), buf_beta(size_t(slots) * C * HV * 4);
-  Dev d_fill(slots * 4), d_has(slots * 4), d_done(slots * 4);
-  for (Dev* d : {&buf_k, &buf_val, &buf_g, &buf_beta}) d->poison();
+  DeviceBuffer buf_k(size_t(slots) * C * H * K * esz), buf_val(size_t(slots) * C * HV * V * esz);
+  DeviceBuffer buf_g(size_t(slots) * C * HV * 4), buf_beta(size_t(slots) * C * HV * 4);
+  DeviceBuffer d_fill(slots * 4), d_has(slots * 4), d_done(slots * 4);
+  for (DeviceBuffer* d : {&buf_k, &buf_val, &buf_g, &buf_beta}) d->poison();
   std::vector<int32_t> has_init(slots, 1);
   for (int r = 0; r < B; ++r) has_init[slot_perm[r]] = direct[r] ? 0 : 1;
   KVB_CUDA_CHECK(cudaMemset(d_fill.as<void>(), 0, slots * 4));
   KVB_CUDA_CHECK(cudaMemset(d_done.as<void>(), 0, slots * 4));
   d_has.upload(has_init);
 
-  Dev d_row_fill(rows * 4), d_row_has(rows * 4);
-  Dev d_slot(rows * 4), d_q(size_t(rows) * H * K * 2), d_k(size_t(rows) * H * K * 2),
+  DeviceBuffer d_row_fill(rows * 4), d_row_has(rows * 4);
+  DeviceBuffer d_slot(rows * 4), d_q(size_t(rows) * H * K * 2), d_k(size_t(rows) * H * K * 2),
       d_v(size_t(rows) * HV * V * 2), d_g(size_t(rows) * HV * 4), d_beta(size_t(rows) * HV * 4),
       d_a(size_t(rows) * HV * 2), d_b(size_t(rows) * HV * 2), d_Alog(HV * 4), d_dtb(HV * 4),
       d_out(size_t(rows) * HV * V * 2), d_scratch(size_t(rows) * HV * 2 * V * 4);
@@ -334,7 +346,7 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
   // Slots no row addressed: bitwise unchanged in every pool the kernel wrote.
   for (int extra = B; extra < slots; ++extra) {
     const size_t off = size_t(slot_perm[extra]) * slot_elems;
-    for (Dev* pool : {&pool_a, &pool_b}) {
+    for (DeviceBuffer* pool : {&pool_a, &pool_b}) {
       KVB_CUDA_CHECK(cudaMemcpy(state_host.data(), pool->as<float>() + off, slot_elems * 4, cudaMemcpyDeviceToHost));
       if (std::memcmp(state_host.data(), pool_init.data() + off, slot_elems * 4) != 0)
         fail("an unaddressed slot was modified");
@@ -343,8 +355,7 @@ inline CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
   return res;
 }
 
-// The cases `kvbuf check` and the gtest binary run. `quick` keeps a representative subset.
-inline std::vector<DecodeCase> decode_cases(bool quick) {
+std::vector<DecodeCase> decode_cases(bool quick) {
   std::vector<DecodeCase> cs;
   auto add = [&](DecodeCase c) { cs.push_back(std::move(c)); };
   for (int K : {128, 64}) {

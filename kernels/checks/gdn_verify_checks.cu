@@ -1,8 +1,7 @@
-// The GDN verify kernel checks, shared by the gtest binary (test_gdn_verify.cu) and `kvbuf check`
-// (bench/gpu_checks.cu): gdn_verify_kvbuffer + commit and gdn_verify_classic (copy variant + its
-// commit, and in place with the commit by index, run_classic_inplace_case) against the
-// float64 reference ref::gdn_decode_recurrent of the accepted token sequence, on the same
-// bf16-rounded inputs.
+// The GDN verify kernel checks of gdn_verify_checks.h: gdn_verify_kvbuffer + commit and
+// gdn_verify_classic (copy variant + its commit, and in place with the commit by index,
+// run_classic_inplace_case) against the float64 reference ref::gdn_decode_recurrent of the
+// accepted token sequence, on the same bf16-rounded inputs.
 //
 // Every case runs >= 20 verify rounds on a batch with a padding row and rows mapped to scattered
 // pool slots; each round draws fresh random tokens (and, for trees, random parents), poisons the
@@ -26,99 +25,74 @@
 //    we allow 8 u16 (3.1e-2) for outputs and states. (Measured errors are printed per case.)
 //  * Classic (no entries; fp32 states written per node): outputs 2 u16, states 1e-4.
 // NaN never passes (an error with NaN counts as infinite; comparisons are written as !(err <= tol)).
-#pragma once
+#include "kernels/checks/gdn_verify_checks.h"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <ostream>
 #include <random>
 #include <sstream>
-#include <stdexcept>
-#include <string>
-#include <vector>
 
+#include "kernels/checks/check_common.h"
+#include "kernels/device_buffer.h"
 #include "kernels/common.cuh"
 #include "kernels/gdn_verify.h"
-#include "kernels/tests/test_device_buffer.h"
 #include "reference/gdn.h"
-#include "reference/random_inputs.h"
 
 namespace kvbuf::verify_check {
 
-enum class VerifyMethod { KVBuffer, Classic };
-
-struct VerifyCase {
-  std::string name;
-  VerifyMethod method;
-  int K, V, H, HV, C, T;  // C: buffer capacity (KVBuffer only); T: draft tokens (nodes) per round
-  bool bf16_entries;      // KVBuffer only
-  bool tree;
-  ref::GateRange gates;
-  int rounds;
-  bool in_place = false;  // Classic only: node states into pool slots, commit by index (gdn_verify.h)
-};
-
-inline std::ostream& operator<<(std::ostream& os, const VerifyCase& c) { return os << c.name; }
-
-// The name with its method, unique over verify_cases().
-inline std::string qualified_name(const VerifyCase& c) {
+std::string qualified_name(const VerifyCase& c) {
   return (c.method == VerifyMethod::KVBuffer ? "kvbuffer/" : "classic/") + c.name;
 }
 
-struct VerifyResult {
-  VerifyMethod method = VerifyMethod::KVBuffer;
-  bool passed = true;
-  std::string message;  // the first failure
-  double out_err = 0, tol_out = 0;
-  // KVBuffer: the state each row accepted so far (S0 folded with the buffer) after every round.
-  // Classic: the committed pool state after every round.
-  double state_err = 0, tol_state = 0;
-  // KVBuffer: the pool state S0 after every fold (tol_state); verify_folds + commit_folds > 0.
-  double fold_err = 0;
-  int verify_folds = 0, commit_folds = 0;
-  // Classic: the state every node writes (step_states, or its step slot in place; tol_state).
-  double node_state_err = 0;
-  long outputs_checked = 0, states_checked = 0;  // node outputs (HV x V each), states (HV x K x V each)
+std::string describe(const VerifyCase& c) {
+  std::ostringstream s;
+  s << qualified_name(c) << ": K=" << c.K << " V=" << c.V << " H=" << c.H << " HV=" << c.HV;
+  if (c.method == VerifyMethod::KVBuffer) s << " C=" << c.C << " entries=" << (c.bf16_entries ? "bf16" : "fp32");
+  if (c.in_place) s << " in-place";
+  s << " T=" << c.T << " " << (c.tree ? "tree" : "chain") << " gates=" << checks::gate_range_name(c.gates)
+    << " rounds=" << c.rounds;
+  return s.str();
+}
 
-  std::string line(const std::string& name) const {
-    std::ostringstream s;
-    s.precision(3);
-    s << (passed ? "PASS " : "FAIL ") << name << ": outputs " << out_err << " (tol " << tol_out << ", "
-      << outputs_checked << " node outputs), ";
-    if (method == VerifyMethod::KVBuffer)
-      s << "states " << state_err << ", S0 after " << verify_folds << " verify folds + " << commit_folds
-        << " commit folds " << fold_err;
-    else
-      s << "node states " << node_state_err << ", committed states " << state_err;
-    s << " (tol " << tol_state << ", " << states_checked << " states)" << (message.empty() ? "" : " -- " + message);
-    return s.str();
-  }
-};
+void PrintTo(const VerifyCase& c, std::ostream* os) { *os << describe(c); }
 
-namespace detail {
+std::string VerifyResult::line(const std::string& name) const {
+  std::ostringstream s;
+  s.precision(3);
+  s << (passed ? "PASS " : "FAIL ") << name << ": outputs " << out_err << " (tol " << tol_out << ", "
+    << outputs_checked << " node outputs), ";
+  if (method == VerifyMethod::KVBuffer)
+    s << "states " << state_err << ", S0 after " << verify_folds << " verify folds + " << commit_folds
+      << " commit folds " << fold_err;
+  else
+    s << "node states " << node_state_err << ", committed states " << state_err;
+  s << " (tol " << tol_state << ", " << states_checked << " states)" << (message.empty() ? "" : " -- " + message);
+  return s.str();
+}
+
+namespace {
 
 using ref::GdnDims;
 using ref::GdnState;
 using ref::GdnTokens;
-using test::Dev;
 
-inline constexpr double kU16 = 0x1p-8;
+constexpr double kU16 = 0x1p-8;
 
 
-inline std::vector<uint16_t> to_bf16(const std::vector<double>& x) {
+std::vector<uint16_t> to_bf16(const std::vector<double>& x) {
   std::vector<uint16_t> r(x.size());
   for (size_t i = 0; i < x.size(); ++i) r[i] = ref::float_to_bf16_bits(float(x[i]));
   return r;
 }
-inline double bf16_to_double(uint16_t b) { return ref::bf16_bits_to_float(b); }
+double bf16_to_double(uint16_t b) { return ref::bf16_bits_to_float(b); }
 
 // Tokens `nodes` (0-based) of a window, in that order.
-inline GdnTokens<double> select_tokens(const GdnTokens<double>& w, const std::vector<int>& nodes) {
+GdnTokens<double> select_tokens(const GdnTokens<double>& w, const std::vector<int>& nodes) {
   const GdnDims& d = w.dims;
   GdnTokens<double> r;
   r.dims = d;
@@ -134,7 +108,7 @@ inline GdnTokens<double> select_tokens(const GdnTokens<double>& w, const std::ve
 }
 
 // Root path of node t (0-based), root first.
-inline std::vector<int> root_path(const std::vector<int>& parent0, int t) {
+std::vector<int> root_path(const std::vector<int>& parent0, int t) {
   std::vector<int> path;
   for (int x = t; x >= 0; x = parent0[x]) path.push_back(x);
   std::reverse(path.begin(), path.end());
@@ -155,11 +129,11 @@ struct ErrAcc {
 };
 
 // Batch shared by the cases: 5 rows over 8 slots, row 1 is padding.
-inline const std::vector<int> kSlots = {3, -1, 0, 6, 5};
-inline constexpr int kPoolSlots = 8;
+const std::vector<int> kSlots = {3, -1, 0, 6, 5};
+constexpr int kPoolSlots = 8;
 
 // Random parents (1-based, p(i) in 0..i-1) for a tree case, or the chain.
-inline std::vector<int> draw_parents(int T, bool tree, std::mt19937_64& rng) {
+std::vector<int> draw_parents(int T, bool tree, std::mt19937_64& rng) {
   std::vector<int> p(T);
   for (int i = 1; i <= T; ++i) p[i - 1] = tree ? int(std::uniform_int_distribution<int>(0, i - 1)(rng)) : i - 1;
   if (tree && T > 1 && rng() % 4 == 0) p[T - 1] = T - 1;  // keep some deep chains in trees too
@@ -172,8 +146,8 @@ struct Window {
   std::vector<GdnTokens<double>> tokens;
   std::vector<std::vector<int>> par0;
 };
-inline Window draw_window(const VerifyCase& c, const GdnDims& d, int B, std::mt19937_64& rng, Dev& q, Dev& k, Dev& v,
-                          Dev& g, Dev& beta, Dev& parents) {
+Window draw_window(const VerifyCase& c, const GdnDims& d, int B, std::mt19937_64& rng, DeviceBuffer& q, DeviceBuffer& k, DeviceBuffer& v,
+                          DeviceBuffer& g, DeviceBuffer& beta, DeviceBuffer& parents) {
   Window w{std::vector<GdnTokens<double>>(B), std::vector<std::vector<int>>(B)};
   std::vector<double> hq, hk, hv, hg, hb;
   std::vector<int> h_par;
@@ -201,7 +175,7 @@ inline Window draw_window(const VerifyCase& c, const GdnDims& d, int B, std::mt1
 // Node t (0-based) of one request row: its outputs (out_row: the row's bf16 outputs [T, HV, V])
 // against the recurrence over its root path from the row's committed state; returns the state after
 // that path.
-inline GdnState<double> check_node_outputs(const VerifyCase& c, const GdnTokens<double>& win,
+GdnState<double> check_node_outputs(const VerifyCase& c, const GdnTokens<double>& win,
                                            const std::vector<int>& par0, int t, const GdnState<double>& committed,
                                            const uint16_t* out_row, ErrAcc& err) {
   const auto path = root_path(par0, t);
@@ -217,7 +191,7 @@ inline GdnState<double> check_node_outputs(const VerifyCase& c, const GdnTokens<
 
 // What a row accepts: a random prefix (chain) or the root path of a random node (tree), 0-based;
 // one time in 8 nothing.
-inline std::vector<int> draw_accepted_path(bool tree, int T, const std::vector<int>& par0, std::mt19937_64& rng) {
+std::vector<int> draw_accepted_path(bool tree, int T, const std::vector<int>& par0, std::mt19937_64& rng) {
   std::vector<int> path;
   if (rng() % 8 != 0) {
     if (tree) {
@@ -230,25 +204,25 @@ inline std::vector<int> draw_accepted_path(bool tree, int T, const std::vector<i
 }
 
 // Records a failure in res, keeping the first message.
-inline void record_failure(VerifyResult& res, const std::string& message) {
+void record_failure(VerifyResult& res, const std::string& message) {
   if (res.passed) res.message = message;
   res.passed = false;
 }
 
-inline std::string exceeds(const char* what, double err, double tol) {
+std::string exceeds(const char* what, double err, double tol) {
   char s[128];
   std::snprintf(s, sizeof s, "%s: rel err %.3g > tol %.3g", what, err, tol);
   return s;
 }
 
 // The outputs of padding row r (T x HV x V bf16 values from base) must be exactly zero.
-inline bool padding_row_zero(const std::vector<uint16_t>& h_out, size_t base, const VerifyCase& c) {
+bool padding_row_zero(const std::vector<uint16_t>& h_out, size_t base, const VerifyCase& c) {
   for (size_t i = 0; i < size_t(c.T) * c.HV * c.V; ++i)
     if (h_out[base + i] != 0) return false;
   return true;
 }
 
-inline VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
+VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   VerifyResult res;
   res.method = VerifyMethod::KVBuffer;
   res.tol_out = c.bf16_entries ? 8 * kU16 : 2 * kU16;
@@ -260,12 +234,12 @@ inline VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
 
   // Pools.
   const size_t state_elems = size_t(kPoolSlots) * c.HV * c.V * c.K;
-  Dev state(state_elems * 4), buf_k(size_t(kPoolSlots) * C * c.H * c.K * esz),
+  DeviceBuffer state(state_elems * 4), buf_k(size_t(kPoolSlots) * C * c.H * c.K * esz),
       buf_u(size_t(kPoolSlots) * C * c.HV * c.V * esz), buf_g(size_t(kPoolSlots) * C * c.HV * 4),
       fill(kPoolSlots * 4), has_state(kPoolSlots * 4);
-  Dev win_k(size_t(B) * T * c.H * c.K * esz), win_u(size_t(B) * T * c.HV * c.V * esz),
+  DeviceBuffer win_k(size_t(B) * T * c.H * c.K * esz), win_u(size_t(B) * T * c.HV * c.V * esz),
       win_g(size_t(B) * T * c.HV * 4), win_base(size_t(B) * 2 * 4);
-  Dev q(size_t(B) * T * c.H * c.K * 2), k(size_t(B) * T * c.H * c.K * 2), v(size_t(B) * T * c.HV * c.V * 2),
+  DeviceBuffer q(size_t(B) * T * c.H * c.K * 2), k(size_t(B) * T * c.H * c.K * 2), v(size_t(B) * T * c.HV * c.V * 2),
       g(size_t(B) * T * c.HV * 4), beta(size_t(B) * T * c.HV * 4), parents(size_t(B) * T * 4),
       out(size_t(B) * T * c.HV * c.V * 2), slot(B * 4), accept_len(B * 4), accept_nodes(size_t(B) * T * 4);
   slot.upload(kSlots);
@@ -441,7 +415,7 @@ inline VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   return res;
 }
 
-inline VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
+VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
   VerifyResult res;
   res.method = VerifyMethod::Classic;
   res.tol_out = 2 * kU16;
@@ -450,8 +424,8 @@ inline VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
   const int B = int(kSlots.size()), T = c.T;
   std::mt19937_64 rng(seed);
   const size_t head = size_t(c.V) * c.K;
-  Dev state(size_t(kPoolSlots) * c.HV * head * 4), steps(size_t(B) * T * c.HV * head * 4);
-  Dev q(size_t(B) * T * c.H * c.K * 2), k(size_t(B) * T * c.H * c.K * 2), v(size_t(B) * T * c.HV * c.V * 2),
+  DeviceBuffer state(size_t(kPoolSlots) * c.HV * head * 4), steps(size_t(B) * T * c.HV * head * 4);
+  DeviceBuffer q(size_t(B) * T * c.H * c.K * 2), k(size_t(B) * T * c.H * c.K * 2), v(size_t(B) * T * c.HV * c.V * 2),
       g(size_t(B) * T * c.HV * 4), beta(size_t(B) * T * c.HV * 4), parents(size_t(B) * T * 4),
       out(size_t(B) * T * c.HV * c.V * 2), slot(B * 4), accept_len(B * 4), accept_nodes(size_t(B) * T * 4);
   slot.upload(kSlots);
@@ -551,7 +525,7 @@ inline VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
 // slot[row] <- step_slot[row, last accepted node] (m = 0 keeps it). Checked per round: outputs,
 // every node's state in its step slot, that no other slot changed (bitwise: the committed states
 // and the unowned slots), and the committed state of every row after the commit.
-inline VerifyResult run_classic_inplace_case(const VerifyCase& c, uint64_t seed) {
+VerifyResult run_classic_inplace_case(const VerifyCase& c, uint64_t seed) {
   VerifyResult res;
   res.method = VerifyMethod::Classic;
   res.tol_out = 2 * kU16;
@@ -561,8 +535,8 @@ inline VerifyResult run_classic_inplace_case(const VerifyCase& c, uint64_t seed)
   std::mt19937_64 rng(seed);
   const size_t head = size_t(c.V) * c.K, slot_elems = size_t(c.HV) * head;
   const int pool_slots = B * (T + 1) + 3;
-  Dev state(size_t(pool_slots) * slot_elems * 4);
-  Dev q(size_t(B) * T * c.H * c.K * 2), k(size_t(B) * T * c.H * c.K * 2), v(size_t(B) * T * c.HV * c.V * 2),
+  DeviceBuffer state(size_t(pool_slots) * slot_elems * 4);
+  DeviceBuffer q(size_t(B) * T * c.H * c.K * 2), k(size_t(B) * T * c.H * c.K * 2), v(size_t(B) * T * c.HV * c.V * 2),
       g(size_t(B) * T * c.HV * 4), beta(size_t(B) * T * c.HV * 4), parents(size_t(B) * T * 4),
       out(size_t(B) * T * c.HV * c.V * 2), slot(B * 4), step_slot(size_t(B) * T * 4);
 
@@ -688,17 +662,14 @@ inline VerifyResult run_classic_inplace_case(const VerifyCase& c, uint64_t seed)
   return res;
 }
 
-}  // namespace detail
+}  // namespace
 
-inline VerifyResult run_verify_case(const VerifyCase& c, uint64_t seed) {
-  if (c.method == VerifyMethod::KVBuffer) return detail::run_kvbuffer_case(c, seed);
-  return c.in_place ? detail::run_classic_inplace_case(c, seed) : detail::run_classic_case(c, seed);
+VerifyResult run_verify_case(const VerifyCase& c, uint64_t seed) {
+  if (c.method == VerifyMethod::KVBuffer) return run_kvbuffer_case(c, seed);
+  return c.in_place ? run_classic_inplace_case(c, seed) : run_classic_case(c, seed);
 }
 
-// The cases `kvbuf check` and the gtest binary run: KVBuffer cases first, then classic. `quick`
-// keeps one chain and one tree case per method (bf16 and fp32 entries, T up to 8; classic: copy and
-// in place).
-inline std::vector<VerifyCase> verify_cases(bool quick) {
+std::vector<VerifyCase> verify_cases(bool quick) {
   constexpr VerifyMethod kKVBuffer = VerifyMethod::KVBuffer, kClassic = VerifyMethod::Classic;
   std::vector<VerifyCase> cs;
   auto add = [&](VerifyCase c, bool in_quick) {

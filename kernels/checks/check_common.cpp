@@ -1,0 +1,32 @@
+#include "kernels/checks/check_common.h"
+
+#include <sstream>
+
+namespace kvbuf::checks {
+
+uint64_t case_seed(uint64_t base_seed, std::string_view case_name) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a, 64 bit
+  for (const char ch : case_name) h = (h ^ uint64_t(static_cast<unsigned char>(ch))) * 0x100000001b3ull;
+  // splitmix64 of the sum: neighbouring base seeds give unrelated case seeds.
+  uint64_t z = h + base_seed * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+std::string gate_range_name(const ref::GateRange& gates) {
+  auto same = [&](const ref::GateRange& preset) {
+    return gates.g_min == preset.g_min && gates.g_max == preset.g_max && gates.beta_min == preset.beta_min &&
+           gates.beta_max == preset.beta_max && gates.p_beta_zero == preset.p_beta_zero &&
+           gates.p_beta_one == preset.p_beta_one;
+  };
+  if (same(ref::GateRange::typical())) return "typical";
+  if (same(ref::GateRange::mild())) return "mild";
+  if (same(ref::GateRange::extreme())) return "extreme";
+  std::ostringstream s;
+  s << "{g " << gates.g_min << ".." << gates.g_max << ", beta " << gates.beta_min << ".." << gates.beta_max
+    << ", P(beta=0) " << gates.p_beta_zero << ", P(beta=1) " << gates.p_beta_one << "}";
+  return s.str();
+}
+
+}  // namespace kvbuf::checks
