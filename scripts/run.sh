@@ -47,7 +47,7 @@ gpu_main_job() {
   echo
   echo "== decode and verify sweep: $model on $gpu"
   "$kvbuf" sweep --model "$model" --batch 1,8,32,64,128,256,512 --chunk 1,2,4,8,12,16,32,64 \
-    --kernels recurrent,recurrent-oop,kvbuffer,kvbuffer-fp32,kvbuffer-raw,direct,verify-classic,verify-kvbuffer \
+    --kernels recurrent,recurrent-oop,kvbuffer,kvbuffer-fp32,kvbuffer-raw,direct,verify-classic,verify-classic-inplace,verify-kvbuffer \
     --drafts 1,2,3,4,5,8 --out "results/decode_$gpu.csv" --verify-out "results/verify_$gpu.csv"
   local fla=()
   if python3 -c "import torch, fla" 2>/dev/null; then
