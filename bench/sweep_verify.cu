@@ -1,11 +1,13 @@
 // The verify rows of `kvbuf sweep` (run_verify_sweep of bench/sweep.h): classic speculative verify,
 // in place (verify-classic-inplace: gdn_verify_classic with step_slot, committed by index) and with
 // a copy commit (verify-classic: gdn_verify_classic + gdn_verify_classic_commit), against KVBuffer
-// verify (gdn_verify_kvbuffer + gdn_verify_kvbuffer_commit), chains and trees, per batch x T x C. For the verify-to-decode ratio
-// it compares with the fastest KVBuffer decode step the decode sweep measures at that batch (the
-// decode sweep's own dispatch and scheduler metadata, time_decode_point), over the same C axis.
+// verify (gdn_verify_kvbuffer + gdn_verify_kvbuffer_commit), chains and trees, per batch x T x C.
+// Speedups count against the faster classic row. For the verify-to-decode ratio it compares with
+// the fastest KVBuffer decode step the decode sweep measures at that batch (the decode sweep's own
+// dispatch and scheduler metadata, time_decode_point), over the same C axis. A point that cannot
+// run (pools beyond free memory, a failure) is a CSV row whose `note` says why.
 //
-// Method (as the decode sweep, bench/sweep.h): one state pool (and buffer pool) per linear layer,
+// Method (as the decode sweep, bench/gpu_timing.h): one state pool (and buffer pool) per linear layer,
 // all layers of one model step (verify + commit per layer) in one CUDA graph, median of samples of
 // whole flush cycles (C steps per sample for buffered methods), latency per layer = sample time /
 // (steps x layers). Each request row accepts a fixed number m of tokens per step, drawn once from
@@ -141,7 +143,7 @@ class VerifySweep {
     CsvWriter csv(a_.verify_csv, {"model", "method", "batch", "drafts", "chunk", "layers", "acceptance",
                                "tokens_per_step", "latency_us_median", "latency_us_min", "latency_us_max", "samples",
                                "latency_us_per_token", "bytes_per_layer_step", "gbps", "frac_copy_bw", "copy_gbps",
-                               "sm_clock_mhz", "power_w", "gpu", "commit"});
+                               "sm_clock_mhz", "power_w", "gpu", "commit", "note"});
     int failed = 0;
     for (int batch : a_.batches) {
       for (int T : a_.drafts) {
@@ -162,6 +164,7 @@ class VerifySweep {
             ++failed;
             fmt::print("FAILED {} batch {} T {}: {}\n", name, batch, T, e.what());
             cudaGetLastError();
+            not_run(csv, name, batch, T, 0, std::string("failed: ") + e.what());
           }
         }
       }
@@ -188,7 +191,7 @@ class VerifySweep {
       DecodeTiming d;
       std::string why;
       if (!time_decode_point(a_, kd, batch, C, d, why)) {
-        fmt::print("skip decode-kvbuffer batch {} C {}: {}\n", batch, C, why);
+        not_run(csv, "decode-kvbuffer", batch, 1, C, "skipped: " + why);
         continue;
       }
       emit(csv, "decode-kvbuffer", batch, 1, C, 1.0, d.t, d.bytes_per_layer_step);
@@ -212,18 +215,31 @@ class VerifySweep {
     return a >= 1 ? T : (1 - std::pow(a, T)) / (1 - a);
   }
 
-  bool fits(size_t need, const std::string& what) const {
+  // Whether pools of `need` bytes fit in free device memory (1 GiB kept free); a point that does
+  // not is a CSV row saying so.
+  bool fits(size_t need, CsvWriter& csv, const std::string& method, int batch, int T, int C) {
     const size_t free_b = gpu_free_bytes();
     if (need + (size_t(1) << 30) <= free_b) return true;
-    fmt::print("skip {}: needs {:.1f} GiB, {:.1f} GiB free\n", what, need / double(1 << 30), free_b / double(1 << 30));
+    not_run(csv, method, batch, T, C,
+            fmt::format("skipped: needs {:.1f} GiB of pools, {:.1f} GiB free", need / double(1 << 30),
+                        free_b / double(1 << 30)));
     return false;
+  }
+
+  void not_run(CsvWriter& csv, const std::string& method, int batch, int T, int C, const std::string& why) {
+    fmt::print("{} batch {} T {} C {}: {}\n", method, batch, T, C, why);
+    std::vector<std::string> r = {a_.model.name, method, std::to_string(batch), std::to_string(T), std::to_string(C),
+                                  std::to_string(layers_), fmt_g(a_.acceptance)};
+    r.resize(r.size() + 12);
+    r.insert(r.end(), {a_.gpu, a_.commit, why});
+    csv.row(r);
   }
 
   TimingStats time(const std::function<void(cudaStream_t)>& step, int steps_per_sample) const {
     GraphTiming how;
     how.layers = layers_;
     how.steps_per_sample = steps_per_sample;
-    how.budget_s = 0.4;
+    how.budget_s = a_.budget_s;
     how.min_samples = 5;
     how.max_samples = 30;
     return time_graph_steps(step, how);
@@ -236,7 +252,7 @@ class VerifySweep {
              std::to_string(layers_), fmt_g(a_.acceptance), fmt_g(tokens), fmt_g(t.median_us), fmt_g(t.min_us),
              fmt_g(t.max_us), std::to_string(t.samples), fmt_g(t.median_us / tokens), fmt_g(bytes), fmt_g(gbps),
              fmt_g(gbps / a_.copy_gbps), fmt_g(a_.copy_gbps), t.telemetry.clock_mhz(), t.telemetry.power_w(), a_.gpu,
-             a_.commit});
+             a_.commit, ""});
     fmt::print("{:<22} batch {:>4} T {} C {:>2}: {:9.2f} us/layer/step (min {:.2f} max {:.2f}) {:8.2f} us/token  "
                "{:6.0f} GB/s {:5.1f}% of copy\n",
                method, batch, T, C, t.median_us, t.min_us, t.max_us, t.median_us / tokens, gbps,
@@ -252,8 +268,7 @@ class VerifySweep {
     // In place: T + 1 state slots per request in every layer's pool.
     const size_t slots = vm.in_place ? size_t(batch) * (T + 1) : size_t(batch);
     const PoolPlan state_plan({layout.state()}, slots, L), step_plan({layout.step_states(T)}, vm.in_place ? 0 : batch, 1);
-    if (!fits(state_plan.total_bytes() + step_plan.total_bytes(), fmt::format("{} batch {} T {}", vm.name, batch, T)))
-      return;
+    if (!fits(state_plan.total_bytes() + step_plan.total_bytes(), csv, vm.name, batch, T, 0)) return;
     const auto m = draw_accepts(batch, T);
     Inputs in = make_inputs(s_, batch, T, vm.tree, m, a_.seed);
     DevicePools states(state_plan), steps(step_plan);
@@ -302,7 +317,7 @@ class VerifySweep {
     const int L = layers_;
     const PoolLayout layout{s_, C, BufferVariant::CachedU, p_};
     const PoolPlan plan(speculative_pools(layout, T, true, false), size_t(batch), L);
-    if (!fits(plan.total_bytes(), fmt::format("{} batch {} T {} C {}", vm.name, batch, T, C))) return;
+    if (!fits(plan.total_bytes(), csv, vm.name, batch, T, C)) return;
     const auto m = draw_accepts(batch, T);
     Inputs in = make_inputs(s_, batch, T, vm.tree, m, a_.seed);
     DevicePools pools(plan);
