@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "kernels/dispatch.h"  // dispatch_head_dims
+
 namespace kvbuf {
 
 // Raises std::runtime_error naming the call text, the CUDA error, file and line.

@@ -1116,16 +1116,9 @@ void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* w
   if (p.io.batch == 0) return;
   if (capacity1_route(p)) return run_kvbuffer_capacity1(p, stream, who);
   const LaunchShape shape = launch_shape(p, split_min_capacity);
-  const int kv = p.io.K * 1000 + p.io.V;
-  switch (kv) {
-    case 128 * 1000 + 128:
-      return dispatch_entry<128, 128>(p, shape.rows, shape.split, direct_entry, stream);
-    case 64 * 1000 + 64:
-      return dispatch_entry<64, 64>(p, shape.rows, shape.split, direct_entry, stream);
-    default:
-      fail("unsupported head dims K=" + std::to_string(p.io.K) + " V=" + std::to_string(p.io.V) +
-           " (supported: 64x64, 128x128)");
-  }
+  dispatch_head_dims(who, p.io.K, p.io.V, [&](auto K, auto V) {
+    dispatch_entry<K, V>(p, shape.rows, shape.split, direct_entry, stream);
+  });
 }
 
 }  // namespace gdn_detail
@@ -1154,16 +1147,10 @@ int gdn_decode_direct_row_groups(const GdnKVBufferParams& p) {
   const LaunchShape shape = launch_shape(p, kSplitMinCapacityDirect);
   if (!shape.split) return 0;
   const bool bf16 = p.entry == GdnEntryType::BF16;
-  switch (p.io.K * 1000 + p.io.V) {
-    case 128 * 1000 + 128:
-      return bf16 ? split_state_row_groups<128, 128, __nv_bfloat16>(p, shape.rows, true)
-                  : split_state_row_groups<128, 128, float>(p, shape.rows, true);
-    case 64 * 1000 + 64:
-      return bf16 ? split_state_row_groups<64, 64, __nv_bfloat16>(p, shape.rows, true)
-                  : split_state_row_groups<64, 64, float>(p, shape.rows, true);
-    default:
-      return 0;
-  }
+  return dispatch_head_dims("gdn_decode_direct_row_groups", p.io.K, p.io.V, [&](auto K, auto V) {
+    return bf16 ? split_state_row_groups<K, V, __nv_bfloat16>(p, shape.rows, true)
+                : split_state_row_groups<K, V, float>(p, shape.rows, true);
+  });
 }
 
 }  // namespace kvbuf

@@ -293,18 +293,10 @@ void run_recurrent(const GdnRecurrentParams& p, const int32_t* row_has_state, cu
   const int rows = recurrent_rows(p.io);
   const dim3 grid = decode_grid(p.io, rows);
   const bool flag = row_has_state != nullptr;
-  const int kv = p.io.K * 1000 + p.io.V;
-  switch (kv) {
-    case 128 * 1000 + 128:
-      return flag ? launch_recurrent<128, 128, true>(p, row_has_state, rows, grid, stream)
-                  : launch_recurrent<128, 128, false>(p, row_has_state, rows, grid, stream);
-    case 64 * 1000 + 64:
-      return flag ? launch_recurrent<64, 64, true>(p, row_has_state, rows, grid, stream)
-                  : launch_recurrent<64, 64, false>(p, row_has_state, rows, grid, stream);
-    default:
-      throw std::invalid_argument(std::string(who) + ": unsupported head dims K=" + std::to_string(p.io.K) +
-                                  " V=" + std::to_string(p.io.V) + " (supported: 64x64, 128x128)");
-  }
+  dispatch_head_dims(who, p.io.K, p.io.V, [&](auto K, auto V) {
+    flag ? launch_recurrent<K, V, true>(p, row_has_state, rows, grid, stream)
+         : launch_recurrent<K, V, false>(p, row_has_state, rows, grid, stream);
+  });
 }
 
 void run_kvbuffer_capacity1(const GdnKVBufferParams& p, cudaStream_t stream, const char* who) {

@@ -846,11 +846,9 @@ void gdn_verify_kvbuffer(const GdnVerifyKVBufferParams& p, cudaStream_t stream) 
   validate(p, "gdn_verify_kvbuffer");
   if (p.io.batch == 0) return;
   const bool bf16 = p.entry == GdnEntryType::BF16;
-  switch (p.io.K) {
-    case 64: return bf16 ? dispatch_tokens<64, __nv_bfloat16>(p, stream) : dispatch_tokens<64, float>(p, stream);
-    case 128: return bf16 ? dispatch_tokens<128, __nv_bfloat16>(p, stream) : dispatch_tokens<128, float>(p, stream);
-    default: throw std::invalid_argument("gdn_verify_kvbuffer: unsupported key head dim " + std::to_string(p.io.K));
-  }
+  dispatch_head_dims<KeyHeadDims>("gdn_verify_kvbuffer", p.io.K, p.io.V, [&](auto K, auto) {
+    bf16 ? dispatch_tokens<K, __nv_bfloat16>(p, stream) : dispatch_tokens<K, float>(p, stream);
+  });
 }
 
 void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
@@ -863,17 +861,10 @@ void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t s
   if (p.io.tokens == p.capacity) {
     const size_t smem = size_t(p.capacity) * (p.io.K + 4 + kRows + 1) * sizeof(float);
     const unsigned blocks = unsigned(p.io.batch) * p.io.HV * (p.io.V / kRows);
-    switch (p.io.K) {
-      case 64:
-        bf16 ? launch(gdn_verify_kvbuffer_commit_fold_kernel<64, __nv_bfloat16>, p, smem, blocks, kThreads, stream, true)
-             : launch(gdn_verify_kvbuffer_commit_fold_kernel<64, float>, p, smem, blocks, kThreads, stream, true);
-        break;
-      case 128:
-        bf16 ? launch(gdn_verify_kvbuffer_commit_fold_kernel<128, __nv_bfloat16>, p, smem, blocks, kThreads, stream, true)
-             : launch(gdn_verify_kvbuffer_commit_fold_kernel<128, float>, p, smem, blocks, kThreads, stream, true);
-        break;
-      default: throw std::invalid_argument("gdn_verify_kvbuffer_commit: unsupported key head dim " + std::to_string(p.io.K));
-    }
+    dispatch_head_dims<KeyHeadDims>("gdn_verify_kvbuffer_commit", p.io.K, p.io.V, [&](auto K, auto) {
+      bf16 ? launch(gdn_verify_kvbuffer_commit_fold_kernel<K, __nv_bfloat16>, p, smem, blocks, kThreads, stream, true)
+           : launch(gdn_verify_kvbuffer_commit_fold_kernel<K, float>, p, smem, blocks, kThreads, stream, true);
+    });
   }
   // Programmatic dependent of the verify (or of the fold kernel just above, which never triggers
   // early, so the copy still starts after the fold has finished).
