@@ -92,6 +92,63 @@ constexpr int kSplitMinBatch = 8;
 constexpr int kSplitMinCapacityKVBuffer = 64;
 constexpr int kSplitMinCapacityDirect = 4;
 
+// ---- Single kernel: one block per (row, value head, V tile) does the whole step, in phases:
+//   1 prologue: token loads, row metadata and slot, the S0 pointer (padding rows exit here);
+//   2 issue: keys, u tile, G_j, v by cp.async, then the S0 tile by bulk copies (or zeros);
+//   3 wait: k, q finished while the copies fly, one wait, G_t;
+//   4 key scalars: c_j, d_j, e^{G_t - G_j} (raw: L) over the buffered keys;
+//   5 row loop: per row u_t, o, then the fold of the row or its appended entry;
+//   6 store (single_store): outputs and the appended entry by 16-byte vectors, k_t, G_t;
+//   7 fill advance (single_advance_fill), only without scheduler row metadata.
+// Phases 6 and 7 are functions; 1-5 stay in the kernel body, because moving any of them into a
+// function changed ptxas's output (registers and 1-2% of the instructions of some instantiations;
+// kernels/notes/gdn_decode_kvbuffer.md, "Readable rewrite").
+
+// Phase 7: without scheduler row metadata, the last block of the request to finish (atomic count
+// in done_count) advances fill and has_state, so no block sees another's update within a launch.
+__device__ __forceinline__ void single_advance_fill(const GdnKVBufferParams& p, int slot, int n, bool fold) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const int blocks_per_request = int(gridDim.x * gridDim.y);
+    if (atomicAdd(&p.done_count[slot], 1) == blocks_per_request - 1) {
+      p.fill[slot] = fold ? 0 : n + 1;
+      if (fold) p.has_state[slot] = 1;
+      p.done_count[slot] = 0;
+    }
+  }
+}
+
+// Phase 6: the rows' outputs and (unless the block folded) the appended entry n: values by
+// 16-byte vectors from shared memory, the key (normalised here) and G_t (and beta) once per key
+// head / value head.
+template <int K, class E, bool RAW>
+__device__ __forceinline__ void single_store(const GdnKVBufferParams& p, const BlockCoords& c, int rows, int C, int H,
+                                             int HV, int slot, int n, bool fold, const __nv_bfloat16* s_out,
+                                             const E* s_entry, __nv_bfloat16* out, E* entry_n, E* bk, float* gcum,
+                                             float* k, float kinv, float G_t, float beta, int group, int lane) {
+  constexpr int N = K / 8;
+  const int kh = c.kh;
+  __syncthreads();
+  if (threadIdx.x < rows / 8)
+    reinterpret_cast<uint4*>(out + c.v0)[threadIdx.x] = reinterpret_cast<const uint4*>(s_out)[threadIdx.x];
+  if (!fold) {
+    for (int i = threadIdx.x; i < rows * int(sizeof(E)) / 16; i += kThreads)
+      reinterpret_cast<uint4*>(entry_n + c.v0)[i] = reinterpret_cast<const uint4*>(s_entry)[i];
+    if (c.tile == 0) {
+      if (c.sub == 0 && group == 0) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) k[i] *= kinv;
+        store_slice<K>(bk + (size_t(n) * H + kh) * K, lane, k);
+      }
+      if (threadIdx.x == 0) {
+        gcum[n * HV + c.h] = G_t;
+        if (RAW) p.buf_beta[(size_t(slot) * C + n) * HV + c.h] = beta;
+      }
+    }
+  }
+}
+
 template <int K, int V, class E, bool RAW>
 __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVBufferParams p, int rows, int rows_offset) {
   static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
@@ -121,6 +178,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   // row loop (one store per row from lane 0 cost ~35 instructions of address arithmetic each).
   __nv_bfloat16* const s_out = sv + rows;                                        // [rows]
   E* const s_entry = reinterpret_cast<E*>(s_out + rows);                         // [rows]
+  // Phase 1, prologue.
   const GdnStepIO& io = p.io;
   const BlockCoords c = block_coords<V>(rows);
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
@@ -149,8 +207,8 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   const size_t head = (size_t(slot) * HV + c.h) * V * K;
   float* state = p.state + head;
 
-  // Everything else the block reads goes to shared memory in one round trip by cp.async (no
-  // registers held): keys [n][K], (cached-u) the u tile [n][rows], G_j (and beta_j), and v of the
+  // Phase 2, issue. Everything else the block reads goes to shared memory in one round trip by
+  // cp.async (no registers held): keys [n][K], (cached-u) the u tile [n][rows], G_j (and beta_j), and v of the
   // block's rows, all issued before the first wait.
   E* bk = static_cast<E*>(p.buf_k) + size_t(slot) * C * H * K;       // [C, H, K]
   E* bval = static_cast<E*>(p.buf_val) + size_t(slot) * C * HV * V;  // [C, HV, V]
@@ -184,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     for (int i = threadIdx.x; i < rows * K / 4; i += kThreads)
       reinterpret_cast<float4*>(tile)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  // k and q stay unnormalised (kinv, qinv): the scales go on the sums that use them.
+  // Phase 3, wait. k and q stay unnormalised (kinv, qinv): the scales go on the sums that use them.
   float k[N], q[N], kinv, qinv, kq;
   finish_token_kq_unscaled<K>(kq_raw, k, q, kinv, qinv, kq);  // while the copies are in flight
   cp_async_wait_all();
@@ -193,8 +251,8 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   const float eG_t = expf(G_t);
   const float eG_k = eG_t * kinv, eG_q = eG_t * qinv;
 
-  // Per-block scalars over the buffered keys (shuffle loops: same trip count on every group of a
-  // warp; a warp whose groups hold no entry of the round skips it).
+  // Phase 4, key scalars over the buffered keys (shuffle loops: same trip count on every group of
+  // a warp; a warp whose groups hold no entry of the round skips it).
   constexpr int kWarpGroups = 32 / kGroupLanes;
   for (int base = 0; base < n; base += kGroups) {
     if (!RAW && base + (threadIdx.x / 32) * kWarpGroups >= n) continue;
@@ -234,6 +292,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   }
   if (n > 0) __syncthreads();  // n is block-uniform; with no entries nothing above was written
 
+  // Phase 5, row loop: each group takes one row per 16-row chunk as soon as its chunk lands.
   __nv_bfloat16* out = io.out + (size_t(c.row) * HV + c.h) * V;
   E* const entry_n = bval + (size_t(n) * HV + c.h) * V;  // this head's values of the appended entry
   float* ua = scratch + group * C;
@@ -313,35 +372,10 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
     }
     if (RAW) __syncwarp();  // ua is rewritten by the next row
   }
-  __syncthreads();
-  if (threadIdx.x < rows / 8)
-    reinterpret_cast<uint4*>(out + c.v0)[threadIdx.x] = reinterpret_cast<const uint4*>(s_out)[threadIdx.x];
-  if (!fold) {
-    for (int i = threadIdx.x; i < rows * int(sizeof(E)) / 16; i += kThreads)
-      reinterpret_cast<uint4*>(entry_n + c.v0)[i] = reinterpret_cast<const uint4*>(s_entry)[i];
-    if (c.tile == 0) {
-      if (c.sub == 0 && group == 0) {
-#pragma unroll
-        for (int i = 0; i < N; ++i) k[i] *= kinv;
-        store_slice<K>(bk + (size_t(n) * H + kh) * K, lane, k);
-      }
-      if (threadIdx.x == 0) {
-        gcum[n * HV + c.h] = G_t;
-        if (RAW) p.buf_beta[(size_t(slot) * C + n) * HV + c.h] = beta;
-      }
-    }
-  }
+  single_store<K, E, RAW>(p, c, rows, C, H, HV, slot, n, fold, s_out, s_entry, out, entry_n, bk, gcum, k, kinv, G_t, beta,
+                          group, lane);
   if (row_meta) return;  // the scheduler advances its own fill / has_state
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const int blocks_per_request = int(gridDim.x * gridDim.y);
-    if (atomicAdd(&p.done_count[slot], 1) == blocks_per_request - 1) {
-      p.fill[slot] = fold ? 0 : n + 1;
-      if (fold) p.has_state[slot] = 1;
-      p.done_count[slot] = 0;
-    }
-  }
+  single_advance_fill(p, slot, n, fold);
 }
 
 // ---- Split path (cached-u, scheduler row metadata): kernel A then kernel B in one stream.
