@@ -97,6 +97,20 @@ struct VerifySmem {
 // is reduced over LN lanes (log2 LN shuffles). After the reduction the lanes of a group split its
 // rows, LN/RPT lanes per row (row r_own), compute that row's outputs, and the first of them writes
 // them.
+// Phases, marked in the body:
+//   1 coordinates and slot (padding rows write zeros and exit);
+//   2 issue: window tokens and gates (cp.async group 1), S0 rows into registers, buffer entries
+//     (group 2);
+//   3 window operand B and norm scales, while the buffer is in flight;
+//   4 buffer keys to fp32; warp 0: the window's tree, the fold decision, G_t;
+//   5 key dot products (tensor cores) into the coefficients wu, wo, vu, vo;
+//   6 fold of the buffer into S0 when n + depth >= C (tensor cores for bf16), written back once;
+//   7 row products S0^T [k | q] and buffer terms (tensor cores), merged, gathered per row;
+//   8 the window's forward substitution: u_t, o_t per row, outputs and candidate u;
+//   9 scratch for the commit: window keys, G_t, the row's base.
+// The phases stay in the kernel body: moving even phase 9 into a __device__ __forceinline__
+// function changed ptxas's registers, spills and instruction counts of most instantiations
+// (kernels/notes/gdn_verify_kvbuffer.md, "Readable rewrite").
 template <int KD, int TMAX, class E>
 __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const GdnVerifyKVBufferParams p) {
   constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
@@ -104,7 +118,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
   constexpr int NB = operand_cols(TMAX), NTILES = NB / 8, BP = operand_pitch(KD);  // tensor-core operand B
   const GdnVerifyIO& io = p.io;
-  // Grid (V tiles x value heads per key head, key heads, rows), so the coordinates take no runtime
+  // Phase 1, coordinates. Grid (V tiles x value heads per key head, key heads, rows), so the coordinates take no runtime
   // division where the tile count is a power of 2 (V = 64, 128): five divisions had stood before
   // the first load of every block (log v16).
   const int tiles = io.V / kRows;
@@ -151,7 +165,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   __shared__ unsigned s_anc[TMAX];
   __shared__ int s_fold;
 
-  // Every global read of the block is issued before the first one is consumed: the window's
+  // Phase 2, issue. Every global read of the block is issued before the first one is consumed: the window's
   // tokens and gates (cp.async group 1, independent of the pools), then the state row chunks
   // (registers) and the n buffer entries (cp.async group 2). The window is prepared while the
   // buffer is still in flight.
@@ -183,7 +197,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   cp_async_commit();
   cp_async_wait_group<1>();
   __syncthreads();
-  // Tensor-core operand B and the norm scales in one pass: column c < T holds the raw key c,
+  // Phase 3, window operand B. Tensor-core operand B and the norm scales in one pass: column c < T holds the raw key c,
   // column TMAX + t the raw query t (bf16 values, exact in TF32), the other columns zeros; the
   // products are scaled afterwards by s_scale (keys 0..T-1, then queries, q also by K^-0.5).
   // Warp w takes the columns w, w + 4, ... at once (independent shuffle reductions), lane l the
@@ -225,6 +239,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       if (vec[k] >= 0 && lane == 0) s_scale[vec[k]] = rsqrtf(ss[k] + 1e-6f) * (vec[k] >= T ? rsqrtf(float(KD)) : 1.f);
     }
   }
+  // Phase 4, buffer keys and the window's tree.
   cp_async_wait_group<0>();
   __syncthreads();
   for (int idx = threadIdx.x; idx < n * (KD / 4); idx += NT) {
@@ -259,7 +274,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     for (int idx = threadIdx.x; idx < n * kRows; idx += NT)
       s_w[idx] = expf(g_n - s_gbuf[idx / kRows]) * to_f32(s_u[idx]);
   }
-  // Key dot products on the tensor cores: D [rows, NB] = A [rows, K] x B [K, NB] with B the raw
+  // Phase 5, key dot products on the tensor cores: D [rows, NB] = A [rows, K] x B [K, NB] with B the raw
   // window keys and queries of the row products below, and A's rows the n_eff buffer keys (bf16
   // entries are exact in TF32: one product; fp32 entries are split) then the T raw window keys,
   // in 16-row tiles. Split over K: warp w takes the 16-column chunks w, w + 4, ... of every tile
@@ -329,7 +344,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   }
   __syncthreads();
 
-  if (fold) {  // S0 <- e^{G_n} S0 + sum_j w_j[r] k_j, written back once
+  if (fold) {  // Phase 6, fold: S0 <- e^{G_n} S0 + sum_j w_j[r] k_j, written back once
     const float e_gn = expf(s_gbuf[n - 1]);
 #pragma unroll
     for (int k = 0; k < RPT; ++k)
@@ -381,7 +396,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   }
   const bool have_s0 = has_state || fold;
 
-  // a_t = S0^T k_t (column c = t) and b_t = S0^T q_t (c = TMAX + t) on the tensor cores: per warp
+  // Phase 7, row products: a_t = S0^T k_t (column c = t) and b_t = S0^T q_t (c = TMAX + t) on the tensor cores: per warp
   // D [16 rows, NB columns] = S0 rows [16, K] x B [K, NB]. The thread layout above already is the
   // A fragment layout once K is permuted within each 16-column chunk i (the product sums over K,
   // so any permutation shared by A and B is exact): lane (g, t) holds float4 x[0][i] of row g and
@@ -476,6 +491,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       }
     }
   }
+  // Phase 8, the window's forward substitution per row.
   E* win_u = static_cast<E*>(p.win_u);
   float u[TMAX];
 #pragma unroll
@@ -497,7 +513,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     }
   }
 
-  if (tile == 0) {
+  if (tile == 0) {  // Phase 9, scratch for the commit
     if (sub == 0) {
       E* win_k = static_cast<E*>(p.win_k);
       for (int idx = threadIdx.x; idx < T * KD; idx += NT)
