@@ -94,15 +94,16 @@ constexpr int kSplitMinCapacityDirect = 4;
 
 // ---- Single kernel: one block per (row, value head, V tile) does the whole step, in phases:
 //   1 prologue: token loads, row metadata and slot, the S0 pointer (padding rows exit here);
-//   2 issue: keys, u tile, G_j, v by cp.async, then the S0 tile by bulk copies (or zeros);
+//   2 issue: keys, u tile, G_j, v by cp.async, then the S0 tile by bulk copies or zeros
+//     (single_issue_tile);
 //   3 wait: k, q finished while the copies fly, one wait, G_t;
 //   4 key scalars: c_j, d_j, e^{G_t - G_j} (raw: L) over the buffered keys;
 //   5 row loop: per row u_t, o, then the fold of the row or its appended entry;
 //   6 store (single_store): outputs and the appended entry by 16-byte vectors, k_t, G_t;
 //   7 fill advance (single_advance_fill), only without scheduler row metadata.
-// Phases 6 and 7 are functions; 1-5 stay in the kernel body, because moving any of them into a
-// function changed ptxas's output (registers and 1-2% of the instructions of some instantiations;
-// kernels/notes/gdn_decode_kvbuffer.md, "Readable rewrite").
+// Phases 6, 7 and the tile part of 2 are functions; the rest stays in the kernel body, because
+// moving any of it into a function changed ptxas's output (registers and up to 2% of the
+// instructions of some instantiations; kernels/notes/gdn_decode_kvbuffer.md, "Readable rewrite").
 
 // Phase 7: without scheduler row metadata, the last block of the request to finish (atomic count
 // in done_count) advances fill and has_state, so no block sees another's update within a launch.
@@ -146,6 +147,19 @@ __device__ __forceinline__ void single_store(const GdnKVBufferParams& p, const B
         if (RAW) p.buf_beta[(size_t(slot) * C + n) * HV + c.h] = beta;
       }
     }
+  }
+}
+
+// Phase 2, second part: the S0 tile by bulk copies (thread 0, one barrier per chunk), or, without a
+// state, a zero tile for the cached-u row loop.
+template <int K, bool RAW>
+__device__ __forceinline__ void single_issue_tile(bool has_state, float* tile, const float* state,
+                                                  const BlockCoords& c, int rows, int chunks, uint64_t* bars) {
+  if (has_state) {
+    if (threadIdx.x == 0) tile_issue<K>(tile, state + size_t(c.v0) * K, chunks, bars);
+  } else if (!RAW) {
+    for (int i = threadIdx.x; i < rows * K / 4; i += kThreads)
+      reinterpret_cast<float4*>(tile)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
 }
 
@@ -236,12 +250,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   // The S0 tile after the small copies, which the block waits for first. Without a state the
   // cached-u tile is zeros (S0 = 0), so its row loop reads rows the same way in both modes (the raw
   // variant's row loop, at the register limit, keeps load_tile_row's zero registers).
-  if (has_state) {
-    if (threadIdx.x == 0) tile_issue<K>(tile, state + size_t(c.v0) * K, chunks, bars);
-  } else if (!RAW) {
-    for (int i = threadIdx.x; i < rows * K / 4; i += kThreads)
-      reinterpret_cast<float4*>(tile)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
+  single_issue_tile<K, RAW>(has_state, tile, state, c, rows, chunks, bars);
   // Phase 3, wait. k and q stay unnormalised (kinv, qinv): the scales go on the sums that use them.
   float k[N], q[N], kinv, qinv, kq;
   finish_token_kq_unscaled<K>(kq_raw, k, q, kinv, qinv, kq);  // while the copies are in flight
