@@ -72,7 +72,7 @@
 // 36 layer pools in one CUDA graph, per layer, median, at the best C): 3.48 [C = 1] / 9.14 [4] /
 // 24.02 / 41.90 / 78.49 / 149.34 / 305.47 us [C = 8] at batch 1 / 8 / 32 / 64 / 128 / 256 / 512:
 // 1.003x / 1.14x / 1.45x / 1.60x / 1.68x / 1.74x / 1.69x the recurrent kernel.
-// Performance log v1..v29, each prediction before its measurement: kernels/notes/gdn_decode_kvbuffer.md
+// Performance log v1..v29 (prediction first where one was made): kernels/notes/gdn_decode_kvbuffer.md
 // ("log vN" in the comments below).
 #include <stdexcept>
 #include <string>
@@ -222,8 +222,8 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   float* state = p.state + head;
 
   // Phase 2, issue. Everything else the block reads goes to shared memory in one round trip by
-  // cp.async (no registers held): keys [n][K], (cached-u) the u tile [n][rows], G_j (and beta_j), and v of the
-  // block's rows, all issued before the first wait.
+  // cp.async (no registers held): keys [n][K], (cached-u) the u tile [n][rows], G_j (and beta_j),
+  // and v of the block's rows, all issued before the first wait.
   E* bk = static_cast<E*>(p.buf_k) + size_t(slot) * C * H * K;       // [C, H, K]
   E* bval = static_cast<E*>(p.buf_val) + size_t(slot) * C * HV * V;  // [C, HV, V]
   float* gcum = p.buf_gcum + size_t(slot) * C * HV;                  // [C, HV]

@@ -24,7 +24,7 @@
 // 131.24 / 259.13 / 515.07 us at batch 1 / 8 / 32 / 64 / 128 / 256 / 512 (FLA in the same session
 // 3.89 / 11.38 / 36.09 / 68.08 / 132.02 / 259.72 / 515.32); in place 3.53 / 10.44 / 34.90 / 67.42
 // (95.3% of copy) / 132.16 / 261.23 / 519.61.
-// Performance log v1..v7, each prediction before its measurement: kernels/notes/gdn_decode_recurrent.md
+// Performance log v1..v7 (prediction first where one was made): kernels/notes/gdn_decode_recurrent.md
 // ("log vN" in the comments below).
 #include <algorithm>
 #include <stdexcept>

@@ -30,7 +30,7 @@
 // 36 layer pools in one CUDA graph, verify + commit per layer, median): T = 4 at batch 128 117.94 us
 // [C = 16], 4.98x classic verify + commit (587.62) and 1.16x the decode step on the same pools
 // (101.29); T = 5 9.15 / 133.29 / 258.28 us at batch 1 / 128 / 256 [C = 12 / 16 / 12].
-// Performance log v1..v16, each prediction before its measurement: kernels/notes/gdn_verify_kvbuffer.md
+// Performance log v1..v16 (prediction first where one was made): kernels/notes/gdn_verify_kvbuffer.md
 // ("log vN" in the comments below).
 #include <stdexcept>
 #include <string>
