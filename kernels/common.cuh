@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "kernels/cuda_check.h"
+#include "kernels/dispatch.h"  // dispatch_head_dims
 
 namespace kvbuf {
 

@@ -30,7 +30,7 @@ __device__ __forceinline__ float warp_sum(float x) {
 
 // A load that ptxas keeps where it is written (a relaxed gpu-scope load, served by L2): it sank a
 // plain load of row metadata below the slot check that followed it, a second dependent round
-// trip (gdn_decode_kvbuffer.cu log v20).
+// trip (notes/gdn_decode_kvbuffer.md v20).
 __device__ __forceinline__ int load_unsunk(const int32_t* p) {
   int x;
   asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(x) : "l"(p));
@@ -291,7 +291,7 @@ struct RowsRule {
 int choose_rows_per_block(const GdnStepIO& io, RowsRule rule);
 // The current device's multiprocessor count (read once).
 int multiprocessor_count();
-// The rules, measured on the H200 (gdn_decode_kvbuffer.cu log v10, v12):
+// The rules, measured on the H200 (notes/gdn_decode_kvbuffer.md v10, v12):
 //  * recurrent: 16 KiB tiles (32 rows) beat 32 KiB ones (in place at batch 64: 70.8 against
 //    71.1 us, out of place at 256: 266.3 against 268.4), and batch 8 runs 6% faster at 4 blocks
 //    per SM (32 rows) than at 8 (16 rows);
@@ -303,7 +303,7 @@ int multiprocessor_count();
 //    64: 34.0 against 39.4 us), but for C < 32 they only add empty blocks (direct, C = 8 at 256:
 //    70.5 against 58.8 us); small batches keep 8 blocks per SM (direct at batch 8, C = 8: 7.8 us
 //    with 16 rows, 11.1 with 32). These rules predate gdn_decode_direct's compacted kernel B
-//    (from C = 16: gdn_decode_kvbuffer.cu log v21), which no longer launches the empty blocks.
+//    (from C = 16: notes/gdn_decode_kvbuffer.md v21), which no longer launches the empty blocks.
 constexpr RowsRule kRecurrentRows{32, 4};
 // The recurrent dispatch's rows per block (gdn_decode_recurrent.cu).
 int recurrent_rows(const GdnStepIO& io);

@@ -16,74 +16,16 @@
 // row per chunk, as soon as its chunk lands, and stores the new row straight to global memory.
 // rows_per_block: up to 64 (32 KiB tiles), smaller for small batches (8 blocks per SM wanted).
 // One-warp shape (rows_per_block 8, from batch 32 up): one warp per 8 rows, the tile in registers
-// (log v4 below).
+// (log v4).
 // Template parameters: head dims K = V in {64, 128}.
 //
-// Performance log (H200, copy ceiling measured in the same run ~4230-4266 GB/s; 36 layer pools in
-// one CUDA graph, Qwen3-Next shapes H=16 HV=32 K=V=128, per layer, median; targets: FLA 4.2 us at
-// batch 1 and 259 us at 256 out of place, vLLM 543 us at 512 in place):
-//   v1 (d48b046, run on a dirty tree) register streaming, 2 rows in flight per 8-lane group, 94
-//     registers (5 blocks/SM). Predicted >= 90% of copy at batch >= 64. Measured: batch 1 3.94 us,
-//     256: 284.4 in place (89.8%), 279.2 out of place (91.4%); 512: 562.7 / 552.7. Missed by a
-//     little: 64 B in flight per thread x 640 threads per SM is ~40 KiB, under Little's law
-//     (~4.2 TB/s x ~1.5 us / 132 SMs ~ 48 KiB).
-//   v2 (3a6d77a) S tiles through the bulk copy engine into shared memory, all chunks in flight at
-//     block start, 72 registers. Predicted: up to ~190 KiB in flight per SM, in place to the
-//     in-place ceiling (~3960 GB/s, 93%), out of place ~95%. Measured: 256: 272.6 (93.5%) /
-//     269.6 (95.3%); 512: 540.8 / 534.5; batch 1 3.73. As predicted.
-//   v3 (56a8e3e) v of the block's rows staged once (was one dependent load per chunk): predicted a
-//     small gain at small batch only; measured no change beyond run-to-run spread (batch 1 3.7-4.0).
-//   Result (1221994, results/decode_h200.csv): batch 1 3.92 us (oop 3.85), 8 11.67, 64 71.0
-//     (89.2% of copy), 128 137.6 (92.1%), 256 270.8 in place (93.6%) / 268.3 out of place
-//     (94.5%), 512 537.3 (94.4%) / 532.0 (95.3%). Beats 4.2 us at batch 1 and 543 us at 512; out
-//     of place at 256 is 3.6% slower than FLA's 259 us (97% of copy): the remaining gap is each
-//     block's dependent start (slot -> copy issue -> first chunk) that a persistent grid with a
-//     prefetched next tile would hide.
-//   FLA measured here (scripts/bench_fla.py, fla-core 0.6.0, same method and session, 78e9670):
-//     3.79 / 11.34 / 67.49 / 131.06 / 258.00 / 512.12 us at batch 1 / 8 / 64 / 128 / 256 / 512,
-//     98.6% of copy at 256 and 99.3% at 512, against ours out of place 3.46 / 10.94 / 68.74 /
-//     134.73 / 265.52 / 527.41: FLA's Triton kernel (one warp per 8 rows, the tile in registers,
-//     up to 32 blocks per SM) keeps more of the read in flight than our 8 blocks of 16 KiB tiles.
-//   v4 one-warp shape (rows_per_block 8, gdn_decode_recurrent_warp_kernel): FLA's shape plus the
-//     slot lookup; lane l holds columns l K/32.. of the 8 rows, 64 registers. Predicted, written
-//     before measuring: out of place at 256 from 265.0 to ~259 us, in place from 270.7 to ~265,
-//     512 in place ~525; taken from batch 32 up, the tiles below (batch 1 unchanged).
-//     Measured (f547620, interleaved twice with 78e9670, same session as FLA): out of place 267.0
-//     -> 261.7 us at 256 (FLA 259.6 in that run), 530.1 -> 519.2 at 512 (FLA 515.3), 135.4 ->
-//     133.2 at 128 (FLA 131.8); in place 272.1 -> 264.4 (97.0% of copy), 540.7 -> 525.0 (97.7%),
-//     70.5 -> 68.9 at 64; batch 32 36.9 -> 36.0. Below batch 32 the one-warp shape loses (batch 1
-//     4.27 against 3.55 us): kept from batch 32. Still 0.8% behind FLA out of place.
-//   v5 (not kept; a4cc452) the tile kernel's v loaded before the k, q normalisation (in the SASS
-//     at batch 1 it sat after the normalisation's shuffles). Predicted batch 1 3.5 -> ~3.3 us;
-//     measured 3.52 -> 3.45, but 7 more registers (71: 7 blocks per SM) made batch 8 10.45 ->
-//     10.70 (its 1024 blocks no longer fit one wave).
-//   v6 the one-warp kernel's 16 row sums reduced by halving exchanges (16 shuffles, not 80) and the
-//     three norm sums made independent: ~40 shuffles per 4 KiB block instead of ~103 (v16 of
-//     gdn_decode_kvbuffer.cu found the shuffle unit's rate binding there). Predicted, written
-//     before measuring: out of place at 256 261.7 -> ~259.5 us, in place 264.2 -> ~262.
-//     Measured (3657090, interleaved 3 times with a4cc452's one-warp kernel): out of place 261.7
-//     -> 259.4-259.5 at 256, 519.2 -> 515.6-515.7 at 512, 133.0 -> 131.0 at 128, 68.5 -> 67.1 at
-//     64, 36.1 -> 34.8 at 32; in place 264.2 -> 261.2-261.3 (97.6% of copy), 524.9 -> 519.7. As
-//     predicted.
-//   v7 (not kept; branch exp/evict-first, 0f63234) the one-warp kernel's state loads and stores
-//     streaming (ld.global.cs / st.global.cs), the tile kernels' bulk copies with an L2
-//     evict-first policy. Predicted: out of place at 512 515.3 -> ~513 us, 256 259.1 -> ~258.5.
-//     Measured (interleaved twice with 3657090): 512 out of place 513.8 -> 528.1, in place 517.1
-//     -> 528.1; 256 out of place 258.2 -> 263.2; batch 64 1% faster; KVBuffer within noise at
-//     256, 3% slower at 512, C = 8. Evicting the written lines first costs more than the reuse
-//     it leaves to the small reads.
-//   Result of this stop (3657090, results/decode_h200.csv, full sweep; FLA in the same session,
-//     results/fla_h200.csv): out of place 3.48 / 10.92 / 34.77 / 66.97 / 131.15 / 259.13 /
-//     515.27 us at batch 1 / 8 / 32 / 64 / 128 / 256 / 512 against FLA's 3.90 / 11.48 / 36.17 /
-//     68.13 / 131.60 / 259.28 / 514.36: ahead up to 256 (there by 0.06%), 0.18% behind at 512;
-//     in place 3.53 / 10.45 / 34.90 / 67.41 (94.5% of copy) / 132.03 / 261.29 / 519.62.
-//   Both shapes also run KVBuffer decode at capacity 1 (STATE_FLAG instantiations: every step
-//     folds its only token, so the step is this update; rows without a state read nothing;
-//     gdn_decode_kvbuffer.cu log v20).
-//   Result of this stop (f831236, results/decode_h200.csv and fla_h200.csv, same session): out of
-//     place 3.51 / 10.91 / 34.76 / 67.02 / 131.24 / 259.13 / 515.07 us against FLA's 3.89 / 11.38 /
-//     36.09 / 68.08 / 132.02 / 259.72 / 515.32: ahead at every batch; in place 3.53 / 10.44 /
-//     34.90 / 67.42 (95.3% of copy) / 132.16 / 261.23 / 519.61.
+// Current result (f831236, results/decode_h200.csv and fla_h200.csv; H200, Qwen3-Next shapes, 36
+// layer pools in one CUDA graph, per layer, median): out of place 3.51 / 10.91 / 34.76 / 67.02 /
+// 131.24 / 259.13 / 515.07 us at batch 1 / 8 / 32 / 64 / 128 / 256 / 512 (FLA in the same session
+// 3.89 / 11.38 / 36.09 / 68.08 / 132.02 / 259.72 / 515.32); in place 3.53 / 10.44 / 34.90 / 67.42
+// (95.3% of copy) / 132.16 / 261.23 / 519.61.
+// Performance log v1..v7 (prediction first where one was made): kernels/notes/gdn_decode_recurrent.md
+// ("log vN" in the comments below).
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -293,18 +235,10 @@ void run_recurrent(const GdnRecurrentParams& p, const int32_t* row_has_state, cu
   const int rows = recurrent_rows(p.io);
   const dim3 grid = decode_grid(p.io, rows);
   const bool flag = row_has_state != nullptr;
-  const int kv = p.io.K * 1000 + p.io.V;
-  switch (kv) {
-    case 128 * 1000 + 128:
-      return flag ? launch_recurrent<128, 128, true>(p, row_has_state, rows, grid, stream)
-                  : launch_recurrent<128, 128, false>(p, row_has_state, rows, grid, stream);
-    case 64 * 1000 + 64:
-      return flag ? launch_recurrent<64, 64, true>(p, row_has_state, rows, grid, stream)
-                  : launch_recurrent<64, 64, false>(p, row_has_state, rows, grid, stream);
-    default:
-      throw std::invalid_argument(std::string(who) + ": unsupported head dims K=" + std::to_string(p.io.K) +
-                                  " V=" + std::to_string(p.io.V) + " (supported: 64x64, 128x128)");
-  }
+  dispatch_head_dims(who, p.io.K, p.io.V, [&](auto K, auto V) {
+    flag ? launch_recurrent<K, V, true>(p, row_has_state, rows, grid, stream)
+         : launch_recurrent<K, V, false>(p, row_has_state, rows, grid, stream);
+  });
 }
 
 void run_kvbuffer_capacity1(const GdnKVBufferParams& p, cudaStream_t stream, const char* who) {

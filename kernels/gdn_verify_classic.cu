@@ -263,11 +263,8 @@ void gdn_verify_classic(const GdnVerifyClassicParams& p, cudaStream_t stream) {
   validate(p, "gdn_verify_classic");
   if (p.io.batch == 0) return;
   const dim3 grid(unsigned(p.io.V / kWarpRows), unsigned(p.io.HV), unsigned(p.io.batch));
-  switch (p.io.K) {
-    case 64: gdn_verify_classic_kernel<64><<<grid, 32, 0, stream>>>(p); break;
-    case 128: gdn_verify_classic_kernel<128><<<grid, 32, 0, stream>>>(p); break;
-    default: throw std::invalid_argument("gdn_verify_classic: unsupported key head dim " + std::to_string(p.io.K));
-  }
+  dispatch_head_dims<KeyHeadDims>("gdn_verify_classic", p.io.K, p.io.V,
+                                  [&](auto K, auto) { gdn_verify_classic_kernel<K><<<grid, 32, 0, stream>>>(p); });
   KVB_CUDA_CHECK_LAUNCH();
 }
 

@@ -26,169 +26,12 @@
 // the same tokens would in successive decode steps. The commit kernels run as programmatic
 // dependents of the verify.
 //
-// Performance log (H200, Qwen3-Next shapes H=16 HV=32 K=V=128, 36 layer pools in one CUDA graph,
-// verify + commit per layer, median; targets at T = 4, batch 128: >= 4x classic verify + commit and
-// <= 1.3x a single-token KVBuffer decode step; T = 5: ReplaySSM 13.7 / 137 / 267 us at batch
-// 1 / 128 / 256):
-//   v1 (cbece77) 64 threads, a lane pair per row and two rows per pair (K/2 floats of each row per
-//     thread), 168-244 registers. T = 4: 13.4 us at batch 1, 199.9 at 128 (2.95x classic, 1.90x
-//     decode C = 16); T = 5: 17.2 / 224.1 / 427.8. ncu (128, T = 4, C = 16): 12.5% occupancy (4
-//     blocks of 2 warps per SM), 0.34 instructions issued per scheduler cycle, DRAM 37%:
-//     issue-bound at low occupancy, not bytes.
-//   v2 (493bc8b) one row per thread (2 lanes per row, 128 registers) or 4 lanes per row, buffer
-//     keys converted once to fp32 in shared memory. Predicted ~1.6-1.8x from 2x the warps per SM.
-//     Measured: 193.2 (2 lanes), 237.0 (4 lanes) at 128, T = 4. Missed: occupancy doubled (24%),
-//     the issue rate rose only to 0.41; SASS samples: 35% of warp time at block barriers waiting
-//     for one warp's serial key dot products (n T + T T pairs over K on a few threads) and for
-//     thread 0's tree walk, 12% waiting for the loads.
-//   v3 (70491e9) window prepared while the buffer copies are in flight (cp.async groups), tree and
-//     G_t by warp 0 in parallel (shuffles), key dot products by 8-lane groups over all warps.
-//     Predicted: most of the barrier time gone, ~25%. Measured 172.4 at 128 (kernel 165.9 in ncu,
-//     barrier stalls per issue 2.2 -> 0.8); short-scoreboard stalls now lead (window
-//     normalisation by element-wise 2-byte loads and a shuffle chain: 14% of samples).
-//   v4 (28112b9) vectorised normalisation (two vectors per warp), commit kernels as programmatic
-//     dependents, 96 registers (5 blocks/SM): 162.1 at 128 (with 4 blocks/SM: 170.2).
-//   v5 (6c8ff16) 4 lanes per row, 2 rows per thread: every shared key/query chunk a thread loads
-//     serves two rows (half the shared loads of 2 lanes x 1 row, same registers); commit copy over
-//     8 blocks per row (8.3 -> 6.3 us in ncu). Predicted ~10% from the shared-load halving.
-//     Measured 142.8 at 128 (kernel 140.0 in ncu), faster than 2 lanes x 1 row at every batch
-//     (1..256) and T: kept as the only shape. v6 (2ec4344) exact TMAX for T = 5, 6: T = 5 at 128
-//     185.6 -> 170.2.
-//   Result (323357e, results/verify_h200.csv, C = 8/16/32, run after 2 minutes of decode sweep on
-//     the same GPU): T = 4: 8.68 us at batch 1, 147.8 [C = 8] / 153.0 [16] at 128 (3.98x classic's
-//     587.8; decode at C = 8 96.1: 1.54x), 283.2 [16] at 256 (4.11x); T = 5: 10.43 / 172.2 / 332.7
-//     at 1 / 128 / 256. Alone (02cfd39, same verify code) T = 4 at 128 measured 142.6 [16] and
-//     147.6 [8], twice each (decode 100.9 [16], 93.5 [8]: 1.41x, 1.58x). Met: >= 4x classic at 128
-//     in the isolated runs (4.12x; 3.98x in the long sweep), ReplaySSM at T = 5 batch 1 (10.4 <
-//     13.7). Missed: <= 1.3x decode (1.41x), ReplaySSM at T = 5 batch 128 / 256 (172 / 333 against
-//     137 / 267). Next: the kernel is still issue-bound (ncu at 128: 0.45 issued per scheduler
-//     cycle, 30% occupancy, short-scoreboard stalls): one block per key head (both value heads
-//     share the window, the buffered keys and their dot products, which differ only by decay), and
-//     a persistent grid that prefetches the next item's state while computing this one.
-//   v7 (not kept) S0 rows loaded right after the slot lookup, before fill / has_state arrive
-//     (zeroed afterwards for stateless rows), to take one dependent round trip off each block.
-//     Predicted ~5-9%. Measured, interleaved with the kept kernel three times (6acdf76 vs
-//     6acdf76 + change): T = 4 at 128 149.8-150.1 us against 142.6-142.8, T = 5 at 256 351-353
-//     against 335-338: 5% slower; dropped.
-//   ncu (6acdf76 = 323357e's kernel, 128, T = 4, C = 16, kernel alone 139.7 us): DRAM 50%, issue
-//     slots 55% busy, 5 blocks of 4 warps per SM (96 registers, 22 KiB), 9292 warp instructions
-//     per block: 19% prologue (copy issue, addresses), 5% window normalisation, 4% tree and G_t,
-//     17% key dot products (n T + T T pairs, the same in the 4 blocks of a key head: 2 tiles x 2
-//     value heads), 53% the per-row part (2 T dots of K per row, buffer terms, substitution);
-//     warp samples 25% in the key dots (mostly at the barrier behind them), 39% in the row part.
-//     Sharing the window and key dots per key head would remove at most ~15% of the
-//     instructions, and bigger blocks cost occupancy; the row part's 2 T x K products per row are
-//     a small GEMM (S0 [64, K] x [K, 2T]) that tensor cores could take (3xTF32 for fp32
-//     accuracy), the remaining lever for the <= 1.3x decode and ReplaySSM T = 5 figures.
-//   v8 the 2 T row products on the tensor cores (mma.sync m16n8k8 TF32, kernel below): the
-//     thread layout of the S0 rows already is the A fragment layout up to a permutation of K
-//     within 16-column chunks, so the rows stay in registers; S0 is split into hi + lo TF32
-//     parts (2 products) and B is the raw bf16 keys and queries (exact in TF32) with their norm
-//     scales applied to the sums. Per warp at T = 4: 32 MMAs + 128 split instructions + 8 B loads
-//     replace 512 FMAs, 64 shared loads and 32 shuffle-adds per thread (T = 5: 64 MMAs against
-//     640 FMAs, 80 loads, 40 shuffles). Predicted, written before measuring: ~20% of the block's
-//     instructions gone (T = 4) and ~25% (T = 5); T = 4 at batch 128 from 142.6 to ~120-125 us
-//     (<= 1.3x decode), T = 5 at 128 from 170.9 to ~140, at 256 from 326 to ~270.
-//     Measured (323937c + this change, interleaved twice with 323937c, C = 16 unless noted): T = 4
-//     at 128 143.1 -> 135.9 us (decode 100.9 with the pools' fill counters: 1.35x), 256 286.2 ->
-//     270.5; T = 5 at 128 173.2 -> 164.6-165.7, 256 332.4-333.2 -> 318.4-319.6; batch 1 (C = 8)
-//     T = 4 8.64 -> 8.30, T = 5 10.37 -> 9.88. Tests 14/14, kvbuf check clean. 5%, not 20%: the
-//     instructions went, the time did not follow them (the block is still ~11 us long at 12 waves
-//     of 5 blocks per SM, most of it stalls on its chain of dependent loads and barriers).
-//     ncu (128, T = 4, C = 16, kernel alone 132.1 us): 8339 warp instructions per block (was
-//     9292): prologue 1329, buffer copies 504, normalisation and B staging 892, key conversion
-//     and tree 382, key dot products 1589 (24% of the warp samples, the largest share, mostly
-//     at the barrier behind them), fold 895 (a quarter of the blocks), row MMAs 940, row part
-//     and stores 1808; issue slots 56% busy, 1.15 eligible warps per scheduler.
-//   v9 key dot products on the tensor cores too: A = the buffered keys (bf16 entries exact in
-//     TF32: one product) and the raw window keys, B = the row products' operand. First as one
-//     16-row tile per warp: T = 4 at 128, C = 16 136.0 -> 134.0 us but batch 1 8.3 -> 8.85 and
-//     T = 5 3% slower (at n + T <= 16 one warp ran a chain of 16-32 dependent MMAs while three
-//     waited at the barrier). Then split over K (kept, below): warp w takes every fourth
-//     16-column chunk of every tile, partial sums through shared memory, one more barrier.
-//     Predicted, written before measuring: T = 4 at 128, C = 16 136 -> ~131 us, batch 1 8.3 ->
-//     ~8.1. Measured (interleaved twice with v8): T = 4 at 128 136.9 -> 127.7 us (C = 8 141.1 ->
-//     138.9), 256 270 -> 257, batch 1 8.7 -> 8.0 (C = 16); T = 5 unchanged at C = 8 (128: 166
-//     -> 165, 256: 324 -> 323) and 3% slower at C = 16 (166 -> 171, 320 -> 324), not explained.
-//     At its best C, T = 5 is within 1% of v8; T = 4 at 128 is 1.27x the pool-counter decode.
-//   Result of this stop (bcb1464's binaries = this kernel, results/verify_h200.csv): T = 4 at 128
-//     126.4 us [C = 16], 4.67x classic (590.8), 1.25x the decode step (101.2); T = 5 9.9 / 163.5 /
-//     310.1 us at 1 / 128 / 256 (ReplaySSM 13.7 / 137 / 267: met at batch 1 only). T = 5 costs
-//     29% more than T = 4 at 128 (two 8-column tiles from 2 T = 10, and at its best C = 8 five
-//     requests in eight fold inside the verify, n > 0 and n + 5 >= 8). At C = 16 T = 5 is the odd
-//     one: 171.5 us at 2165 GB/s (bytes model) where T = 4 runs at 2871 and T = 8 (TMAX 8, 4
-//     blocks per SM by shared memory against 5) at 2222, so the TMAX = 5 build itself may be the
-//     slow part. Next, untested (no device time left): T = 5, 6 on the TMAX = 8 build (branch
-//     exp/verify-t5-tmax8; v6 had made them exact when the row products were FMAs), the fold's
-//     cost at T = 5, and the per-row buffer terms, which the two lanes of a row compute twice.
-//   v10 (not kept; branch exp/verify-t5-tmax8 on 78e9670, interleaved twice) T = 5 on the TMAX = 8
-//     build. 128: C = 8 163.9 -> 172.9 us, C = 16 170.9 -> 169.0; 256: C = 8 323.6 -> 336.3,
-//     C = 16 unchanged; batch 1 within 0.4 us. The TMAX = 5 build is not the slow part.
-//   ncu (78e9670, 128, C = 16, kernel alone): T = 4 122.0 us, T = 5 166.2 us; warp instructions
-//     62.7M -> 76.8M (+23%), issue slots busy 55.5% -> 49.9%, cycles per issued instruction 8.2 ->
-//     9.3, occupancy 30% both (5 blocks per SM by registers and by shared memory), local-memory
-//     spill requests 66K -> 154K. Stall samples grow 38%, at every block barrier: the copy wait,
-//     the key dot products (two 8-column operand tiles from 2 T = 10) and the row part all
-//     lengthen. T = 5 costs what a fifth token's work costs in a latency-bound block (1.36x T = 4
-//     for 1.25x the columns); beating ReplaySSM's 137 us there needs a shorter block, not a
-//     different tile count.
-//   v11 (no kernel change; b4e535b, results/verify_h200.csv) C = 12 on the sweep's axis: T = 5 is
-//     fastest there, 9.75 / 153.95 / 292.16 us at batch 1 / 128 / 256 (C = 8: 9.89 / 163.73 /
-//     310.15; C = 16: 10.26 / 171.69 / 325.98), since at C = 8 a verify of 5 folds first whenever
-//     n >= 3 and at C = 16 more entries enter every row's sums (both fit 5 blocks per SM: 29.8 and
-//     41.5 KiB of shared memory, 96 registers). ReplaySSM's 137 / 267 us at T = 5 are still 12% /
-//     9% away.
-//   Result of this stop (b4e535b = this kernel, results/verify_h200.csv): T = 4 at 128 126.41 us
-//     [C = 16], 4.67x classic (590.30) and 1.25x the decode step on the same pools (101.27); T = 5
-//     9.75 / 153.95 / 292.16 us at 1 / 128 / 256 [C = 12].
-//   v12 the fold on the tensor cores (bf16 entries; the FMA loop stays for fp32): per warp
-//     D [16 rows, K] = W [16, n] x keys [n, K], W split hi + lo. Predicted, written before
-//     measuring: T = 5, C = 12 at 128 ~5% faster (the n K FMAs per row of the ~1/3 of blocks that
-//     fold become ~1/4 as many instructions). First build (287c67d, D accumulated into x):
-//     slower everywhere, T = 4, C = 8 at 128 138.5 -> 162.9 us. ncu: long-scoreboard stalls 3.4x;
-//     SASS: x now had to sit in fragment order, against the float4 order of the state loads, and
-//     ptxas issued several loads into the same registers, so each block waited for part of S0
-//     before its prologue. With D from zero added to x by FADDs (f661e4b), interleaved twice
-//     with ccb38a2: T = 5, C = 12 157.9 -> 153.6 (128), 303.2 -> 295.3 (256); T = 4, C = 16 130.9
-//     -> 128.1; C = 8 unchanged (139.3 -> 139.1).
-//   v13 (0a2d8ea) the buffer terms su, so on the tensor cores for bf16 entries (U tile exact,
-//     [wu | wo] split), merged with the row products in fragment layout, so the gather moves one
-//     value per column. Predicted ~4% (2 T FMAs per entry per row, computed twice by the two
-//     lanes of a row). Measured, interleaved twice with ccb38a2 (another machine): T = 5, C = 12
-//     154.1 -> 146.7 us at 128, 295.5 -> 281.1 at 256; T = 4, C = 16 126.6 -> 119.6 at 128.
-//     Not kept: 6 blocks per SM (80 registers, branch exp/verify-6blocks): T = 5, C = 12 178.9.
-//   v14 (this kernel) the row products' hi and lo products in two accumulators, two chains of 16
-//     dependent MMAs per n-tile instead of one of 32 (fixed-latency "wait" stalls were 9% of the
-//     samples in the row part). Measured, interleaved twice with 0a2d8ea: T = 4 2% faster (128,
-//     C = 16: 119.8 -> 116.8; 256: 229.5 -> 225.5; batch 1 8.08 -> 7.90), T = 5 unchanged
-//     (146.5 -> 146.9 at 128; ptxas now spills 52 bytes there, 16 before).
-//   ncu (T = 5 against T = 4, C = 12, batch 128, kernel alone 138.3 / 112.9 us): 67.4M against
-//     55.7M warp instructions at the same 55% issue rate; the tensor pipe is 14% / 10% busy, so
-//     not the limit. Stall samples at T = 5 (0a2d8ea): fixed-latency waits 21%, shared-memory
-//     waits 16%, barriers 13%, global loads 10%; the window normalisation and operand staging
-//     are 16% of the instructions. T = 5 pays for a second 8-column tile (10 columns) in every
-//     product and staging loop: 25% more time than T = 4 at C = 12 (146.9 against 117.8 us),
-//     and at C = 16 b4e535b measured T = 5 within 8% of T = 8 (171.6 against 185.2). ReplaySSM's
-//     137 / 267 us at T = 5 were still 7% / 4% away.
-//   v15 (8aefc16) operand B and the window's norm scales in one pass: warp w stages the columns
-//     w, w + 4, ... at once (their shuffle reductions interleaved), and the normalised fp32 copies
-//     of the window (read only by the win_k store since v8) are gone. In the profile above this
-//     part was 16% of the instructions (1298 per block at T = 5), half of them index arithmetic
-//     of the staging loop, and at T = 5 two warps normalised two rounds of vectors while two
-//     waited at the barrier. Predicted, written before measuring: T = 5 5-8% faster, T = 4 less.
-//     Measured, interleaved twice with 957f9fd (a hotter machine): T = 5 at 128 146.7 -> 137.2 us
-//     [C = 12], 162.6 -> 142.3 [C = 16]; at 256 292.1 -> 271.5 [12], 311.8 -> 270.0 [16]; batch 1
-//     [16] 10.15 -> 9.40; T = 4 unchanged (128, C = 16: 119.3 -> 120.1). ptxas's spills at T = 5
-//     fell from 52 to 16 bytes.
-//   v16 (this kernel) grid (V tiles x value heads per key head, key heads, rows) as the decode
-//     kernels: the flat block index took five runtime integer divisions (I2F / MUFU / F2I
-//     sequences, ~100 instructions per warp) before the slot load. Predicted 2-4%. Measured,
-//     interleaved twice with 8aefc16: T = 5 at 128 136.3 -> 133.9 us [C = 12], at 256 259.1 ->
-//     253.7; T = 4 at 128 118.8 -> 116.0 [16], at 256 231.7 -> 224.2 [16]; batch 8 15.8 -> 15.5.
-//   Result of this stop (110e010 = this kernel, results/verify_h200.csv): T = 4 at 128 117.94 us
-//     [C = 16], 4.98x classic (587.62) and 1.16x the decode step on the same pools (101.29); T = 5
-//     9.15 / 133.29 / 258.28 us at 1 / 128 / 256 [C = 12 / 16 / 12], ahead of ReplaySSM's 13.7 /
-//     137 / 267 (by 2.7% and 3.3% at 128 and 256, at the power cap).
+// Current result (110e010, results/verify_h200.csv; H200, Qwen3-Next shapes H=16 HV=32 K=V=128,
+// 36 layer pools in one CUDA graph, verify + commit per layer, median): T = 4 at batch 128 117.94 us
+// [C = 16], 4.98x classic verify + commit (587.62) and 1.16x the decode step on the same pools
+// (101.29); T = 5 9.15 / 133.29 / 258.28 us at batch 1 / 128 / 256 [C = 12 / 16 / 12].
+// Performance log v1..v16 (prediction first where one was made): kernels/notes/gdn_verify_kvbuffer.md
+// ("log vN" in the comments below).
 #include <stdexcept>
 #include <string>
 
@@ -202,7 +45,7 @@ namespace {
 
 using namespace gdn_verify_detail;
 
-// Launch shape of the verify kernel (header log v5): 4 lanes per state row, 2 rows per thread.
+// Launch shape of the verify kernel (log v5): 4 lanes per state row, 2 rows per thread.
 constexpr int kLanesPerRow = 4, kRowsPerThread = 2;
 
 constexpr int kVerifyThreads = kRows * kLanesPerRow / kRowsPerThread, kVerifyWarps = kVerifyThreads / 32;
@@ -254,6 +97,20 @@ struct VerifySmem {
 // is reduced over LN lanes (log2 LN shuffles). After the reduction the lanes of a group split its
 // rows, LN/RPT lanes per row (row r_own), compute that row's outputs, and the first of them writes
 // them.
+// Phases, marked in the body:
+//   1 coordinates and slot (padding rows write zeros and exit);
+//   2 issue: window tokens and gates (cp.async group 1), S0 rows into registers, buffer entries
+//     (group 2);
+//   3 window operand B and norm scales, while the buffer is in flight;
+//   4 buffer keys to fp32; warp 0: the window's tree, the fold decision, G_t;
+//   5 key dot products (tensor cores) into the coefficients wu, wo, vu, vo;
+//   6 fold of the buffer into S0 when n + depth >= C (tensor cores for bf16), written back once;
+//   7 row products S0^T [k | q] and buffer terms (tensor cores), merged, gathered per row;
+//   8 the window's forward substitution: u_t, o_t per row, outputs and candidate u;
+//   9 scratch for the commit: window keys, G_t, the row's base.
+// The phases stay in the kernel body: moving even phase 9 into a __device__ __forceinline__
+// function changed ptxas's registers, spills and instruction counts of most instantiations
+// (kernels/notes/gdn_verify_kvbuffer.md, "Readable rewrite").
 template <int KD, int TMAX, class E>
 __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const GdnVerifyKVBufferParams p) {
   constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
@@ -261,7 +118,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
   constexpr int NB = operand_cols(TMAX), NTILES = NB / 8, BP = operand_pitch(KD);  // tensor-core operand B
   const GdnVerifyIO& io = p.io;
-  // Grid (V tiles x value heads per key head, key heads, rows), so the coordinates take no runtime
+  // Phase 1, coordinates. Grid (V tiles x value heads per key head, key heads, rows), so the coordinates take no runtime
   // division where the tile count is a power of 2 (V = 64, 128): five divisions had stood before
   // the first load of every block (log v16).
   const int tiles = io.V / kRows;
@@ -308,7 +165,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   __shared__ unsigned s_anc[TMAX];
   __shared__ int s_fold;
 
-  // Every global read of the block is issued before the first one is consumed: the window's
+  // Phase 2, issue. Every global read of the block is issued before the first one is consumed: the window's
   // tokens and gates (cp.async group 1, independent of the pools), then the state row chunks
   // (registers) and the n buffer entries (cp.async group 2). The window is prepared while the
   // buffer is still in flight.
@@ -340,7 +197,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   cp_async_commit();
   cp_async_wait_group<1>();
   __syncthreads();
-  // Tensor-core operand B and the norm scales in one pass: column c < T holds the raw key c,
+  // Phase 3, window operand B. Tensor-core operand B and the norm scales in one pass: column c < T holds the raw key c,
   // column TMAX + t the raw query t (bf16 values, exact in TF32), the other columns zeros; the
   // products are scaled afterwards by s_scale (keys 0..T-1, then queries, q also by K^-0.5).
   // Warp w takes the columns w, w + 4, ... at once (independent shuffle reductions), lane l the
@@ -382,6 +239,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       if (vec[k] >= 0 && lane == 0) s_scale[vec[k]] = rsqrtf(ss[k] + 1e-6f) * (vec[k] >= T ? rsqrtf(float(KD)) : 1.f);
     }
   }
+  // Phase 4, buffer keys and the window's tree.
   cp_async_wait_group<0>();
   __syncthreads();
   for (int idx = threadIdx.x; idx < n * (KD / 4); idx += NT) {
@@ -416,7 +274,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     for (int idx = threadIdx.x; idx < n * kRows; idx += NT)
       s_w[idx] = expf(g_n - s_gbuf[idx / kRows]) * to_f32(s_u[idx]);
   }
-  // Key dot products on the tensor cores: D [rows, NB] = A [rows, K] x B [K, NB] with B the raw
+  // Phase 5, key dot products on the tensor cores: D [rows, NB] = A [rows, K] x B [K, NB] with B the raw
   // window keys and queries of the row products below, and A's rows the n_eff buffer keys (bf16
   // entries are exact in TF32: one product; fp32 entries are split) then the T raw window keys,
   // in 16-row tiles. Split over K: warp w takes the 16-column chunks w, w + 4, ... of every tile
@@ -486,7 +344,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   }
   __syncthreads();
 
-  if (fold) {  // S0 <- e^{G_n} S0 + sum_j w_j[r] k_j, written back once
+  if (fold) {  // Phase 6, fold: S0 <- e^{G_n} S0 + sum_j w_j[r] k_j, written back once
     const float e_gn = expf(s_gbuf[n - 1]);
 #pragma unroll
     for (int k = 0; k < RPT; ++k)
@@ -538,7 +396,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   }
   const bool have_s0 = has_state || fold;
 
-  // a_t = S0^T k_t (column c = t) and b_t = S0^T q_t (c = TMAX + t) on the tensor cores: per warp
+  // Phase 7, row products: a_t = S0^T k_t (column c = t) and b_t = S0^T q_t (c = TMAX + t) on the tensor cores: per warp
   // D [16 rows, NB columns] = S0 rows [16, K] x B [K, NB]. The thread layout above already is the
   // A fragment layout once K is permuted within each 16-column chunk i (the product sums over K,
   // so any permutation shared by A and B is exact): lane (g, t) holds float4 x[0][i] of row g and
@@ -633,6 +491,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       }
     }
   }
+  // Phase 8, the window's forward substitution per row.
   E* win_u = static_cast<E*>(p.win_u);
   float u[TMAX];
 #pragma unroll
@@ -654,7 +513,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     }
   }
 
-  if (tile == 0) {
+  if (tile == 0) {  // Phase 9, scratch for the commit
     if (sub == 0) {
       E* win_k = static_cast<E*>(p.win_k);
       for (int idx = threadIdx.x; idx < T * KD; idx += NT)
@@ -846,11 +705,9 @@ void gdn_verify_kvbuffer(const GdnVerifyKVBufferParams& p, cudaStream_t stream) 
   validate(p, "gdn_verify_kvbuffer");
   if (p.io.batch == 0) return;
   const bool bf16 = p.entry == EntryType::BF16;
-  switch (p.io.K) {
-    case 64: return bf16 ? dispatch_tokens<64, __nv_bfloat16>(p, stream) : dispatch_tokens<64, float>(p, stream);
-    case 128: return bf16 ? dispatch_tokens<128, __nv_bfloat16>(p, stream) : dispatch_tokens<128, float>(p, stream);
-    default: throw std::invalid_argument("gdn_verify_kvbuffer: unsupported key head dim " + std::to_string(p.io.K));
-  }
+  dispatch_head_dims<KeyHeadDims>("gdn_verify_kvbuffer", p.io.K, p.io.V, [&](auto K, auto) {
+    bf16 ? dispatch_tokens<K, __nv_bfloat16>(p, stream) : dispatch_tokens<K, float>(p, stream);
+  });
 }
 
 void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
@@ -863,17 +720,10 @@ void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t s
   if (p.io.tokens == p.capacity) {
     const size_t smem = size_t(p.capacity) * (p.io.K + 4 + kRows + 1) * sizeof(float);
     const unsigned blocks = unsigned(p.io.batch) * p.io.HV * (p.io.V / kRows);
-    switch (p.io.K) {
-      case 64:
-        bf16 ? launch(gdn_verify_kvbuffer_commit_fold_kernel<64, __nv_bfloat16>, p, smem, blocks, kThreads, stream, true)
-             : launch(gdn_verify_kvbuffer_commit_fold_kernel<64, float>, p, smem, blocks, kThreads, stream, true);
-        break;
-      case 128:
-        bf16 ? launch(gdn_verify_kvbuffer_commit_fold_kernel<128, __nv_bfloat16>, p, smem, blocks, kThreads, stream, true)
-             : launch(gdn_verify_kvbuffer_commit_fold_kernel<128, float>, p, smem, blocks, kThreads, stream, true);
-        break;
-      default: throw std::invalid_argument("gdn_verify_kvbuffer_commit: unsupported key head dim " + std::to_string(p.io.K));
-    }
+    dispatch_head_dims<KeyHeadDims>("gdn_verify_kvbuffer_commit", p.io.K, p.io.V, [&](auto K, auto) {
+      bf16 ? launch(gdn_verify_kvbuffer_commit_fold_kernel<K, __nv_bfloat16>, p, smem, blocks, kThreads, stream, true)
+           : launch(gdn_verify_kvbuffer_commit_fold_kernel<K, float>, p, smem, blocks, kThreads, stream, true);
+    });
   }
   // Programmatic dependent of the verify (or of the fold kernel just above, which never triggers
   // early, so the copy still starts after the fold has finished).
