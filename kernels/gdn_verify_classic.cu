@@ -11,8 +11,8 @@
 // Layouts: S: [slots, HV, V, K] fp32, K contiguous; q, k [B, T, H, K], v [B, T, HV, V] bf16;
 // g, beta [B, T, HV] fp32; out [B, T, HV, V] bf16.
 //
-// Shape (log v2 below): one warp per block owns 8 consecutive rows of one value head of one request
-// (grid V/8 x HV x B), as the recurrent decode's one-warp shape (gdn_decode_recurrent.cu log v4):
+// Shape (log v2): one warp per block owns 8 consecutive rows of one value head of one request
+// (grid V/8 x HV x B), as the recurrent decode's one-warp shape (kernels/notes/gdn_decode_recurrent.md, v4):
 // lane l holds columns [l K/32, (l+1) K/32) of the 8 rows in registers (32 floats at K = 128), so a
 // row is one coalesced 512-byte access per instruction and the whole tile is in flight after one
 // round trip (the slot). The T tokens' k, q, v and gates are copied to shared memory (cp.async)
@@ -23,26 +23,10 @@
 // is not the previous node (trees) reloads its parent's rows (S0's slot or the node's output; the
 // same lane wrote them, so program order suffices).
 //
-// Performance log (H200, Qwen3-Next shapes, 36 layer pools in one CUDA graph, per layer, T = 5;
-// copy ceiling ~4278 GB/s; the public classic kernel, vLLM's fused_recurrent_gated_delta_rule_fwd
-// writing 5 states, takes 23.2 / 445 / 874.3 us at batch 1 / 128 / 256):
-//   v1 (cbece77d677e) 64-thread blocks of 64 rows, lane pairs holding 2 rows' halves (128 state
-//     registers), copy commit: 12.9 / 681.3 / 1352.1 us at batch 1 / 128 / 256, 75% of copy.
-//   v2 the one-warp shape above (64-79 registers, no stack), in place and copy. Bytes per row and
-//     layer: in place 1 state read + 5 written = 12 MiB (1.61 GB at batch 128: 376 us at 4278
-//     GB/s, so 445 us needs 85% of copy); copy 16 MiB. Predicted, written before measuring: in
-//     place at ~88% of copy (32 state registers per lane instead of 128: ~25 warps with 4 KiB of
-//     reads each in flight per SM, against 6 blocks of 32 KiB; 5/6 of the traffic is stores that
-//     the warp issues without waiting): ~8 us at batch 1, ~425 at 128, ~850 at 256; copy (the
-//     commit kernel unchanged) ~570 at 128, ~1140 at 256.
-//     Measured (f503cf2b9f26, twice, interleaved with the variant below; copy ceiling 4237-4263
-//     GB/s in the same runs): in place 5.76-5.78 / 418.0-418.1 / 833.6-833.8 us (91.5-92.1% of
-//     copy at 128 and 256), copy 8.56-8.64 / 554.7-554.8 / 1102.4-1102.7 (91.7-92.6%). In place
-//     is faster than the public kernel at every batch (5.8 / 418 / 834 against 23.2 / 445 / 874
-//     us); batch 1 better than predicted (one wave of 512 one-warp blocks, 5 node updates each).
-//   v3 (not kept) __launch_bounds__(32, 32): 64 registers (one 4-byte spill) for 32 warps per SM
-//     instead of 25. Measured in the same runs: in place 5.88 / 422.5-422.8 / 842.1-842.2 us, copy
-//     8.78-8.81 / 559.3-559.8 / 1112.9-1113.1: 1% slower; more warps in flight add nothing here.
+// Measured (H200, Qwen3-Next shapes, 36 layer pools in one CUDA graph, per layer, T = 5, commit
+// 64d699c67cf7): in place 5.76 / 418.4 / 833.6 us at batch 1 / 128 / 256 (91% of copy), copy
+// variant with its commit 8.57 / 554.3 / 1102.5; the public classic kernel (vLLM) 23.2 / 445 / 874.3.
+// Performance log, prediction first: kernels/notes/gdn_verify_classic.md.
 #include <stdexcept>
 #include <string>
 #include <type_traits>
