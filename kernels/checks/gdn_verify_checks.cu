@@ -140,14 +140,36 @@ std::vector<int> draw_parents(int T, bool tree, std::mt19937_64& rng) {
   return p;
 }
 
+// The buffers of GdnVerifyIO for B request rows of c.T tokens (slot: not uploaded).
+struct RowBuffers {
+  int B;
+  DeviceBuffer q, k, v, g, beta, parents, out, slot;
+  RowBuffers(const VerifyCase& c, int rows)
+      : B(rows),
+        q(size_t(B) * c.T * c.H * c.K * 2),
+        k(size_t(B) * c.T * c.H * c.K * 2),
+        v(size_t(B) * c.T * c.HV * c.V * 2),
+        g(size_t(B) * c.T * c.HV * 4),
+        beta(size_t(B) * c.T * c.HV * 4),
+        parents(size_t(B) * c.T * 4),
+        out(size_t(B) * c.T * c.HV * c.V * 2),
+        slot(B * 4) {}
+  GdnVerifyIO io(const VerifyCase& c) const {
+    return GdnVerifyIO{B, c.T, c.H, c.HV, c.K, c.V, slot.as<int32_t>(), q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(),
+                       v.as<__nv_bfloat16>(), g.as<float>(), beta.as<float>(), c.tree ? parents.as<int32_t>() : nullptr,
+                       out.as<__nv_bfloat16>()};
+  }
+};
+
 // One round's window: fresh bf16-rounded random tokens and parents per row (par0: 0-based, -1 = the
 // committed state), uploaded to the kernels' token inputs.
 struct Window {
   std::vector<GdnTokens<double>> tokens;
   std::vector<std::vector<int>> par0;
 };
-Window draw_window(const VerifyCase& c, const GdnDims& d, int B, std::mt19937_64& rng, DeviceBuffer& q, DeviceBuffer& k, DeviceBuffer& v,
-                          DeviceBuffer& g, DeviceBuffer& beta, DeviceBuffer& parents) {
+Window draw_window(const VerifyCase& c, std::mt19937_64& rng, RowBuffers& rows) {
+  const GdnDims d{c.H, c.HV, c.K, c.V};
+  const int B = rows.B;
   Window w{std::vector<GdnTokens<double>>(B), std::vector<std::vector<int>>(B)};
   std::vector<double> hq, hk, hv, hg, hb;
   std::vector<int> h_par;
@@ -163,12 +185,12 @@ Window draw_window(const VerifyCase& c, const GdnDims& d, int B, std::mt19937_64
     h_par.insert(h_par.end(), pr.begin(), pr.end());
     for (int x : pr) w.par0[r].push_back(x - 1);
   }
-  q.upload(to_bf16(hq));
-  k.upload(to_bf16(hk));
-  v.upload(to_bf16(hv));
-  g.upload(std::vector<float>(hg.begin(), hg.end()));
-  beta.upload(std::vector<float>(hb.begin(), hb.end()));
-  parents.upload(h_par);
+  rows.q.upload(to_bf16(hq));
+  rows.k.upload(to_bf16(hk));
+  rows.v.upload(to_bf16(hv));
+  rows.g.upload(std::vector<float>(hg.begin(), hg.end()));
+  rows.beta.upload(std::vector<float>(hb.begin(), hb.end()));
+  rows.parents.upload(h_par);
   return w;
 }
 
@@ -203,6 +225,40 @@ std::vector<int> draw_accepted_path(bool tree, int T, const std::vector<int>& pa
   return path;
 }
 
+// What row r of window w accepts (draw_accepted_path); advances the row's reference state along it.
+std::vector<int> accept_random_path(const VerifyCase& c, const Window& w, int r, GdnState<double>& state,
+                                    std::mt19937_64& rng) {
+  const std::vector<int> path = draw_accepted_path(c.tree, c.T, w.par0[r], rng);
+  std::vector<double> o;
+  if (!path.empty()) ref::gdn_decode_recurrent(select_tokens(w.tokens[r], path), state, o);
+  return path;
+}
+
+// A commit's accepted nodes per row (GdnVerifyAccept): set on the host row by row, then uploaded.
+struct AcceptBuffers {
+  int B, T;
+  DeviceBuffer len, nodes;
+  std::vector<int> h_len, h_nodes;
+  AcceptBuffers(const VerifyCase& c, int rows) : B(rows), T(c.T), len(B * 4), nodes(size_t(B) * T * 4) {}
+  GdnVerifyAccept accept(const VerifyCase& c) const {
+    return GdnVerifyAccept{len.as<int32_t>(), c.tree ? nodes.as<int32_t>() : nullptr};
+  }
+  // Nothing accepted (padding rows stay so).
+  void clear() {
+    h_len.assign(B, 0);
+    h_nodes.assign(size_t(B) * T, 0);
+  }
+  // Row r accepts path (0-based nodes, root first).
+  void set(int r, const std::vector<int>& path) {
+    h_len[r] = int(path.size());
+    for (size_t i = 0; i < path.size(); ++i) h_nodes[size_t(r) * T + i] = path[i] + 1;
+  }
+  void upload() {
+    len.upload(h_len);
+    nodes.upload(h_nodes);
+  }
+};
+
 // Records a failure in res, keeping the first message.
 void record_failure(VerifyResult& res, const std::string& message) {
   if (res.passed) res.message = message;
@@ -215,10 +271,15 @@ std::string exceeds(const char* what, double err, double tol) {
   return s;
 }
 
-// The outputs of padding row r (T x HV x V bf16 values from base) must be exactly zero.
-bool padding_row_zero(const std::vector<uint16_t>& h_out, size_t base, const VerifyCase& c) {
-  for (size_t i = 0; i < size_t(c.T) * c.HV * c.V; ++i)
-    if (h_out[base + i] != 0) return false;
+// The outputs of padding row r (its T x HV x V bf16 values in h_out) must be exactly zero; records
+// the failure in res otherwise.
+bool padding_row_ok(VerifyResult& res, const std::vector<uint16_t>& h_out, const VerifyCase& c, int r, int round) {
+  const size_t n = size_t(c.T) * c.HV * c.V, base = size_t(r) * n;
+  for (size_t i = 0; i < n; ++i)
+    if (h_out[base + i] != 0) {
+      record_failure(res, "padding row " + std::to_string(r) + " output not zero in round " + std::to_string(round));
+      return false;
+    }
   return true;
 }
 
@@ -239,10 +300,9 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
       fill(kPoolSlots * 4), has_state(kPoolSlots * 4);
   DeviceBuffer win_k(size_t(B) * T * c.H * c.K * esz), win_u(size_t(B) * T * c.HV * c.V * esz),
       win_g(size_t(B) * T * c.HV * 4), win_base(size_t(B) * 2 * 4);
-  DeviceBuffer q(size_t(B) * T * c.H * c.K * 2), k(size_t(B) * T * c.H * c.K * 2), v(size_t(B) * T * c.HV * c.V * 2),
-      g(size_t(B) * T * c.HV * 4), beta(size_t(B) * T * c.HV * 4), parents(size_t(B) * T * 4),
-      out(size_t(B) * T * c.HV * c.V * 2), slot(B * 4), accept_len(B * 4), accept_nodes(size_t(B) * T * 4);
-  slot.upload(kSlots);
+  RowBuffers rows(c, B);
+  AcceptBuffers accepted(c, B);
+  rows.slot.upload(kSlots);
 
   // Initial states: rows 0 and 3 in buffered mode from a random S0, rows 2 and 4 in direct mode.
   std::vector<float> h_state(state_elems);
@@ -269,9 +329,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   buf_g.poison();
 
   GdnVerifyKVBufferParams p;
-  p.io = GdnVerifyIO{B, T, c.H, c.HV, c.K, c.V, slot.as<int32_t>(), q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(),
-                     v.as<__nv_bfloat16>(), g.as<float>(), beta.as<float>(), c.tree ? parents.as<int32_t>() : nullptr,
-                     out.as<__nv_bfloat16>()};
+  p.io = rows.io(c);
   p.entry = c.bf16_entries ? EntryType::BF16 : EntryType::FP32;
   p.capacity = C;
   p.state = state.as<float>();
@@ -284,7 +342,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   p.win_u = win_u.as<void>();
   p.win_gcum = win_g.as<float>();
   p.win_base = win_base.as<int32_t>();
-  p.accept = GdnVerifyAccept{accept_len.as<int32_t>(), c.tree ? accept_nodes.as<int32_t>() : nullptr};
+  p.accept = accepted.accept(c);
 
   auto entry_at = [&](const std::vector<uint8_t>& raw, size_t i) {
     if (esz == 2) {
@@ -328,8 +386,9 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   };
   for (int round = 0; round < c.rounds; ++round) {
     // Fresh tokens per row.
-    const auto [win, par0] = draw_window(c, d, B, rng, q, k, v, g, beta, parents);
-    out.poison();
+    const Window w = draw_window(c, rng, rows);
+    const auto& [win, par0] = w;
+    rows.out.poison();
     win_k.poison();
     win_u.poison();
     win_g.poison();
@@ -338,16 +397,12 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
     gdn_verify_kvbuffer(p, 0);
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
 
-    const auto h_out = out.download<uint16_t>();
+    const auto h_out = rows.out.download<uint16_t>();
     std::vector<bool> folded(B, false);
     for (int r = 0; r < B; ++r) {
       const size_t base = size_t(r) * T * c.HV * c.V;
       if (kSlots[r] < 0) {
-        if (!padding_row_zero(h_out, base, c)) {
-          record_failure(res,
-                         "padding row " + std::to_string(r) + " output not zero in round " + std::to_string(round));
-          return measured();
-        }
+        if (!padding_row_ok(res, h_out, c, r, round)) return measured();
         continue;
       }
       int depth = 0;
@@ -367,16 +422,13 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
       }
 
     // Accept (draw_accepted_path), advancing the reference along the accepted path.
-    std::vector<int> h_len(B, 0), h_nodes(size_t(B) * T, 0);
+    accepted.clear();
     for (int r = 0; r < B; ++r) {
       if (kSlots[r] < 0) continue;
-      const std::vector<int> path = draw_accepted_path(c.tree, T, par0[r], rng);
-      h_len[r] = int(path.size());
-      for (size_t i = 0; i < path.size(); ++i) h_nodes[size_t(r) * T + i] = path[i] + 1;
-      std::vector<double> o;
-      if (!path.empty()) ref::gdn_decode_recurrent(select_tokens(win[r], path), ref_state[r], o);
+      const std::vector<int> path = accept_random_path(c, w, r, ref_state[r], rng);
+      accepted.set(r, path);
       int& f = h_fill[kSlots[r]];
-      f += h_len[r];
+      f += int(path.size());
       if (f == C) {
         f = 0;
         h_has[kSlots[r]] = 1;
@@ -386,8 +438,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
         folded[r] = false;
       }
     }
-    accept_len.upload(h_len);
-    accept_nodes.upload(h_nodes);
+    accepted.upload();
     gdn_verify_kvbuffer_commit(p, 0);
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -415,107 +466,135 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   return res;
 }
 
-VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
+// The classic cases (run_classic_case, run_classic_inplace_case) share what follows.
+
+// The result of a classic case, with its tolerances.
+VerifyResult classic_result() {
   VerifyResult res;
   res.method = VerifyMethod::Classic;
   res.tol_out = 2 * kU16;
   res.tol_state = 1e-4;
-  const GdnDims d{c.H, c.HV, c.K, c.V};
-  const int B = int(kSlots.size()), T = c.T;
-  std::mt19937_64 rng(seed);
-  const size_t head = size_t(c.V) * c.K;
-  DeviceBuffer state(size_t(kPoolSlots) * c.HV * head * 4), steps(size_t(B) * T * c.HV * head * 4);
-  DeviceBuffer q(size_t(B) * T * c.H * c.K * 2), k(size_t(B) * T * c.H * c.K * 2), v(size_t(B) * T * c.HV * c.V * 2),
-      g(size_t(B) * T * c.HV * 4), beta(size_t(B) * T * c.HV * 4), parents(size_t(B) * T * 4),
-      out(size_t(B) * T * c.HV * c.V * 2), slot(B * 4), accept_len(B * 4), accept_nodes(size_t(B) * T * 4);
-  slot.upload(kSlots);
-  std::vector<float> h_state(size_t(kPoolSlots) * c.HV * head);
+  return res;
+}
+
+// One fp32 state [HV, V, K] from the GPU (a pool slot or a node's state) against its reference.
+void check_state(const VerifyCase& c, const float* S, const GdnState<double>& ref_state, ErrAcc& acc,
+                 VerifyResult& res) {
+  for (int h = 0; h < c.HV; ++h)
+    for (int vv = 0; vv < c.V; ++vv)
+      for (int kk = 0; kk < c.K; ++kk) acc.add(S[(size_t(h) * c.V + vv) * c.K + kk], ref_state[h](kk, vv));
+  ++res.states_checked;
+}
+
+// Random states (standard normal, fp32) in all pool_slots slots of the pool [pool_slots, HV, V, K],
+// uploaded to state; returns the float64 reference state of every row, read from its slot
+// row_slot[r] (none for a padding row, slot -1).
+std::vector<GdnState<double>> random_pool_states(const VerifyCase& c, int pool_slots, const std::vector<int>& row_slot,
+                                                 std::mt19937_64& rng, DeviceBuffer& state) {
+  const size_t slot_elems = size_t(c.HV) * c.V * c.K;
+  std::vector<float> h_state(size_t(pool_slots) * slot_elems);
   std::normal_distribution<double> normal(0.0, 1.0);
   for (auto& x : h_state) x = float(normal(rng));
   state.upload(h_state);
-  std::vector<GdnState<double>> ref_state(B);
-  for (int r = 0; r < B; ++r) {
-    if (kSlots[r] < 0) continue;
-    ref_state[r] = ref::gdn_zero_state<double>(d);
+  std::vector<GdnState<double>> ref_state(row_slot.size());
+  for (size_t r = 0; r < row_slot.size(); ++r) {
+    if (row_slot[r] < 0) continue;
+    ref_state[r] = ref::gdn_zero_state<double>(GdnDims{c.H, c.HV, c.K, c.V});
+    const float* S = h_state.data() + size_t(row_slot[r]) * slot_elems;
     for (int h = 0; h < c.HV; ++h)
       for (int vv = 0; vv < c.V; ++vv)
-        for (int kk = 0; kk < c.K; ++kk)
-          ref_state[r][h](kk, vv) = h_state[((size_t(kSlots[r]) * c.HV + h) * c.V + vv) * c.K + kk];
+        for (int kk = 0; kk < c.K; ++kk) ref_state[r][h](kk, vv) = S[(size_t(h) * c.V + vv) * c.K + kk];
   }
+  return ref_state;
+}
+
+// The classic verify's parameters on the rows' buffers and the pool (the caller sets the variant:
+// step_states or step_slot).
+GdnVerifyClassicParams classic_params(const VerifyCase& c, const RowBuffers& rows, const DeviceBuffer& state) {
   GdnVerifyClassicParams p;
-  p.io = GdnVerifyIO{B, T, c.H, c.HV, c.K, c.V, slot.as<int32_t>(), q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(),
-                     v.as<__nv_bfloat16>(), g.as<float>(), beta.as<float>(), c.tree ? parents.as<int32_t>() : nullptr,
-                     out.as<__nv_bfloat16>()};
+  p.io = rows.io(c);
   p.state = state.as<float>();
-  p.step_states = steps.as<float>();
-  p.accept = GdnVerifyAccept{accept_len.as<int32_t>(), c.tree ? accept_nodes.as<int32_t>() : nullptr};
+  return p;
+}
 
-  ErrAcc out_err, step_err, state_err;
-  auto measured = [&] {
-    res.out_err = out_err.rel();
-    res.node_state_err = step_err.rel();
-    res.state_err = state_err.rel();
+// The errors a classic case measures: outputs, the states written per node, committed states.
+struct ClassicErrors {
+  ErrAcc out, node_state, state;
+  // res with the errors measured so far.
+  VerifyResult measured(VerifyResult& res) const {
+    res.out_err = out.rel();
+    res.node_state_err = node_state.rel();
+    res.state_err = state.rel();
     return res;
-  };
-  for (int round = 0; round < c.rounds; ++round) {
-    const auto [win, par0] = draw_window(c, d, B, rng, q, k, v, g, beta, parents);
-    out.poison();
-    steps.poison();
-    gdn_verify_classic(p, 0);
-    KVB_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto h_out = out.download<uint16_t>();
-    const auto h_steps = steps.download<float>();
-    for (int r = 0; r < B; ++r) {
-      const size_t base = size_t(r) * T * c.HV * c.V;
-      if (kSlots[r] < 0) {
-        if (!padding_row_zero(h_out, base, c)) {
-          record_failure(res,
-                         "padding row " + std::to_string(r) + " output not zero in round " + std::to_string(round));
-          return measured();
-        }
-        continue;
-      }
-      for (int t = 0; t < T; ++t) {
-        const GdnState<double> s =
-            check_node_outputs(c, win[r], par0[r], t, ref_state[r], h_out.data() + base, out_err);
-        ++res.outputs_checked;
-        for (int h = 0; h < c.HV; ++h)
-          for (int vv = 0; vv < c.V; ++vv)
-            for (int kk = 0; kk < c.K; ++kk)
-              step_err.add(h_steps[(((size_t(r) * T + t) * c.HV + h) * c.V + vv) * c.K + kk], s[h](kk, vv));
-        ++res.states_checked;
-      }
-    }
-    std::vector<int> h_len(B, 0), h_nodes(size_t(B) * T, 0);
-    for (int r = 0; r < B; ++r) {
-      if (kSlots[r] < 0) continue;
-      const std::vector<int> path = draw_accepted_path(c.tree, T, par0[r], rng);
-      h_len[r] = int(path.size());
-      for (size_t i = 0; i < path.size(); ++i) h_nodes[size_t(r) * T + i] = path[i] + 1;
-      std::vector<double> o;
-      if (!path.empty()) ref::gdn_decode_recurrent(select_tokens(win[r], path), ref_state[r], o);
-    }
-    accept_len.upload(h_len);
-    accept_nodes.upload(h_nodes);
-    gdn_verify_classic_commit(p, 0);
-    KVB_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto S = state.download<float>();
-    for (int r = 0; r < B; ++r) {
-      if (kSlots[r] < 0) continue;
-      for (int h = 0; h < c.HV; ++h)
-        for (int vv = 0; vv < c.V; ++vv)
-          for (int kk = 0; kk < c.K; ++kk)
-            state_err.add(S[((size_t(kSlots[r]) * c.HV + h) * c.V + vv) * c.K + kk], ref_state[r][h](kk, vv));
-      ++res.states_checked;
-    }
   }
+};
 
-  measured();
+// Node t of request row r: its output (check_node_outputs, from the row's committed state) and the
+// state the verify wrote for it (node_state: fp32 [HV, V, K]).
+void check_classic_node(const VerifyCase& c, const Window& w, int r, int t, const GdnState<double>& committed,
+                        const std::vector<uint16_t>& h_out, const float* node_state, ClassicErrors& err,
+                        VerifyResult& res) {
+  const GdnState<double> s = check_node_outputs(c, w.tokens[r], w.par0[r], t, committed,
+                                                h_out.data() + size_t(r) * c.T * c.HV * c.V, err.out);
+  ++res.outputs_checked;
+  check_state(c, node_state, s, err.node_state, res);
+}
+
+// The final verdict of a classic case: every error within its tolerance.
+VerifyResult classic_verdict(VerifyResult res) {
   if (!(res.out_err <= res.tol_out)) record_failure(res, exceeds("outputs", res.out_err, res.tol_out));
   if (!(res.node_state_err <= res.tol_state))
     record_failure(res, exceeds("node states", res.node_state_err, res.tol_state));
   if (!(res.state_err <= res.tol_state)) record_failure(res, exceeds("committed states", res.state_err, res.tol_state));
   return res;
+}
+
+// Classic, copy variant: node t's state goes to step_states[row, t]; gdn_verify_classic_commit
+// copies the last accepted node's state to the row's slot (kSlots).
+VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
+  VerifyResult res = classic_result();
+  const int B = int(kSlots.size()), T = c.T;
+  std::mt19937_64 rng(seed);
+  const size_t slot_elems = size_t(c.HV) * c.V * c.K;
+  RowBuffers rows(c, B);
+  DeviceBuffer state(size_t(kPoolSlots) * slot_elems * 4), steps(size_t(B) * T * slot_elems * 4);
+  AcceptBuffers accepted(c, B);
+  rows.slot.upload(kSlots);
+  std::vector<GdnState<double>> ref_state = random_pool_states(c, kPoolSlots, kSlots, rng, state);
+  GdnVerifyClassicParams p = classic_params(c, rows, state);
+  p.step_states = steps.as<float>();
+  p.accept = accepted.accept(c);
+
+  ClassicErrors err;
+  for (int round = 0; round < c.rounds; ++round) {
+    const Window w = draw_window(c, rng, rows);
+    rows.out.poison();
+    steps.poison();
+    gdn_verify_classic(p, 0);
+    KVB_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto h_out = rows.out.download<uint16_t>();
+    const auto h_steps = steps.download<float>();
+    for (int r = 0; r < B; ++r) {
+      if (kSlots[r] < 0) {
+        if (!padding_row_ok(res, h_out, c, r, round)) return err.measured(res);
+        continue;
+      }
+      for (int t = 0; t < T; ++t)
+        check_classic_node(c, w, r, t, ref_state[r], h_out, h_steps.data() + (size_t(r) * T + t) * slot_elems, err,
+                           res);
+    }
+    // Commit: the accepted nodes (1-based) to the kernel, which copies the last one's state.
+    accepted.clear();
+    for (int r = 0; r < B; ++r)
+      if (kSlots[r] >= 0) accepted.set(r, accept_random_path(c, w, r, ref_state[r], rng));
+    accepted.upload();
+    gdn_verify_classic_commit(p, 0);
+    KVB_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto S = state.download<float>();
+    for (int r = 0; r < B; ++r)
+      if (kSlots[r] >= 0) check_state(c, S.data() + size_t(kSlots[r]) * slot_elems, ref_state[r], err.state, res);
+  }
+  return classic_verdict(err.measured(res));
 }
 
 // Classic in place (step_slot): each request row owns T + 1 slots of a pool, scattered over it
@@ -526,19 +605,13 @@ VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
 // every node's state in its step slot, that no other slot changed (bitwise: the committed states
 // and the unowned slots), and the committed state of every row after the commit.
 VerifyResult run_classic_inplace_case(const VerifyCase& c, uint64_t seed) {
-  VerifyResult res;
-  res.method = VerifyMethod::Classic;
-  res.tol_out = 2 * kU16;
-  res.tol_state = 1e-4;
-  const GdnDims d{c.H, c.HV, c.K, c.V};
+  VerifyResult res = classic_result();
   const int B = int(kSlots.size()), T = c.T;
   std::mt19937_64 rng(seed);
-  const size_t head = size_t(c.V) * c.K, slot_elems = size_t(c.HV) * head;
+  const size_t slot_elems = size_t(c.HV) * c.V * c.K;
   const int pool_slots = B * (T + 1) + 3;
-  DeviceBuffer state(size_t(pool_slots) * slot_elems * 4);
-  DeviceBuffer q(size_t(B) * T * c.H * c.K * 2), k(size_t(B) * T * c.H * c.K * 2), v(size_t(B) * T * c.HV * c.V * 2),
-      g(size_t(B) * T * c.HV * 4), beta(size_t(B) * T * c.HV * 4), parents(size_t(B) * T * 4),
-      out(size_t(B) * T * c.HV * c.V * 2), slot(B * 4), step_slot(size_t(B) * T * 4);
+  RowBuffers rows(c, B);
+  DeviceBuffer state(size_t(pool_slots) * slot_elems * 4), step_slot(size_t(B) * T * 4);
 
   // Slots owned per row (padding rows own none and get slot -1, step slots -1).
   std::vector<int> perm(pool_slots);
@@ -554,38 +627,13 @@ VerifyResult run_classic_inplace_case(const VerifyCase& c, uint64_t seed) {
     for (int x : owned[r]) is_owned[x] = true;
     cur[r] = owned[r][0];
   }
-  std::vector<float> h_state(size_t(pool_slots) * slot_elems);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  for (auto& x : h_state) x = float(normal(rng));
-  state.upload(h_state);
-  std::vector<GdnState<double>> ref_state(B);
-  for (int r = 0; r < B; ++r) {
-    if (kSlots[r] < 0) continue;
-    ref_state[r] = ref::gdn_zero_state<double>(d);
-    for (int h = 0; h < c.HV; ++h)
-      for (int vv = 0; vv < c.V; ++vv)
-        for (int kk = 0; kk < c.K; ++kk)
-          ref_state[r][h](kk, vv) = h_state[((size_t(cur[r]) * c.HV + h) * c.V + vv) * c.K + kk];
-  }
-  GdnVerifyClassicParams p;
-  p.io = GdnVerifyIO{B, T, c.H, c.HV, c.K, c.V, slot.as<int32_t>(), q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(),
-                     v.as<__nv_bfloat16>(), g.as<float>(), beta.as<float>(), c.tree ? parents.as<int32_t>() : nullptr,
-                     out.as<__nv_bfloat16>()};
-  p.state = state.as<float>();
+  std::vector<GdnState<double>> ref_state = random_pool_states(c, pool_slots, cur, rng, state);
+  GdnVerifyClassicParams p = classic_params(c, rows, state);
   p.step_slot = step_slot.as<int32_t>();
 
-  ErrAcc out_err, step_err, state_err;
-  auto measured = [&] {
-    res.out_err = out_err.rel();
-    res.node_state_err = step_err.rel();
-    res.state_err = state_err.rel();
-    return res;
-  };
-  auto at = [&](const std::vector<float>& S, int s, int h, int vv, int kk) {
-    return S[((size_t(s) * c.HV + h) * c.V + vv) * c.K + kk];
-  };
+  ClassicErrors err;
   for (int round = 0; round < c.rounds; ++round) {
-    const auto [win, par0] = draw_window(c, d, B, rng, q, k, v, g, beta, parents);
+    const Window w = draw_window(c, rng, rows);
     // This round's slots: the committed one, then the row's other T slots in a random order.
     std::vector<int> h_slot(B, -1), h_step(size_t(B) * T, -1);
     std::vector<bool> is_step(pool_slots, false);
@@ -601,65 +649,41 @@ VerifyResult run_classic_inplace_case(const VerifyCase& c, uint64_t seed) {
         is_step[free_slots[t]] = true;
       }
     }
-    slot.upload(h_slot);
+    rows.slot.upload(h_slot);
     step_slot.upload(h_step);
-    out.poison();
+    rows.out.poison();
     for (int x = 0; x < pool_slots; ++x)
       if (is_step[x]) KVB_CUDA_CHECK(cudaMemset(state.as<float>() + size_t(x) * slot_elems, 0xff, slot_elems * 4));
     const auto before = state.download<float>();
     gdn_verify_classic(p, 0);
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto h_out = out.download<uint16_t>();
+    const auto h_out = rows.out.download<uint16_t>();
     const auto S = state.download<float>();
     for (int x = 0; x < pool_slots; ++x)
       if (!is_step[x] &&
           std::memcmp(S.data() + size_t(x) * slot_elems, before.data() + size_t(x) * slot_elems, slot_elems * 4) != 0) {
         record_failure(res, "slot " + std::to_string(x) + (is_owned[x] ? " (a committed state)" : " (owned by no row)") +
                                 " changed by the verify in round " + std::to_string(round));
-        return measured();
+        return err.measured(res);
       }
     for (int r = 0; r < B; ++r) {
-      const size_t base = size_t(r) * T * c.HV * c.V;
       if (kSlots[r] < 0) {
-        if (!padding_row_zero(h_out, base, c)) {
-          record_failure(res,
-                         "padding row " + std::to_string(r) + " output not zero in round " + std::to_string(round));
-          return measured();
-        }
+        if (!padding_row_ok(res, h_out, c, r, round)) return err.measured(res);
         continue;
       }
-      for (int t = 0; t < T; ++t) {
-        const GdnState<double> s =
-            check_node_outputs(c, win[r], par0[r], t, ref_state[r], h_out.data() + base, out_err);
-        ++res.outputs_checked;
-        for (int h = 0; h < c.HV; ++h)
-          for (int vv = 0; vv < c.V; ++vv)
-            for (int kk = 0; kk < c.K; ++kk) step_err.add(at(S, h_step[size_t(r) * T + t], h, vv, kk), s[h](kk, vv));
-        ++res.states_checked;
-      }
+      for (int t = 0; t < T; ++t)
+        check_classic_node(c, w, r, t, ref_state[r], h_out, S.data() + size_t(h_step[size_t(r) * T + t]) * slot_elems,
+                           err, res);
     }
-    // Commit by index.
+    // Commit by index: the row's slot becomes the last accepted node's step slot.
     for (int r = 0; r < B; ++r) {
       if (kSlots[r] < 0) continue;
-      const std::vector<int> path = draw_accepted_path(c.tree, T, par0[r], rng);
-      std::vector<double> o;
-      if (!path.empty()) {
-        ref::gdn_decode_recurrent(select_tokens(win[r], path), ref_state[r], o);
-        cur[r] = h_step[size_t(r) * T + path.back()];
-      }
-      for (int h = 0; h < c.HV; ++h)
-        for (int vv = 0; vv < c.V; ++vv)
-          for (int kk = 0; kk < c.K; ++kk) state_err.add(at(S, cur[r], h, vv, kk), ref_state[r][h](kk, vv));
-      ++res.states_checked;
+      const std::vector<int> path = accept_random_path(c, w, r, ref_state[r], rng);
+      if (!path.empty()) cur[r] = h_step[size_t(r) * T + path.back()];
+      check_state(c, S.data() + size_t(cur[r]) * slot_elems, ref_state[r], err.state, res);
     }
   }
-
-  measured();
-  if (!(res.out_err <= res.tol_out)) record_failure(res, exceeds("outputs", res.out_err, res.tol_out));
-  if (!(res.node_state_err <= res.tol_state))
-    record_failure(res, exceeds("node states", res.node_state_err, res.tol_state));
-  if (!(res.state_err <= res.tol_state)) record_failure(res, exceeds("committed states", res.state_err, res.tol_state));
-  return res;
+  return classic_verdict(err.measured(res));
 }
 
 }  // namespace

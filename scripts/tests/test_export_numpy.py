@@ -78,49 +78,56 @@ def expected_shapes(manifest):
             "state0": (n, nh, p, nst), "state_final": (n, nh, p, nst), "y": (n, s, nh, p)}
 
 
+def run_recurrence(a, out_name, step):
+    """Every request n of the export from its state0, in float64, through its steps t:
+    s, output = step(s, n, t). Returns the outputs (as out_name) and the final states."""
+    out = np.zeros(a[out_name].shape)
+    final = np.zeros(a["state_final"].shape)
+    for n in range(out.shape[0]):
+        s = a["state0"][n].astype(np.float64)
+        for t in range(out.shape[1]):
+            s, out[n, t] = step(s, n, t)
+        final[n] = s
+    return {out_name: out, "state_final": final}
+
+
 def gdn_recurrence(a):
     """k <- k / sqrt(|k|^2 + 1e-6), q <- q / sqrt(|q|^2 + 1e-6) K^-0.5; S <- exp(g) S;
     u = beta (v - S^T k); S <- S + k u^T; o = S^T q (S: K x V per value head)."""
-    n_req, steps, h, k_dim = a["q"].shape
+    h, k_dim = a["q"].shape[2:]
     hv = a["v"].shape[2]
     key_head = np.arange(hv) // (hv // h)
-    out = np.zeros(a["o"].shape)
-    final = np.zeros(a["state_final"].shape)
-    for n in range(n_req):
-        s = a["state0"][n].astype(np.float64)
-        for t in range(steps):
-            q = a["q"][n, t].astype(np.float64)
-            k = a["k"][n, t].astype(np.float64)
-            q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6) * k_dim ** -0.5
-            k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
-            q, k = q[key_head], k[key_head]  # [HV, K]
-            s = s * np.exp(a["g"][n, t].astype(np.float64))[:, None, None]
-            u = a["beta"][n, t].astype(np.float64)[:, None] * (a["v"][n, t] - np.einsum("hkv,hk->hv", s, k))
-            s = s + k[:, :, None] * u[:, None, :]
-            out[n, t] = np.einsum("hkv,hk->hv", s, q)
-        final[n] = s
-    return {"o": out, "state_final": final}
+
+    def step(s, n, t):
+        q = a["q"][n, t].astype(np.float64)
+        k = a["k"][n, t].astype(np.float64)
+        q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6) * k_dim ** -0.5
+        k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+        q, k = q[key_head], k[key_head]  # [HV, K]
+        s = s * np.exp(a["g"][n, t].astype(np.float64))[:, None, None]
+        u = a["beta"][n, t].astype(np.float64)[:, None] * (a["v"][n, t] - np.einsum("hkv,hk->hv", s, k))
+        s = s + k[:, :, None] * u[:, None, :]
+        return s, np.einsum("hkv,hk->hv", s, q)
+
+    return run_recurrence(a, "o", step)
 
 
 def mamba2_recurrence(a):
     """S <- exp(dt A) S + dt x B^T; y = S C + D x (S: P x N per head, head h in group h / (NH/G))."""
-    n_req, steps, nh, _ = a["x"].shape
+    nh = a["x"].shape[2]
     groups = a["B"].shape[2]
     group = np.arange(nh) // (nh // groups)
     A, D = a["A"].astype(np.float64), a["D"].astype(np.float64)
-    out = np.zeros(a["y"].shape)
-    final = np.zeros(a["state_final"].shape)
-    for n in range(n_req):
-        s = a["state0"][n].astype(np.float64)
-        for t in range(steps):
-            dt = a["dt"][n, t].astype(np.float64)
-            x = a["x"][n, t].astype(np.float64)
-            b = a["B"][n, t].astype(np.float64)[group]
-            c = a["C"][n, t].astype(np.float64)[group]
-            s = np.exp(dt * A)[:, None, None] * s + dt[:, None, None] * x[:, :, None] * b[:, None, :]
-            out[n, t] = np.einsum("hpn,hn->hp", s, c) + D[:, None] * x
-        final[n] = s
-    return {"y": out, "state_final": final}
+
+    def step(s, n, t):
+        dt = a["dt"][n, t].astype(np.float64)
+        x = a["x"][n, t].astype(np.float64)
+        b = a["B"][n, t].astype(np.float64)[group]
+        c = a["C"][n, t].astype(np.float64)[group]
+        s = np.exp(dt * A)[:, None, None] * s + dt[:, None, None] * x[:, :, None] * b[:, None, :]
+        return s, np.einsum("hpn,hn->hp", s, c) + D[:, None] * x
+
+    return run_recurrence(a, "y", step)
 
 
 def max_rel_err(x, ref):
