@@ -28,6 +28,8 @@ Command add_bytes_command(CLI::App& app);
 Command add_check_command(CLI::App& app);
 Command add_export_command(CLI::App& app);
 Command add_capacity_command(CLI::App& app);
+Command add_simulate_command(CLI::App& app);
+Command add_step_command(CLI::App& app);
 // CUDA builds only (bench/cmd_sweep.cu); kvbuf_main.cpp registers a stub that exits 2 otherwise.
 Command add_sweep_command(CLI::App& app);
 
