@@ -100,6 +100,7 @@ struct SimulateOptions {
   uint64_t seed = 1;
   double mem_fraction = 0.9;
   int max_batch = 0;
+  double timeline_every_s = 0;
   std::string csv;
   CLI::Option* rate_option = nullptr;
   CLI::Option* duration_option = nullptr;
@@ -126,6 +127,7 @@ int run_simulate(const SimulateOptions& o) {
   sc.seed = o.seed;
   sc.memory_fraction = o.mem_fraction;
   sc.max_batch = o.max_batch;
+  sc.timeline_every_s = o.timeline_every_s;
   ServingResult r;
   try {
     r = simulate_serving(model, sc, requests, [](long done, long total, double sim_s) {
@@ -302,6 +304,10 @@ Command add_simulate_command(CLI::App& app) {
       ->check(non_negative_integer())
       ->capture_default_str();
   c.app->add_option("--csv", o->csv, "write the timeline (one row per step) to this CSV file");
+  c.app->add_option("--timeline-every-s", o->timeline_every_s,
+                    "one timeline row per this many simulated seconds (tokens summed; 0: every step)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   c.run = [o] { return run_simulate(*o); };
   return c;
 }

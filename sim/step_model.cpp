@@ -366,7 +366,7 @@ StepTerms StepModel::step(const std::vector<long>& contexts) const {
   int direct = 0;
   for (long c : contexts) {
     context_sum += double(c);
-    if (kvb && cfg_.drafts == 0 && cfg_.direct_mode && c < cfg_.chunk) ++direct;
+    if (kvb && cfg_.drafts == 0 && c < cfg_.chunk) ++direct;
   }
   LinearLookup layer;
   if (cfg_.drafts > 0) {

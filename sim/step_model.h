@@ -92,8 +92,6 @@ struct StepConfig {
   int chunk = 16;  // C, KVBuffer only
   int drafts = 0;  // T tokens verified per step; 0: plain decode
   double acceptance = 0.7;
-  // Short requests (context < C) run in direct mode, without a state, in plain KVBuffer decode.
-  bool direct_mode = true;
 };
 
 struct StepTerms {
@@ -121,7 +119,8 @@ class StepModel {
   // Tokens each request feeds per step (1, or T) and emits on average (1, or E[m]).
   int tokens_per_request() const { return cfg_.drafts > 0 ? cfg_.drafts : 1; }
   double expected_emitted() const;
-  // One decode step of the requests whose current context lengths are `contexts`.
+  // One decode step of the requests whose current context lengths are `contexts`. In plain
+  // KVBuffer decode a request whose context is below C runs in direct mode (no state yet).
   StepTerms step(const std::vector<long>& contexts) const;
   // The same at batch B, every request at context L.
   StepTerms step_uniform(int batch, long context) const;

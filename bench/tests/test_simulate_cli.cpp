@@ -75,6 +75,31 @@ TEST(KvbufSimulate, PoissonSummaryAndTimeline) {
             r.out.substr(0, r.out.find("wrote")));
 }
 
+TEST(KvbufSimulate, SparseTimelineKeepsEveryToken) {
+  const fs::path every = scratch() / "every.csv", sparse = scratch() / "sparse.csv";
+  const std::string run = "simulate " + kModel + "--method classic --rate 20 --duration 3 --seed 2 --csv ";
+  ASSERT_EQ(kvbuf(run + every.string()).status, 0);
+  ASSERT_EQ(kvbuf(run + sparse.string() + " --timeline-every-s 0.5").status, 0);
+  auto rows_and_tokens = [](const fs::path& p) {
+    std::ifstream in(p);
+    std::string line;
+    std::getline(in, line);
+    long rows = 0, tokens = 0;
+    while (std::getline(in, line)) {
+      std::stringstream ss(line);
+      std::string f;
+      for (int i = 0; i < 6; ++i) std::getline(ss, f, ',');
+      tokens += std::stol(f);
+      ++rows;
+    }
+    return std::make_pair(rows, tokens);
+  };
+  const auto a = rows_and_tokens(every), b = rows_and_tokens(sparse);
+  EXPECT_EQ(a.second, b.second);
+  EXPECT_LT(b.first * 5, a.first);
+  expect_usage_error(run + sparse.string() + " --timeline-every-s -1", "--timeline-every-s");
+}
+
 TEST(KvbufSimulate, TraceWithSpeculativeDecoding) {
   const fs::path trace = write("trace.csv", "arrival_s,prompt_tokens,output_tokens\n0,100,20\n0.01,200,30\n");
   const SimRun r = kvbuf("simulate " + kModel + "--method classic --drafts 4 --accept-rate 0.8 --trace " + trace.string());
