@@ -15,14 +15,19 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<Command> commands = {add_models_command(app), add_bytes_command(app),
                                    add_check_command(app), add_export_command(app),
-                                   add_capacity_command(app)};
+                                   add_capacity_command(app), add_simulate_command(app),
+                                   add_step_command(app)};
 #ifdef KVBUF_WITH_CUDA
   commands.push_back(add_sweep_command(app));
+  commands.push_back(add_calibrate_command(app));
 #else
-  CLI::App* sweep = app.add_subcommand("sweep", "GPU timing sweep (CUDA builds only)");
-  sweep->allow_extras();
-  commands.push_back(
-      {sweep, []() -> int { throw UsageError("kvbuf sweep requires a CUDA build"); }});
+  for (const char* name : {"sweep", "calibrate"}) {
+    CLI::App* gpu_only = app.add_subcommand(name, std::string("kvbuf ") + name + " (CUDA builds only)");
+    gpu_only->allow_extras();
+    commands.push_back({gpu_only, [name]() -> int {
+                          throw UsageError(std::string("kvbuf ") + name + " requires a CUDA build");
+                        }});
+  }
 #endif
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;

@@ -28,6 +28,15 @@ double default_weight_bytes(const ModelSpec& model, int tp, double bytes_per_par
   return model.params_billion * 1e9 * bytes_per_param / tp;
 }
 
+double linear_bytes_per_request(const ModelSpec& model, const Precision& p, BufferVariant v,
+                                bool kvbuffer, int drafts, int chunk, bool count_verify_scratch) {
+  const LayerShape& s = model.layer;
+  const double state_and_conv = state_bytes(s, p) + conv_state_bytes(s, p);
+  if (!kvbuffer) return model.linear_layers * (1 + drafts) * state_and_conv;
+  const int entries = chunk + (count_verify_scratch ? drafts : 0);
+  return model.linear_layers * (state_and_conv + entries * buffer_entry_bytes(s, p, v));
+}
+
 CapacityResult capacity_model(const CapacityInputs& in) {
   // Up to 2^60 bytes, so that request counts stay far inside a long.
   constexpr double kMaxMemory = 1152921504606846976.0;
@@ -50,11 +59,6 @@ CapacityResult capacity_model(const CapacityInputs& in) {
                                 ") exceeds buffer capacity C (" + std::to_string(in.chunk) + ")");
   validate_model(in.model);
 
-  const LayerShape& s = in.model.layer;
-  const double layers = in.model.linear_layers;
-  const double state = state_bytes(s, in.precision);
-  const double conv = conv_state_bytes(s, in.precision);
-  const double entry = buffer_entry_bytes(s, in.precision, in.variant);
   const double kv_tokens =
       in.scheduler == SchedulerPolicy::Reserve ? double(in.context) : in.context / 2.0;
   const double attn = kv_tokens * in.model.attn_kv_bytes_per_token();
@@ -69,9 +73,10 @@ CapacityResult capacity_model(const CapacityInputs& in) {
     m.max_requests_whole_model = fit(r.pool_bytes, linear + attn);
     return m;
   };
-  r.classic = method(layers * (1 + in.drafts) * (state + conv));
-  const int entries = in.chunk + (in.count_verify_scratch ? in.drafts : 0);
-  r.kvbuffer = method(layers * (state + conv + entries * entry));
+  r.classic = method(linear_bytes_per_request(in.model, in.precision, in.variant, false, in.drafts,
+                                              in.chunk, in.count_verify_scratch));
+  r.kvbuffer = method(linear_bytes_per_request(in.model, in.precision, in.variant, true, in.drafts,
+                                               in.chunk, in.count_verify_scratch));
   r.ratio_linear_pool = r.classic.linear_bytes_per_request / r.kvbuffer.linear_bytes_per_request;
   r.ratio_whole_model =
       (r.classic.linear_bytes_per_request + attn) / (r.kvbuffer.linear_bytes_per_request + attn);

@@ -47,6 +47,12 @@ struct CapacityResult {
   double ratio_whole_model = 0;  // same including the attention KV
 };
 
+// Linear-attention memory of one request over all linear layers of `model` (after tensor
+// parallelism): classic keeps (1 + T) states and conv windows (T = 0: plain decode), KVBuffer one
+// state, one conv window and C entries (+ T verify-scratch entries when counted).
+double linear_bytes_per_request(const ModelSpec& model, const Precision& p, BufferVariant v,
+                                bool kvbuffer, int drafts, int chunk, bool count_verify_scratch);
+
 // params_billion x 1e9 x bytes_per_param / tp (the model before tensor parallelism, and tp).
 double default_weight_bytes(const ModelSpec& model, int tp, double bytes_per_param = 2);
 

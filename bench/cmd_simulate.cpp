@@ -1,0 +1,331 @@
+// `kvbuf simulate`: the continuous-batching serving simulator (sim/serving.h) on the whole-model
+// step model (sim/step_model.h); `kvbuf step`: the step model's terms per batch, classic against
+// KVBuffer, and (--held-out) the check of the measured tables' interpolation against points held out.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "bench/cmd_common.h"
+#include "bench/csv.h"
+#include "sim/serving.h"
+#include "sim/step_model.h"
+
+namespace kvbuf::cli {
+namespace {
+
+// Options both commands share: the model, GPU, method parameters and the measured tables.
+struct StepOptions {
+  std::string model;
+  std::string gpu = "h200";
+  int tp = 1;
+  int chunk = 16;
+  int drafts = 0;
+  double accept_rate = 0.7;
+  std::string calibration;
+  std::string results_dir = KVBUF_RESULTS_DIR;
+
+  void add_to(CLI::App* c, bool model_required) {
+    auto* m = c->add_option("--model", model, "catalog model name (see `kvbuf models`)");
+    if (model_required) m->required();
+    c->add_option("--gpu", gpu, "h200 (measured) | h100 | b200 (datasheet)")->capture_default_str();
+    c->add_option("--tp", tp, "tensor-parallel degree")->check(positive_integer())->capture_default_str();
+    c->add_option("--chunk", chunk, "KVBuffer capacity C")
+        ->check(CLI::Range(1, kMaxBufferCapacity))
+        ->capture_default_str();
+    c->add_option("--drafts", drafts, "speculative decoding: tokens verified per step T (0: off)")
+        ->check(non_negative_integer())
+        ->capture_default_str();
+    c->add_option("--accept-rate", accept_rate, "probability that each draft is accepted")
+        ->check(CLI::Range(0.0, 1.0))
+        ->capture_default_str();
+    c->add_option("--calibration", calibration, "JSON file written by `kvbuf calibrate` on the GPU");
+    c->add_option("--results", results_dir, "directory of the measured tables (decode_h200.csv, verify_h200.csv)")
+        ->capture_default_str();
+  }
+
+  GpuSpec gpu_spec() const {
+    try {
+      GpuSpec g = find_gpu(gpu);
+      if (!calibration.empty()) g = apply_calibration(g, read_calibration(calibration));
+      return g;
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string(calibration.empty() ? "--gpu: " : "--calibration: ") + e.what());
+    }
+  }
+  MeasuredLinearTable table() const {
+    try {
+      return MeasuredLinearTable::load(results_dir);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--results: ") + e.what());
+    }
+  }
+  StepConfig config(DecodeMethod method, const GpuSpec& g) const {
+    StepConfig c;
+    try {
+      c.model = find_model(model);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--model: ") + e.what());
+    }
+    c.tp = tp;
+    c.gpu = g;
+    c.method = method;
+    c.chunk = chunk;
+    c.drafts = drafts;
+    c.acceptance = accept_rate;
+    return c;
+  }
+};
+
+StepModel make_model(const StepConfig& c, const MeasuredLinearTable& t) {
+  try {
+    return StepModel(c, t);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+}
+
+std::string gpu_line(const GpuSpec& g) {
+  return fmt::format("GPU {}: {:.0f} GiB, read {:.0f} GB/s, copy {:.0f} GB/s, bf16 GEMM {:.0f} TFLOP/s, "
+                     "kernel overhead {:.1f} us ({}); {}",
+                     g.name, g.memory_bytes / (1024.0 * 1024 * 1024), g.read_gbps, g.copy_gbps, g.gemm_tflops,
+                     g.kernel_overhead_us, g.overhead_measured ? "calibrated" : "assumed", g.source);
+}
+
+struct SimulateOptions {
+  StepOptions step;
+  std::string method;
+  double rate = 0, duration = 0;
+  std::string trace;
+  long prompt_tokens = 1024, output_tokens = 256;
+  uint64_t seed = 1;
+  double mem_fraction = 0.9;
+  int max_batch = 0;
+  double timeline_every_s = 0;
+  std::string csv;
+  CLI::Option* rate_option = nullptr;
+  CLI::Option* duration_option = nullptr;
+};
+
+int run_simulate(const SimulateOptions& o) {
+  const bool poisson = o.rate_option->count() > 0;
+  if (poisson == !o.trace.empty())
+    throw UsageError("give either --rate R --duration S or --trace FILE");
+  if (poisson && o.duration_option->count() == 0) throw UsageError("--rate needs --duration");
+  if (!poisson && o.duration_option->count() > 0) throw UsageError("--duration goes with --rate");
+  const DecodeMethod method = parse_method(o.method);
+  const GpuSpec gpu = o.step.gpu_spec();
+  const StepModel model = make_model(o.step.config(method, gpu), o.step.table());
+  std::vector<ServingRequest> requests;
+  try {
+    requests = poisson ? poisson_requests(o.rate, o.duration, o.prompt_tokens, o.output_tokens, o.seed)
+                       : read_trace(o.trace);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string(poisson ? "" : "--trace: ") + e.what());
+  }
+  if (requests.empty()) throw UsageError("no request arrives within --duration at this --rate");
+  ServingConfig sc;
+  sc.seed = o.seed;
+  sc.memory_fraction = o.mem_fraction;
+  sc.max_batch = o.max_batch;
+  sc.timeline_every_s = o.timeline_every_s;
+  ServingResult r;
+  try {
+    r = simulate_serving(model, sc, requests, [](long done, long total, double sim_s) {
+      fmt::print(stderr, "simulate: {} / {} requests done, {:.1f} s simulated\n", done, total, sim_s);
+    });
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+
+  const StepConfig& c = model.config();
+  fmt::print("simulate: {} on {} x tp {}, method {}{}{}, {} requests ({})\n", c.model.name, gpu.name, c.tp,
+             method_name(method), method == DecodeMethod::KVBuffer ? fmt::format(" C = {}", c.chunk) : "",
+             c.drafts ? fmt::format(", speculative T = {} at acceptance {} (E[m] = {:.3f})", c.drafts,
+                                    c.acceptance, model.expected_emitted())
+                      : "",
+             r.requests, poisson ? fmt::format("Poisson {} /s over {} s, seed {}", o.rate, o.duration, o.seed)
+                                 : o.trace);
+  fmt::print("{}\n", gpu_line(gpu));
+  fmt::print("memory: {:.1f} GB usable ({:.0f}% of the GPU), weights {:.1f} GB per GPU, peak {:.1f} GB\n",
+             r.memory_limit_bytes / 1e9, 100 * o.mem_fraction, r.weight_bytes / 1e9, r.peak_memory_bytes / 1e9);
+  fmt::print("throughput: {:.1f} output tokens/s ({} tokens in {:.2f} s), {} decode steps\n", r.throughput_tok_s,
+             r.output_tokens, r.makespan_s, r.steps);
+  fmt::print("concurrency: max {}, mean {:.1f} running requests\n", r.max_running, r.mean_running);
+  auto pct = [](const char* what, const Percentiles& p, double scale, const char* unit) {
+    fmt::print("{:<6} p50 {:.3f} {}, p90 {:.3f}, p99 {:.3f}, mean {:.3f}\n", what, p.p50 * scale, unit,
+               p.p90 * scale, p.p99 * scale, p.mean * scale);
+  };
+  pct("TTFT", r.ttft_s, 1, "s");
+  pct("TPOT", r.tpot_s, 1e3, "ms");
+  pct("queue", r.queue_s, 1, "s");
+  const StepTerms& m = r.mean_step;
+  fmt::print("mean decode step {:.1f} us: linear attention {:.1f} ({}), full-attention KV {:.1f}, projections "
+             "{:.1f}, MLP/MoE {:.1f}, LM head {:.1f}, overhead {:.1f}, TP comm {:.1f}\n",
+             m.total_us(), m.linear_attn_us, linear_source_name(r.linear_source), m.attn_kv_us, m.projections_us,
+             m.mlp_us, m.lm_head_us, m.overhead_us, m.comm_us);
+  if (!o.csv.empty()) {
+    std::unique_ptr<CsvWriter> csv;
+    try {
+      csv = std::make_unique<CsvWriter>(
+          o.csv, std::vector<std::string>{"time_s", "step_us", "prefill_us", "running", "waiting", "tokens",
+                                          "memory_bytes", "model", "gpu", "tp", "method", "chunk", "drafts",
+                                          "acceptance"});
+    } catch (const std::runtime_error& e) {
+      throw UsageError(fmt::format("--csv: {}", e.what()));
+    }
+    for (const TimelineRow& row : r.timeline)
+      csv->row({fmt::format("{:.6f}", row.time_s), fmt::format("{:.3f}", row.step_us),
+                fmt::format("{:.3f}", row.prefill_us), std::to_string(row.running), std::to_string(row.waiting),
+                std::to_string(row.tokens), fmt::format("{:.0f}", row.memory_bytes), c.model.name, gpu.name,
+                std::to_string(c.tp), method_name(method), std::to_string(c.chunk), std::to_string(c.drafts),
+                fmt::format("{}", c.acceptance)});
+    fmt::print("wrote {} ({} rows)\n", o.csv, r.timeline.size());
+  }
+  return 0;
+}
+
+struct StepCmdOptions {
+  StepOptions step;
+  std::vector<int> batches = {1, 8, 32, 64, 128, 256, 512};
+  long context = 4096;
+  bool held_out = false;
+  std::string csv;
+};
+
+int run_held_out(const StepCmdOptions& o) {
+  const GpuSpec gpu = o.step.gpu_spec();
+  const MeasuredLinearTable table = o.step.table();
+  const std::vector<int> held = {8, 64, 256};
+  const std::vector<HeldOutRow> rows = held_out_check(table, gpu, held);
+  fmt::print("held-out check: {} measured per-layer latencies ({} shapes) at batches 8, 64, 256, predicted by\n"
+             "the tables without them (interpolated over batch) and by the bytes model over {}'s bandwidth\n\n",
+             rows.size(), table.reference().name, gpu.name);
+  fmt::print("{:<16} {:>5} {:>3} {:>3} {:>11} {:>11} {:>7} {:>11} {:>7}\n", "kernel", "batch", "C", "T",
+             "measured", "predicted", "error", "bytes/bw", "error");
+  double worst = 0, worst_modelled = 0;
+  for (const HeldOutRow& r : rows) {
+    fmt::print("{:<16} {:>5} {:>3} {:>3} {:>11.2f} {:>11.2f} {:>+6.1f}% {:>11.2f} {:>+6.1f}%\n",
+               linear_kernel_name(r.measured.kernel), r.measured.batch, r.measured.chunk, r.measured.drafts,
+               r.measured.latency_us, r.predicted_us, 100 * r.error(), r.modelled_us, 100 * r.modelled_error());
+    worst = std::max(worst, std::abs(r.error()));
+    worst_modelled = std::max(worst_modelled, std::abs(r.modelled_error()));
+  }
+  fmt::print("\nlargest error: interpolated {:.1f}%, bytes model {:.1f}%\n", 100 * worst, 100 * worst_modelled);
+  return 0;
+}
+
+int run_step(const StepCmdOptions& o) {
+  if (o.held_out) return run_held_out(o);
+  if (o.step.model.empty()) throw UsageError("--model is required (unless --held-out)");
+  require_positive("--batch", o.batches);
+  const GpuSpec gpu = o.step.gpu_spec();
+  const MeasuredLinearTable table = o.step.table();
+  const StepModel classic = make_model(o.step.config(DecodeMethod::Classic, gpu), table);
+  const StepModel kvb = make_model(o.step.config(DecodeMethod::KVBuffer, gpu), table);
+  const StepConfig& c = kvb.config();
+  fmt::print("step model: {} on {} x tp {}, context {} tokens per request, KVBuffer C = {}{}\n", c.model.name,
+             gpu.name, c.tp, o.context, c.chunk,
+             c.drafts ? fmt::format(", speculative T = {} at acceptance {}", c.drafts, c.acceptance) : "");
+  fmt::print("{}\n", gpu_line(gpu));
+  fmt::print("us per decode step: linear attention (source), full-attention KV, projections, MLP/MoE, LM head, "
+             "overhead, TP comm\n\n");
+  fmt::print("{:>5} {:<9} {:>9} {:>13} {:>8} {:>8} {:>8} {:>7} {:>8} {:>7} {:>9} {:>7} {:>8}\n", "batch",
+             "method", "linear", "source", "attn KV", "proj", "mlp", "lmhead", "overhd", "comm", "total",
+             "linear%", "speedup");
+  std::unique_ptr<CsvWriter> csv;
+  if (!o.csv.empty()) {
+    try {
+      csv = std::make_unique<CsvWriter>(
+          o.csv, std::vector<std::string>{"model", "gpu", "tp", "method", "batch", "context", "chunk", "drafts",
+                                          "acceptance", "linear_attn_us", "linear_source", "attn_kv_us",
+                                          "projections_us", "mlp_us", "lm_head_us", "overhead_us", "comm_us",
+                                          "total_us", "tokens_per_s", "speedup_vs_classic"});
+    } catch (const std::runtime_error& e) {
+      throw UsageError(fmt::format("--csv: {}", e.what()));
+    }
+  }
+  for (int b : o.batches) {
+    const StepTerms tc = classic.step_uniform(b, o.context);
+    const StepTerms tk = kvb.step_uniform(b, o.context);
+    for (const auto* pair : {&tc, &tk}) {
+      const bool is_kvb = pair == &tk;
+      const StepTerms& t = *pair;
+      const double speedup = tc.total_us() / t.total_us();
+      const StepModel& sm = is_kvb ? kvb : classic;
+      fmt::print("{:>5} {:<9} {:>9.1f} {:>13} {:>8.1f} {:>8.1f} {:>8.1f} {:>7.1f} {:>8.1f} {:>7.1f} {:>9.1f} {:>6.1f}% "
+                 "{:>7.3f}x\n",
+                 b, is_kvb ? "kvbuffer" : "classic", t.linear_attn_us, linear_source_name(t.linear_source),
+                 t.attn_kv_us, t.projections_us, t.mlp_us, t.lm_head_us, t.overhead_us, t.comm_us, t.total_us(),
+                 100 * t.linear_attn_us / t.total_us(), speedup);
+      if (csv)
+        csv->row({c.model.name, gpu.name, std::to_string(c.tp), is_kvb ? "kvbuffer" : "classic", std::to_string(b),
+                  std::to_string(o.context), std::to_string(c.chunk), std::to_string(c.drafts),
+                  fmt::format("{}", c.acceptance), fmt::format("{:.3f}", t.linear_attn_us),
+                  linear_source_name(t.linear_source), fmt::format("{:.3f}", t.attn_kv_us),
+                  fmt::format("{:.3f}", t.projections_us), fmt::format("{:.3f}", t.mlp_us),
+                  fmt::format("{:.3f}", t.lm_head_us), fmt::format("{:.3f}", t.overhead_us),
+                  fmt::format("{:.3f}", t.comm_us), fmt::format("{:.3f}", t.total_us()),
+                  fmt::format("{:.1f}", b * sm.expected_emitted() / (t.total_us() * 1e-6)),
+                  fmt::format("{:.4f}", speedup)});
+    }
+  }
+  fmt::print("\nspeedup: classic step time / this step time (same batch, context, T); tokens per step = batch x "
+             "E[m]; measured = interpolated from results/ (scaled to the model's layer by the bytes model), "
+             "extrapolated = beyond the largest measured batch, modelled = bytes model / bandwidth\n");
+  if (csv) fmt::print("wrote {}\n", o.csv);
+  return 0;
+}
+
+}  // namespace
+
+Command add_simulate_command(CLI::App& app) {
+  auto o = std::make_shared<SimulateOptions>();
+  Command c;
+  c.app = app.add_subcommand("simulate", "continuous-batching serving simulation: throughput, TTFT, TPOT, memory");
+  o->step.add_to(c.app, true);
+  c.app->add_option("--method", o->method, "classic | kvbuffer")
+      ->required()
+      ->check(CLI::IsMember({"classic", "kvbuffer"}));
+  o->rate_option = c.app->add_option("--rate", o->rate, "Poisson arrivals per second")->check(positive_number());
+  o->duration_option =
+      c.app->add_option("--duration", o->duration, "seconds of Poisson arrivals")->check(positive_number());
+  c.app->add_option("--trace", o->trace, "CSV trace: arrival_s,prompt_tokens,output_tokens");
+  c.app->add_option("--prompt-tokens", o->prompt_tokens, "Poisson: mean prompt length (uniform in [L/2, 3L/2])")
+      ->check(positive_integer())
+      ->capture_default_str();
+  c.app->add_option("--output-tokens", o->output_tokens, "Poisson: mean output length (uniform in [L/2, 3L/2])")
+      ->check(positive_integer())
+      ->capture_default_str();
+  c.app->add_option("--seed", o->seed, "seed of arrivals, lengths and acceptance draws")->capture_default_str();
+  c.app->add_option("--mem-fraction", o->mem_fraction, "fraction of GPU memory for weights and pools")
+      ->check(CLI::Range(0.01, 1.0))
+      ->capture_default_str();
+  c.app->add_option("--max-batch", o->max_batch, "most running requests (0: memory decides)")
+      ->check(non_negative_integer())
+      ->capture_default_str();
+  c.app->add_option("--csv", o->csv, "write the timeline (one row per step) to this CSV file");
+  c.app->add_option("--timeline-every-s", o->timeline_every_s,
+                    "one timeline row per this many simulated seconds (tokens summed; 0: every step)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  c.run = [o] { return run_simulate(*o); };
+  return c;
+}
+
+Command add_step_command(CLI::App& app) {
+  auto o = std::make_shared<StepCmdOptions>();
+  Command c;
+  c.app = app.add_subcommand("step", "whole-model decode step, term by term: classic against KVBuffer");
+  o->step.add_to(c.app, false);
+  c.app->add_option("--batch", o->batches, "batch sizes")->delimiter(',')->check(positive_integer());
+  c.app->add_option("--context", o->context, "context length of every request (tokens)")
+      ->check(positive_integer())
+      ->capture_default_str();
+  c.app->add_flag("--held-out", o->held_out,
+                  "check the measured tables' interpolation against the points at batch 8, 64, 256 held out");
+  c.app->add_option("--csv", o->csv, "also write the rows to this CSV file");
+  c.run = [o] { return run_step(*o); };
+  return c;
+}
+
+}  // namespace kvbuf::cli

