@@ -19,8 +19,20 @@ namespace {
 struct SweepOptions {
   ModelOptions model;
   SweepArgs args;
-  std::vector<std::string> kernels{"recurrent", "recurrent-oop", "kvbuffer", "kvbuffer-raw", "direct"};
+  std::vector<std::string> kernels;  // empty: the model family's default rows below
 };
+
+const std::vector<std::string>& default_kernels(LayerKind kind) {
+  static const std::vector<std::string> gdn{"recurrent", "recurrent-oop", "kvbuffer", "kvbuffer-raw", "direct"};
+  static const std::vector<std::string> mamba2{"mamba2-recurrent", "mamba2-kvbuffer", "mamba2-direct"};
+  return kind == LayerKind::Mamba2 ? mamba2 : gdn;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string r;
+  for (const std::string& n : names) r += (r.empty() ? "" : ",") + n;
+  return r;
+}
 
 std::string kernels_help() {
   std::string h = "kernels to time, comma-separated:";
@@ -36,17 +48,21 @@ int run_sweep(SweepOptions& o) {
   a.model = models[0];
   a.kernels.clear();
   bool any_decode = false, any_verify = false;
-  for (const std::string& name : o.kernels) {
+  const LayerShape& s = a.model.layer;
+  for (const std::string& name : o.kernels.empty() ? default_kernels(s.kind) : o.kernels) {
     const SweepKernel* k = find_sweep_kernel(name);
     a.kernels.push_back(k);
     (k->family == SweepFamily::Decode ? any_decode : any_verify) = true;
-    if (a.rows_per_block == 8 && (k->family != SweepFamily::Decode || k->buffered))
+    if (k->kind != s.kind)
+      throw UsageError("kvbuf sweep: kernel " + name + " runs " +
+                       (k->kind == LayerKind::Mamba2 ? "Mamba-2" : "Gated DeltaNet") + " layers; " + a.model.name +
+                       " is " + (s.kind == LayerKind::Mamba2 ? "Mamba-2" : "Gated DeltaNet"));
+    if (k->kind == LayerKind::GatedDeltaNet && a.rows_per_block == 8 && (k->family != SweepFamily::Decode || k->buffered))
       throw UsageError("--rows-per-block 8 (one warp per block) is for the recurrent kernels only, not " + name);
+    if (k->kind == LayerKind::Mamba2 && a.rows_per_block == 128)
+      throw UsageError("--rows-per-block 128: the Mamba-2 kernels take 8, 16, 32 or 64 rows, not " + name);
   }
-  const LayerShape& s = a.model.layer;
-  if (s.kind != LayerKind::GatedDeltaNet)
-    throw UsageError("kvbuf sweep: the kernels are Gated DeltaNet kernels; " + a.model.name + " is Mamba-2");
-  if (!(s.head_k == s.head_v && (s.head_k == 64 || s.head_k == 128)))
+  if (s.kind == LayerKind::GatedDeltaNet && !(s.head_k == s.head_v && (s.head_k == 64 || s.head_k == 128)))
     throw UsageError(fmt::format("kvbuf sweep: unsupported head dims K={} V={} (the kernels support 64x64 and 128x128)",
                                  s.head_k, s.head_v));
   if (!gpu_present()) throw std::runtime_error("kvbuf sweep: no CUDA device answers");
@@ -80,9 +96,10 @@ Command add_sweep_command(CLI::App& app) {
       ->check(CLI::Range(1, 64));
   std::vector<std::string> names;
   for (const SweepKernel& k : sweep_kernels()) names.push_back(k.name);
-  c.app->add_option("--kernels", o->kernels, kernels_help())
+  c.app->add_option("--kernels", o->kernels,
+                    kernels_help() + "\n(default: " + joined(default_kernels(LayerKind::GatedDeltaNet)) +
+                        " for GDN models, " + joined(default_kernels(LayerKind::Mamba2)) + " for Mamba-2)")
       ->delimiter(',')
-      ->capture_default_str()
       ->check(CLI::IsMember(names));
   c.app->add_option("--out", a.decode_csv, "decode CSV path")->capture_default_str();
   c.app->add_option("--verify-out", a.verify_csv, "verify CSV path")->capture_default_str();

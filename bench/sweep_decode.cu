@@ -1,5 +1,5 @@
 // The decode rows of `kvbuf sweep` (run_decode_sweep, time_decode_point of bench/sweep.h): GDN
-// recurrent (in and out of place), KVBuffer and direct decode, timed with bench/gpu_timing.h over
+// recurrent (in and out of place), KVBuffer and direct decode, and their Mamba-2 twins, timed with bench/gpu_timing.h over
 // whole flush cycles with staggered fills; pools placed by sim/layout.h, bytes from
 // sim/bytes_model.h.
 #include <fmt/format.h>
@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -16,6 +17,7 @@
 #include "bench/sweep.h"
 #include "kernels/common.cuh"
 #include "kernels/gdn_decode.h"
+#include "kernels/mamba2_decode.h"
 #include "sim/bytes_model.h"
 
 namespace kvbuf {
@@ -71,6 +73,42 @@ struct StepInputs {
   }
 };
 
+// Mamba-2 (G = key heads, NH = value heads, N = head_k, P = head_v): raw dt, dt_bias and softplus
+// and the z gate in the kernel, as serving engines call it.
+struct Mamba2StepInputs {
+  DeviceBuffer slot, x, B, C, dt, z, dt_bias, A, D, out;
+  Mamba2StepIO io;
+  Mamba2StepInputs(const LayerShape& s, int batch, uint64_t seed)
+      : slot(size_t(batch) * 4),
+        x(size_t(batch) * s.value_heads * s.head_v * 2),
+        B(size_t(batch) * s.key_heads * s.head_k * 2),
+        C(B.bytes()),
+        dt(size_t(batch) * s.value_heads * 2),
+        z(x.bytes()),
+        dt_bias(size_t(s.value_heads) * 4),
+        A(dt_bias.bytes()),
+        D(dt_bias.bytes()),
+        out(x.bytes()) {
+    std::vector<int32_t> slots(batch);
+    for (int i = 0; i < batch; ++i) slots[i] = i;
+    slot.upload(slots);
+    fill_uniform_bf16(x.as<void>(), x.bytes() / 2, seed + 1, -1.f, 1.f);
+    fill_uniform_bf16(B.as<void>(), B.bytes() / 2, seed + 2, -1.f, 1.f);
+    fill_uniform_bf16(C.as<void>(), C.bytes() / 2, seed + 3, -1.f, 1.f);
+    fill_uniform_bf16(dt.as<void>(), dt.bytes() / 2, seed + 4, -2.f, 1.f);
+    fill_uniform_bf16(z.as<void>(), z.bytes() / 2, seed + 5, -1.f, 1.f);
+    fill_uniform_f32(dt_bias.as<float>(), s.value_heads, seed + 6, -2.f, 0.f);
+    fill_uniform_f32(A.as<float>(), s.value_heads, seed + 7, -4.f, -0.5f);
+    fill_uniform_f32(D.as<float>(), s.value_heads, seed + 8, 0.5f, 1.5f);
+    io.batch = batch, io.G = s.key_heads, io.NH = s.value_heads, io.N = s.head_k, io.P = s.head_v;
+    io.slot = slot.as<int32_t>();
+    io.x = x.as<__nv_bfloat16>(), io.B = B.as<__nv_bfloat16>(), io.C = C.as<__nv_bfloat16>();
+    io.dt = dt.as<__nv_bfloat16>(), io.dt_bias = dt_bias.as<float>();
+    io.A = A.as<float>(), io.D = D.as<float>(), io.z = z.as<__nv_bfloat16>();
+    io.out = out.as<__nv_bfloat16>();
+  }
+};
+
 // Value ranges of the pools' random contents: normalised keys are small, G <= 0, beta in (0, 1).
 std::pair<float, float> pool_value_range(const std::string& tensor) {
   if (tensor == "buf_k") return {-0.2f, 0.2f};
@@ -108,8 +146,15 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
                       L, free_b / double(1 << 30));
     return false;
   }
-  StepInputs in(s, batch, a.seed);
-  in.io.rows_per_block = a.rows_per_block;
+  std::unique_ptr<StepInputs> gin;
+  std::unique_ptr<Mamba2StepInputs> m2in;
+  if (kd.kind == LayerKind::Mamba2) {
+    m2in = std::make_unique<Mamba2StepInputs>(s, batch, a.seed);
+    m2in->io.rows_per_block = a.rows_per_block;
+  } else {
+    gin = std::make_unique<StepInputs>(s, batch, a.seed);
+    gin->io.rows_per_block = a.rows_per_block;
+  }
   DevicePools pools(plan);
   const DeviceBuffer row_fill(kd.buffered ? size_t(batch) * 4 : 0), row_has(row_fill.bytes()), row_done(row_fill.bytes()),
       scratch(kd.buffered ? size_t(batch) * s.value_heads * 2 * s.head_v * 4 : 0);  // split path: one step's r, s
@@ -123,46 +168,98 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
       const auto [lo, hi] = pool_value_range(t.name);
       fill_uniform(pools.at<void>(l, t.name), t.elems_per_slot * batch, t.elem_bytes, seed++, lo, hi);
     }
-  auto layer_params = [&](int l) {
-    GdnKVBufferParams p;
-    p.io = in.io;
-    p.variant = kd.variant, p.entry = kd.entry, p.capacity = chunk;
-    p.path = kd.path, p.scratch = scratch.as<float>();
-    p.state = pools.at<float>(l, "state");
-    p.buf_k = pools.at<void>(l, "buf_k");
-    p.buf_val = pools.at<void>(l, "buf_val");
-    p.buf_gcum = pools.at<float>(l, "buf_gcum");
-    p.buf_beta = plan.has("buf_beta") ? pools.at<float>(l, "buf_beta") : nullptr;
-    if (kd.pool_fill) {
-      p.fill = pools.at<int32_t>(l, "fill");
-      p.has_state = pools.at<int32_t>(l, "has_state");
-      p.done_count = pools.at<int32_t>(l, "done_count");
-    } else {
-      p.row_fill = row_fill.as<int32_t>(), p.row_has_state = row_has.as<int32_t>();
-      // Every KVBuffer request of the sweep has a state (staggered fills from has_state 1), as
-      // the scheduler of a steady decode batch knows: at C = 1 the plain recurrent update runs.
-      p.every_row_has_state = !kd.direct;
-    }
-    return p;
-  };
-
-  std::function<void(cudaStream_t)> step;
-  if (!kd.buffered) {
-    out.rows_per_block = gdn_decode_recurrent_rows_per_block(in.io);
+  // The kernel launch of one layer, per family.
+  std::function<void(int, cudaStream_t)> layer_step;
+  if (kd.kind == LayerKind::Mamba2) {
+    auto params = [&](int l) {
+      Mamba2KVBufferParams p;
+      p.io = m2in->io;
+      p.capacity = chunk;
+      p.state = pools.at<float>(l, "state");
+      if (!kd.buffered) return p;
+      p.buf_k = pools.at<__nv_bfloat16>(l, "buf_k");
+      p.buf_val = pools.at<__nv_bfloat16>(l, "buf_val");
+      p.buf_gcum = pools.at<float>(l, "buf_gcum");
+      p.buf_beta = pools.at<float>(l, "buf_beta");
+      if (kd.pool_fill) {
+        p.fill = pools.at<int32_t>(l, "fill");
+        p.has_state = pools.at<int32_t>(l, "has_state");
+        p.done_count = pools.at<int32_t>(l, "done_count");
+      } else {
+        p.row_fill = row_fill.as<int32_t>(), p.row_has_state = row_has.as<int32_t>();
+      }
+      return p;
+    };
     out.row_groups = 0;
-    step = [&, L](cudaStream_t st) {
-      for (int l = 0; l < L; ++l) {
+    if (!kd.buffered) {
+      out.rows_per_block = mamba2_decode_recurrent_rows_per_block(m2in->io);
+      layer_step = [&, params](int l, cudaStream_t st) {
+        Mamba2RecurrentParams p;
+        p.io = m2in->io;
+        p.state = params(l).state;
+        mamba2_decode_recurrent(p, st);
+      };
+    } else {
+      out.rows_per_block = mamba2_decode_kvbuffer_rows_per_block(params(0));
+      layer_step = [&, params](int l, cudaStream_t st) {
+        if (kd.direct)
+          mamba2_decode_direct(params(l), st);
+        else
+          mamba2_decode_kvbuffer(params(l), st);
+      };
+    }
+  } else {
+    auto params = [&](int l) {
+      GdnKVBufferParams p;
+      p.io = gin->io;
+      p.variant = kd.variant, p.entry = kd.entry, p.capacity = chunk;
+      p.path = kd.path, p.scratch = scratch.as<float>();
+      p.state = pools.at<float>(l, "state");
+      p.buf_k = pools.at<void>(l, "buf_k");
+      p.buf_val = pools.at<void>(l, "buf_val");
+      p.buf_gcum = pools.at<float>(l, "buf_gcum");
+      p.buf_beta = plan.has("buf_beta") ? pools.at<float>(l, "buf_beta") : nullptr;
+      if (kd.pool_fill) {
+        p.fill = pools.at<int32_t>(l, "fill");
+        p.has_state = pools.at<int32_t>(l, "has_state");
+        p.done_count = pools.at<int32_t>(l, "done_count");
+      } else {
+        p.row_fill = row_fill.as<int32_t>(), p.row_has_state = row_has.as<int32_t>();
+        // Every KVBuffer request of the sweep has a state (staggered fills from has_state 1), as
+        // the scheduler of a steady decode batch knows: at C = 1 the plain recurrent update runs.
+        p.every_row_has_state = !kd.direct;
+      }
+      return p;
+    };
+    if (!kd.buffered) {
+      out.rows_per_block = gdn_decode_recurrent_rows_per_block(gin->io);
+      out.row_groups = 0;
+      layer_step = [&](int l, cudaStream_t st) {
         GdnRecurrentParams p;
-        p.io = in.io;
+        p.io = gin->io;
         p.state_in = pools.at<float>(l, "state");
         p.state_out = kd.out_of_place ? pools.at<float>(l, "state_out") : pools.at<float>(l, "state");
         gdn_decode_recurrent(p, st);
-      }
+      };
+    } else {
+      const GdnKVBufferParams p0 = params(0);
+      out.rows_per_block = kd.direct ? gdn_decode_direct_rows_per_block(p0) : gdn_decode_kvbuffer_rows_per_block(p0);
+      out.row_groups = kd.direct ? gdn_decode_direct_row_groups(p0) : 0;
+      layer_step = [&, params](int l, cudaStream_t st) {
+        if (kd.direct)
+          gdn_decode_direct(params(l), st);
+        else
+          gdn_decode_kvbuffer(params(l), st);
+      };
+    }
+  }
+
+  std::function<void(cudaStream_t)> step;
+  if (!kd.buffered) {
+    step = [&, L](cudaStream_t st) {
+      for (int l = 0; l < L; ++l) layer_step(l, st);
     };
   } else {
-    const GdnKVBufferParams p0 = layer_params(0);
-    out.rows_per_block = kd.direct ? gdn_decode_direct_rows_per_block(p0) : gdn_decode_kvbuffer_rows_per_block(p0);
-    out.row_groups = kd.direct ? gdn_decode_direct_row_groups(p0) : 0;
     const int state = kd.direct ? 0 : 1;
     for (int l = 0; l < L; ++l) {
       stagger_fill_kernel<<<blocks_for(batch), 256>>>(pools.at<int32_t>(l, "fill"), pools.at<int32_t>(l, "has_state"),
@@ -177,11 +274,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
         // Direct mode: requests stay stateless (the fold at fill C-1 would otherwise end it).
         if (kd.direct && kd.pool_fill)
           KVB_CUDA_CHECK(cudaMemsetAsync(pools.at<void>(l, "has_state"), 0, size_t(batch) * 4, st));
-        const GdnKVBufferParams p = layer_params(l);
-        if (kd.direct)
-          gdn_decode_direct(p, st);
-        else
-          gdn_decode_kvbuffer(p, st);
+        layer_step(l, st);
       }
       // At C = 1 the scheduler's metadata never changes (fill stays 0, every row folds).
       if (!kd.pool_fill && chunk > 1) {
@@ -217,6 +310,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
 namespace {
 
 void print_decode_summary(const SweepArgs& a, const std::vector<DecodePoint>& rows) {
+  const std::string baseline = a.model.layer.kind == LayerKind::Mamba2 ? "mamba2-recurrent" : "recurrent";
   std::vector<int> batches;
   std::vector<std::string> kernels;
   std::map<std::pair<std::string, int>, const DecodePoint*> best;
@@ -234,7 +328,7 @@ void print_decode_summary(const SweepArgs& a, const std::vector<DecodePoint>& ro
   fmt::print("\n");
   for (int b : batches) {
     fmt::print("{:>6}", b);
-    const auto rec = best.find({"recurrent", b});
+    const auto rec = best.find({baseline, b});
     for (const auto& k : kernels) {
       const auto it = best.find({k, b});
       if (it == best.end()) {
@@ -243,7 +337,7 @@ void print_decode_summary(const SweepArgs& a, const std::vector<DecodePoint>& ro
       }
       std::string cell = fmt::format("{:.2f}", it->second->median_us);
       if (it->second->chunk > 0) cell += fmt::format(" [{}]", it->second->chunk);
-      if (rec != best.end() && k != "recurrent")
+      if (rec != best.end() && k != baseline)
         cell += fmt::format(" {:.2f}x", rec->second->median_us / it->second->median_us);
       fmt::print(" {:>22}", cell);
     }
@@ -255,12 +349,16 @@ void print_decode_summary(const SweepArgs& a, const std::vector<DecodePoint>& ro
 
 int run_decode_sweep(const SweepArgs& a, std::vector<DecodePoint>& points) {
   const LayerShape& s = a.model.layer;
-  if (s.kind != LayerKind::GatedDeltaNet)
-    throw std::invalid_argument("kvbuf sweep: the decode kernels are Gated DeltaNet kernels; " + a.model.name +
-                                " is Mamba-2");
+  for (const SweepKernel* kd : a.kernels)
+    if (kd->family == SweepFamily::Decode && kd->kind != s.kind)
+      throw std::invalid_argument("kvbuf sweep: decode kernel " + kd->name + " does not run " + a.model.name + "'s layers");
   const int L = layers_of(a);
-  fmt::print("GPU {} | commit {} | model {} (H={} HV={} K={} V={}) | {} layer pools per step | copy {:.0f} GB/s\n",
-             a.gpu, a.commit, a.model.name, s.key_heads, s.value_heads, s.head_k, s.head_v, L, a.copy_gbps);
+  if (s.kind == LayerKind::Mamba2)
+    fmt::print("GPU {} | commit {} | model {} (G={} NH={} N={} P={}) | {} layer pools per step | copy {:.0f} GB/s\n",
+               a.gpu, a.commit, a.model.name, s.key_heads, s.value_heads, s.head_k, s.head_v, L, a.copy_gbps);
+  else
+    fmt::print("GPU {} | commit {} | model {} (H={} HV={} K={} V={}) | {} layer pools per step | copy {:.0f} GB/s\n",
+               a.gpu, a.commit, a.model.name, s.key_heads, s.value_heads, s.head_k, s.head_v, L, a.copy_gbps);
   CsvWriter csv(a.decode_csv, {"model", "kernel", "variant", "entry_dtype", "placement", "batch", "chunk", "layers",
                                "rows_per_block", "row_groups", "latency_us_median", "latency_us_min", "latency_us_max",
                                "samples", "bytes_per_layer_step", "gbps", "frac_copy_bw", "copy_gbps", "sm_clock_mhz",
@@ -304,7 +402,7 @@ int run_decode_sweep(const SweepArgs& a, std::vector<DecodePoint>& points) {
         row({std::to_string(d.rows_per_block), std::to_string(d.row_groups), fmt_g(t.median_us), fmt_g(t.min_us),
              fmt_g(t.max_us), std::to_string(t.samples), fmt_g(d.bytes_per_layer_step), fmt_g(gbps),
              fmt_g(gbps / a.copy_gbps), fmt_g(a.copy_gbps), t.telemetry.clock_mhz(), t.telemetry.power_w()},
-            "");
+            kd->kind == LayerKind::Mamba2 ? "z gate and dt softplus in the kernel" : "");
         fmt::print("{:<14} batch {:>4} chunk {:>3}: {:9.2f} us/layer (min {:.2f}, max {:.2f}, {} samples)  {:7.0f} GB/s  "
                    "{:5.1f}% of copy\n",
                    kd->name, batch, chunk, t.median_us, t.min_us, t.max_us, t.samples, gbps, 100 * gbps / a.copy_gbps);

@@ -16,6 +16,7 @@ struct SweepKernel {
   std::string name;  // as on the command line and in the CSV
   SweepFamily family = SweepFamily::Decode;
   std::string help;
+  LayerKind kind = LayerKind::GatedDeltaNet;  // the model family it runs (the model must match)
   bool buffered = false;      // has a buffer and a chunk (C) axis: KVBuffer decode, direct, KVBuffer verify
   bool out_of_place = false;  // recurrent: separate input and output state pools
   bool direct = false;        // every request stateless (direct mode)
@@ -60,6 +61,10 @@ inline const std::vector<SweepKernel>& sweep_kernels() {
     k.pool_fill = true;
     return k;
   };
+  auto mamba2 = [](SweepKernel k) {
+    k.kind = LayerKind::Mamba2;
+    return k;
+  };
   static const std::vector<SweepKernel> table = {
       recurrent("recurrent", false, "classic recurrent decode, state updated in place"),
       recurrent("recurrent-oop", true, "classic recurrent decode, separate output pool (FLA's placement)"),
@@ -83,6 +88,11 @@ inline const std::vector<SweepKernel>& sweep_kernels() {
       verify("verify-classic-tree", "classic verify of a draft tree", false, true),
       in_place(verify("verify-classic-inplace-tree", "in-place classic verify of a draft tree", false, true)),
       verify("verify-kvbuffer-tree", "KVBuffer verify of a draft tree", true, true),
+      mamba2(recurrent("mamba2-recurrent", false, "Mamba-2 selective state update in place (z, softplus in kernel)")),
+      mamba2(buffered("mamba2-kvbuffer", "Mamba-2 KVBuffer decode, scheduler metadata (z, softplus in kernel)", false)),
+      mamba2(buffered("mamba2-direct", "Mamba-2 direct mode: stateless requests read only their entries", true)),
+      mamba2(with_pool_fill(buffered("mamba2-kvbuffer-poolfill", "Mamba-2 KVBuffer decode, fill advanced in the kernel",
+                                     false))),
   };
   return table;
 }

@@ -506,10 +506,8 @@ void mamba2_verify_kvbuffer(const Mamba2Tokens<T>& x, int capacity, int drafts, 
 
 // ---- float32 tolerance ----
 
-Mamba2Tolerance mamba2_f32_tolerance(const Mamba2Tokens<double>& x, const Mamba2State<double>& s0,
-                                     int window) {
+double mamba2_f32_gamma(const Mamba2Tokens<double>& x, int window) {
   mamba2_validate(x);
-  validate_state(x.dims, s0);
   if (window < 1) fail("tolerance window must be >= 1, got " + str(window));
   const auto& d = x.dims;
   // E: worst exp(G_t - G_j) (t - j) |G|_window over j < t within `window` tokens, with |G|_window
@@ -536,6 +534,14 @@ Mamba2Tolerance mamba2_f32_tolerance(const Mamba2Tokens<double>& x, const Mamba2
       }
     }
   }
+  const double u = std::ldexp(1.0, -24);
+  return 2 * u * (d.N + L + std::min(window, x.steps) + E + 8);
+}
+
+Mamba2Tolerance mamba2_f32_tolerance(const Mamba2Tokens<double>& x, const Mamba2State<double>& s0,
+                                     int window) {
+  const double gamma = mamba2_f32_gamma(x, window);
+  validate_state(x.dims, s0);
   auto abs_all = [](std::vector<double> v) {
     for (auto& e : v) e = std::abs(e);
     return v;
@@ -561,8 +567,6 @@ Mamba2Tolerance mamba2_f32_tolerance(const Mamba2Tokens<double>& x, const Mamba2
     for (const auto& e : s) m = std::max(m, e.cwiseAbs().maxCoeff());
     return m;
   };
-  const double u = std::ldexp(1.0, -24);
-  const double gamma = 2 * u * (d.N + L + std::min(window, x.steps) + E + 8);
   const double tiny = std::numeric_limits<double>::min();
   Mamba2Tolerance tol;
   tol.y = gamma * max_abs(y_abs) / std::max(max_abs(y_ref), tiny);

@@ -229,6 +229,9 @@ void mamba2_verify_kvbuffer(const Mamba2Tokens<T>& x, int capacity, int drafts, 
 // The sum over |terms| is computed exactly (float64) by the recurrence on |x|, |B|, |C|, |D|,
 // |S0|; dividing its max by max |ref| turns the elementwise bound into the normwise tolerance.
 // A factor 2 covers the first-order approximation of gamma_n and libm's exp (< 1 ulp).
+// The elementwise factor of that bound: |err| <= gamma (the same output or state element computed
+// on |x|, |B|, |C|, |D|, |S0|), gamma = 2 u (N + L + W + E + 8).
+double mamba2_f32_gamma(const Mamba2Tokens<double>& x, int window);
 struct Mamba2Tolerance {
   double y = 0, state = 0;
 };

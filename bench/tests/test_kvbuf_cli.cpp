@@ -204,7 +204,9 @@ TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
   expect_usage_error("sweep --drafts 9", "--drafts: Value 9 not in range 1 to 8");
   expect_usage_error("sweep --acceptance 1.5", "--acceptance");
   expect_usage_error("sweep --budget-s 0", "--budget-s: must be a positive finite number");
-  expect_usage_error("sweep --model nemotron-3-nano-30b-a3b", "is Mamba-2");
+  expect_usage_error("sweep --model nemotron-3-nano-30b-a3b --kernels kvbuffer", "is Mamba-2");
+  expect_usage_error("sweep --kernels recurrent,mamba2-recurrent", "is Gated DeltaNet");
+  expect_usage_error("sweep --model nemotron-3-nano-30b-a3b --rows-per-block 128", "take 8, 16, 32 or 64 rows");
   expect_usage_error("sweep --rows-per-block 8 --kernels recurrent,kvbuffer", "recurrent kernels only, not kvbuffer");
 #endif
 }

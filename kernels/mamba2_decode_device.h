@@ -1,0 +1,170 @@
+// Device and dispatch helpers shared by the Mamba-2 decode kernels (include from .cu files only).
+//
+// Warp rows (the shape of gdn_decode_recurrent's one-warp kernel): a warp owns 8 consecutive
+// state rows S[p0 .. p0+7, :] of one head; lane l holds columns [l NL, (l+1) NL), NL = N / 32, of
+// every row (one float4 per row for N = 128, float2 for N = 64), so each row is one coalesced
+// 512 (256) byte access and the warp's 8 rows are all in flight after one round trip. The same
+// lane holds the same columns of B and C. A block has rows_per_block / 8 such warps.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "kernels/common.cuh"
+#include "kernels/gdn_decode_device.h"  // warp_sum, load_unsunk
+#include "kernels/mamba2_decode.h"
+
+namespace kvbuf::mamba2_detail {
+
+using gdn_detail::load_unsunk;
+using gdn_detail::warp_sum;
+
+constexpr int kWarpRows = 8;          // state rows per warp
+constexpr int kMaxRowsPerBlock = 64;  // 8 warps
+
+template <int N>
+struct RowVec {
+  static_assert(N == 64 || N == 128, "one float2 or float4 per lane per row");
+  static constexpr int NL = N / 32;
+  using F = typename std::conditional<NL == 4, float4, float2>::type;  // fp32 slice
+  using H = typename std::conditional<NL == 4, uint2, uint32_t>::type;  // bf16 slice
+};
+
+// This lane's NL fp32 columns of a row starting at `row` (already offset by lane * NL).
+template <int N>
+__device__ __forceinline__ void load_row(const float* row, float* s) {
+  const auto v = *reinterpret_cast<const typename RowVec<N>::F*>(row);
+  s[0] = v.x, s[1] = v.y;
+  if constexpr (N == 128) s[2] = reinterpret_cast<const float4&>(v).z, s[3] = reinterpret_cast<const float4&>(v).w;
+}
+template <int N>
+__device__ __forceinline__ void store_row(float* row, const float* s) {
+  typename RowVec<N>::F v;
+  v.x = s[0], v.y = s[1];
+  if constexpr (N == 128) reinterpret_cast<float4&>(v).z = s[2], reinterpret_cast<float4&>(v).w = s[3];
+  *reinterpret_cast<typename RowVec<N>::F*>(row) = v;
+}
+// This lane's NL bf16 columns of an N-vector as raw bits (issue early) and as fp32.
+template <int N>
+__device__ __forceinline__ typename RowVec<N>::H load_bf16_raw(const __nv_bfloat16* v, int lane) {
+  return reinterpret_cast<const typename RowVec<N>::H*>(v)[lane];
+}
+template <int N>
+__device__ __forceinline__ void bf16_slice(typename RowVec<N>::H raw, float* f) {
+  if constexpr (N == 128) {
+    const float2 a = bf16x2_to_float2(raw.x), b = bf16x2_to_float2(raw.y);
+    f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+  } else {
+    const float2 a = bf16x2_to_float2(raw);
+    f[0] = a.x, f[1] = a.y;
+  }
+}
+// 8 consecutive bf16 (16 bytes: the x values of a warp's 8 rows) as fp32.
+__device__ __forceinline__ void bf16x8(uint4 raw, float* f) {
+  const float2 a = bf16x2_to_float2(raw.x), b = bf16x2_to_float2(raw.y);
+  const float2 c = bf16x2_to_float2(raw.z), d = bf16x2_to_float2(raw.w);
+  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y, f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
+}
+
+template <int NL>
+__device__ __forceinline__ float dot(const float* a, const float* b) {
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < NL; ++i) s = fmaf(a[i], b[i], s);
+  return s;
+}
+
+// The 8 per-row partial sums v[i] of every lane reduced over the warp by halving exchanges (4 + 2
+// + 1 shuffles, then 2 to finish: 9 instead of 40): lane l ends with the full sum of row
+// (l >> 2) & 7 (gdn_decode_recurrent.cu log v6).
+__device__ __forceinline__ float row_sums8(float* v, int lane) {
+#pragma unroll
+  for (int half = 4, mask = 16; half >= 1; half /= 2, mask /= 2) {
+    const bool upper = lane & mask;
+#pragma unroll
+    for (int j = 0; j < half; ++j) {
+      const float send = upper ? v[j] : v[j + half];
+      const float keep = upper ? v[j + half] : v[j];
+      v[j] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+    }
+  }
+  float s = v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
+  return s + __shfl_xor_sync(0xffffffffu, s, 2);
+}
+
+// The step size of head h for request row `row`: dt + dt_bias, through softplus when asked
+// (softplus(x) = x above 20, where log1p(e^x) rounds to x in fp32).
+__device__ __forceinline__ float token_dt(const Mamba2StepIO& io, int row, int h) {
+  float d = __bfloat162float(io.dt[size_t(row) * io.NH + h]);
+  if (io.dt_bias) d += io.dt_bias[h];
+  if (io.dt_softplus) d = d > 20.f ? d : log1pf(expf(d));
+  return d;
+}
+
+__device__ __forceinline__ float silu(float z) { return z / (1.f + expf(-z)); }
+
+// Block decomposition: grid (P / rows_per_block, NH, batch), rows_per_block / 8 warps per block;
+// warp w of block x owns rows p0 = (x * warps + w) * 8 .. p0 + 7 of head blockIdx.y.
+struct WarpCoords {
+  int row, h, g, p0, lane, warp;
+};
+__device__ __forceinline__ WarpCoords warp_coords(const Mamba2StepIO& io) {
+  WarpCoords c;
+  c.lane = threadIdx.x & 31;
+  c.warp = threadIdx.x >> 5;
+  c.row = blockIdx.z;
+  c.h = blockIdx.y;
+  c.g = c.h / (io.NH / io.G);
+  c.p0 = (blockIdx.x * (blockDim.x >> 5) + c.warp) * kWarpRows;
+  return c;
+}
+inline dim3 decode_grid(const Mamba2StepIO& io, int rows_per_block) {
+  return dim3(unsigned(io.P / rows_per_block), unsigned(io.NH), unsigned(io.batch));
+}
+inline dim3 decode_block(int rows_per_block) { return dim3(unsigned(rows_per_block / kWarpRows * 32)); }
+
+// Output of this lane's row (lane 4 i writes row i): y + D x, times silu(z) when z is given.
+__device__ __forceinline__ void write_output(const Mamba2StepIO& io, size_t xo, int lane, float y, float D,
+                                             float x_own) {
+  if ((lane & 3) != 0) return;
+  const int i = lane >> 2;
+  float o = fmaf(D, x_own, y);
+  if (io.z) o *= silu(__bfloat162float(io.z[xo + i]));
+  io.out[xo + i] = __float2bfloat16_rn(o);
+}
+
+// Validation shared by the dispatch functions (throws std::invalid_argument naming `who`).
+void validate_step_io(const Mamba2StepIO& io, const char* who);
+// P rows per block: io.rows_per_block when set, else the largest power of 2 <= min(P, max_rows)
+// dividing P, halved (down to 8) while the grid would have fewer than min_blocks_per_sm blocks
+// per SM.
+struct RowsRule {
+  int max_rows, min_blocks_per_sm;
+};
+int choose_rows_per_block(const Mamba2StepIO& io, RowsRule rule);
+// The rules, measured (kernels/notes/mamba2_decode.md, run 1): the recurrent kernel keeps
+// one-warp blocks (within 3% of every other shape at every batch); the KVBuffer kernel takes whole
+// heads at every batch (its blocks share the C_t . B_j dots over their rows: 64 rows beat 32, 16
+// and 8 at batch 1, 8, 64 and 256, C = 16).
+constexpr RowsRule kRecurrentRows{8, 1};
+constexpr RowsRule kKVBufferRows{64, 0};
+
+// The one dispatch on the head dims: calls f(std::integral_constant<int, N>{}) for a supported
+// d_state N (P is a runtime multiple of 8), else throws "unsupported head dims".
+template <class F>
+void dispatch_head_dims(const Mamba2StepIO& io, const char* who, F&& f) {
+  switch (io.N) {
+    case 128:
+      return f(std::integral_constant<int, 128>{});
+    case 64:
+      return f(std::integral_constant<int, 64>{});
+    default:
+      throw std::invalid_argument(std::string(who) + ": unsupported head dims P=" + std::to_string(io.P) +
+                                  " N=" + std::to_string(io.N) + " (supported: N in {64, 128}, P a multiple of 8)");
+  }
+}
+
+}  // namespace kvbuf::mamba2_detail

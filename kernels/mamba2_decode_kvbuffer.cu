@@ -1,0 +1,204 @@
+// mamba2_decode_kvbuffer / mamba2_decode_direct: KVBuffer decode of Mamba-2, one token per request.
+//
+// Math (kvbuffer-math.md section 8, reference/mamba2.h), per head h of group g: the request holds
+// n = fill buffered tokens j = 0..n-1 (x_j, B_j, dt_j, G_j = cumulative dt A since the checkpoint
+// S0); the new token t has G_t = G_{n-1} + dt_t A (G_{-1} = 0).
+//   c_j    = C_t . B_j                               (per block, over N; c_t = C_t . B_t)
+//   w_j    = e^{G_t - G_j} dt_j                      (fold weight; output weight w_j c_j)
+//   y[p]   = e^{G_t} S0[p,:].C_t + sum_{j<n} w_j c_j x_j[p] + (dt_t c_t + D) x_t[p]
+//   y     *= silu(z) when z is given
+// Append entry n = (x_t, B_t, dt_t, G_t). When n + 1 == C, fold in the same kernel (the S0 rows
+// are already in registers) and empty the buffer; the state is written once per C tokens:
+//   S0[p,:] <- e^{G_t} S0[p,:] + sum_{j<n} w_j x_j[p] B_j + dt_t x_t[p] B_t
+// Direct mode (has_state == 0): no S0 read; the fold creates the state and sets has_state.
+// Every decay is e^{G_t - G_j} with G_t - G_j <= 0 (G is a running sum of negative terms): dt A
+// <= -60 per token underflows to 0, nothing overflows.
+//
+// Layouts (sim/layout.h, LayerKind::Mamba2): S [slots, NH, P, N] fp32 N contiguous, in place;
+//   buf_k = B [slots, C, G, N] bf16; buf_val = x [slots, C, NH, P] bf16; buf_gcum = G and
+//   buf_beta = dt [slots, C, NH] fp32; fill, has_state, done_count [slots] int32; token I/O as
+//   mamba2_decode_recurrent. Entries are bf16: the inputs x and B are bf16, so they are exact.
+// Races: blocks of one request (heads x P tiles) read fill/has_state at entry; the last of them to
+// finish (atomic count in done_count) advances them, so no block sees another's update within a
+// launch. With scheduler metadata (row_fill, row_has_state per row) nothing is advanced in kernel.
+// Entry n is written by this launch and only entries < n are read; B_t is written by the first
+// block of the first head of its group.
+// Work split: warp rows (mamba2_decode_device.h), block = rows_per_block / 8 warps of one head,
+// grid (P / rows_per_block, NH, batch). Each warp issues its 8 S0 rows as soon as the slot and
+// has_state are known; meanwhile warp 0 forms the n fold weights (lane j), the warps share the n
+// dots c_j (one B_j per warp at a time), and after one barrier every lane accumulates the buffer
+// terms of entries j = lane, lane + 32 for the warp's 8 rows (x_j of 8 rows is one 16-byte load)
+// into the same 8 partial sums as its S0 . C_t slice: one halving reduction per warp.
+// rows_per_block (0 = chosen): whole heads (64 rows: the c_j once per head) at every batch.
+// Template: d_state N in {64, 128}; P and C are runtime values.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/common.cuh"
+#include "kernels/mamba2_decode.h"
+#include "kernels/mamba2_decode_device.h"
+
+namespace kvbuf {
+namespace mamba2_detail {
+namespace {
+
+constexpr int kMaxCapacity = 64;
+
+template <int N>
+__global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_kvbuffer_kernel(Mamba2KVBufferParams p) {
+  constexpr int NL = N / 32, R = kWarpRows;
+  __shared__ float s_w[kMaxCapacity];  // w_j = e^{G_t - G_j} dt_j
+  __shared__ float s_c[kMaxCapacity];  // c_j = C_t . B_j
+  const Mamba2StepIO& io = p.io;
+  const WarpCoords c = warp_coords(io);
+  const int lane = c.lane, warps = blockDim.x >> 5;
+  const int NH = io.NH, P = io.P, G = io.G, C = p.capacity;
+  const bool row_meta = p.row_fill != nullptr;
+  const int slot = io.slot[c.row];
+  // Token inputs: independent of the slot, issued before its round trip ends.
+  const size_t xo = (size_t(c.row) * NH + c.h) * P + c.p0;
+  const uint4 xraw = *reinterpret_cast<const uint4*>(io.x + xo);
+  const size_t bco = (size_t(c.row) * G + c.g) * N;
+  const auto braw = load_bf16_raw<N>(io.B + bco, lane), craw = load_bf16_raw<N>(io.C + bco, lane);
+  const float dt = token_dt(io, c.row, c.h);
+  const float A = io.A[c.h], D = io.D[c.h];
+  const int meta_fill = row_meta ? p.row_fill[c.row] : 0;
+  const int meta_has = row_meta ? p.row_has_state[c.row] : 0;
+  if (slot < 0) {
+    if (lane < R) io.out[xo + lane] = __float2bfloat16_rn(0.f);
+    return;
+  }
+  const int n = row_meta ? meta_fill : load_unsunk(p.fill + slot);
+  const bool has_state = (row_meta ? meta_has : load_unsunk(p.has_state + slot)) != 0;
+  const bool fold = n + 1 == C;
+
+  float* rows = p.state + ((size_t(slot) * NH + c.h) * P + c.p0) * N + lane * NL;
+  float s[R][NL];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    if (has_state) {
+      load_row<N>(rows + size_t(i) * N, s[i]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < NL; ++e) s[i][e] = 0.f;
+    }
+  }
+
+  const float* gcum = p.buf_gcum + size_t(slot) * C * NH + c.h;  // G_j at gcum[j * NH]
+  const float* dts = p.buf_beta + size_t(slot) * C * NH + c.h;
+  const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + c.g) * N;  // B_j at bk[j * G * N]
+  const __nv_bfloat16* bx = p.buf_val + (size_t(slot) * C * NH + c.h) * P + c.p0;  // x_j at bx[j * NH * P]
+  const float G_t = (n > 0 ? gcum[size_t(n - 1) * NH] : 0.f) + dt * A;
+  float Bv[NL], Cv[NL];
+  bf16_slice<N>(braw, Bv);
+  bf16_slice<N>(craw, Cv);
+  if (c.warp == 0)
+    for (int j = lane; j < n; j += 32) s_w[j] = expf(G_t - gcum[size_t(j) * NH]) * dts[size_t(j) * NH];
+#pragma unroll 2
+  for (int j = c.warp; j < n; j += warps) {
+    float Bj[NL];
+    bf16_slice<N>(load_bf16_raw<N>(bk + size_t(j) * G * N, lane), Bj);
+    const float cj = warp_sum(dot<NL>(Cv, Bj));
+    if (lane == 0) s_c[j] = cj;
+  }
+  const float c_t = warp_sum(dot<NL>(Cv, Bv));
+  const float eG = expf(G_t);
+  __syncthreads();  // s_w, s_c
+
+  float y8[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) y8[i] = eG * dot<NL>(s[i], Cv);
+  for (int j = lane; j < n; j += 32) {
+    float xj[R];
+    bf16x8(*reinterpret_cast<const uint4*>(bx + size_t(j) * NH * P), xj);
+    const float w = s_w[j] * s_c[j];
+#pragma unroll
+    for (int i = 0; i < R; ++i) y8[i] = fmaf(w, xj[i], y8[i]);
+  }
+  const float y = row_sums8(y8, lane);
+  const float x_own = __bfloat162float(io.x[xo + ((lane >> 2) & (R - 1))]);
+  write_output(io, xo, lane, y, fmaf(dt, c_t, D), x_own);
+
+  if (fold) {
+    float x[R];
+    bf16x8(xraw, x);
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const float dx = dt * x[i];
+#pragma unroll
+      for (int e = 0; e < NL; ++e) s[i][e] = fmaf(eG, s[i][e], dx * Bv[e]);
+    }
+#pragma unroll 2
+    for (int j = 0; j < n; ++j) {
+      float Bj[NL], xj[R];
+      bf16_slice<N>(load_bf16_raw<N>(bk + size_t(j) * G * N, lane), Bj);
+      bf16x8(*reinterpret_cast<const uint4*>(bx + size_t(j) * NH * P), xj);
+      const float w = s_w[j];
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const float wx = w * xj[i];
+#pragma unroll
+        for (int e = 0; e < NL; ++e) s[i][e] = fmaf(wx, Bj[e], s[i][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i) store_row<N>(rows + size_t(i) * N, s[i]);
+  } else {
+    if (lane == 0) *reinterpret_cast<uint4*>(p.buf_val + (size_t(slot) * C * NH + size_t(n) * NH + c.h) * P + c.p0) = xraw;
+    if (blockIdx.x == 0 && c.warp == 0) {
+      if (lane == 0) {
+        p.buf_gcum[(size_t(slot) * C + n) * NH + c.h] = G_t;
+        p.buf_beta[(size_t(slot) * C + n) * NH + c.h] = dt;
+      }
+      if (c.h % (NH / G) == 0)
+        reinterpret_cast<typename RowVec<N>::H*>(p.buf_k + ((size_t(slot) * C + n) * G + c.g) * N)[lane] = braw;
+    }
+  }
+  if (row_meta) return;  // the scheduler advances its own fill / has_state
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const int blocks_per_request = int(gridDim.x * gridDim.y);
+    if (atomicAdd(&p.done_count[slot], 1) == blocks_per_request - 1) {
+      p.fill[slot] = fold ? 0 : n + 1;
+      if (fold) p.has_state[slot] = 1;
+      p.done_count[slot] = 0;
+    }
+  }
+}
+
+void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char* who) {
+  validate_step_io(p.io, who);
+  auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(who) + ": " + m); };
+  if (p.capacity < 1 || p.capacity > kMaxCapacity)
+    fail("unsupported capacity " + std::to_string(p.capacity) + " (1.." + std::to_string(kMaxCapacity) + ")");
+  if (!p.state || !p.buf_k || !p.buf_val || !p.buf_gcum || !p.buf_beta)
+    fail("state, buf_k, buf_val, buf_gcum and buf_beta must be set");
+  if (bool(p.row_fill) != bool(p.row_has_state)) fail("give both row_fill and row_has_state, or neither");
+  if (!p.row_fill && !(p.fill && p.has_state && p.done_count))
+    fail("without row_fill/row_has_state, fill, has_state and done_count must be set");
+  if (p.io.batch == 0) return;
+  dispatch_head_dims(p.io, who, [&](auto n) {
+    const int rows = choose_rows_per_block(p.io, kKVBufferRows);
+    launch_kernel(mamba2_decode_kvbuffer_kernel<decltype(n)::value>, decode_grid(p.io, rows), decode_block(rows), 0,
+                  stream, false, p);
+  });
+}
+
+}  // namespace
+}  // namespace mamba2_detail
+
+void mamba2_decode_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream) {
+  mamba2_detail::run_kvbuffer(p, stream, "mamba2_decode_kvbuffer");
+}
+
+void mamba2_decode_direct(const Mamba2KVBufferParams& p, cudaStream_t stream) {
+  mamba2_detail::run_kvbuffer(p, stream, "mamba2_decode_direct");
+}
+
+int mamba2_decode_kvbuffer_rows_per_block(const Mamba2KVBufferParams& p) {
+  return mamba2_detail::choose_rows_per_block(p.io, mamba2_detail::kKVBufferRows);
+}
+
+}  // namespace kvbuf
