@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/csv.h"
+
 namespace kvbuf {
 
 class CsvWriter {
@@ -25,7 +27,7 @@ class CsvWriter {
 
  private:
   void write_line(const std::vector<std::string>& fields) {
-    for (size_t i = 0; i < fields.size(); ++i) out_ << (i ? "," : "") << fields[i];
+    for (size_t i = 0; i < fields.size(); ++i) out_ << (i ? "," : "") << csv_field(fields[i]);
     out_ << '\n';
     out_.flush();
   }

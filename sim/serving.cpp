@@ -6,8 +6,9 @@
 #include <deque>
 #include <fstream>
 #include <random>
-#include <sstream>
 #include <stdexcept>
+
+#include "sim/csv.h"
 
 namespace kvbuf {
 namespace {
@@ -51,12 +52,14 @@ std::vector<ServingRequest> read_trace(const std::string& path) {
   while (std::getline(in, line)) {
     ++line_no;
     if (trim(line).empty()) continue;
-    std::vector<std::string> fields;
-    std::stringstream ss(line);
-    std::string f;
-    while (std::getline(ss, f, ',')) fields.push_back(trim(f));
-    if (line.back() == ',') fields.emplace_back();
     const std::string where = path + ":" + std::to_string(line_no) + ": ";
+    std::vector<std::string> fields;
+    try {
+      fields = split_csv_line(trim(line));
+    } catch (const std::invalid_argument& e) {
+      throw bad(where + e.what());
+    }
+    for (std::string& f : fields) f = trim(f);
     if (columns == 0) {
       columns = fields.size();
       for (size_t i = 0; i < fields.size(); ++i) {

@@ -4,11 +4,11 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
 
 #include "sim/bytes_model.h"
 #include "sim/capacity.h"
+#include "sim/csv.h"
 
 namespace kvbuf {
 namespace {
@@ -29,15 +29,6 @@ std::invalid_argument bad(const std::string& what) { return std::invalid_argumen
 
 double us_for_bytes(double bytes, double gbps) { return bytes / (gbps * 1e3); }
 double us_for_flops(double flops, double tflops) { return flops / (tflops * 1e6); }
-
-std::vector<std::string> split_csv(const std::string& line) {
-  std::vector<std::string> out;
-  std::stringstream ss(line);
-  std::string field;
-  while (std::getline(ss, field, ',')) out.push_back(field);
-  if (!line.empty() && line.back() == ',') out.emplace_back();
-  return out;
-}
 
 // A results CSV as rows of named fields.
 struct CsvTable {
@@ -76,18 +67,27 @@ CsvTable read_csv_table(const std::string& path) {
   t.path = path;
   std::string line;
   int line_no = 0;
+  size_t note_column = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
-    std::vector<std::string> fields = split_csv(line);
+    std::vector<std::string> fields;
+    try {
+      fields = split_csv_line(line);
+    } catch (const std::invalid_argument& e) {
+      throw bad(path + ":" + std::to_string(line_no) + ": " + e.what());
+    }
     if (t.header.empty()) {
       t.header = std::move(fields);
+      note_column = std::find(t.header.begin(), t.header.end(), "note") - t.header.begin();
       continue;
     }
     if (fields.size() != t.header.size())
       throw bad(path + ":" + std::to_string(line_no) + ": " + std::to_string(fields.size()) +
                 " fields, header has " + std::to_string(t.header.size()));
+    // A point that did not run is a row whose note says why; it holds no measurement.
+    if (note_column < fields.size() && !fields[note_column].empty()) continue;
     t.rows.push_back(std::move(fields));
     t.line_of_row.push_back(line_no);
   }
@@ -135,7 +135,8 @@ const char* linear_source_name(LinearSource s) {
 }
 
 MeasuredLinearTable::MeasuredLinearTable(ModelSpec reference, std::vector<MeasuredPoint> points)
-    : reference_(std::move(reference)) {
+    : reference_(std::move(reference)), measured_rows_(points) {
+  std::map<std::tuple<int, int, int, int>, std::string> method_of;  // (kernel, C, T, batch) -> the faster row's
   for (const MeasuredPoint& p : points) {
     if (p.batch < 1 || !(p.latency_us > 0))
       throw bad("measured point needs batch >= 1 and a positive latency");
@@ -145,9 +146,12 @@ MeasuredLinearTable::MeasuredLinearTable(ModelSpec reference, std::vector<Measur
     auto it = std::find_if(s.begin(), s.end(), [&](const auto& x) { return x.first == p.batch; });
     if (it == s.end()) {
       s.push_back({p.batch, p.latency_us});
+    } else if (p.latency_us >= it->second) {
+      continue;
     } else {
-      it->second = std::min(it->second, p.latency_us);  // the faster of two methods at one point
+      it->second = p.latency_us;  // the faster of two methods at one point
     }
+    method_of[{int(p.kernel), c, t, p.batch}] = p.method;
   }
   for (auto& [key, s] : by_series_) {
     std::sort(s.begin(), s.end());
@@ -158,6 +162,7 @@ MeasuredLinearTable::MeasuredLinearTable(ModelSpec reference, std::vector<Measur
       p.drafts = std::get<2>(key);
       p.batch = batch;
       p.latency_us = us;
+      p.method = method_of[{std::get<0>(key), p.chunk, p.drafts, batch}];
       points_.push_back(p);
     }
   }
@@ -190,6 +195,7 @@ MeasuredLinearTable MeasuredLinearTable::load(const std::string& results_dir) {
     p.batch = int(decode.number(r, "batch"));
     p.chunk = int(decode.number(r, "chunk"));
     p.latency_us = decode.number(r, "latency_us_median");
+    p.method = kernel;
     points.push_back(p);
   }
   const CsvTable verify = read_csv_table(results_dir + "/verify_h200.csv");
@@ -209,6 +215,7 @@ MeasuredLinearTable MeasuredLinearTable::load(const std::string& results_dir) {
     p.chunk = int(verify.number(r, "chunk"));
     p.drafts = int(verify.number(r, "drafts"));
     p.latency_us = verify.number(r, "latency_us_median");
+    p.method = method;
     points.push_back(p);
   }
   return MeasuredLinearTable(find_model(model), std::move(points));
@@ -261,17 +268,24 @@ std::vector<HeldOutRow> held_out_check(const MeasuredLinearTable& full, const Gp
   auto held = [&](int b) {
     return std::find(held_out_batches.begin(), held_out_batches.end(), b) != held_out_batches.end();
   };
-  std::vector<MeasuredPoint> fit;
-  for (const MeasuredPoint& p : full.points())
-    if (!held(p.batch)) fit.push_back(p);
-  const MeasuredLinearTable fitted(full.reference(), fit);
+  // Each held-out row is predicted from the rows of its own method (the copy-commit classic verify
+  // from copy-commit rows even where the in-place rows are faster elsewhere): like for like.
+  std::map<std::string, MeasuredLinearTable> fitted_by_method;
+  auto fitted_for = [&](const std::string& method) -> const MeasuredLinearTable& {
+    auto it = fitted_by_method.find(method);
+    if (it != fitted_by_method.end()) return it->second;
+    std::vector<MeasuredPoint> fit;
+    for (const MeasuredPoint& p : full.measured_rows())
+      if (!held(p.batch) && (p.kernel != LinearKernel::VerifyClassic || p.method == method)) fit.push_back(p);
+    return fitted_by_method.emplace(method, MeasuredLinearTable(full.reference(), fit)).first->second;
+  };
   std::vector<HeldOutRow> rows;
-  for (const MeasuredPoint& p : full.points()) {
+  for (const MeasuredPoint& p : full.measured_rows()) {
     if (!held(p.batch)) continue;
     HeldOutRow r;
     r.measured = p;
     LinearLookup l;
-    if (!fitted.lookup(p.kernel, p.batch, p.chunk, p.drafts, &l)) continue;
+    if (!fitted_for(p.method).lookup(p.kernel, p.batch, p.chunk, p.drafts, &l)) continue;
     r.predicted_us = l.latency_us;
     StepConfig cfg;
     cfg.model = full.reference();

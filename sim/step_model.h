@@ -36,6 +36,7 @@ struct MeasuredPoint {
   LinearKernel kernel = LinearKernel::Recurrent;
   int batch = 0, chunk = 0, drafts = 0;
   double latency_us = 0;
+  std::string method;  // the sweep row's kernel or method name (verify-classic or verify-classic-inplace, ...)
 };
 
 // Where a linear-attention time came from.
@@ -58,7 +59,10 @@ class MeasuredLinearTable {
   // column or malformed number, naming file and line.
   static MeasuredLinearTable load(const std::string& results_dir);
   const ModelSpec& reference() const { return reference_; }
+  // One point per (kernel, batch, C, T): the faster of two methods where both were measured.
   const std::vector<MeasuredPoint>& points() const { return points_; }
+  // Every measured row as loaded, each with its method.
+  const std::vector<MeasuredPoint>& measured_rows() const { return measured_rows_; }
   bool empty() const { return points_.empty(); }
   // Latency at a (possibly fractional) batch: piecewise linear between measured batches, the
   // smallest batch's time below it, linear extrapolation from the last two above the largest
@@ -70,6 +74,7 @@ class MeasuredLinearTable {
   bool series(LinearKernel k, int chunk, int drafts, double batch, LinearLookup* out) const;
   ModelSpec reference_;
   std::vector<MeasuredPoint> points_;
+  std::vector<MeasuredPoint> measured_rows_;
   std::map<std::tuple<int, int, int>, std::vector<std::pair<int, double>>> by_series_;  // (kernel, C, T) -> (batch, us)
 };
 

@@ -88,8 +88,8 @@ TEST(StepModelTable, HeldOutPointsPredictedWithinTenPercent) {
   for (const HeldOutRow& r : rows) {
     const bool over = std::abs(r.error()) > 0.10;
     if (over || r.measured.batch >= 64)
-      std::printf("%-16s batch %3d C %2d T %d: measured %8.2f predicted %8.2f (%+.1f%%)%s\n",
-                  linear_kernel_name(r.measured.kernel), r.measured.batch, r.measured.chunk, r.measured.drafts,
+      std::printf("%-22s batch %3d C %2d T %d: measured %8.2f predicted %8.2f (%+.1f%%)%s\n",
+                  r.measured.method.c_str(), r.measured.batch, r.measured.chunk, r.measured.drafts,
                   r.measured.latency_us, r.predicted_us, 100 * r.error(), over ? "  > 10%" : "");
     if (r.measured.batch < 64) continue;
     ++large_batch;
@@ -106,8 +106,11 @@ TEST(StepModel, MeasuredLayerTimesEnterTheStep) {
   const StepModel classic(config("qwen3-next-80b-a3b", DecodeMethod::Classic), table());
   const StepTerms tk = kvb.step_uniform(64, 4096);
   const StepTerms tc = classic.step_uniform(64, 4096);
-  EXPECT_NEAR(tk.linear_attn_us, 36 * 41.8992, 1e-9);  // decode_h200.csv: kvbuffer, batch 64, C = 8
-  EXPECT_NEAR(tc.linear_attn_us, 36 * 67.1367, 1e-9);  // recurrent, batch 64
+  LinearLookup kvbuffer_c8, recurrent;  // decode_h200.csv's rows at batch 64
+  ASSERT_TRUE(table().lookup(LinearKernel::KVBuffer, 64, 8, 0, &kvbuffer_c8));
+  ASSERT_TRUE(table().lookup(LinearKernel::Recurrent, 64, 0, 0, &recurrent));
+  EXPECT_NEAR(tk.linear_attn_us, 36 * kvbuffer_c8.latency_us, 1e-9);
+  EXPECT_NEAR(tc.linear_attn_us, 36 * recurrent.latency_us, 1e-9);
   EXPECT_EQ(tk.linear_source, LinearSource::Measured);
   // Everything but the linear layers is the same for both methods.
   EXPECT_DOUBLE_EQ(tk.total_us() - tk.linear_attn_us, tc.total_us() - tc.linear_attn_us);
@@ -121,7 +124,9 @@ TEST(StepModel, MeasuredLayerTimesEnterTheStep) {
 TEST(StepModel, DirectModeForShortContexts) {
   const StepModel kvb(config("qwen3-next-80b-a3b", DecodeMethod::KVBuffer), table());
   const StepTerms all_direct = kvb.step_uniform(64, 4);  // contexts below C = 8
-  EXPECT_NEAR(all_direct.linear_attn_us, 36 * 17.5397, 1e-9);  // direct, batch 64, C = 8
+  LinearLookup direct_64;
+  ASSERT_TRUE(table().lookup(LinearKernel::Direct, 64, 8, 0, &direct_64));
+  EXPECT_NEAR(all_direct.linear_attn_us, 36 * direct_64.latency_us, 1e-9);
   const StepTerms one_direct = kvb.step(std::vector<long>{4, 4096, 4096});
   LinearLookup buffered, direct;
   ASSERT_TRUE(table().lookup(LinearKernel::KVBuffer, 2, 8, 0, &buffered));

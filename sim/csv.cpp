@@ -1,0 +1,51 @@
+#include "sim/csv.h"
+
+#include <stdexcept>
+
+namespace kvbuf {
+
+std::string csv_field(const std::string& value) {
+  if (value.find_first_of("\r\n") != std::string::npos)
+    throw std::invalid_argument("CSV field holds a line break: '" + value + "'");
+  if (value.find_first_of(",\"") == std::string::npos) return value;
+  std::string quoted = "\"";
+  for (char c : value) {
+    if (c == '"') quoted += '"';
+    quoted += c;
+  }
+  return quoted + '"';
+}
+
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> fields;
+  std::string field;
+  size_t i = 0;
+  while (true) {
+    field.clear();
+    if (i < line.size() && line[i] == '"') {
+      ++i;
+      while (true) {
+        if (i >= line.size()) throw std::invalid_argument("unterminated quoted CSV field in: " + line);
+        if (line[i] == '"') {
+          if (i + 1 < line.size() && line[i + 1] == '"') {
+            field += '"';
+            i += 2;
+            continue;
+          }
+          ++i;
+          break;
+        }
+        field += line[i++];
+      }
+      if (i < line.size() && line[i] != ',')
+        throw std::invalid_argument("text after a closing quote in CSV line: " + line);
+    } else {
+      while (i < line.size() && line[i] != ',') field += line[i++];
+    }
+    fields.push_back(field);
+    if (i >= line.size()) return fields;
+    ++i;  // the comma; a line ending in one has an empty last field
+  }
+}
+
+}  // namespace kvbuf
