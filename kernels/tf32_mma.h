@@ -1,5 +1,5 @@
 // Tensor-core TF32 products with fp32 accuracy for the verify kernel (include from .cu files only;
-// the decode fold on the tensor cores was not kept: gdn_decode_kvbuffer.cu log v22). One m16n8k8
+// the decode fold on the tensor cores was not kept: kernels/notes/gdn_decode_kvbuffer.md v22). One m16n8k8
 // product accumulates into d (fragment layouts of the PTX ISA:
 // a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4); b0 (t, g), b1 (t + 4, g);
 // d0, d1 (g, 2t, 2t + 1), d2, d3 (g + 8, 2t, 2t + 1), g = lane / 4, t = lane % 4). An fp32 A value
