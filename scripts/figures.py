@@ -144,17 +144,8 @@ def run_kvbuf(kvbuf, argv):
 
 def load_decode(p):
     rows = read_table(p, required=("model", "kernel", "gpu", "commit"), ints=("batch", "chunk"),
-                      floats=("latency_us_median", "bytes_per_layer_step", "gbps", "copy_gbps"), keep=measured)
-    with open(p) as f:
-        header = f.readline()
-    for optional in ("sm_clock_mhz", "power_w", "context_tokens"):
-        if optional in header.strip().split(","):
-            for r in rows:
-                text = (r.get(optional) or "").strip()
-                try:
-                    r[optional] = float(text) if text else None
-                except ValueError:
-                    raise InputError(f"{p}:{r['_line']}: column {optional}: '{text}' is not a number") from None
+                      floats=("latency_us_median", "bytes_per_layer_step", "gbps", "copy_gbps"),
+                      optional_floats=("sm_clock_mhz", "power_w", "context_tokens"), keep=measured)
     for r in rows:
         if r["latency_us_median"] <= 0:
             raise InputError(f"{p}:{r['_line']}: latency_us_median must be positive")
@@ -275,7 +266,7 @@ def model_of(inputs, fam):
 
 def fig_decode_latency(inputs, fam):
     rows = family_rows(inputs, fam)
-    public = []
+    public, public_source = [], ("public", "", [])
     if fam.name == "gdn" and inputs.fla:
         public = [(f"{r['kernel']} (public, same method)", r["batch"], r["latency_us_median"], r) for r in inputs.fla]
         public_source = ("FLA", inputs.fla_path, inputs.fla)
@@ -289,10 +280,9 @@ def fig_decode_latency(inputs, fam):
     fig, (ax,) = new_figure(1, f"{fam.title} decode, {model}: latency per layer vs batch")
     by = best_by(rows, lambda r: (r["kernel"], r["batch"]))
     direct_chunk = max((r["chunk"] for r in rows if r["kernel"] == fam.direct), default=None)
-    lines = [(fam.recurrent, "recurrent (in place)", "o-", lambda r: True),
-             (fam.recurrent_oop, "recurrent (out of place)", "s-", lambda r: True),
-             (fam.kvbuffer, "KVBuffer at its best C", "D-", lambda r: True)]
-    for kernel, label, style, _ in lines:
+    lines = [(fam.recurrent, "recurrent (in place)", "o-"), (fam.recurrent_oop, "recurrent (out of place)", "s-"),
+             (fam.kvbuffer, "KVBuffer at its best C", "D-")]
+    for kernel, label, style in lines:
         pts = sorted((b, r) for (k, b), r in by.items() if k == kernel)
         if not pts:
             continue
@@ -469,7 +459,7 @@ def fig_capacity(inputs):
     modelled = inputs.kvbuf_capacity(["--model", "all", "--drafts", "all", "--chunk", str(config["chunk"]),
                                       "--context", str(config["context"]), "--tp", str(config["tp"]),
                                       "--gpu-mem-gib", f"{config['gib']:g}", "--weights-gib", f"{config['weights_gib']:g}"])
-    model_source = "kvbuf capacity"
+    model_source = f"kvbuf capacity (commit {modelled[0]['commit'][:12]})" if modelled else "kvbuf capacity"
     if modelled is None:
         modelled = [r for _, rows in inputs.capacity for r in rows if r["chunk"] == config["chunk"]]
         model_source = "the model columns of the capacity CSV"

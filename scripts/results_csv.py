@@ -9,11 +9,12 @@ class InputError(Exception):
     """A missing, empty or malformed input file, or a bad argument."""
 
 
-def read_table(path, required=(), ints=(), floats=(), keep=lambda row: True):
+def read_table(path, required=(), ints=(), floats=(), optional_floats=(), keep=lambda row: True):
     """Rows of the CSV at `path` as dicts. `required` columns must be in the header; of the rows that
-    `keep` accepts (given the raw strings), the `ints` and `floats` columns are converted, an empty
-    cell becoming None. Raises InputError on a missing file, no header, missing columns or a value
-    that is not a number."""
+    `keep` accepts (given the raw strings), the `ints` and `floats` columns are converted, and the
+    `optional_floats` columns where the header has them (absent ones read None), an empty cell
+    becoming None. Raises InputError on a missing file, no header, missing columns or a value that
+    is not a number."""
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such file")
     with open(path, newline="") as f:
@@ -30,7 +31,11 @@ def read_table(path, required=(), ints=(), floats=(), keep=lambda row: True):
                 raise InputError(f"{path}:{line}: more cells than the header has columns")
             if not keep(row):
                 continue
-            for columns, convert in ((ints, int), (floats, float)):
+            for c in optional_floats:
+                if c not in header:
+                    row[c] = None
+            present = [c for c in optional_floats if c in header]
+            for columns, convert in ((ints, int), (floats, float), (present, float)):
                 for c in columns:
                     text = (row[c] or "").strip()
                     try:

@@ -158,6 +158,14 @@ class Figures(unittest.TestCase):
                                            "bytes_per_step_gdn", "bytes_per_step_mamba2"}, r.stdout)
         self.assertIn("skip decode_latency_gdn:", r.stdout)
 
+    def test_decode_csv_without_telemetry_columns(self):
+        old = os.path.join(RESULTS, "decode_h200_1221994.csv")  # written before sm_clock_mhz and power_w
+        r = run("--results", self.tmp.name, "--decode", old, "--out", self.out, "--only", "telemetry,decode_latency")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(stems(self.out), {"telemetry_gdn", "decode_latency_gdn"}, r.stdout)
+        with open(os.path.join(self.out, "telemetry_gdn.svg")) as f:
+            self.assertIn("no sm_clock_mhz / power_w values", f.read())
+
     def test_without_kvbuf_model_only_figures_are_skipped_with_a_reason(self):
         r = run("--results", self.tmp.name, "--out", self.out)
         self.assertEqual(r.returncode, 0, r.stderr)
