@@ -10,10 +10,12 @@ Each point runs `kvbuf sweep --kernels K --batch B --chunk C` under
 `ncu --clock-control none --graph-profiling graph --metrics dram__bytes_read.sum,dram__bytes_write.sum,launch__graph_exec_cuda_id`:
 the sweep captures one decode step (all layers) in a CUDA graph and replays it over whole flush
 cycles, so each graph launch is one profiled workload (caches flushed before it, ncu's default).
-The workloads of the last graph the sweep instantiated (the timed one; the one before it is its
-duration probe) are summed over whole fill cycles of C steps and divided by steps x layers; the
-sweep's own CSV row gives the layers and the bytes model's bytes per layer step (whole batch). The
-report and its raw CSV export stay in --work for a second look.
+`--budget-s 0.001` keeps the sweep to its minimum samples; `--max-point-s 100000` stops it from
+skipping the point for the time the profiler adds. The workloads of the last graph the sweep
+instantiated (the timed one; the one before it is its duration probe) are summed over whole fill
+cycles of C steps and divided by steps x layers; the sweep's own CSV row gives the layers and the
+bytes model's bytes per layer step (whole batch). The report and its raw CSV export stay in --work
+for a second look.
 
 Without a GPU, --dry-run prints the commands, and --from-export joins a saved raw export
 (`ncu --import R.ncu-rep --csv --page raw --print-units base`) with a sweep CSV:
@@ -156,7 +158,8 @@ def commands(args, kernel, batch, chunk, work):
     profile = [args.ncu, "--clock-control", "none", "--graph-profiling", "graph", "--metrics",
                f"{METRIC_READ},{METRIC_WRITE},{METRIC_GRAPH}", "--export", stem, "--force-overwrite",
                args.kvbuf, "sweep", "--model", args.model, "--kernels", kernel, "--batch", str(batch),
-               "--chunk", str(max(chunk, 1)), "--budget-s", "0.001", "--out", stem + "_sweep.csv",
+               "--chunk", str(max(chunk, 1)), "--budget-s", "0.001", "--max-point-s", "100000",
+               "--out", stem + "_sweep.csv",
                "--verify-out", stem + "_verify.csv"]
     export = [args.ncu, "--import", stem + ".ncu-rep", "--csv", "--page", "raw", "--print-units", "base"]
     return profile, export, stem

@@ -66,6 +66,7 @@ class NcuBytes(unittest.TestCase):
         for line in profiles:
             self.assertIn("--clock-control none --graph-profiling graph", line)
             self.assertIn("dram__bytes_read.sum,dram__bytes_write.sum", line)
+            self.assertIn("--budget-s 0.001 --max-point-s 100000", line)  # profiling must not skip the point
         self.assertIn("--kernels direct --batch 64 --chunk 16", r.stdout)
         self.assertIn("--csv --page raw --print-units base", r.stdout)
         self.assertFalse(os.path.exists(self.out))
