@@ -218,8 +218,9 @@ def write_rows(path, rows):
 
 
 def run_points(args):
-    work = args.work or tempfile.mkdtemp(prefix="ncu_bytes_")
-    os.makedirs(work, exist_ok=True)
+    work = args.work or ("WORK" if args.dry_run else tempfile.mkdtemp(prefix="ncu_bytes_"))
+    if not args.dry_run:
+        os.makedirs(work, exist_ok=True)
     rows = []
     for kernel, batch, chunk in points(args.kernels, args.batch, args.chunk):
         profile, export, stem = commands(args, kernel, batch, chunk, work)
