@@ -1,23 +1,47 @@
-"""Reads a results CSV of `kvbuf sweep` for the plot scripts: exits with a message when the file has
-no rows or lacks a needed column, and converts the named columns to int or float. Rows that record
-why a point did not run (a non-empty `note`) carry no measurement and are left out."""
+"""Reads the CSVs of results/ for scripts/figures.py and scripts/ncu_bytes.py. Every problem with an
+input file raises InputError with a message naming the file (and the line and column where one value
+is wrong); the scripts print it and exit with status 2."""
 import csv
-import sys
+import os
 
 
-def load_rows(path, who, ints=(), floats=(), other=()):
+class InputError(Exception):
+    """A missing, empty or malformed input file, or a bad argument."""
+
+
+def read_table(path, required=(), ints=(), floats=(), optional_floats=(), keep=lambda row: True):
+    """Rows of the CSV at `path` as dicts. `required` columns must be in the header; of the rows that
+    `keep` accepts (given the raw strings), the `ints` and `floats` columns are converted, and the
+    `optional_floats` columns where the header has them (absent ones read None), an empty cell
+    becoming None. Raises InputError on a missing file, no header, missing columns or a value that
+    is not a number."""
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such file")
     with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    rows = [r for r in rows if not r.get("note")]
-    if not rows:
-        sys.exit(f"{who}: {path} has no measured rows")
-    missing = set(ints) | set(floats) | set(other)
-    missing -= set(rows[0])
-    if missing:
-        sys.exit(f"{who}: {path} lacks columns {sorted(missing)}")
-    for r in rows:
-        for c in ints:
-            r[c] = int(r[c])
-        for c in floats:
-            r[c] = float(r[c])
+        reader = csv.DictReader(f)
+        header = reader.fieldnames
+        if not header:
+            raise InputError(f"{path}: empty file (no CSV header)")
+        missing = [c for c in list(required) + list(ints) + list(floats) if c not in header]
+        if missing:
+            raise InputError(f"{path}: lacks columns {', '.join(sorted(set(missing)))}")
+        rows = []
+        for line, row in enumerate(reader, start=2):
+            if None in row:
+                raise InputError(f"{path}:{line}: more cells than the header has columns")
+            if not keep(row):
+                continue
+            for c in optional_floats:
+                if c not in header:
+                    row[c] = None
+            present = [c for c in optional_floats if c in header]
+            for columns, convert in ((ints, int), (floats, float), (present, float)):
+                for c in columns:
+                    text = (row[c] or "").strip()
+                    try:
+                        row[c] = convert(text) if text else None
+                    except ValueError:
+                        raise InputError(f"{path}:{line}: column {c}: '{text}' is not a number") from None
+            row["_line"] = line
+            rows.append(row)
     return rows

@@ -34,10 +34,13 @@ cpu_main_job() {
   echo
   echo "== reference cross-checks"
   "$kvbuf" check
+  echo
+  echo "== figures: the modelled ones (bytes, capacity, short-context memory) and those of the committed results/"
+  python3 scripts/figures.py --results results --kvbuf "$kvbuf" --out "$build_dir/figures"
 }
 
 # GPU main job: the kernel checks, then the measured sweeps (decode and verify) row by row into
-# results/, and the decode plot. Axis values are explicit so that the CSV says what was swept.
+# results/, and the figures of scripts/figures.py. Axis values are explicit so that the CSV says what was swept.
 gpu_main_job() {
   local model=qwen3-next-80b-a3b
   local gpu
@@ -49,16 +52,13 @@ gpu_main_job() {
   "$kvbuf" sweep --model "$model" --batch 1,8,32,64,128,256,512 --chunk 1,2,4,8,12,16,32,64 \
     --kernels recurrent,recurrent-oop,kvbuffer,kvbuffer-fp32,kvbuffer-raw,direct,verify-classic,verify-classic-inplace,verify-kvbuffer \
     --drafts 1,2,3,4,5,8 --out "results/decode_$gpu.csv" --verify-out "results/verify_$gpu.csv"
-  local fla=()
   if python3 -c "import torch, fla" 2>/dev/null; then
     echo "== public baseline: FLA's fused recurrent decode, same method"
     python3 scripts/bench_fla.py --kvbuf "$kvbuf" --model "$model" --out "results/fla_$gpu.csv"
-    fla=(--fla "results/fla_$gpu.csv")
   else
     echo "== public baseline skipped: python3 cannot import torch and fla (pip install fla-core)"
   fi
-  python3 scripts/plot.py "results/decode_$gpu.csv" "results/decode_$gpu.png" "${fla[@]}"
-  python3 scripts/plot_verify.py "results/verify_$gpu.csv" "results/verify_$gpu.png"
+  python3 scripts/figures.py --results results --gpu "$gpu" --kvbuf "$kvbuf"
 }
 
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then

@@ -1,0 +1,760 @@
+#!/usr/bin/env python3
+"""Draws every figure of results/ from its CSVs, as PNG and SVG, for Gated DeltaNet (Qwen3-Next) and
+Mamba-2 (Nemotron-3 Nano):
+
+    scripts/figures.py [--results results] [--gpu h200] [--out results/figures_h200] [--kvbuf build/bench/kvbuf]
+                       [--only NAME,...] [--decode F] [--verify F] [--fla F] [--public-mamba2 F]
+                       [--capacity F,...] [--ncu F]
+
+Inputs, by default found in --results with the --gpu suffix (an input given by name must exist; a
+default one that is missing only skips what needs it):
+  decode_GPU.csv          `kvbuf sweep --out` rows; Mamba-2 rows are those whose kernel starts with
+                          mamba2-; rows with a positive `context_tokens` are the short-context sweep
+  verify_GPU.csv          `kvbuf sweep --verify-out` rows
+  fla_GPU.csv             scripts/bench_fla.py (FLA's kernel timed with kvbuf's method)
+  public_mamba2_GPU.csv   published Mamba-2 decode latencies, with their source
+  capacity_GPU*.csv       `kvbuf capacity --measure --csv`
+  ncu_bytes_GPU.csv       scripts/ncu_bytes.py (DRAM bytes measured by Nsight Compute)
+With --kvbuf, the modelled lines come from that binary (`kvbuf bytes`, `kvbuf capacity`); then the
+model-only figures (bytes per step, capacity, short-context memory) need no GPU CSV at all.
+
+Figures (NAME_FAMILY.png/.svg, FAMILY gdn or mamba2): decode_latency, speedup_vs_chunk, verify,
+short_context, bytes_per_step, telemetry; and capacity.png/.svg (every catalog model). A figure that has nothing
+to draw is skipped with the reason printed. Exit status 0, or 2 with a message when an input is
+malformed or an argument is bad.
+"""
+import argparse
+import glob
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+matplotlib.rcParams["svg.hashsalt"] = "kvbuf"  # the same inputs give byte-identical SVGs
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+from results_csv import InputError, read_table  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIGURES = ("decode_latency", "speedup_vs_chunk", "verify", "capacity", "short_context", "bytes_per_step", "telemetry")
+
+# The paper's claims the figures are read against (results/README.md compares them).
+PAPER_CAPACITY_RATIO_T4 = 5.0
+
+
+class Family:
+    def __init__(self, name, title, model, recurrent, kvbuffer, direct, recurrent_oop=None):
+        self.name, self.title, self.default_model = name, title, model
+        self.recurrent, self.kvbuffer, self.direct, self.recurrent_oop = recurrent, kvbuffer, direct, recurrent_oop
+
+    def owns(self, kernel):
+        return kernel.startswith("mamba2-") == (self.name == "mamba2")
+
+
+FAMILIES = (
+    Family("gdn", "Gated DeltaNet", "qwen3-next-80b-a3b", "recurrent", "kvbuffer", "direct", "recurrent-oop"),
+    Family("mamba2", "Mamba-2", "nemotron-3-nano-30b-a3b", "mamba2-recurrent", "mamba2-kvbuffer", "mamba2-direct"),
+)
+
+
+class Skip(Exception):
+    """A figure with nothing to draw; the message says why."""
+
+
+def measured(row):
+    return bool((row.get("latency_us_median") or "").strip())
+
+
+# ---------------------------------------------------------------- inputs
+
+
+class Inputs:
+    """Every input table, read once; None where the file is absent (and was not asked for)."""
+
+    def __init__(self, args):
+        res, gpu = args.results, args.gpu
+        self.kvbuf = args.kvbuf
+
+        def path(given, default):
+            if given:
+                return given, True
+            return os.path.join(res, default), False
+
+        def load(given, default, loader):
+            p, explicit = path(given, default)
+            if not explicit and not os.path.isfile(p):
+                return None, p
+            return loader(p), p
+
+        self.decode, self.decode_path = load(args.decode, f"decode_{gpu}.csv", load_decode)
+        self.verify, self.verify_path = load(args.verify, f"verify_{gpu}.csv", load_verify)
+        self.fla, self.fla_path = load(args.fla, f"fla_{gpu}.csv", load_fla)
+        self.public, self.public_path = load(args.public_mamba2, f"public_mamba2_{gpu}.csv", load_public)
+        self.ncu, self.ncu_path = load(args.ncu, f"ncu_bytes_{gpu}.csv", load_ncu)
+        cap_paths = args.capacity.split(",") if args.capacity else sorted(glob.glob(os.path.join(res, f"capacity_{gpu}*.csv")))
+        self.capacity = [(p, load_capacity(p)) for p in cap_paths]
+        self._bytes_cache, self._capacity_cache = {}, {}
+
+    # Modelled tables from the kvbuf binary (None without --kvbuf).
+    def kvbuf_bytes(self, model, chunks):
+        if not self.kvbuf:
+            return None
+        key = (model, tuple(chunks))
+        if key not in self._bytes_cache:
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "bytes.csv")
+                stdout = run_kvbuf(self.kvbuf, ["bytes", "--model", model, "--batch", "1", "--chunk",
+                                                ",".join(map(str, chunks)), "--summary", "--csv", out])
+                rows = read_table(out, required=("mode", "tensor", "chunk", "commit"),
+                                  floats=("read_bytes", "write_bytes", "total_bytes"))
+            layers = re.search(r"(\d+) linear layers", stdout)
+            if not layers:
+                raise InputError(f"{self.kvbuf} bytes: no 'N linear layers' in its output")
+            self._bytes_cache[key] = (rows, int(layers.group(1)))
+        return self._bytes_cache[key]
+
+    def kvbuf_capacity(self, extra):
+        if not self.kvbuf:
+            return None
+        key = tuple(extra)
+        if key not in self._capacity_cache:
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "capacity.csv")
+                run_kvbuf(self.kvbuf, ["capacity", *extra, "--csv", out])
+                self._capacity_cache[key] = load_capacity(out)
+        return self._capacity_cache[key]
+
+
+def run_kvbuf(kvbuf, argv):
+    try:
+        r = subprocess.run([kvbuf, *argv], capture_output=True, text=True)
+    except OSError as e:
+        raise InputError(f"--kvbuf {kvbuf}: {e.strerror}") from None
+    if r.returncode != 0:
+        raise InputError(f"{kvbuf} {' '.join(argv)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r.stdout
+
+
+def load_decode(p):
+    rows = read_table(p, required=("model", "kernel", "gpu", "commit"), ints=("batch", "chunk"),
+                      floats=("latency_us_median", "bytes_per_layer_step", "gbps", "copy_gbps"),
+                      optional_floats=("sm_clock_mhz", "power_w", "context_tokens"), keep=measured)
+    for r in rows:
+        if r["latency_us_median"] <= 0:
+            raise InputError(f"{p}:{r['_line']}: latency_us_median must be positive")
+    return rows
+
+
+def load_verify(p):
+    rows = read_table(p, required=("model", "method", "gpu", "commit"), ints=("batch", "drafts", "chunk"),
+                      floats=("latency_us_median", "latency_us_per_token", "acceptance"), keep=measured)
+    return [r for r in rows if not r["method"].endswith("-tree")]
+
+
+def load_fla(p):
+    return read_table(p, required=("model", "kernel", "gpu", "commit"), ints=("batch",),
+                      floats=("latency_us_median",), keep=measured)
+
+
+def load_public(p):
+    return read_table(p, required=("model", "kernel", "gpu", "source"), ints=("batch",), floats=("latency_us",))
+
+
+def load_capacity(p):
+    return read_table(p, required=("model", "kind", "gpu", "commit"),
+                      ints=("drafts", "chunk", "tp", "context_tokens", "classic_max_requests_linear",
+                            "kvbuffer_max_requests_linear", "measured_classic_max_requests",
+                            "measured_kvbuffer_max_requests"),
+                      floats=("ratio_linear", "measured_ratio", "weight_bytes", "gpu_memory_bytes"))
+
+
+def load_ncu(p):
+    return read_table(p, required=("model", "kernel", "mode", "gpu", "commit"), ints=("batch", "chunk", "steps"),
+                      floats=("dram_bytes_per_layer_step", "model_bytes_per_layer_step", "ratio"))
+
+
+# ---------------------------------------------------------------- drawing helpers
+
+
+def provenance(*sources):
+    """Caption text: for each (label, path, rows) its GPU and commits, from the rows' own columns."""
+    parts = []
+    for label, path, rows in sources:
+        if not rows:
+            continue
+        gpus = sorted({r.get("gpu") for r in rows if r.get("gpu")})
+        commits = sorted({r.get("commit") for r in rows if r.get("commit")})
+        text = f"{label}: {os.path.basename(path)}"
+        if gpus:
+            text += f", {'/'.join(gpus)}"
+        if commits:
+            text += f", commit {'/'.join(c[:12] for c in commits)}"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def new_figure(ncols, title):
+    fig, axes = plt.subplots(1, ncols, figsize=(6.4 * ncols, 5.2), squeeze=False)
+    fig.suptitle(title, fontsize=12)
+    return fig, list(axes[0])
+
+
+def caption(fig, text):
+    width = int(fig.get_figwidth() * 17)
+    fig.text(0.01, 0.01, "\n".join(textwrap.wrap(text, width)), fontsize=7, va="bottom", ha="left", color="0.25")
+
+
+def note(ax, text, x=0.5, y=0.5):
+    ax.text(x, y, text, transform=ax.transAxes, ha="center", va="center", fontsize=10, color="0.3", wrap=True,
+            bbox=dict(boxstyle="round", fc="0.95", ec="0.7"))
+
+
+def log_axes(ax, xlabel, ylabel, title, logy=True):
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def legend(ax, **kw):
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, **kw)
+
+
+def best_by(rows, key):
+    """key(row) -> the row with the lowest median latency."""
+    best = {}
+    for r in rows:
+        k = key(r)
+        if k not in best or r["latency_us_median"] < best[k]["latency_us_median"]:
+            best[k] = r
+    return best
+
+
+def pick_batches(available, wanted=(1, 8, 64, 256, 512), most=5):
+    chosen = [b for b in wanted if b in available]
+    return chosen if chosen else sorted(available)[:most]
+
+
+def family_rows(inputs, fam, context=False):
+    """The family's measured decode rows of one model (the first named), regular or short-context."""
+    rows = [r for r in inputs.decode or [] if fam.owns(r["kernel"]) and bool(r.get("context_tokens")) == context]
+    if rows:
+        model = rows[0]["model"]
+        rows = [r for r in rows if r["model"] == model]
+    return rows
+
+
+def model_of(inputs, fam):
+    rows = family_rows(inputs, fam)
+    return rows[0]["model"] if rows else fam.default_model
+
+
+# ---------------------------------------------------------------- 1. decode latency vs batch
+
+
+def fig_decode_latency(inputs, fam):
+    rows = family_rows(inputs, fam)
+    public, public_source = [], ("public", "", [])
+    if fam.name == "gdn" and inputs.fla:
+        public = [(f"{r['kernel']} (public, same method)", r["batch"], r["latency_us_median"], r) for r in inputs.fla]
+        public_source = ("FLA", inputs.fla_path, inputs.fla)
+    elif fam.name == "mamba2" and inputs.public:
+        public = [(f"{r['kernel']}" + (f" C={r['chunk']}" if r.get("chunk") else "") + " (published: issue 16)",
+                   r["batch"], r["latency_us"], r) for r in inputs.public]
+        public_source = ("published", inputs.public_path, inputs.public)
+    if not rows and not public:
+        raise Skip(f"no measured {fam.title} decode rows in {inputs.decode_path} and no public baseline")
+    model = rows[0]["model"] if rows else public[0][3]["model"]
+    fig, (ax,) = new_figure(1, f"{fam.title} decode, {model}: latency per layer vs batch")
+    by = best_by(rows, lambda r: (r["kernel"], r["batch"]))
+    direct_chunk = max((r["chunk"] for r in rows if r["kernel"] == fam.direct), default=None)
+    lines = [(fam.recurrent, "recurrent (in place)", "o-"), (fam.recurrent_oop, "recurrent (out of place)", "s-"),
+             (fam.kvbuffer, "KVBuffer at its best C", "D-")]
+    for kernel, label, style in lines:
+        pts = sorted((b, r) for (k, b), r in by.items() if k == kernel)
+        if not pts:
+            continue
+        ax.plot([b for b, _ in pts], [r["latency_us_median"] for _, r in pts], style, label=label, ms=4)
+        if kernel == fam.kvbuffer:
+            for b, r in pts:
+                ax.annotate(f"C={r['chunk']}", (b, r["latency_us_median"]), fontsize=6, textcoords="offset points",
+                            xytext=(3, -9))
+    if direct_chunk:
+        pts = sorted((r["batch"], r["latency_us_median"]) for r in rows
+                     if r["kernel"] == fam.direct and r["chunk"] == direct_chunk)
+        ax.plot(*zip(*pts), "v-", ms=4, label=f"direct mode, C={direct_chunk} (stateless, context < {direct_chunk})")
+    by_public = defaultdict(list)
+    for label, b, lat, _ in public:
+        by_public[label].append((b, lat))
+    for label, pts in by_public.items():
+        ax.plot(*zip(*sorted(pts)), "x--", ms=6, label=label)
+    rec = sorted((b, r) for (k, b), r in by.items() if k == fam.recurrent)
+    if rec:
+        ax.plot([b for b, _ in rec], [r["bytes_per_layer_step"] / r["copy_gbps"] / 1e3 for _, r in rec], "k:", lw=1.2,
+                label="copy roofline: recurrent bytes / measured copy GB/s")
+    kvb = sorted((b, r) for (k, b), r in by.items() if k == fam.kvbuffer)
+    if kvb:
+        ax.plot([b for b, _ in kvb], [r["bytes_per_layer_step"] / r["copy_gbps"] / 1e3 for _, r in kvb], "k-.", lw=1,
+                label="copy roofline: KVBuffer bytes (its best C) / copy GB/s")
+    log_axes(ax, "batch (requests per step)", "latency per layer per step (us, median)",
+             "all linear layers' pools, one CUDA graph per step, whole flush cycles")
+    if not rows:
+        note(ax, f"no measurement of kvbuf's {fam.title} kernels\n({fam.recurrent}, {fam.kvbuffer}, {fam.direct} rows)"
+                 f"\nin {os.path.basename(inputs.decode_path)}: needs the GPU sweep", x=0.62, y=0.18)
+        print(f"decode_latency_{fam.name}: no measured {fam.title} rows in {inputs.decode_path}; "
+              "drawn with the public numbers only, marked 'no measurement'")
+    legend(ax)
+    caption(fig, provenance(("kvbuf", inputs.decode_path, rows), public_source) +
+            (". Roofline = modelled bytes (sim/bytes_model.h) / the copy bandwidth measured in the same run." if rows else
+             ". No kvbuf rows: no roofline (it needs the copy bandwidth measured in the sweep)."))
+    return fig
+
+
+# ---------------------------------------------------------------- 2. speedup and bytes per token vs C
+
+
+def modelled_bytes_per_request(inputs, fam, model, chunks, rows):
+    """mode -> {C: modelled bytes per request per layer step} (C 0: independent of C), from kvbuf
+    bytes when given, else from the sweep rows' bytes column. Returns (table, source text)."""
+    table = defaultdict(dict)
+    kb = inputs.kvbuf_bytes(model, chunks) if chunks else None
+    if kb:
+        for r in kb[0]:
+            mode = mode_of_bytes_row(r["mode"])
+            if mode:
+                c = int(r["chunk"]) if r["chunk"] else 0
+                table[mode][c] = table[mode].get(c, 0) + r["total_bytes"]
+        return table, f"model: kvbuf bytes --model {model} (commit {kb[0][0]['commit'][:12]})"
+    for r in rows:
+        mode = mode_of_kernel(fam, r["kernel"])
+        if mode:
+            table[mode][r["chunk"] if mode != "recurrent" else 0] = r["bytes_per_layer_step"] / r["batch"]
+    return table, "model: the sweep CSV's bytes_per_layer_step (sim/bytes_model.h)"
+
+
+def mode_of_bytes_row(mode):
+    for name in ("recurrent", "kvbuffer", "direct"):
+        if mode == name or mode.startswith(name + "-") or mode.startswith(name + " "):
+            return name
+    return None
+
+
+def mode_of_kernel(fam, kernel):
+    return {fam.recurrent: "recurrent", fam.kvbuffer: "kvbuffer", fam.direct: "direct"}.get(kernel)
+
+
+def fig_speedup_vs_chunk(inputs, fam):
+    rows = family_rows(inputs, fam)
+    rec = {r["batch"]: r for r in best_by([r for r in rows if r["kernel"] == fam.recurrent], lambda r: r["batch"]).values()}
+    kvb = [r for r in rows if r["kernel"] == fam.kvbuffer and r["batch"] in rec]
+    if not kvb:
+        raise Skip(f"no measured {fam.recurrent} and {fam.kvbuffer} rows at the same batch in {inputs.decode_path}")
+    model = kvb[0]["model"]
+    fig, (ax_sp, ax_bt) = new_figure(2, f"{fam.title} decode, {model}: KVBuffer against recurrent vs buffer capacity C")
+    batches = pick_batches({r["batch"] for r in kvb})
+    chunks = sorted({r["chunk"] for r in kvb})
+    cmap = plt.get_cmap("viridis")
+    for i, b in enumerate(batches):
+        pts = sorted((r["chunk"], rec[b]["latency_us_median"] / r["latency_us_median"]) for r in kvb if r["batch"] == b)
+        ax_sp.plot(*zip(*pts), "o-", ms=4, color=cmap(i / max(1, len(batches) - 1)), label=f"measured, batch {b}")
+    modelled, model_source = modelled_bytes_per_request(inputs, fam, model, chunks, rows)
+    if modelled.get("recurrent") and modelled.get("kvbuffer"):
+        rec_bytes = modelled["recurrent"][0]
+        cs = sorted(c for c in modelled["kvbuffer"] if c in chunks)
+        ax_sp.plot(cs, [rec_bytes / modelled["kvbuffer"][c] for c in cs], "k--", lw=1.2,
+                   label="modelled: recurrent bytes / KVBuffer bytes")
+        ax_bt.axhline(rec_bytes / 1e6, color="k", lw=1, ls=":", label="recurrent (modelled)")
+        ax_bt.plot(cs, [modelled["kvbuffer"][c] / 1e6 for c in cs], "k--", lw=1.2, label="KVBuffer (modelled)")
+        if modelled.get("direct"):
+            cd = sorted(c for c in modelled["direct"] if c in chunks)
+            ax_bt.plot(cd, [modelled["direct"][c] / 1e6 for c in cd], "k-.", lw=1, label="direct mode (modelled)")
+    ax_sp.axhline(1.0, color="0.5", lw=1)
+    log_axes(ax_sp, "buffer capacity C (tokens)", "speedup: recurrent latency / KVBuffer latency",
+             "measured speedup and its bytes-model limit", logy=False)
+    ncu = [r for r in inputs.ncu or [] if r["model"] == model and r["kernel"] == fam.kvbuffer]
+    for i, b in enumerate(batches):
+        pts = sorted((r["chunk"], r["dram_bytes_per_layer_step"] / r["batch"] / 1e6) for r in ncu if r["batch"] == b)
+        if pts:
+            ax_bt.plot(*zip(*pts), "o", ms=5, color=cmap(i / max(1, len(batches) - 1)),
+                       label=f"measured DRAM bytes (ncu), batch {b}")
+    log_axes(ax_bt, "buffer capacity C (tokens)", "MB per request per layer per step (1 MB = 1e6 B)",
+             "bytes per token: modelled, and measured by Nsight Compute")
+    if not ncu:
+        ax_bt.text(0.5, 0.92, "no ncu measurement (scripts/ncu_bytes.py)", transform=ax_bt.transAxes, ha="center",
+                   fontsize=8, color="0.35")
+    legend(ax_sp)
+    legend(ax_bt)
+    caption(fig, provenance(("kvbuf", inputs.decode_path, rows), ("ncu", inputs.ncu_path, ncu)) + f"; {model_source}. "
+            "Speedup over the best recurrent (in place) row at each batch; KVBuffer with cached-u bf16 entries.")
+    return fig
+
+
+# ---------------------------------------------------------------- 3. speculative verify vs T
+
+
+def fig_verify(inputs, fam):
+    if fam.name != "gdn":
+        raise Skip(f"{fam.title} has no verify kernels in kvbuf sweep (no {fam.title} rows in {inputs.verify_path})")
+    rows = inputs.verify or []
+    if not rows:
+        raise Skip(f"no measured verify rows ({inputs.verify_path})")
+    classic = best_by([r for r in rows if r["method"] in ("verify-classic", "verify-classic-inplace")],
+                      lambda r: (r["batch"], r["drafts"]))
+    kvb = best_by([r for r in rows if r["method"] == "verify-kvbuffer"], lambda r: (r["batch"], r["drafts"]))
+    if not classic or not kvb:
+        raise Skip(f"{inputs.verify_path} needs both classic and verify-kvbuffer rows")
+    model = rows[0]["model"]
+    acceptance = rows[0]["acceptance"]
+    fig, (ax_step, ax_tok) = new_figure(2, f"{fam.title} speculative verify, {model}: classic vs KVBuffer vs drafts T")
+    batches = pick_batches({b for b, _ in kvb}, wanted=(1, 64, 256), most=3)
+    colors = plt.get_cmap("tab10")
+    for i, b in enumerate(batches):
+        for table, style in ((classic, "s--"), (kvb, "o-")):
+            pts = sorted((T, r) for (bb, T), r in table.items() if bb == b)
+            ts = [T for T, _ in pts]
+            ax_step.plot(ts, [r["latency_us_median"] for _, r in pts], style, ms=4, color=colors(i))
+            ax_tok.plot(ts, [r["latency_us_per_token"] for _, r in pts], style, ms=4, color=colors(i))
+    for ax in (ax_step, ax_tok):
+        for i, b in enumerate(batches):
+            ax.plot([], [], "-", color=colors(i), label=f"batch {b}")
+        ax.plot([], [], "ks--", ms=4, label="classic (fastest: copy commit or in place)")
+        ax.plot([], [], "ko-", ms=4, label="KVBuffer at its best C")
+    for ax, ylabel, title in ((ax_step, "latency per layer per verify step (us, median)", "per verify step"),
+                              (ax_tok, "us per layer per accepted token",
+                               f"per accepted token (acceptance {acceptance}, E[m] = (1 - a^T) / (1 - a))")):
+        ax.set_yscale("log")
+        ax.set_xlabel("tokens verified per step T")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        legend(ax, ncol=2, loc="upper left")
+    caption(fig, provenance(("kvbuf", inputs.verify_path, rows)) +
+            ". Verify + commit of a chain of T tokens; classic writes a state per token, KVBuffer writes T entries.")
+    return fig
+
+
+# ---------------------------------------------------------------- 4. capacity vs T, every catalog model
+
+
+def fig_capacity(inputs):
+    measured_sets = [(p, [r for r in rows if r["measured_kvbuffer_max_requests"] is not None]) for p, rows in inputs.capacity]
+    reference = next((rows[0] for _, rows in inputs.capacity if rows), None)
+    if reference:
+        config = {"chunk": reference["chunk"], "context": reference["context_tokens"], "tp": reference["tp"],
+                  "gib": reference["gpu_memory_bytes"] / 2 ** 30, "weights_gib": reference["weight_bytes"] / 2 ** 30}
+    else:
+        config = {"chunk": 16, "context": 32768, "tp": 1, "gib": 141.0, "weights_gib": 0.0}
+    modelled = inputs.kvbuf_capacity(["--model", "all", "--drafts", "all", "--chunk", str(config["chunk"]),
+                                      "--context", str(config["context"]), "--tp", str(config["tp"]),
+                                      "--gpu-mem-gib", f"{config['gib']:g}", "--weights-gib", f"{config['weights_gib']:g}"])
+    model_source = f"kvbuf capacity (commit {modelled[0]['commit'][:12]})" if modelled else "kvbuf capacity"
+    if modelled is None:
+        modelled = [r for _, rows in inputs.capacity for r in rows if r["chunk"] == config["chunk"]]
+        model_source = "the model columns of the capacity CSV"
+    if not modelled:
+        raise Skip("no capacity model: give --kvbuf or a capacity CSV")
+    fig, (ax_n, ax_r) = new_figure(2, "Concurrent requests in the linear-attention pool: classic speculative decoding vs "
+                                      "KVBuffer, every catalog model")
+    models = list(dict.fromkeys(r["model"] for r in modelled))
+    cmap = plt.get_cmap("tab20")
+    color = {m: cmap(i % 20) for i, m in enumerate(models)}
+    for m in models:
+        pts = sorted((r["drafts"], r) for r in modelled if r["model"] == m)
+        ts = [T for T, _ in pts]
+        ax_n.plot(ts, [r["kvbuffer_max_requests_linear"] for _, r in pts], "-", color=color[m], lw=1.2, label=m)
+        ax_n.plot(ts, [r["classic_max_requests_linear"] for _, r in pts], "--", color=color[m], lw=1)
+        ax_r.plot(ts, [r["ratio_linear"] for _, r in pts], "-", color=color[m], lw=1.2, label=m)
+    for p, rows in measured_sets:
+        for r in rows:
+            c = color.get(r["model"], "k")
+            ax_n.plot(r["drafts"], r["measured_kvbuffer_max_requests"], "o", color=c, ms=4)
+            ax_n.plot(r["drafts"], r["measured_classic_max_requests"], "s", color=c, ms=4, mfc="none")
+            if r["measured_ratio"] is not None:
+                marker = "o" if r["chunk"] == config["chunk"] else "^"
+                ax_r.plot(r["drafts"], r["measured_ratio"], marker, color=c, ms=4)
+    ax_n.plot([], [], "k-", label="KVBuffer (model)")
+    ax_n.plot([], [], "k--", label="classic (model)")
+    ax_n.plot([], [], "ko", ms=4, label="KVBuffer (measured)")
+    ax_n.plot([], [], "ks", ms=4, mfc="none", label="classic (measured)")
+    other_chunks = sorted({r["chunk"] for _, rows in measured_sets for r in rows} - {config["chunk"]})
+    ax_r.plot([], [], "ko", ms=4, label=f"measured, C={config['chunk']}")
+    for c in other_chunks:
+        ax_r.plot([], [], "k^", ms=4, label=f"measured, C={c}")
+    ax_r.plot([4], [PAPER_CAPACITY_RATIO_T4], "*", color="crimson", ms=11, label="paper: 5x at 4 drafts")
+    ax_n.set_yscale("log")
+    for ax, ylabel, title in ((ax_n, "max concurrent requests (linear-attention pool)", "requests that fit"),
+                              (ax_r, "KVBuffer / classic requests", "ratio (model: exact bytes ratio)")):
+        ax.set_xlabel("tokens verified per step T")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+    ax_n.legend(fontsize=6, ncol=2)
+    ax_r.legend(fontsize=6, ncol=2)
+    caption(fig, f"Model: {model_source}, {config['gib']:g} GiB, weights {config['weights_gib']:g} GiB (the pool alone), "
+                 f"context {config['context']}, C={config['chunk']}, tp {config['tp']}; classic keeps 1 + T states and conv "
+                 "windows per request and layer, KVBuffer one state, one conv window and C entries. Measured: " +
+            (provenance(*[("capacity", p, rows) for p, rows in measured_sets]) or "none"))
+    return fig
+
+
+# ---------------------------------------------------------------- 5. short context
+
+
+def memory_per_request(inputs, model, chunk):
+    """Per request over all linear layers: (recurrent state + conv, buffered at C, conv alone, one entry),
+    from kvbuf capacity (T = 1 at C and C + 1) and kvbuf bytes (the state per layer); None without --kvbuf."""
+    at_c = inputs.kvbuf_capacity(["--model", model, "--drafts", "1", "--chunk", str(chunk), "--weights-gib", "0"])
+    at_c1 = inputs.kvbuf_capacity(["--model", model, "--drafts", "1", "--chunk", str(chunk + 1), "--weights-gib", "0"])
+    kb = inputs.kvbuf_bytes(model, [chunk])
+    if at_c is None or kb is None:
+        return None
+    rows, layers = kb
+    state = sum(r["read_bytes"] for r in rows if r["mode"] == "recurrent" and r["tensor"].startswith("state"))
+    recurrent = float(at_c[0]["classic_linear_bytes_per_request"]) / 2
+    buffered = float(at_c[0]["kvbuffer_linear_bytes_per_request"])
+    entry = float(at_c1[0]["kvbuffer_linear_bytes_per_request"]) - buffered
+    if state <= 0 or entry <= 0:
+        raise InputError(f"{inputs.kvbuf}: no state or entry bytes for {model}")
+    return {"recurrent": recurrent, "buffered": buffered, "conv": recurrent - state * layers, "entry": entry,
+            "commit": at_c[0]["commit"]}
+
+
+def fig_short_context(inputs, fam):
+    context_rows = family_rows(inputs, fam, context=True)
+    model = context_rows[0]["model"] if context_rows else model_of(inputs, fam)
+    chunk = 16
+    mem = memory_per_request(inputs, model, chunk)
+    if mem is None and not context_rows:
+        raise Skip("needs --kvbuf (modelled memory) or decode rows with a context_tokens column (measured latency)")
+    fig, (ax_lat, ax_mem) = new_figure(2, f"{fam.title}, {model}: short contexts, direct mode vs buffered vs recurrent")
+    if context_rows:
+        by = best_by(context_rows, lambda r: (r["kernel"], r["batch"], r["context_tokens"]))
+        batches = pick_batches({b for _, b, _ in by}, wanted=(1, 64, 256), most=3)
+        colors = plt.get_cmap("tab10")
+        for i, b in enumerate(batches):
+            series = {}
+            for kernel, label, style in ((fam.recurrent, "recurrent", "s--"), (fam.kvbuffer, "KVBuffer", "D-"),
+                                         (fam.direct, "direct", "o-")):
+                pts = sorted((ctx, r["latency_us_median"]) for (k, bb, ctx), r in by.items() if k == kernel and bb == b)
+                if pts:
+                    series[kernel] = pts
+                    ax_lat.plot(*zip(*pts), style, ms=4, color=colors(i), label=f"{label}, batch {b}")
+            cross = crossover(series.get(fam.direct), series.get(fam.recurrent))
+            if cross:
+                ax_lat.axvline(cross, color=colors(i), ls=":", lw=1)
+                ax_lat.annotate(f"direct = recurrent\nat ~{cross:.0f} tokens", (cross, ax_lat.get_ylim()[0]), fontsize=6,
+                                color=colors(i), textcoords="offset points", xytext=(3, 10 + 18 * i))
+        log_axes(ax_lat, "context length (tokens)", "latency per layer per step (us, median)", "measured latency")
+        legend(ax_lat)
+    else:
+        ax_lat.set_axis_off()
+        note(ax_lat, "latency vs context: needs GPU sweep\n(decode rows with a context_tokens column)")
+        print(f"short_context_{fam.name}: no context_tokens rows in {inputs.decode_path}; latency panel marked "
+              "'needs GPU sweep'")
+    if mem:
+        contexts = [2 ** i for i in range(0, 13)]
+        mib = 2 ** 20
+        cross = (mem["recurrent"] - mem["conv"]) / mem["entry"]
+        ax_mem.plot(contexts, [mem["recurrent"] / mib] * len(contexts), "s--", ms=3, label="recurrent: state + conv window")
+        ax_mem.plot(contexts, [mem["buffered"] / mib] * len(contexts), "D-", ms=3,
+                    label=f"KVBuffer: state + conv + C={chunk} entries")
+        direct = [c for c in contexts if c <= 2 ** math.ceil(math.log2(cross)) * 2]
+        ax_mem.plot(direct, [(mem["conv"] + c * mem["entry"]) / mib for c in direct], "o-", ms=3,
+                    label="direct mode: conv + one entry per context token (no state)")
+        ax_mem.axvline(cross, color="crimson", ls=":", lw=1.2)
+        ax_mem.annotate(f"crossover: direct = recurrent\nat {cross:.0f} tokens", (cross, mem["recurrent"] / mib),
+                        fontsize=7, color="crimson", textcoords="offset points", xytext=(5, -30))
+        log_axes(ax_mem, "context length (tokens)", "linear-attention memory per request, all layers (MiB)",
+                 "modelled memory per request")
+        legend(ax_mem)
+    else:
+        ax_mem.set_axis_off()
+        note(ax_mem, "modelled memory: give --kvbuf")
+    caption(fig, (provenance(("kvbuf", inputs.decode_path, context_rows)) + "; " if context_rows else "") +
+            (f"memory: kvbuf capacity and kvbuf bytes (commit {mem['commit'][:12]}), fp32 state, bf16 entries; the "
+             "full-attention KV, the same for every mode, is left out" if mem else ""))
+    return fig
+
+
+def crossover(direct, recurrent):
+    """The context where direct latency first reaches recurrent's (linear interpolation), or None."""
+    if not direct or not recurrent:
+        return None
+    rec = dict(recurrent)
+    pts = [(c, lat - rec[c]) for c, lat in direct if c in rec]
+    for (c0, d0), (c1, d1) in zip(pts, pts[1:]):
+        if d0 < 0 <= d1:
+            return c0 + (c1 - c0) * (-d0) / (d1 - d0)
+    return None
+
+
+# ---------------------------------------------------------------- 6. bytes per step, modelled vs measured
+
+
+def fig_bytes_per_step(inputs, fam):
+    rows = family_rows(inputs, fam)
+    model = model_of(inputs, fam)
+    ncu = [r for r in inputs.ncu or [] if r["model"] == model and mode_of_kernel(fam, r["kernel"])]
+    chunks = sorted({r["chunk"] for r in rows if r["chunk"]} | {r["chunk"] for r in ncu if r["chunk"]}) or \
+        [1, 2, 4, 8, 16, 32, 64]
+    modelled, model_source = modelled_bytes_per_request(inputs, fam, model, chunks, rows)
+    if not modelled and not ncu:
+        raise Skip(f"no bytes model for {model}: give --kvbuf, measured {fam.title} decode rows or an ncu CSV")
+    fig, (ax_b, ax_r) = new_figure(2, f"{fam.title}, {model}: bytes per layer per decode step, modelled vs measured")
+    styles = {"recurrent": ("k", ":"), "kvbuffer": ("tab:blue", "--"), "direct": ("tab:green", "-.")}
+    for mode, (color, ls) in styles.items():
+        table = modelled.get(mode)
+        if not table:
+            continue
+        if mode == "recurrent":
+            ax_b.axhline(table[0] / 1e6, color=color, ls=ls, lw=1.2, label="recurrent (model)")
+        else:
+            cs = sorted(c for c in table if c)
+            ax_b.plot(cs, [table[c] / 1e6 for c in cs], color=color, ls=ls, lw=1.2, label=f"{mode} (model)")
+    markers = "ovsD^<>p"
+    batches = sorted({r["batch"] for r in ncu})
+    for mode, (color, _) in styles.items():
+        for i, b in enumerate(batches):
+            pts = sorted((r["chunk"] or 1, r) for r in ncu if mode_of_kernel(fam, r["kernel"]) == mode and r["batch"] == b)
+            if not pts:
+                continue
+            cs = [c for c, _ in pts]
+            where = " (no C: drawn at C = 1)" if mode == "recurrent" else ""
+            ax_b.plot(cs, [r["dram_bytes_per_layer_step"] / r["batch"] / 1e6 for _, r in pts], markers[i % 8],
+                      color=color, ms=5, label=f"{mode}, batch {b} (ncu){where}")
+            ax_r.plot(cs, [r["ratio"] for _, r in pts], markers[i % 8] + "-", color=color, ms=5,
+                      label=f"{mode}, batch {b}")
+    log_axes(ax_b, "buffer capacity C (tokens)", "MB per request per layer per step (1 MB = 1e6 B)",
+             "per request (model, and DRAM bytes read + written)")
+    ax_r.axhline(1.0, color="0.5", lw=1)
+    log_axes(ax_r, "buffer capacity C (tokens)", "measured DRAM bytes / modelled bytes", "measured / model", logy=False)
+    if not ncu:
+        note(ax_r, "no measurement: run scripts/ncu_bytes.py on a GPU\n(Nsight Compute DRAM bytes per step)")
+        print(f"bytes_per_step_{fam.name}: no ncu rows for {model}; drawn with the model only")
+    legend(ax_b)
+    legend(ax_r)
+    caption(fig, model_source + ("; " + provenance(("ncu", inputs.ncu_path, ncu)) if ncu else "") +
+            ". Buffered modes averaged over a flush cycle of C steps with staggered fills; direct mode over fills 0..C-1.")
+    return fig
+
+
+# ---------------------------------------------------------------- 7. bandwidth, SM clock and power vs batch
+
+
+def fig_telemetry(inputs, fam):
+    rows = family_rows(inputs, fam)
+    if not rows:
+        raise Skip(f"no measured {fam.title} decode rows in {inputs.decode_path}")
+    model = rows[0]["model"]
+    has_telemetry = any(r.get("sm_clock_mhz") for r in rows)
+    fig, (ax_bw, ax_clk, ax_pw) = new_figure(3, f"{fam.title} decode, {model}: achieved bandwidth, SM clock and board "
+                                                "power vs batch")
+    by = best_by(rows, lambda r: (r["kernel"], r["batch"]))
+    kernels = [k for k in (fam.recurrent, fam.recurrent_oop, fam.kvbuffer, fam.direct) if k]
+    for kernel in kernels:
+        pts = sorted((b, r) for (k, b), r in by.items() if k == kernel)
+        if not pts:
+            continue
+        label = kernel + (" (best C)" if kernel in (fam.kvbuffer, fam.direct) else "")
+        bs = [b for b, _ in pts]
+        ax_bw.plot(bs, [r["gbps"] for _, r in pts], "o-", ms=4, label=label)
+        if has_telemetry:
+            ax_clk.plot(bs, [r.get("sm_clock_mhz") for _, r in pts], "o-", ms=4, label=label)
+            ax_pw.plot(bs, [r.get("power_w") for _, r in pts], "o-", ms=4, label=label)
+    copy = sorted({r["copy_gbps"] for r in rows})
+    ax_bw.axhline(copy[-1], color="k", ls="--", lw=1, label=f"measured copy {copy[-1]:.0f} GB/s")
+    log_axes(ax_bw, "batch (requests per step)", "GB/s (modelled bytes / median latency, 1 GB = 1e9 B)",
+             "achieved bandwidth", logy=False)
+    log_axes(ax_clk, "batch (requests per step)", "SM clock (MHz, NVML mean over samples)", "SM clock", logy=False)
+    log_axes(ax_pw, "batch (requests per step)", "board power (W, NVML mean over samples)", "board power", logy=False)
+    if not has_telemetry:
+        for ax in (ax_clk, ax_pw):
+            note(ax, f"no sm_clock_mhz / power_w values in\n{os.path.basename(inputs.decode_path)}")
+    for ax in (ax_bw, ax_clk, ax_pw):
+        legend(ax)
+    caption(fig, provenance(("kvbuf", inputs.decode_path, rows)) + ". Each kernel at its fastest C per batch.")
+    return fig
+
+
+DRAW = {"decode_latency": fig_decode_latency, "speedup_vs_chunk": fig_speedup_vs_chunk, "verify": fig_verify,
+        "capacity": fig_capacity, "short_context": fig_short_context, "bytes_per_step": fig_bytes_per_step,
+        "telemetry": fig_telemetry}
+# Figures drawn once for the whole catalog (file NAME.png), not per family.
+EVERY_MODEL = ("capacity",)
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", default=os.path.normpath(os.path.join(HERE, "..", "results")),
+                    help="folder of the input CSVs")
+    ap.add_argument("--gpu", default="h200", help="file-name suffix of the inputs (decode_GPU.csv, ...)")
+    ap.add_argument("--out", help="output folder (default RESULTS/figures_GPU)")
+    ap.add_argument("--kvbuf", help="the kvbuf binary, for the modelled lines (kvbuf bytes, kvbuf capacity)")
+    ap.add_argument("--only", help=f"comma-separated figure names: {', '.join(FIGURES)}")
+    ap.add_argument("--formats", default="png,svg", help="comma-separated: png, svg")
+    for name in ("decode", "verify", "fla", "public-mamba2", "ncu"):
+        ap.add_argument(f"--{name}", help=f"the {name} CSV instead of the default in --results")
+    ap.add_argument("--capacity", help="comma-separated capacity CSVs instead of RESULTS/capacity_GPU*.csv")
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:
+        raise SystemExit(2 if e.code else 0) from None
+    only = args.only.split(",") if args.only else list(FIGURES)
+    unknown = [n for n in only if n not in FIGURES]
+    if unknown:
+        raise InputError(f"--only: unknown figures {', '.join(unknown)} (known: {', '.join(FIGURES)})")
+    formats = args.formats.split(",")
+    if not formats or any(f not in ("png", "svg") for f in formats):
+        raise InputError(f"--formats: expected png and/or svg, got '{args.formats}'")
+    if args.kvbuf and not os.access(args.kvbuf, os.X_OK):
+        raise InputError(f"--kvbuf {args.kvbuf}: not an executable file")
+    if not os.path.isdir(args.results):
+        raise InputError(f"--results {args.results}: not a folder")
+    args.only, args.formats = only, formats
+    args.out = args.out or os.path.join(args.results, f"figures_{args.gpu}")
+    return args
+
+
+def main(argv):
+    try:
+        args = parse_args(argv)
+        inputs = Inputs(args)
+        os.makedirs(args.out, exist_ok=True)
+        written, skipped = 0, 0
+        for name in args.only:
+            for fam in FAMILIES if name not in EVERY_MODEL else (None,):
+                stem = name if fam is None else f"{name}_{fam.name}"
+                try:
+                    fig = DRAW[name](inputs) if fam is None else DRAW[name](inputs, fam)
+                except Skip as why:
+                    print(f"skip {stem}: {why}")
+                    skipped += 1
+                    continue
+                fig.tight_layout(rect=(0, 0.07, 1, 1))
+                for fmt in args.formats:
+                    path = os.path.join(args.out, f"{stem}.{fmt}")
+                    fig.savefig(path, dpi=120, metadata={"Date": None} if fmt == "svg" else None)
+                    print(f"wrote {path}")
+                plt.close(fig)
+                written += 1
+        print(f"{written} figures written, {skipped} skipped")
+        return 0
+    except InputError as e:
+        print(f"figures.py: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""DRAM bytes of `kvbuf sweep` decode points measured by Nsight Compute, next to the bytes model's.
+
+On a GPU machine (ncu reads the hardware counters), one ncu run per point:
+
+    scripts/ncu_bytes.py --kvbuf BUNDLE/bin/kvbuf --model qwen3-next-80b-a3b --kernels recurrent,kvbuffer,direct \\
+                         --batch 1,64,256 --chunk 4,8,16 --out results/ncu_bytes_h200.csv [--work DIR] [--ncu ncu]
+
+Each point runs `kvbuf sweep --kernels K --batch B --chunk C` under
+`ncu --clock-control none --graph-profiling graph --metrics dram__bytes_read.sum,dram__bytes_write.sum,launch__graph_exec_cuda_id`:
+the sweep captures one decode step (all layers) in a CUDA graph and replays it over whole flush
+cycles, so each graph launch is one profiled workload (caches flushed before it, ncu's default).
+`--budget-s 0.001` keeps the sweep to its minimum samples; `--max-point-s 100000` stops it from
+skipping the point for the time the profiler adds. The workloads of the last graph the sweep
+instantiated (the timed one; the one before it is its duration probe) are summed over whole fill
+cycles of C steps and divided by steps x layers; the sweep's own CSV row gives the layers and the
+bytes model's bytes per layer step (whole batch). The report and its raw CSV export stay in --work
+for a second look.
+
+Without a GPU, --dry-run prints the commands, and --from-export joins a saved raw export
+(`ncu --import R.ncu-rep --csv --page raw --print-units base`) with a sweep CSV:
+
+    scripts/ncu_bytes.py --from-export raw.csv --sweep-csv sweep.csv --kernels kvbuffer --batch 64 --chunk 8 --out F
+
+Output CSV, one row per point: model, kernel, mode, batch, chunk, layers, steps, DRAM read / write /
+total bytes per layer step (whole batch), model_bytes_per_layer_step, ratio (measured / model),
+gpu, commit. Exit status 0, 1 when a run fails, 2 on bad arguments or a malformed input.
+"""
+import argparse
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+
+from results_csv import InputError, read_table
+
+METRIC_READ, METRIC_WRITE, METRIC_GRAPH = "dram__bytes_read.sum", "dram__bytes_write.sum", "launch__graph_exec_cuda_id"
+UNIT_SCALE = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
+              "kibyte": 2 ** 10, "mibyte": 2 ** 20, "gibyte": 2 ** 30}
+DECODE_MODES = {"recurrent": "recurrent", "recurrent-oop": "recurrent", "kvbuffer": "kvbuffer",
+                "kvbuffer-fp32": "kvbuffer", "kvbuffer-raw": "kvbuffer", "kvbuffer-poolfill": "kvbuffer",
+                "kvbuffer-single": "kvbuffer", "kvbuffer-split": "kvbuffer", "direct": "direct",
+                "direct-single": "direct", "direct-split": "direct", "mamba2-recurrent": "recurrent",
+                "mamba2-kvbuffer": "kvbuffer", "mamba2-kvbuffer-poolfill": "kvbuffer", "mamba2-direct": "direct"}
+COLUMNS = ("model", "kernel", "mode", "batch", "chunk", "layers", "steps", "dram_read_bytes_per_layer_step",
+           "dram_write_bytes_per_layer_step", "dram_bytes_per_layer_step", "model_bytes_per_layer_step", "ratio",
+           "gpu", "commit")
+
+
+class RunError(Exception):
+    """A command that failed on the GPU machine."""
+
+
+def number(text, where):
+    cleaned = text.replace(",", "").strip()
+    try:
+        return float(cleaned)
+    except ValueError:
+        raise InputError(f"{where}: '{text}' is not a number") from None
+
+
+def parse_ncu_raw(path):
+    """The workloads of an `ncu --csv --page raw` export, in order: dicts with id, name, graph
+    (the graph exec id; 0 for a kernel launched outside a graph), read and write (bytes). Lines
+    before the header (ncu's ==PROF== lines, comments) are skipped; a units row, if any, scales."""
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such file")
+    with open(path, newline="") as f:
+        lines = f.read().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        raise InputError(f"{path}: no ncu raw CSV header (a line starting with \"ID\")")
+    table = list(csv.reader(lines[start:]))
+    header = table[0]
+    missing = [c for c in ("ID", METRIC_READ, METRIC_WRITE, METRIC_GRAPH) if c not in header]
+    if missing:
+        raise InputError(f"{path}: the ncu export lacks {', '.join(missing)} (run ncu with --metrics "
+                         f"{METRIC_READ},{METRIC_WRITE},{METRIC_GRAPH})")
+    col = {name: header.index(name) for name in header}
+    body = table[1:]
+    first_line = start + 2
+    scale = {METRIC_READ: 1.0, METRIC_WRITE: 1.0}
+    if body and not body[0][col["ID"]].strip():
+        for metric in scale:
+            unit = body[0][col[metric]].strip().lower()
+            if unit not in UNIT_SCALE:
+                raise InputError(f"{path}: unit '{unit}' of {metric} is not a byte unit")
+            scale[metric] = UNIT_SCALE[unit]
+        body = body[1:]
+        first_line += 1
+    workloads = []
+    for n, cells in enumerate(body, start=first_line):
+        if not cells:
+            continue
+        if len(cells) != len(header):
+            raise InputError(f"{path}:{n}: {len(cells)} cells, the header has {len(header)}")
+        graph_text = cells[col[METRIC_GRAPH]].replace(",", "").strip()
+        graph = int(graph_text) if graph_text.isdigit() else 0
+        name = cells[col["Kernel Name"]] if "Kernel Name" in col else ""
+        workloads.append({"id": cells[col["ID"]], "name": name, "graph": graph,
+                          "read": number(cells[col[METRIC_READ]], f"{path}:{n}: {METRIC_READ}") * scale[METRIC_READ],
+                          "write": number(cells[col[METRIC_WRITE]], f"{path}:{n}: {METRIC_WRITE}") * scale[METRIC_WRITE]})
+    return workloads
+
+
+def timed_graph_bytes(workloads, cycle, where):
+    """(steps, read bytes, write bytes) over the whole cycles of `cycle` steps at the end of the last
+    graph's launches (one launch = one decode step of all layers)."""
+    graphs = [w["graph"] for w in workloads if w["graph"] > 0]
+    if not graphs:
+        raise InputError(f"{where}: no CUDA graph workloads (was ncu run with --graph-profiling graph?)")
+    launches = [w for w in workloads if w["graph"] == graphs[-1]]
+    steps = len(launches) // cycle * cycle
+    if steps == 0:
+        raise InputError(f"{where}: the timed graph ran {len(launches)} steps, less than one fill cycle of {cycle}")
+    whole = launches[len(launches) - steps:]
+    return steps, sum(w["read"] for w in whole), sum(w["write"] for w in whole)
+
+
+def sweep_row(path, kernel, batch, chunk):
+    rows = read_table(path, required=("model", "kernel", "gpu", "commit"), ints=("batch", "chunk", "layers"),
+                      floats=("bytes_per_layer_step",), keep=lambda r: bool((r.get("latency_us_median") or "").strip()))
+    for r in rows:
+        if r["kernel"] == kernel and r["batch"] == batch and r["chunk"] == chunk:
+            return r
+    raise InputError(f"{path}: no measured row for {kernel} batch {batch} chunk {chunk}")
+
+
+def join(raw_path, sweep_path, kernel, batch, chunk):
+    """One output row: the timed graph's DRAM bytes per layer step next to the sweep row's model."""
+    row = sweep_row(sweep_path, kernel, batch, chunk)
+    steps, read, write = timed_graph_bytes(parse_ncu_raw(raw_path), max(chunk, 1), raw_path)
+    per_step = steps * row["layers"]
+    measured = (read + write) / per_step
+    model = row["bytes_per_layer_step"]
+    if not model or model <= 0:
+        raise InputError(f"{sweep_path}:{row['_line']}: bytes_per_layer_step must be positive")
+    return {"model": row["model"], "kernel": kernel, "mode": DECODE_MODES[kernel], "batch": batch, "chunk": chunk,
+            "layers": row["layers"], "steps": steps, "dram_read_bytes_per_layer_step": f"{read / per_step:.6g}",
+            "dram_write_bytes_per_layer_step": f"{write / per_step:.6g}", "dram_bytes_per_layer_step": f"{measured:.6g}",
+            "model_bytes_per_layer_step": f"{model:.6g}", "ratio": f"{measured / model:.4f}", "gpu": row["gpu"],
+            "commit": row["commit"]}
+
+
+def points(kernels, batches, chunks):
+    """(kernel, batch, chunk) to run; chunk 0 for the unbuffered kernels, as the sweep writes it."""
+    out = []
+    for kernel in kernels:
+        for batch in batches:
+            for chunk in ([0] if DECODE_MODES[kernel] == "recurrent" else chunks):
+                out.append((kernel, batch, chunk))
+    return out
+
+
+def commands(args, kernel, batch, chunk, work):
+    stem = os.path.join(work, f"{kernel}_b{batch}_c{chunk}")
+    profile = [args.ncu, "--clock-control", "none", "--graph-profiling", "graph", "--metrics",
+               f"{METRIC_READ},{METRIC_WRITE},{METRIC_GRAPH}", "--export", stem, "--force-overwrite",
+               args.kvbuf, "sweep", "--model", args.model, "--kernels", kernel, "--batch", str(batch),
+               "--chunk", str(max(chunk, 1)), "--budget-s", "0.001", "--max-point-s", "100000",
+               "--out", stem + "_sweep.csv",
+               "--verify-out", stem + "_verify.csv"]
+    export = [args.ncu, "--import", stem + ".ncu-rep", "--csv", "--page", "raw", "--print-units", "base"]
+    return profile, export, stem
+
+
+def positive_list(text, name):
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise InputError(f"--{name}: expected positive integers, got '{text}'") from None
+    if not values or any(v < 1 for v in values):
+        raise InputError(f"--{name}: expected positive integers, got '{text}'")
+    return values
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kvbuf", help="the CUDA build's kvbuf (GPU runs)")
+    ap.add_argument("--ncu", default="ncu", help="the Nsight Compute CLI")
+    ap.add_argument("--model", default="qwen3-next-80b-a3b")
+    ap.add_argument("--kernels", default="recurrent,kvbuffer,direct", help="decode kernels of kvbuf sweep")
+    ap.add_argument("--batch", default="1,64,256")
+    ap.add_argument("--chunk", default="4,8,16", help="buffer capacities C of the buffered kernels")
+    ap.add_argument("--out", required=True, help="CSV to write")
+    ap.add_argument("--work", help="folder for the ncu reports and exports (default: a temporary folder)")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands only")
+    ap.add_argument("--from-export", help="a saved `ncu --csv --page raw` export of one point (no GPU)")
+    ap.add_argument("--sweep-csv", help="with --from-export: the sweep CSV of the same run")
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:
+        raise SystemExit(2 if e.code else 0) from None
+    args.kernels = args.kernels.split(",")
+    unknown = [k for k in args.kernels if k not in DECODE_MODES]
+    if unknown:
+        raise InputError(f"--kernels: {', '.join(unknown)} not decode kernels of kvbuf sweep "
+                         f"(known: {', '.join(DECODE_MODES)})")
+    args.batch = positive_list(args.batch, "batch")
+    args.chunk = positive_list(args.chunk, "chunk")
+    if args.from_export:
+        if not args.sweep_csv:
+            raise InputError("--from-export needs --sweep-csv")
+        if len(args.kernels) != 1 or len(args.batch) != 1 or len(args.chunk) != 1:
+            raise InputError("--from-export joins one point: give one kernel, one batch and one chunk")
+    elif not args.kvbuf:
+        raise InputError("give --kvbuf (GPU runs) or --from-export with --sweep-csv")
+    return args
+
+
+def write_rows(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {path} ({len(rows)} rows)")
+
+
+def run_points(args):
+    work = args.work or ("WORK" if args.dry_run else tempfile.mkdtemp(prefix="ncu_bytes_"))
+    if not args.dry_run:
+        os.makedirs(work, exist_ok=True)
+    rows = []
+    for kernel, batch, chunk in points(args.kernels, args.batch, args.chunk):
+        profile, export, stem = commands(args, kernel, batch, chunk, work)
+        if args.dry_run:
+            print(" ".join(profile))
+            print(" ".join(export) + f" > {stem}_raw.csv")
+            continue
+        print(f"{kernel} batch {batch} chunk {chunk}: profiling", flush=True)
+        run = subprocess.run(profile, capture_output=True, text=True)
+        with open(stem + "_ncu.log", "w") as log:
+            log.write(run.stdout + run.stderr)
+        if run.returncode != 0:
+            raise RunError(f"{' '.join(profile)} failed ({run.returncode}); log {stem}_ncu.log:\n{run.stderr[-2000:]}")
+        with open(stem + "_raw.csv", "w") as raw:
+            exported = subprocess.run(export, stdout=raw, stderr=subprocess.PIPE, text=True)
+        if exported.returncode != 0:
+            raise RunError(f"{' '.join(export)} failed ({exported.returncode}): {exported.stderr.strip()}")
+        row = join(stem + "_raw.csv", stem + "_sweep.csv", kernel, batch, chunk)
+        print(f"  {row['dram_bytes_per_layer_step']} B per layer step measured, {row['model_bytes_per_layer_step']} "
+              f"modelled: ratio {row['ratio']}")
+        rows.append(row)
+    if not args.dry_run:
+        write_rows(args.out, rows)
+        print(f"ncu reports and exports in {work}")
+
+
+def main(argv):
+    try:
+        args = parse_args(argv)
+        if args.from_export:
+            write_rows(args.out, [join(args.from_export, args.sweep_csv, args.kernels[0], args.batch[0],
+                                       0 if DECODE_MODES[args.kernels[0]] == "recurrent" else args.chunk[0])])
+        else:
+            run_points(args)
+        return 0
+    except InputError as e:
+        print(f"ncu_bytes.py: {e}", file=sys.stderr)
+        return 2
+    except (RunError, OSError) as e:
+        print(f"ncu_bytes.py: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

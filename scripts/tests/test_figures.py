@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""CPU tests of scripts/figures.py: every figure from the committed CSVs of results/, from tiny
+synthetic CSVs that hold every input (Mamba-2 and short-context rows included), the model-only
+figures from no GPU CSV at all, and exit status 2 with a message for malformed inputs.
+
+    test_figures.py KVBUF_BINARY
+"""
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "figures.py")
+RESULTS = os.path.join(HERE, "..", "..", "results")
+KVBUF = None
+
+DECODE_COLUMNS = ["model", "kernel", "variant", "entry_dtype", "placement", "batch", "chunk", "layers", "rows_per_block",
+                  "row_groups", "latency_us_median", "latency_us_min", "latency_us_max", "samples",
+                  "bytes_per_layer_step", "gbps", "frac_copy_bw", "copy_gbps", "sm_clock_mhz", "power_w", "gpu",
+                  "commit", "note", "context_tokens"]
+
+
+def run(*args):
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+
+
+def stems(folder):
+    names = os.listdir(folder)
+    for n in names:
+        if n.endswith(".png"):
+            assert n[:-4] + ".svg" in names, f"{n} without its SVG"
+            assert os.path.getsize(os.path.join(folder, n)) > 10000, f"{n} too small"
+    return {n[:-4] for n in names if n.endswith(".png")}
+
+
+def write_csv(path, columns, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns, lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+
+
+def synthetic_results(folder):
+    """Tiny inputs of every kind, in the sweep's and the scripts' column layouts."""
+    decode = []
+
+    def add(model, kernel, batch, chunk, latency, state_bytes, context=""):
+        decode.append({"model": model, "kernel": kernel, "variant": "cached-u", "entry_dtype": "bf16",
+                       "placement": "in-place", "batch": batch, "chunk": chunk, "layers": 4, "rows_per_block": 16,
+                       "row_groups": 0, "latency_us_median": latency, "latency_us_min": latency,
+                       "latency_us_max": latency, "samples": 5, "bytes_per_layer_step": state_bytes * batch,
+                       "gbps": state_bytes * batch / latency / 1e3, "frac_copy_bw": 0.5, "copy_gbps": 4000,
+                       "sm_clock_mhz": 1980 - batch, "power_w": 100 + batch, "gpu": "Synthetic GPU",
+                       "commit": "feedbeef0001", "note": "", "context_tokens": context})
+
+    for fam, model, prefix in (("gdn", "qwen3-next-80b-a3b", ""), ("mamba2", "nemotron-3-nano-30b-a3b", "mamba2-")):
+        for b in (1, 8, 64):
+            add(model, prefix + "recurrent", b, 0, 2.0 * b + 2, 4e6)
+            for c in (2, 4, 8):
+                add(model, prefix + "kvbuffer", b, c, 1.2 * b + 2 + c / 8, 2.5e6)
+                add(model, prefix + "direct", b, c, 0.3 * b * c / 4 + 1, 0.3e6 * c)
+            for ctx in (16, 64, 256, 1024):
+                add(model, prefix + "recurrent", b, 0, 2.0 * b + 2, 4e6, ctx)
+                add(model, prefix + "direct", b, 64, 0.002 * b * ctx + 1, 12e3 * ctx, ctx)
+    skipped = dict(decode[0], latency_us_median="", gbps="", note="skipped: needs 200 GiB")
+    write_csv(os.path.join(folder, "decode_syn.csv"), DECODE_COLUMNS, decode + [skipped])
+    verify_columns = ["model", "method", "batch", "drafts", "chunk", "layers", "acceptance", "tokens_per_step",
+                      "latency_us_median", "latency_us_per_token", "gpu", "commit"]
+    verify = []
+    for method in ("verify-classic", "verify-classic-inplace", "verify-kvbuffer"):
+        for b in (1, 64):
+            for T in (1, 2, 4):
+                lat = (3 if method != "verify-kvbuffer" else 1.5) * b * (1 + T / 4)
+                verify.append({"model": "qwen3-next-80b-a3b", "method": method, "batch": b, "drafts": T,
+                               "chunk": 8 if method == "verify-kvbuffer" else 0, "layers": 4, "acceptance": 0.7,
+                               "tokens_per_step": 1 + T / 2, "latency_us_median": lat,
+                               "latency_us_per_token": lat / (1 + T / 2), "gpu": "Synthetic GPU",
+                               "commit": "feedbeef0002"})
+    write_csv(os.path.join(folder, "verify_syn.csv"), verify_columns, verify)
+    write_csv(os.path.join(folder, "fla_syn.csv"), ["model", "kernel", "batch", "latency_us_median", "gpu", "commit"],
+              [{"model": "qwen3-next-80b-a3b", "kernel": "fla", "batch": b, "latency_us_median": 2.1 * b + 2,
+                "gpu": "Synthetic GPU", "commit": "feedbeef0003"} for b in (1, 8, 64)])
+    write_csv(os.path.join(folder, "public_mamba2_syn.csv"), ["model", "kernel", "chunk", "batch", "latency_us", "gpu",
+                                                                "source"],
+              [{"model": "nemotron-3-nano-30b-a3b", "kernel": "published", "chunk": "", "batch": b,
+                "latency_us": 2.2 * b, "gpu": "H200", "source": "a test"} for b in (1, 8, 64)])
+    cap_columns = ["model", "tp", "kind", "drafts", "chunk", "context_tokens", "gpu_memory_bytes", "weight_bytes",
+                   "classic_linear_bytes_per_request", "kvbuffer_linear_bytes_per_request",
+                   "classic_max_requests_linear", "kvbuffer_max_requests_linear", "ratio_linear",
+                   "measured_classic_max_requests", "measured_kvbuffer_max_requests", "measured_ratio", "gpu", "commit"]
+    write_csv(os.path.join(folder, "capacity_syn.csv"), cap_columns,
+              [{"model": "qwen3-next-80b-a3b", "tp": 1, "kind": "gdn", "drafts": T, "chunk": 16,
+                "context_tokens": 32768, "gpu_memory_bytes": 141 * 2 ** 30, "weight_bytes": 0,
+                "classic_linear_bytes_per_request": 7.7e7 * (1 + T), "kvbuffer_linear_bytes_per_request": 8.4e7,
+                "classic_max_requests_linear": 1960 // (1 + T), "kvbuffer_max_requests_linear": 1793,
+                "ratio_linear": (1 + T) * 0.92, "measured_classic_max_requests": 1950 // (1 + T),
+                "measured_kvbuffer_max_requests": 1780, "measured_ratio": (1 + T) * 0.9, "gpu": "Synthetic GPU",
+                "commit": "feedbeef0004"} for T in (1, 2, 4)])
+    ncu_columns = ["model", "kernel", "mode", "batch", "chunk", "layers", "steps", "dram_read_bytes_per_layer_step",
+                   "dram_write_bytes_per_layer_step", "dram_bytes_per_layer_step", "model_bytes_per_layer_step",
+                   "ratio", "gpu", "commit"]
+    write_csv(os.path.join(folder, "ncu_bytes_syn.csv"), ncu_columns,
+              [{"model": model, "kernel": kernel, "mode": mode, "batch": 64, "chunk": c, "layers": 4, "steps": 8,
+                "dram_read_bytes_per_layer_step": 1.5e8, "dram_write_bytes_per_layer_step": 0.2e8,
+                "dram_bytes_per_layer_step": 1.7e8, "model_bytes_per_layer_step": 1.6e8, "ratio": 1.0625,
+                "gpu": "Synthetic GPU", "commit": "feedbeef0005"}
+               for model, prefix in (("qwen3-next-80b-a3b", ""), ("nemotron-3-nano-30b-a3b", "mamba2-"))
+               for kernel, mode, chunks in ((prefix + "recurrent", "recurrent", (0,)), (prefix + "kvbuffer", "kvbuffer",
+                                                                                      (2, 4, 8)))
+               for c in chunks])
+
+
+PER_FAMILY = ("decode_latency", "speedup_vs_chunk", "short_context", "bytes_per_step", "telemetry")
+
+
+class Figures(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.out = os.path.join(self.tmp.name, "figures")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_committed_results(self):
+        r = run("--results", RESULTS, "--kvbuf", KVBUF, "--out", self.out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        expected = {f"{n}_gdn" for n in PER_FAMILY + ("verify",)} | {"capacity", "decode_latency_mamba2",
+                                                                       "short_context_mamba2", "bytes_per_step_mamba2"}
+        self.assertTrue(expected <= stems(self.out), sorted(stems(self.out)))
+        with open(os.path.join(RESULTS, "decode_h200.csv")) as f:
+            mamba2_measured = any(row["kernel"].startswith("mamba2-") for row in csv.DictReader(f))
+        if mamba2_measured:
+            self.assertIn("speedup_vs_chunk_mamba2", stems(self.out))
+        else:
+            self.assertIn("decode_latency_mamba2: no measured Mamba-2 rows", r.stdout)
+        self.assertIn("skip verify_mamba2:", r.stdout)
+
+    def test_synthetic_results_draw_every_figure(self):
+        synthetic_results(self.tmp.name)
+        r = run("--results", self.tmp.name, "--gpu", "syn", "--kvbuf", KVBUF, "--out", self.out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        expected = {f"{n}_{fam}" for n in PER_FAMILY for fam in ("gdn", "mamba2")} | {"verify_gdn", "capacity"}
+        self.assertEqual(stems(self.out), expected, r.stdout)
+        self.assertNotIn("needs GPU sweep", r.stdout)
+        self.assertNotIn("no ncu rows", r.stdout)
+        with open(os.path.join(self.out, "decode_latency_gdn.svg")) as f:
+            svg = f.read()
+        self.assertIn("feedbeef0001", svg.replace("\n", ""))  # the caption names the commit (SVG keeps text)
+
+    def test_model_only_figures_need_no_gpu_csv(self):
+        r = run("--results", self.tmp.name, "--kvbuf", KVBUF, "--out", self.out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(stems(self.out), {"capacity", "short_context_gdn", "short_context_mamba2",
+                                           "bytes_per_step_gdn", "bytes_per_step_mamba2"}, r.stdout)
+        self.assertIn("skip decode_latency_gdn:", r.stdout)
+
+    def test_decode_csv_without_telemetry_columns(self):
+        old = os.path.join(RESULTS, "decode_h200_1221994.csv")  # written before sm_clock_mhz and power_w
+        r = run("--results", self.tmp.name, "--decode", old, "--out", self.out, "--only", "telemetry,decode_latency")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(stems(self.out), {"telemetry_gdn", "decode_latency_gdn"}, r.stdout)
+        with open(os.path.join(self.out, "telemetry_gdn.svg")) as f:
+            self.assertIn("no sm_clock_mhz / power_w values", f.read())
+
+    def test_without_kvbuf_model_only_figures_are_skipped_with_a_reason(self):
+        r = run("--results", self.tmp.name, "--out", self.out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertFalse(os.path.exists(self.out) and stems(self.out))
+        self.assertIn("skip capacity: no capacity model: give --kvbuf", r.stdout)
+
+    def malformed(self, text, message):
+        path = os.path.join(self.tmp.name, "decode_bad.csv")
+        with open(path, "w") as f:
+            f.write(text)
+        r = run("--results", self.tmp.name, "--decode", path, "--out", self.out, "--only", "decode_latency")
+        self.assertEqual(r.returncode, 2, (r.stdout, r.stderr))
+        self.assertIn(message, r.stderr)
+
+    def test_malformed_inputs_exit_2(self):
+        header = ",".join(DECODE_COLUMNS)
+        good = "m,recurrent,none,none,in-place,1,0,4,16,0,3.5,3.4,3.6,5,4e6,1100,0.25,4200,1980,130,G,c1,,"
+        self.malformed("", "decode_bad.csv: empty file")
+        self.malformed("model,kernel\nm,recurrent\n", "decode_bad.csv: lacks columns batch, bytes_per_layer_step")
+        self.malformed(f"{header}\n{good}\n{good.replace(',3.5,', ',fast,')}\n",
+                       "decode_bad.csv:3: column latency_us_median: 'fast' is not a number")
+        self.malformed(f"{header}\n{good},extra\n", "decode_bad.csv:2: more cells than the header")
+        self.malformed(f"{header}\n{good.replace(',3.5,', ',-1,')}\n", "latency_us_median must be positive")
+
+    def test_bad_arguments_exit_2(self):
+        for args, message in ((("--only", "everything"), "--only: unknown figures everything"),
+                              (("--formats", "gif"), "--formats"),
+                              (("--decode", os.path.join(self.tmp.name, "absent.csv")), "absent.csv: no such file"),
+                              (("--kvbuf", os.path.join(self.tmp.name, "absent")), "not an executable file")):
+            r = run("--results", self.tmp.name, "--out", self.out, *args)
+            self.assertEqual(r.returncode, 2, (args, r.stdout, r.stderr))
+            self.assertIn(message, r.stderr)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    KVBUF = sys.argv.pop(1)
+    unittest.main()

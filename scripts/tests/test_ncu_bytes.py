@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""CPU tests of scripts/ncu_bytes.py (no GPU, no ncu): its arguments, the ncu commands it would run,
+and the join of a saved raw export (scripts/tests/data/ncu_raw_kvbuffer_b4_c2.csv, hand-written in
+ncu's layout) with a sweep CSV: whole fill cycles of the timed graph, units scaled, ratio to the model.
+
+    test_ncu_bytes.py
+"""
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "ncu_bytes.py")
+RAW = os.path.join(HERE, "data", "ncu_raw_kvbuffer_b4_c2.csv")
+SWEEP = os.path.join(HERE, "data", "sweep_kvbuffer_b4_c2.csv")
+
+
+def run(*args):
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+
+
+class NcuBytes(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.out = os.path.join(self.tmp.name, "out.csv")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def join(self, raw=RAW, sweep=SWEEP, kernel="kvbuffer", batch="4", chunk="2"):
+        return run("--from-export", raw, "--sweep-csv", sweep, "--kernels", kernel, "--batch", batch, "--chunk", chunk,
+                   "--out", self.out)
+
+    def write(self, name, text):
+        path = os.path.join(self.tmp.name, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_join_takes_whole_cycles_of_the_timed_graph(self):
+        r = self.join()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.out) as f:
+            (row,) = list(csv.DictReader(f))
+        # The timed graph (exec id 7) ran 29 steps; the last 28 (14 cycles of C = 2) count, 3 layers each:
+        # reads 14 x (3000 + 1000) Kbyte, writes 14 x (600000 + 2400000) bytes.
+        steps, layers = 28, 3
+        read = 14 * (3000 + 1000) * 1e3 / (steps * layers)
+        write = 14 * (600000 + 2400000) / (steps * layers)
+        self.assertEqual(int(row["steps"]), steps)
+        self.assertEqual(int(row["layers"]), layers)
+        self.assertAlmostEqual(float(row["dram_read_bytes_per_layer_step"]), read, delta=1)
+        self.assertAlmostEqual(float(row["dram_write_bytes_per_layer_step"]), write, delta=1)
+        self.assertAlmostEqual(float(row["ratio"]), (read + write) / 1.6e6, places=3)
+        self.assertEqual((row["mode"], row["gpu"], row["commit"]), ("kvbuffer", "NVIDIA H200", "abcdef123456"))
+
+    def test_dry_run_prints_one_ncu_run_per_point(self):
+        work = os.path.join(self.tmp.name, "work")
+        r = run("--kvbuf", "/opt/kvbuf", "--kernels", "recurrent,direct", "--batch", "1,64", "--chunk", "8,16",
+                "--out", self.out, "--dry-run", "--work", work)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        profiles = [line for line in r.stdout.splitlines() if " sweep " in line]
+        self.assertEqual(len(profiles), 2 + 4, r.stdout)  # recurrent once per batch, direct per batch and C
+        for line in profiles:
+            self.assertIn("--clock-control none --graph-profiling graph", line)
+            self.assertIn("dram__bytes_read.sum,dram__bytes_write.sum", line)
+            self.assertIn("--budget-s 0.001 --max-point-s 100000", line)  # profiling must not skip the point
+        self.assertIn("--kernels direct --batch 64 --chunk 16", r.stdout)
+        self.assertIn("--csv --page raw --print-units base", r.stdout)
+        self.assertFalse(os.path.exists(self.out) or os.path.exists(work))  # a dry run writes nothing
+
+    def test_bad_arguments_exit_2(self):
+        for args in (("--kernels", "verify-kvbuffer"), ("--batch", "0"), ("--chunk", "x")):
+            r = run("--kvbuf", "k", "--out", self.out, "--dry-run", *args)
+            self.assertEqual(r.returncode, 2, (args, r.stdout, r.stderr))
+            self.assertIn(f"ncu_bytes.py: {args[0]}", r.stderr)
+        r = run("--out", self.out)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("give --kvbuf", r.stderr)
+
+    def test_point_missing_from_the_sweep_csv(self):
+        r = self.join(chunk="4")  # the sweep skipped C = 4
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no measured row for kvbuffer batch 4 chunk 4", r.stderr)
+
+    def test_export_without_graph_workloads(self):
+        with open(RAW) as f:
+            text = "".join(line for line in f if '"Graph' not in line)
+        r = self.join(raw=self.write("nograph.csv", text))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no CUDA graph workloads", r.stderr)
+
+    def test_export_without_the_metrics(self):
+        r = self.join(raw=self.write("nometric.csv", '"ID","Kernel Name","dram__bytes_read.sum"\n"0","k","1"\n'))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("lacks dram__bytes_write.sum, launch__graph_exec_cuda_id", r.stderr)
+
+    def test_malformed_value_names_its_line(self):
+        with open(RAW) as f:
+            lines = f.readlines()
+        lines[-1] = lines[-1].replace('"1,000.00"', '"lots"')
+        r = self.join(raw=self.write("bad.csv", "".join(lines)))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(f"bad.csv:{len(lines)}: dram__bytes_read.sum: 'lots' is not a number", r.stderr)
+
+    def test_not_an_ncu_export(self):
+        r = self.join(raw=self.write("plain.csv", "a,b\n1,2\n"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no ncu raw CSV header", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
