@@ -159,7 +159,7 @@ class Figures(unittest.TestCase):
         self.assertIn("skip decode_latency_gdn:", r.stdout)
 
     def test_decode_csv_without_telemetry_columns(self):
-        old = os.path.join(RESULTS, "decode_h200_1221994.csv")  # written before sm_clock_mhz and power_w
+        old = os.path.join(RESULTS, "archive", "decode_h200_1221994.csv")  # written before sm_clock_mhz and power_w
         r = run("--results", self.tmp.name, "--decode", old, "--out", self.out, "--only", "telemetry,decode_latency")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(stems(self.out), {"telemetry_gdn", "decode_latency_gdn"}, r.stdout)
