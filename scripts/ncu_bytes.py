@@ -7,13 +7,13 @@ On a GPU machine (ncu reads the hardware counters), one ncu run per point:
                          --batch 1,64,256 --chunk 4,8,16 --out results/ncu_bytes_h200.csv [--work DIR] [--ncu ncu]
 
 Each point runs `kvbuf sweep --kernels K --batch B --chunk C` under
-`ncu --clock-control none --graph-profiling graph --metrics dram__bytes_read.sum,dram__bytes_write.sum,launch__graph_exec_cuda_id`:
+`ncu --clock-control none --graph-profiling graph --metrics dram__bytes_read.sum,dram__bytes_write.sum`:
 the sweep captures one decode step (all layers) in a CUDA graph and replays it over whole flush
 cycles, so each graph launch is one profiled workload (caches flushed before it, ncu's default).
 `--budget-s 0.001` keeps the sweep to its minimum samples; `--max-point-s 100000` stops it from
-skipping the point for the time the profiler adds. The workloads of the last graph the sweep
-instantiated (the timed one; the one before it is its duration probe) are summed over whole fill
-cycles of C steps and divided by steps x layers; the sweep's own CSV row gives the layers and the
+skipping the point for the time the profiler adds. ncu names each graph launch's workload
+"graph"; the last whole fill cycles of C steps of them (all launches replay the same step graph)
+are summed and divided by steps x layers; the sweep's own CSV row gives the layers and the
 bytes model's bytes per layer step (whole batch). The report and its raw CSV export stay in --work
 for a second look.
 
@@ -35,7 +35,8 @@ import tempfile
 
 from results_csv import InputError, read_table
 
-METRIC_READ, METRIC_WRITE, METRIC_GRAPH = "dram__bytes_read.sum", "dram__bytes_write.sum", "launch__graph_exec_cuda_id"
+METRIC_READ, METRIC_WRITE = "dram__bytes_read.sum", "dram__bytes_write.sum"
+GRAPH_WORKLOAD = "graph"  # ncu's kernel name for a whole CUDA graph launch under --graph-profiling graph
 UNIT_SCALE = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
               "kibyte": 2 ** 10, "mibyte": 2 ** 20, "gibyte": 2 ** 30}
 DECODE_MODES = {"recurrent": "recurrent", "recurrent-oop": "recurrent", "kvbuffer": "kvbuffer",
@@ -62,7 +63,7 @@ def number(text, where):
 
 def parse_ncu_raw(path):
     """The workloads of an `ncu --csv --page raw` export, in order: dicts with id, name, graph
-    (the graph exec id; 0 for a kernel launched outside a graph), read and write (bytes). Lines
+    (whether it is a whole graph launch), read and write (bytes). Lines
     before the header (ncu's ==PROF== lines, comments) are skipped; a units row, if any, scales."""
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such file")
@@ -73,10 +74,10 @@ def parse_ncu_raw(path):
         raise InputError(f"{path}: no ncu raw CSV header (a line starting with \"ID\")")
     table = list(csv.reader(lines[start:]))
     header = table[0]
-    missing = [c for c in ("ID", METRIC_READ, METRIC_WRITE, METRIC_GRAPH) if c not in header]
+    missing = [c for c in ("ID", "Kernel Name", METRIC_READ, METRIC_WRITE) if c not in header]
     if missing:
         raise InputError(f"{path}: the ncu export lacks {', '.join(missing)} (run ncu with --metrics "
-                         f"{METRIC_READ},{METRIC_WRITE},{METRIC_GRAPH})")
+                         f"{METRIC_READ},{METRIC_WRITE})")
     col = {name: header.index(name) for name in header}
     body = table[1:]
     first_line = start + 2
@@ -95,25 +96,22 @@ def parse_ncu_raw(path):
             continue
         if len(cells) != len(header):
             raise InputError(f"{path}:{n}: {len(cells)} cells, the header has {len(header)}")
-        graph_text = cells[col[METRIC_GRAPH]].replace(",", "").strip()
-        graph = int(graph_text) if graph_text.isdigit() else 0
-        name = cells[col["Kernel Name"]] if "Kernel Name" in col else ""
-        workloads.append({"id": cells[col["ID"]], "name": name, "graph": graph,
+        name = cells[col["Kernel Name"]]
+        workloads.append({"id": cells[col["ID"]], "name": name, "graph": name.strip() == GRAPH_WORKLOAD,
                           "read": number(cells[col[METRIC_READ]], f"{path}:{n}: {METRIC_READ}") * scale[METRIC_READ],
                           "write": number(cells[col[METRIC_WRITE]], f"{path}:{n}: {METRIC_WRITE}") * scale[METRIC_WRITE]})
     return workloads
 
 
 def timed_graph_bytes(workloads, cycle, where):
-    """(steps, read bytes, write bytes) over the whole cycles of `cycle` steps at the end of the last
-    graph's launches (one launch = one decode step of all layers)."""
-    graphs = [w["graph"] for w in workloads if w["graph"] > 0]
-    if not graphs:
+    """(steps, read bytes, write bytes) over the whole cycles of `cycle` steps at the end of the
+    graph launches (one launch = one decode step of all layers)."""
+    launches = [w for w in workloads if w["graph"]]
+    if not launches:
         raise InputError(f"{where}: no CUDA graph workloads (was ncu run with --graph-profiling graph?)")
-    launches = [w for w in workloads if w["graph"] == graphs[-1]]
     steps = len(launches) // cycle * cycle
     if steps == 0:
-        raise InputError(f"{where}: the timed graph ran {len(launches)} steps, less than one fill cycle of {cycle}")
+        raise InputError(f"{where}: the graph ran {len(launches)} steps, less than one fill cycle of {cycle}")
     whole = launches[len(launches) - steps:]
     return steps, sum(w["read"] for w in whole), sum(w["write"] for w in whole)
 
@@ -156,7 +154,7 @@ def points(kernels, batches, chunks):
 def commands(args, kernel, batch, chunk, work):
     stem = os.path.join(work, f"{kernel}_b{batch}_c{chunk}")
     profile = [args.ncu, "--clock-control", "none", "--graph-profiling", "graph", "--metrics",
-               f"{METRIC_READ},{METRIC_WRITE},{METRIC_GRAPH}", "--export", stem, "--force-overwrite",
+               f"{METRIC_READ},{METRIC_WRITE}", "--export", stem, "--force-overwrite",
                args.kvbuf, "sweep", "--model", args.model, "--kernels", kernel, "--batch", str(batch),
                "--chunk", str(max(chunk, 1)), "--budget-s", "0.001", "--max-point-s", "100000",
                "--out", stem + "_sweep.csv",
