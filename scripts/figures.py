@@ -177,7 +177,8 @@ def load_capacity(p):
 
 def load_ncu(p):
     return read_table(p, required=("model", "kernel", "mode", "gpu", "commit"), ints=("batch", "chunk", "steps"),
-                      floats=("dram_bytes_per_layer_step", "model_bytes_per_layer_step", "ratio"))
+                      floats=("dram_bytes_per_layer_step", "model_bytes_per_layer_step", "ratio"),
+                      keep=lambda r: not (r.get("note") or "").strip())  # a point ncu did not measure says why
 
 
 # ---------------------------------------------------------------- drawing helpers

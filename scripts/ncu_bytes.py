@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""DRAM bytes of `kvbuf sweep` decode points measured by Nsight Compute, next to the bytes model's.
+"""DRAM bytes of `kvbuf sweep` decode and verify points measured by Nsight Compute, next to the bytes
+model's.
 
 On a GPU machine (ncu reads the hardware counters), one ncu run per point:
 
     scripts/ncu_bytes.py --kvbuf BUNDLE/bin/kvbuf --model qwen3-next-80b-a3b --kernels recurrent,kvbuffer,direct \\
                          --batch 1,64,256 --chunk 4,8,16 --out results/ncu_bytes_h200.csv [--work DIR] [--ncu ncu]
+    scripts/ncu_bytes.py --kvbuf BUNDLE/bin/kvbuf --kernels verify-classic-inplace,verify-kvbuffer --drafts 4 ...
+
+A verify point's sweep replays one verify + commit step of all layers per graph launch; its row comes
+from the sweep's verify CSV (bytes per layer step at the acceptance rate the sweep draws).
 
 Each point runs `kvbuf sweep --kernels K --batch B --chunk C` under
 `ncu --clock-control none --graph-profiling graph --metrics dram__bytes_read.sum,dram__bytes_write.sum`:
@@ -44,9 +49,13 @@ DECODE_MODES = {"recurrent": "recurrent", "recurrent-oop": "recurrent", "kvbuffe
                 "kvbuffer-single": "kvbuffer", "kvbuffer-split": "kvbuffer", "direct": "direct",
                 "direct-single": "direct", "direct-split": "direct", "mamba2-recurrent": "recurrent",
                 "mamba2-kvbuffer": "kvbuffer", "mamba2-kvbuffer-poolfill": "kvbuffer", "mamba2-direct": "direct"}
-COLUMNS = ("model", "kernel", "mode", "batch", "chunk", "layers", "steps", "dram_read_bytes_per_layer_step",
+VERIFY_MODES = {"verify-classic": "verify-classic", "verify-classic-inplace": "verify-classic",
+                "verify-kvbuffer": "verify-kvbuffer"}
+MODES = {**DECODE_MODES, **VERIFY_MODES}
+UNBUFFERED = ("recurrent", "verify-classic")
+COLUMNS = ("model", "kernel", "mode", "batch", "chunk", "drafts", "layers", "steps", "dram_read_bytes_per_layer_step",
            "dram_write_bytes_per_layer_step", "dram_bytes_per_layer_step", "model_bytes_per_layer_step", "ratio",
-           "gpu", "commit")
+           "gpu", "commit", "note")
 
 
 class RunError(Exception):
@@ -116,49 +125,59 @@ def timed_graph_bytes(workloads, cycle, where):
     return steps, sum(w["read"] for w in whole), sum(w["write"] for w in whole)
 
 
-def sweep_row(path, kernel, batch, chunk):
-    rows = read_table(path, required=("model", "kernel", "gpu", "commit"), ints=("batch", "chunk", "layers"),
+def sweep_row(path, kernel, batch, chunk, drafts):
+    """The sweep's measured row of the point: the decode CSV's `kernel` or the verify CSV's `method`."""
+    verify = kernel in VERIFY_MODES
+    name = "method" if verify else "kernel"
+    rows = read_table(path, required=("model", name, "gpu", "commit"),
+                      ints=("batch", "chunk", "layers") + (("drafts",) if verify else ()),
                       floats=("bytes_per_layer_step",), keep=lambda r: bool((r.get("latency_us_median") or "").strip()))
     for r in rows:
-        if r["kernel"] == kernel and r["batch"] == batch and r["chunk"] == chunk:
+        if r[name] == kernel and r["batch"] == batch and r["chunk"] == chunk and (not verify or r["drafts"] == drafts):
             return r
-    raise InputError(f"{path}: no measured row for {kernel} batch {batch} chunk {chunk}")
+    what = f"{kernel} batch {batch} chunk {chunk}" + (f" T {drafts}" if verify else "")
+    raise InputError(f"{path}: no measured row for {what}")
 
 
-def join(raw_path, sweep_path, kernel, batch, chunk):
-    """One output row: the timed graph's DRAM bytes per layer step next to the sweep row's model."""
-    row = sweep_row(sweep_path, kernel, batch, chunk)
+def join(raw_path, sweep_path, kernel, batch, chunk, drafts=0):
+    """One output row: the graph launches' DRAM bytes per layer step next to the sweep row's model."""
+    row = sweep_row(sweep_path, kernel, batch, chunk, drafts)
     steps, read, write = timed_graph_bytes(parse_ncu_raw(raw_path), max(chunk, 1), raw_path)
     per_step = steps * row["layers"]
     measured = (read + write) / per_step
     model = row["bytes_per_layer_step"]
     if not model or model <= 0:
         raise InputError(f"{sweep_path}:{row['_line']}: bytes_per_layer_step must be positive")
-    return {"model": row["model"], "kernel": kernel, "mode": DECODE_MODES[kernel], "batch": batch, "chunk": chunk,
+    return {"model": row["model"], "kernel": kernel, "mode": MODES[kernel], "batch": batch, "chunk": chunk,
+            "drafts": drafts,
             "layers": row["layers"], "steps": steps, "dram_read_bytes_per_layer_step": f"{read / per_step:.6g}",
             "dram_write_bytes_per_layer_step": f"{write / per_step:.6g}", "dram_bytes_per_layer_step": f"{measured:.6g}",
             "model_bytes_per_layer_step": f"{model:.6g}", "ratio": f"{measured / model:.4f}", "gpu": row["gpu"],
-            "commit": row["commit"]}
+            "commit": row["commit"], "note": ""}
 
 
-def points(kernels, batches, chunks):
-    """(kernel, batch, chunk) to run; chunk 0 for the unbuffered kernels, as the sweep writes it."""
+def points(kernels, batches, chunks, drafts):
+    """(kernel, batch, chunk, T) to run; chunk 0 for the unbuffered kernels and T 0 for decode, as the
+    sweep writes them; a KVBuffer verify only where T <= C."""
     out = []
     for kernel in kernels:
         for batch in batches:
-            for chunk in ([0] if DECODE_MODES[kernel] == "recurrent" else chunks):
-                out.append((kernel, batch, chunk))
+            for chunk in ([0] if MODES[kernel] in UNBUFFERED else chunks):
+                for t in (drafts if kernel in VERIFY_MODES else [0]):
+                    if kernel == "verify-kvbuffer" and t > chunk:
+                        continue
+                    out.append((kernel, batch, chunk, t))
     return out
 
 
-def commands(args, kernel, batch, chunk, work):
-    stem = os.path.join(work, f"{kernel}_b{batch}_c{chunk}")
+def commands(args, kernel, batch, chunk, drafts, work):
+    stem = os.path.join(work, f"{kernel}_b{batch}_c{chunk}" + (f"_t{drafts}" if drafts else ""))
     profile = [args.ncu, "--clock-control", "none", "--graph-profiling", "graph", "--metrics",
                f"{METRIC_READ},{METRIC_WRITE}", "--export", stem, "--force-overwrite",
                args.kvbuf, "sweep", "--model", args.model, "--kernels", kernel, "--batch", str(batch),
                "--chunk", str(max(chunk, 1)), "--budget-s", "0.001", "--max-point-s", "100000",
                "--out", stem + "_sweep.csv",
-               "--verify-out", stem + "_verify.csv"]
+               "--verify-out", stem + "_verify.csv"] + (["--drafts", str(drafts)] if drafts else [])
     export = [args.ncu, "--import", stem + ".ncu-rep", "--csv", "--page", "raw", "--print-units", "base"]
     return profile, export, stem
 
@@ -178,9 +197,10 @@ def parse_args(argv):
     ap.add_argument("--kvbuf", help="the CUDA build's kvbuf (GPU runs)")
     ap.add_argument("--ncu", default="ncu", help="the Nsight Compute CLI")
     ap.add_argument("--model", default="qwen3-next-80b-a3b")
-    ap.add_argument("--kernels", default="recurrent,kvbuffer,direct", help="decode kernels of kvbuf sweep")
+    ap.add_argument("--kernels", default="recurrent,kvbuffer,direct", help="decode or verify kernels of kvbuf sweep")
     ap.add_argument("--batch", default="1,64,256")
     ap.add_argument("--chunk", default="4,8,16", help="buffer capacities C of the buffered kernels")
+    ap.add_argument("--drafts", default="4", help="tokens per verify step T of the verify kernels")
     ap.add_argument("--out", required=True, help="CSV to write")
     ap.add_argument("--work", help="folder for the ncu reports and exports (default: a temporary folder)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
@@ -191,69 +211,90 @@ def parse_args(argv):
     except SystemExit as e:
         raise SystemExit(2 if e.code else 0) from None
     args.kernels = args.kernels.split(",")
-    unknown = [k for k in args.kernels if k not in DECODE_MODES]
+    unknown = [k for k in args.kernels if k not in MODES]
     if unknown:
-        raise InputError(f"--kernels: {', '.join(unknown)} not decode kernels of kvbuf sweep "
-                         f"(known: {', '.join(DECODE_MODES)})")
+        raise InputError(f"--kernels: {', '.join(unknown)} not decode or verify kernels of kvbuf sweep "
+                         f"(known: {', '.join(MODES)})")
     args.batch = positive_list(args.batch, "batch")
     args.chunk = positive_list(args.chunk, "chunk")
+    args.drafts = positive_list(args.drafts, "drafts")
     if args.from_export:
         if not args.sweep_csv:
             raise InputError("--from-export needs --sweep-csv")
-        if len(args.kernels) != 1 or len(args.batch) != 1 or len(args.chunk) != 1:
-            raise InputError("--from-export joins one point: give one kernel, one batch and one chunk")
+        if len(args.kernels) != 1 or len(args.batch) != 1 or len(args.chunk) != 1 or len(args.drafts) != 1:
+            raise InputError("--from-export joins one point: give one kernel, one batch, one chunk and one T")
     elif not args.kvbuf:
         raise InputError("give --kvbuf (GPU runs) or --from-export with --sweep-csv")
     return args
 
 
-def write_rows(path, rows):
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-    print(f"wrote {path} ({len(rows)} rows)")
+def open_rows(path):
+    """A CSV writer whose rows reach the disk as they are written."""
+    f = open(path, "w", newline="")
+    w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    f.flush()
+    return f, w
 
 
 def run_points(args):
+    """Profiles every point, a row each as measured; a point whose run fails is a row with the reason.
+    Returns the number of failed points."""
     work = args.work or ("WORK" if args.dry_run else tempfile.mkdtemp(prefix="ncu_bytes_"))
-    if not args.dry_run:
-        os.makedirs(work, exist_ok=True)
-    rows = []
-    for kernel, batch, chunk in points(args.kernels, args.batch, args.chunk):
-        profile, export, stem = commands(args, kernel, batch, chunk, work)
-        if args.dry_run:
+    todo = points(args.kernels, args.batch, args.chunk, args.drafts)
+    if args.dry_run:
+        for kernel, batch, chunk, drafts in todo:
+            profile, export, stem = commands(args, kernel, batch, chunk, drafts, work)
             print(" ".join(profile))
             print(" ".join(export) + f" > {stem}_raw.csv")
-            continue
-        print(f"{kernel} batch {batch} chunk {chunk}: profiling", flush=True)
-        run = subprocess.run(profile, capture_output=True, text=True)
-        with open(stem + "_ncu.log", "w") as log:
-            log.write(run.stdout + run.stderr)
-        if run.returncode != 0:
-            raise RunError(f"{' '.join(profile)} failed ({run.returncode}); log {stem}_ncu.log:\n{run.stderr[-2000:]}")
-        with open(stem + "_raw.csv", "w") as raw:
-            exported = subprocess.run(export, stdout=raw, stderr=subprocess.PIPE, text=True)
-        if exported.returncode != 0:
-            raise RunError(f"{' '.join(export)} failed ({exported.returncode}): {exported.stderr.strip()}")
-        row = join(stem + "_raw.csv", stem + "_sweep.csv", kernel, batch, chunk)
-        print(f"  {row['dram_bytes_per_layer_step']} B per layer step measured, {row['model_bytes_per_layer_step']} "
-              f"modelled: ratio {row['ratio']}")
-        rows.append(row)
-    if not args.dry_run:
-        write_rows(args.out, rows)
-        print(f"ncu reports and exports in {work}")
+        return 0
+    os.makedirs(work, exist_ok=True)
+    f, out = open_rows(args.out)
+    failed = 0
+    with f:
+        for kernel, batch, chunk, drafts in todo:
+            profile, export, stem = commands(args, kernel, batch, chunk, drafts, work)
+            print(f"{kernel} batch {batch} chunk {chunk}" + (f" T {drafts}" if drafts else "") + ": profiling",
+                  flush=True)
+            try:
+                run = subprocess.run(profile, capture_output=True, text=True)
+                with open(stem + "_ncu.log", "w") as log:
+                    log.write(run.stdout + run.stderr)
+                if run.returncode != 0:
+                    raise RunError(f"kvbuf sweep under ncu exited {run.returncode} (log {stem}_ncu.log)")
+                with open(stem + "_raw.csv", "w") as raw:
+                    exported = subprocess.run(export, stdout=raw, stderr=subprocess.PIPE, text=True)
+                if exported.returncode != 0:
+                    raise RunError(f"ncu --import exited {exported.returncode}: {exported.stderr.strip()}")
+                sweep_csv = stem + ("_verify.csv" if kernel in VERIFY_MODES else "_sweep.csv")
+                row = join(stem + "_raw.csv", sweep_csv, kernel, batch, chunk, drafts)
+                print(f"  {row['dram_bytes_per_layer_step']} B per layer step measured, "
+                      f"{row['model_bytes_per_layer_step']} modelled: ratio {row['ratio']}", flush=True)
+            except (RunError, InputError, OSError) as e:
+                failed += 1
+                print(f"  not measured: {e}", file=sys.stderr, flush=True)
+                row = {"model": args.model, "kernel": kernel, "mode": MODES[kernel], "batch": batch, "chunk": chunk,
+                       "drafts": drafts, "note": f"not measured: {e}".replace("\n", " ")}
+            out.writerow(row)
+            f.flush()
+    print(f"wrote {args.out} ({len(todo)} rows, {failed} not measured); ncu reports and exports in {work}")
+    return failed
 
 
 def main(argv):
     try:
         args = parse_args(argv)
         if args.from_export:
-            write_rows(args.out, [join(args.from_export, args.sweep_csv, args.kernels[0], args.batch[0],
-                                       0 if DECODE_MODES[args.kernels[0]] == "recurrent" else args.chunk[0])])
-        else:
-            run_points(args)
-        return 0
+            kernel = args.kernels[0]
+            row = join(args.from_export, args.sweep_csv, kernel, args.batch[0],
+                       0 if MODES[kernel] in UNBUFFERED else args.chunk[0],
+                       args.drafts[0] if kernel in VERIFY_MODES else 0)
+            f, out = open_rows(args.out)
+            with f:
+                out.writerow(row)
+            print(f"wrote {args.out} (1 row)")
+            return 0
+        return 1 if run_points(args) else 0
     except InputError as e:
         print(f"ncu_bytes.py: {e}", file=sys.stderr)
         return 2

@@ -87,13 +87,34 @@ class NcuBytes(unittest.TestCase):
         self.assertFalse(os.path.exists(self.out) or os.path.exists(work))  # a dry run writes nothing
 
     def test_bad_arguments_exit_2(self):
-        for args in (("--kernels", "verify-kvbuffer"), ("--batch", "0"), ("--chunk", "x")):
+        for args in (("--kernels", "verify-kvbuffer-tree"), ("--batch", "0"), ("--chunk", "x"), ("--drafts", "0")):
             r = run("--kvbuf", "k", "--out", self.out, "--dry-run", *args)
             self.assertEqual(r.returncode, 2, (args, r.stdout, r.stderr))
             self.assertIn(f"ncu_bytes.py: {args[0]}", r.stderr)
         r = run("--out", self.out)
         self.assertEqual(r.returncode, 2)
         self.assertIn("give --kvbuf", r.stderr)
+
+    def test_dry_run_of_verify_points(self):
+        r = run("--kvbuf", "/opt/kvbuf", "--kernels", "verify-classic-inplace,verify-kvbuffer", "--batch", "64",
+                "--chunk", "4,8", "--drafts", "4,5", "--out", self.out, "--dry-run")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        profiles = [line for line in r.stdout.splitlines() if " sweep " in line]
+        # classic: T 4, 5 at chunk 0; kvbuffer: (C 4, T 4), (C 8, T 4), (C 8, T 5); T 5 > C 4 is skipped.
+        self.assertEqual(len(profiles), 2 + 3, r.stdout)
+        self.assertIn("--kernels verify-kvbuffer --batch 64 --chunk 8 ", r.stdout)
+        self.assertNotIn("verify-kvbuffer_b64_c4_t5", r.stdout)
+        self.assertTrue(all("--drafts" in line for line in profiles))
+
+    def test_a_failing_point_is_a_row_with_the_reason(self):
+        r = run("--kvbuf", "/opt/kvbuf", "--ncu", "/bin/false", "--kernels", "recurrent,kvbuffer", "--batch", "64",
+                "--chunk", "8", "--out", self.out, "--work", os.path.join(self.tmp.name, "work"))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        with open(self.out) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual([(x["kernel"], x["batch"], x["chunk"]) for x in rows], [("recurrent", "64", "0"), ("kvbuffer", "64", "8")])
+        self.assertTrue(all(x["note"].startswith("not measured: kvbuf sweep under ncu exited 1") for x in rows), rows)
+        self.assertTrue(all(x["ratio"] == "" for x in rows))
 
     def test_point_missing_from_the_sweep_csv(self):
         r = self.join(chunk="4")  # the sweep skipped C = 4
