@@ -43,7 +43,6 @@ cpu_main_job() {
 # results/, and the figures of scripts/figures.py. Axis values are explicit so that the CSV says what was swept.
 gpu_main_job() {
   local model=qwen3-next-80b-a3b
-  local gpu
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($NF)}')
   echo "== GPU kernel checks against the reference ($gpu)"
   "$kvbuf" check
@@ -61,8 +60,13 @@ gpu_main_job() {
   python3 scripts/figures.py --results results --gpu "$gpu" --kvbuf "$kvbuf"
 }
 
+start_s=$(date +%s)
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   gpu_main_job
+  python3 scripts/summary.py --results results --gpu "$gpu" --wall-s $(($(date +%s) - start_s))
 else
   cpu_main_job
+  echo
+  echo "No GPU here: timings need a GPU (./scripts/run.sh on one measures them). The committed H200 results:"
+  python3 scripts/summary.py --results results --gpu h200 --wall-s $(($(date +%s) - start_s))
 fi

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""The main job's closing table: the paper's claims next to what the CSVs of results/ measured, per
+model family (Gated DeltaNet: Qwen3-Next; Mamba-2: Nemotron-3 Nano).
+
+    scripts/summary.py [--results results] [--gpu h200] [--wall-s SECONDS]
+
+- decode: linear-attention latency reduction of KVBuffer at its best C against recurrent (in place),
+  per batch (the paper: up to 45.17%);
+- verify: KVBuffer verify at its best C against the fastest classic verify row, T = 4, per batch;
+- capacity: concurrent requests at T = 4 drafts, KVBuffer over classic, linear-attention pool,
+  measured (model) (the paper: 5x).
+A family or table without rows prints "no measurement". Exit status 2 on a malformed CSV.
+"""
+import argparse
+import os
+import sys
+
+from results_csv import InputError, read_table
+
+PAPER_DECODE_REDUCTION = 45.17  # percent, the paper's largest linear-attention decode latency reduction
+PAPER_CAPACITY_RATIO = 5.0  # concurrent requests with 4 draft tokens
+FAMILIES = (  # (title, recurrent kernel, KVBuffer kernel, kernel prefix of the family's verify rows)
+    ("Gated DeltaNet", "recurrent", "kvbuffer", "verify-"),
+    ("Mamba-2", "mamba2-recurrent", "mamba2-kvbuffer", "mamba2-verify-"),
+)
+CAPACITY_DRAFTS = 4
+VERIFY_DRAFTS = 4
+
+
+def load(path, required, ints, floats):
+    if not os.path.isfile(path):
+        return None
+    return read_table(path, required=required, ints=ints, floats=floats,
+                      keep=lambda r: (r.get("latency_us_median") or "").strip() != "" and not (r.get("note") or "").strip())
+
+
+def fastest(rows, **match):
+    hits = [r for r in rows if all(r[k] == v for k, v in match.items())]
+    return min(hits, key=lambda r: r["latency_us_median"]) if hits else None
+
+
+def decode_lines(rows, recurrent, kvbuffer):
+    out = []
+    for batch in sorted({r["batch"] for r in rows if r["kernel"] == recurrent}):
+        rec = fastest(rows, kernel=recurrent, batch=batch)
+        kvb = fastest(rows, kernel=kvbuffer, batch=batch)
+        if not kvb:
+            continue
+        reduction = 100 * (1 - kvb["latency_us_median"] / rec["latency_us_median"])
+        out.append((batch, f"{rec['latency_us_median']:.2f}", f"{kvb['latency_us_median']:.2f} [C {kvb['chunk']}]",
+                    f"{reduction:.1f}%", kvb["commit"]))
+    return out
+
+
+def verify_lines(rows, prefix):
+    out = []
+    family = [r for r in rows if r["method"].startswith(prefix) and not r["method"].endswith("-tree")
+              and r["drafts"] == VERIFY_DRAFTS]
+    classic = [r for r in family if r["method"].startswith(prefix + "classic")]
+    buffered = [r for r in family if r["method"] == prefix + "kvbuffer"]
+    for batch in sorted({r["batch"] for r in buffered}):
+        c = fastest(classic, batch=batch)
+        k = fastest(buffered, batch=batch)
+        if not c:
+            continue
+        out.append((batch, f"{c['latency_us_median']:.2f} ({c['method']})", f"{k['latency_us_median']:.2f} [C {k['chunk']}]",
+                    f"{c['latency_us_median'] / k['latency_us_median']:.2f}x", k["commit"]))
+    return out
+
+
+def capacity_lines(rows):
+    out = []
+    for r in rows:
+        if r["drafts"] != CAPACITY_DRAFTS or r["measured_ratio"] is None:
+            continue
+        out.append((r["model"], f"C {r['chunk']}, tp {r['tp']}", f"{r['measured_ratio']:.2f}x",
+                    f"{r['ratio_linear']:.2f}x", r["commit"]))
+    return out
+
+
+def table(title, header, lines):
+    print(f"\n{title}")
+    if not lines:
+        print("  no measurement")
+        return
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *lines)]
+    for line in (header, *lines):
+        print("  " + "  ".join(str(x).rjust(w) for x, w in zip(line, widths)))
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", default="results")
+    ap.add_argument("--gpu", default="h200")
+    ap.add_argument("--wall-s", type=float, help="the main job's wall time, printed with the table")
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:
+        return 2 if e.code else 0
+    try:
+        decode = load(os.path.join(args.results, f"decode_{args.gpu}.csv"), ("model", "kernel", "gpu", "commit"),
+                      ("batch", "chunk"), ("latency_us_median",)) or []
+        verify = load(os.path.join(args.results, f"verify_{args.gpu}.csv"), ("model", "method", "gpu", "commit"),
+                      ("batch", "chunk", "drafts"), ("latency_us_median",)) or []
+        capacity_path = os.path.join(args.results, f"capacity_{args.gpu}.csv")
+        capacity = read_table(capacity_path, required=("model", "gpu", "commit"), ints=("drafts", "chunk", "tp"),
+                              floats=("ratio_linear",), optional_floats=("measured_ratio",)) \
+            if os.path.isfile(capacity_path) else []
+    except InputError as e:
+        print(f"summary.py: {e}", file=sys.stderr)
+        return 2
+    gpus = sorted({r["gpu"] for r in decode + verify + capacity})
+    print(f"== summary: {args.results} on {', '.join(gpus) or args.gpu}; us per layer per step, median"
+          + (f"; main job wall time {args.wall_s:.0f} s" if args.wall_s is not None else ""))
+    for title, recurrent, kvbuffer, prefix in FAMILIES:
+        table(f"{title} decode: KVBuffer at its best C against recurrent (paper: up to {PAPER_DECODE_REDUCTION}% lower)",
+              ("batch", "recurrent", "kvbuffer [C]", "latency reduction", "commit"),
+              decode_lines(decode, recurrent, kvbuffer))
+        table(f"{title} speculative verify, T = {VERIFY_DRAFTS}: KVBuffer against the fastest classic",
+              ("batch", "classic", "kvbuffer [C]", "speedup", "commit"), verify_lines(verify, prefix))
+    table(f"Concurrent requests at T = {CAPACITY_DRAFTS}, KVBuffer over classic, linear-attention pool "
+          f"(paper: {PAPER_CAPACITY_RATIO:g}x)", ("model", "config", "measured", "model", "commit"),
+          capacity_lines(capacity))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

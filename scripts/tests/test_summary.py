@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""CPU tests of scripts/summary.py: the committed results/ (numbers recomputed here from the CSVs),
+a results folder with Mamba-2 rows only, and exit status 2 on a malformed CSV."""
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "summary.py")
+RESULTS = os.path.join(HERE, "..", "..", "results")
+
+
+def run(*args):
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+
+
+def section(stdout, title_start):
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title_start))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith("  ")), len(lines))
+    return lines[start + 1:end]
+
+
+class Summary(unittest.TestCase):
+    def test_committed_results(self):
+        r = run("--results", RESULTS, "--wall-s", "600")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("main job wall time 600 s", r.stdout)
+        with open(os.path.join(RESULTS, "decode_h200.csv")) as f:
+            rows = [x for x in csv.DictReader(f) if x["latency_us_median"] and not x.get("note")]
+        rec = min(float(x["latency_us_median"]) for x in rows if x["kernel"] == "recurrent" and x["batch"] == "256")
+        kvb = min(float(x["latency_us_median"]) for x in rows if x["kernel"] == "kvbuffer" and x["batch"] == "256")
+        gdn = section(r.stdout, "Gated DeltaNet decode")
+        line_256 = next(line for line in gdn if line.split()[0] == "256")
+        self.assertIn(f"{100 * (1 - kvb / rec):.1f}%", line_256)
+        self.assertIn("up to 45.17% lower", r.stdout)
+        self.assertIn("(paper: 5x)", r.stdout)
+
+    def test_mamba2_rows_only(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "decode_h200.csv"), "w") as f:
+                f.write("model,kernel,batch,chunk,latency_us_median,gpu,commit,note\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-recurrent,64,0,70.0,NVIDIA H200,abc,\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,8,40.0,NVIDIA H200,abc,\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,16,35.0,NVIDIA H200,abc,\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,64,,NVIDIA H200,abc,\"skipped: no memory, none\"\n")
+            r = run("--results", tmp)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(section(r.stdout, "Gated DeltaNet decode"), ["  no measurement"])
+            (line,) = section(r.stdout, "Mamba-2 decode")[1:]
+            self.assertEqual(line.split()[:6], ["64", "70.00", "35.00", "[C", "16]", "50.0%"])
+
+    def test_malformed_csv_exits_2(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "decode_h200.csv"), "w") as f:
+                f.write("model,kernel,batch,chunk,latency_us_median,gpu,commit\nm,recurrent,x,0,1.0,g,c\n")
+            r = run("--results", tmp)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("decode_h200.csv:2: column batch: 'x' is not a number", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
