@@ -3,6 +3,8 @@
 // KVBuffer, and (--held-out) the check of the measured tables' interpolation against points held out.
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "bench/cmd_common.h"
@@ -21,7 +23,7 @@ struct StepOptions {
   int chunk = 16;
   int drafts = 0;
   double accept_rate = 0.7;
-  std::string calibration;
+  std::string calibration = "auto";
   std::string results_dir = KVBUF_RESULTS_DIR;
 
   void add_to(CLI::App* c, bool model_required) {
@@ -38,34 +40,53 @@ struct StepOptions {
     c->add_option("--accept-rate", accept_rate, "probability that each draft is accepted")
         ->check(CLI::Range(0.0, 1.0))
         ->capture_default_str();
-    c->add_option("--calibration", calibration, "JSON file written by `kvbuf calibrate` on the GPU");
+    c->add_option("--calibration", calibration,
+                  "JSON file written by `kvbuf calibrate` on the GPU; auto: <results>/calibrate_<gpu>.json where "
+                  "it exists (the H200's is committed); none: the GPU table's values")
+        ->capture_default_str();
     c->add_option("--results", results_dir, "directory of the measured tables (decode_h200.csv, verify_h200.csv)")
         ->capture_default_str();
   }
 
   GpuSpec gpu_spec() const {
+    GpuSpec g;
     try {
-      GpuSpec g = find_gpu(gpu);
-      if (!calibration.empty()) g = apply_calibration(g, read_calibration(calibration));
-      return g;
+      g = find_gpu(gpu);
     } catch (const std::invalid_argument& e) {
-      throw UsageError(std::string(calibration.empty() ? "--gpu: " : "--calibration: ") + e.what());
+      throw UsageError(std::string("--gpu: ") + e.what());
+    }
+    std::string file = calibration;
+    if (calibration == "auto") {
+      file = results_dir + "/calibrate_" + g.name + ".json";
+      if (!std::ifstream(file)) return g;
+    }
+    if (file == "none") return g;
+    try {
+      return apply_calibration(g, read_calibration(file));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--calibration: ") + e.what());
     }
   }
+  // The measured tables of the model's layer family (GDN when no model is given).
   MeasuredLinearTable table() const {
+    const LayerKind kind = model.empty() ? LayerKind::GatedDeltaNet : config_model().kind;
+    if (!std::filesystem::is_directory(results_dir)) throw UsageError("--results: no directory '" + results_dir + "'");
     try {
-      return MeasuredLinearTable::load(results_dir);
+      return MeasuredLinearTable::load(results_dir, kind);
     } catch (const std::invalid_argument& e) {
       throw UsageError(std::string("--results: ") + e.what());
     }
   }
-  StepConfig config(DecodeMethod method, const GpuSpec& g) const {
-    StepConfig c;
+  ModelSpec config_model() const {
     try {
-      c.model = find_model(model);
+      return find_model(model);
     } catch (const std::invalid_argument& e) {
       throw UsageError(std::string("--model: ") + e.what());
     }
+  }
+  StepConfig config(DecodeMethod method, const GpuSpec& g) const {
+    StepConfig c;
+    c.model = config_model();
     c.tp = tp;
     c.gpu = g;
     c.method = method;

@@ -168,7 +168,20 @@ MeasuredLinearTable::MeasuredLinearTable(ModelSpec reference, std::vector<Measur
   }
 }
 
-MeasuredLinearTable MeasuredLinearTable::load(const std::string& results_dir) {
+std::pair<std::string, std::string> MeasuredLinearTable::file_names(LayerKind kind) {
+  if (kind == LayerKind::Mamba2) return {"decode_mamba2_h200.csv", "verify_mamba2_h200.csv"};
+  return {"decode_h200.csv", "verify_h200.csv"};
+}
+
+MeasuredLinearTable MeasuredLinearTable::load(const std::string& results_dir, LayerKind kind) {
+  // Mamba-2 rows name their kernels as GDN's with this prefix (bench/sweep_kernels.h).
+  const std::string prefix = kind == LayerKind::Mamba2 ? "mamba2-" : "";
+  auto unprefixed = [&](const std::string& name, std::string* out) {
+    if (name.compare(0, prefix.size(), prefix) != 0) return false;
+    *out = name.substr(prefix.size());
+    return true;
+  };
+  auto exists = [](const std::string& path) { return bool(std::ifstream(path)); };
   std::vector<MeasuredPoint> points;
   std::string model;
   auto same_model = [&](const CsvTable& t, size_t r) {
@@ -178,46 +191,55 @@ MeasuredLinearTable MeasuredLinearTable::load(const std::string& results_dir) {
       throw bad(t.path + ":" + std::to_string(t.line_of_row[r]) + ": model '" + m + "' differs from '" +
                 model + "' (one reference shape per table)");
   };
-  const CsvTable decode = read_csv_table(results_dir + "/decode_h200.csv");
-  for (size_t r = 0; r < decode.rows.size(); ++r) {
-    const std::string& kernel = decode.text(r, "kernel");
-    const std::string& variant = decode.text(r, "variant");
-    const std::string& entry = decode.text(r, "entry_dtype");
-    MeasuredPoint p;
-    if (kernel == "recurrent") {
-      p.kernel = LinearKernel::Recurrent;
-    } else if ((kernel == "kvbuffer" || kernel == "direct") && variant == "cached-u" && entry == "bf16") {
-      p.kernel = kernel == "kvbuffer" ? LinearKernel::KVBuffer : LinearKernel::Direct;
-    } else {
-      continue;
+  const auto [decode_file, verify_file] = file_names(kind);
+  if (exists(results_dir + "/" + decode_file)) {
+    const CsvTable decode = read_csv_table(results_dir + "/" + decode_file);
+    for (size_t r = 0; r < decode.rows.size(); ++r) {
+      std::string kernel;
+      if (!unprefixed(decode.text(r, "kernel"), &kernel)) continue;
+      // GDN's entry variants: the bf16 cached-u rows are the step an engine runs.
+      const bool gdn_default_entry = kind != LayerKind::GatedDeltaNet ||
+                                     (decode.text(r, "variant") == "cached-u" && decode.text(r, "entry_dtype") == "bf16");
+      MeasuredPoint p;
+      if (kernel == "recurrent") {
+        p.kernel = LinearKernel::Recurrent;
+      } else if ((kernel == "kvbuffer" || kernel == "direct") && gdn_default_entry) {
+        p.kernel = kernel == "kvbuffer" ? LinearKernel::KVBuffer : LinearKernel::Direct;
+      } else {
+        continue;
+      }
+      same_model(decode, r);
+      p.batch = int(decode.number(r, "batch"));
+      p.chunk = int(decode.number(r, "chunk"));
+      p.latency_us = decode.number(r, "latency_us_median");
+      p.method = decode.text(r, "kernel");
+      points.push_back(p);
     }
-    same_model(decode, r);
-    p.batch = int(decode.number(r, "batch"));
-    p.chunk = int(decode.number(r, "chunk"));
-    p.latency_us = decode.number(r, "latency_us_median");
-    p.method = kernel;
-    points.push_back(p);
   }
-  const CsvTable verify = read_csv_table(results_dir + "/verify_h200.csv");
-  for (size_t r = 0; r < verify.rows.size(); ++r) {
-    const std::string& method = verify.text(r, "method");
-    const bool tree = method.size() >= 5 && method.compare(method.size() - 5, 5, "-tree") == 0;
-    MeasuredPoint p;
-    if (method.rfind("verify-classic", 0) == 0 && !tree) {
-      p.kernel = LinearKernel::VerifyClassic;  // the faster of copy-commit and in-place rows
-    } else if (method == "verify-kvbuffer") {
-      p.kernel = LinearKernel::VerifyKVBuffer;
-    } else {
-      continue;
+  if (exists(results_dir + "/" + verify_file)) {
+    const CsvTable verify = read_csv_table(results_dir + "/" + verify_file);
+    for (size_t r = 0; r < verify.rows.size(); ++r) {
+      std::string method;
+      if (!unprefixed(verify.text(r, "method"), &method)) continue;
+      const bool tree = method.size() >= 5 && method.compare(method.size() - 5, 5, "-tree") == 0;
+      MeasuredPoint p;
+      if (method.rfind("verify-classic", 0) == 0 && !tree) {
+        p.kernel = LinearKernel::VerifyClassic;  // the faster of copy-commit and in-place rows
+      } else if (method == "verify-kvbuffer") {
+        p.kernel = LinearKernel::VerifyKVBuffer;
+      } else {
+        continue;
+      }
+      same_model(verify, r);
+      p.batch = int(verify.number(r, "batch"));
+      p.chunk = int(verify.number(r, "chunk"));
+      p.drafts = int(verify.number(r, "drafts"));
+      p.latency_us = verify.number(r, "latency_us_median");
+      p.method = verify.text(r, "method");
+      points.push_back(p);
     }
-    same_model(verify, r);
-    p.batch = int(verify.number(r, "batch"));
-    p.chunk = int(verify.number(r, "chunk"));
-    p.drafts = int(verify.number(r, "drafts"));
-    p.latency_us = verify.number(r, "latency_us_median");
-    p.method = method;
-    points.push_back(p);
   }
+  if (points.empty()) return MeasuredLinearTable();
   return MeasuredLinearTable(find_model(model), std::move(points));
 }
 

@@ -2,7 +2,7 @@
 // a user sees what share of a step the linear-attention layers are.
 //   linear attention: the measured per-layer kernel tables (results/*.csv, read at run time),
 //       interpolated over batch and C and scaled to the model's layer by the bytes model; where no
-//       measurement exists (Mamba-2 today, C outside the measured range) the bytes model over the
+//       measurement exists (a family without tables, C outside the measured range) the bytes model over the
 //       GPU's bandwidth plus one kernel overhead, flagged "modelled";
 //   full attention: KV-cache bytes read at the requests' context lengths;
 //   projections, MLP / MoE, LM head: weight bytes read per step (MoE: the expected distinct experts
@@ -14,6 +14,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "sim/catalog.h"
@@ -53,11 +54,15 @@ class MeasuredLinearTable {
  public:
   MeasuredLinearTable() = default;
   MeasuredLinearTable(ModelSpec reference, std::vector<MeasuredPoint> points);
-  // results_dir/decode_h200.csv (recurrent in place, kvbuffer and direct rows, bf16 cached-u
-  // entries) and results_dir/verify_h200.csv (verify rows: the faster of every verify-classic*
-  // chain method per point, verify-kvbuffer); throws std::invalid_argument on a missing file,
-  // column or malformed number, naming file and line.
-  static MeasuredLinearTable load(const std::string& results_dir);
+  // The sweeps' tables of one layer family in results_dir. Gated DeltaNet: decode_h200.csv
+  // (recurrent in place, kvbuffer and direct rows, bf16 cached-u entries) and verify_h200.csv
+  // (the faster of every verify-classic* chain method per point, verify-kvbuffer). Mamba-2: the
+  // same kernels named mamba2-* in decode_mamba2_h200.csv and verify_mamba2_h200.csv. A missing
+  // file adds no points (no file at all: an empty table, every time modelled); a malformed one
+  // throws std::invalid_argument naming file and line.
+  static MeasuredLinearTable load(const std::string& results_dir, LayerKind kind);
+  // The file names load() reads for a family, decode then verify.
+  static std::pair<std::string, std::string> file_names(LayerKind kind);
   const ModelSpec& reference() const { return reference_; }
   // One point per (kernel, batch, C, T): the faster of two methods where both were measured.
   const std::vector<MeasuredPoint>& points() const { return points_; }

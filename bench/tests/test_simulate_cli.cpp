@@ -133,14 +133,36 @@ TEST(KvbufSimulate, BadInputExitsTwo) {
 }
 
 TEST(KvbufStep, TermsPerBatchAndHeldOut) {
-  const SimRun r = kvbuf("step --model nemotron-3-nano-30b-a3b --batch 1,64 --context 2048");
+  const fs::path no_tables = scratch() / "no_tables";
+  fs::create_directories(no_tables);
+  const SimRun r = kvbuf("step --model nemotron-3-nano-30b-a3b --batch 1,64 --context 2048 --results " +
+                         no_tables.string());
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("modelled"), std::string::npos);  // no Mamba-2 table yet
+  EXPECT_NE(r.out.find("modelled"), std::string::npos);  // no measured table in that directory
   const SimRun h = kvbuf("step --held-out");
   ASSERT_EQ(h.status, 0) << h.err;
   EXPECT_NE(h.out.find("largest error"), std::string::npos);
   expect_usage_error("step --model qwen3.5-9b --batch 0", "--batch: must be a positive integer, got 0");
   expect_usage_error("step --batch 8", "--model is required");
+}
+
+TEST(KvbufStep, CalibrationFromTheResultsDirectoryUnlessNone) {
+  const fs::path dir = scratch() / "calibrated";
+  fs::create_directories(dir);
+  std::ofstream(dir / "calibrate_h200.json")
+      << R"({"gpu": "test H200", "commit": "abc123", "copy_gbps": 4000, "kernel_overhead_us": 1.5,)"
+      << R"( "gemm_n": 4096, "gemm_k": 4096, "gemm": [{"m": 1, "tflops": 4}, {"m": 512, "tflops": 600}]})";
+  const std::string step = "step --model qwen3.5-9b --batch 1 --results " + dir.string();
+  const SimRun automatic = kvbuf(step);
+  ASSERT_EQ(automatic.status, 0) << automatic.err;
+  EXPECT_NE(automatic.out.find("kernel overhead 1.5 us (calibrated)"), std::string::npos) << automatic.out;
+  EXPECT_NE(automatic.out.find("calibrated on test H200 (commit abc123)"), std::string::npos) << automatic.out;
+  const SimRun none = kvbuf(step + " --calibration none");
+  ASSERT_EQ(none.status, 0) << none.err;
+  EXPECT_NE(none.out.find("(assumed)"), std::string::npos) << none.out;
+  const SimRun other_gpu = kvbuf("step --model qwen3.5-9b --batch 1 --gpu h100 --results " + dir.string());
+  ASSERT_EQ(other_gpu.status, 0) << other_gpu.err;
+  EXPECT_EQ(other_gpu.out.find("calibrated on"), std::string::npos) << other_gpu.out;  // the H200's file only
 }
 
 }  // namespace

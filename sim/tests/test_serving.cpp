@@ -11,7 +11,7 @@ namespace kvbuf {
 namespace {
 
 const MeasuredLinearTable& table() {
-  static const MeasuredLinearTable t = MeasuredLinearTable::load(KVBUF_RESULTS_DIR);
+  static const MeasuredLinearTable t = MeasuredLinearTable::load(KVBUF_RESULTS_DIR, LayerKind::GatedDeltaNet);
   return t;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "sim/gpus.h"
@@ -13,7 +14,7 @@ namespace kvbuf {
 namespace {
 
 const MeasuredLinearTable& table() {
-  static const MeasuredLinearTable t = MeasuredLinearTable::load(KVBUF_RESULTS_DIR);
+  static const MeasuredLinearTable t = MeasuredLinearTable::load(KVBUF_RESULTS_DIR, LayerKind::GatedDeltaNet);
   return t;
 }
 
@@ -46,6 +47,32 @@ TEST(StepModelTable, LoadsEveryKernel) {
     for (const MeasuredPoint& p : table().points()) n += p.kernel == k;
     EXPECT_GE(n, 7) << linear_kernel_name(k);  // every batch of the sweep
   }
+}
+
+TEST(StepModelTable, EachFamilyReadsItsOwnFilesAndRows) {
+  const std::string dir = ::testing::TempDir() + "kvbuf_mamba2_tables";
+  std::filesystem::create_directories(dir);
+  const auto [decode_file, verify_file] = MeasuredLinearTable::file_names(LayerKind::Mamba2);
+  std::filesystem::remove(dir + "/" + verify_file);
+  {
+    std::ofstream decode(dir + "/" + decode_file);
+    decode << "model,kernel,variant,entry_dtype,batch,chunk,latency_us_median,note\n"
+           << "nemotron-3-nano-30b-a3b,mamba2-recurrent,-,bf16,64,0,69.5,\n"
+           << "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,-,bf16,64,16,40.25,\n"
+           << "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,-,bf16,256,16,0,out of memory\n"
+           << "nemotron-3-nano-30b-a3b,recurrent,cached-u,bf16,64,0,1.0,\n";
+  }
+  const MeasuredLinearTable m = MeasuredLinearTable::load(dir, LayerKind::Mamba2);
+  ASSERT_EQ(m.points().size(), 2u);  // the GDN-named row and the note row hold no Mamba-2 time
+  EXPECT_EQ(m.reference().name, "nemotron-3-nano-30b-a3b");
+  LinearLookup l;
+  ASSERT_TRUE(m.lookup(LinearKernel::KVBuffer, 64, 16, 0, &l));
+  EXPECT_DOUBLE_EQ(l.latency_us, 40.25);
+  EXPECT_FALSE(m.lookup(LinearKernel::VerifyKVBuffer, 64, 16, 4, &l));  // no verify file
+  EXPECT_TRUE(MeasuredLinearTable::load(dir, LayerKind::GatedDeltaNet).empty());  // no GDN files there
+  const StepModel nano(config("nemotron-3-nano-30b-a3b", DecodeMethod::Classic), m);
+  EXPECT_EQ(nano.linear_layer(LinearKernel::Recurrent, 64).source, LinearSource::Measured);
+  EXPECT_DOUBLE_EQ(nano.linear_layer(LinearKernel::Recurrent, 64).latency_us, 69.5);
 }
 
 TEST(StepModelTable, InterpolationReproducesMeasuredPoints) {
