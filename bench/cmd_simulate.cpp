@@ -216,6 +216,8 @@ struct StepCmdOptions {
 int run_held_out(const StepCmdOptions& o) {
   const GpuSpec gpu = o.step.gpu_spec();
   const MeasuredLinearTable table = o.step.table();
+  if (table.empty())
+    throw UsageError("--held-out: no measured tables of this layer family in '" + o.step.results_dir + "'");
   const std::vector<int> held = {8, 64, 256};
   const std::vector<HeldOutRow> rows = held_out_check(table, gpu, held);
   fmt::print("held-out check: {} measured per-layer latencies ({} shapes) at batches 8, 64, 256, predicted by\n"
