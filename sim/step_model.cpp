@@ -58,6 +58,9 @@ struct CsvTable {
   const std::string& text(size_t row, const std::string& name) const {
     return rows[row][column(name)];
   }
+  bool has_column(const std::string& name) const {
+    return std::find(header.begin(), header.end(), name) != header.end();
+  }
 };
 
 CsvTable read_csv_table(const std::string& path) {
@@ -168,11 +171,6 @@ MeasuredLinearTable::MeasuredLinearTable(ModelSpec reference, std::vector<Measur
   }
 }
 
-std::pair<std::string, std::string> MeasuredLinearTable::file_names(LayerKind kind) {
-  if (kind == LayerKind::Mamba2) return {"decode_mamba2_h200.csv", "verify_mamba2_h200.csv"};
-  return {"decode_h200.csv", "verify_h200.csv"};
-}
-
 MeasuredLinearTable MeasuredLinearTable::load(const std::string& results_dir, LayerKind kind) {
   // Mamba-2 rows name their kernels as GDN's with this prefix (bench/sweep_kernels.h).
   const std::string prefix = kind == LayerKind::Mamba2 ? "mamba2-" : "";
@@ -191,12 +189,16 @@ MeasuredLinearTable MeasuredLinearTable::load(const std::string& results_dir, La
       throw bad(t.path + ":" + std::to_string(t.line_of_row[r]) + ": model '" + m + "' differs from '" +
                 model + "' (one reference shape per table)");
   };
-  const auto [decode_file, verify_file] = file_names(kind);
+  const std::string decode_file = "decode_h200.csv", verify_file = "verify_h200.csv";
   if (exists(results_dir + "/" + decode_file)) {
     const CsvTable decode = read_csv_table(results_dir + "/" + decode_file);
+    const bool has_context = decode.has_column("context_tokens");
     for (size_t r = 0; r < decode.rows.size(); ++r) {
       std::string kernel;
       if (!unprefixed(decode.text(r, "kernel"), &kernel)) continue;
+      // The short-context sweep's rows (a request at a given context, direct below C) are not the
+      // steady-state step the tables interpolate.
+      if (has_context && decode.number(r, "context_tokens") > 0) continue;
       // GDN's entry variants: the bf16 cached-u rows are the step an engine runs.
       const bool gdn_default_entry = kind != LayerKind::GatedDeltaNet ||
                                      (decode.text(r, "variant") == "cached-u" && decode.text(r, "entry_dtype") == "bf16");

@@ -14,7 +14,6 @@
 #include <map>
 #include <string>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include "sim/catalog.h"
@@ -54,15 +53,13 @@ class MeasuredLinearTable {
  public:
   MeasuredLinearTable() = default;
   MeasuredLinearTable(ModelSpec reference, std::vector<MeasuredPoint> points);
-  // The sweeps' tables of one layer family in results_dir. Gated DeltaNet: decode_h200.csv
-  // (recurrent in place, kvbuffer and direct rows, bf16 cached-u entries) and verify_h200.csv
-  // (the faster of every verify-classic* chain method per point, verify-kvbuffer). Mamba-2: the
-  // same kernels named mamba2-* in decode_mamba2_h200.csv and verify_mamba2_h200.csv. A missing
-  // file adds no points (no file at all: an empty table, every time modelled); a malformed one
-  // throws std::invalid_argument naming file and line.
+  // One layer family's rows of the sweeps' tables in results_dir, decode_h200.csv and
+  // verify_h200.csv: recurrent in place, kvbuffer and direct (GDN: bf16 cached-u entries), the
+  // faster of every verify-classic* chain method per point and verify-kvbuffer; Mamba-2's kernels
+  // are the same names with the prefix mamba2-. A missing file adds no points (no rows of the family
+  // at all: an empty table, every time modelled); a malformed one throws std::invalid_argument
+  // naming file and line.
   static MeasuredLinearTable load(const std::string& results_dir, LayerKind kind);
-  // The file names load() reads for a family, decode then verify.
-  static std::pair<std::string, std::string> file_names(LayerKind kind);
   const ModelSpec& reference() const { return reference_; }
   // One point per (kernel, batch, C, T): the faster of two methods where both were measured.
   const std::vector<MeasuredPoint>& points() const { return points_; }

@@ -49,27 +49,32 @@ TEST(StepModelTable, LoadsEveryKernel) {
   }
 }
 
-TEST(StepModelTable, EachFamilyReadsItsOwnFilesAndRows) {
+TEST(StepModelTable, EachFamilyReadsItsOwnRows) {
   const std::string dir = ::testing::TempDir() + "kvbuf_mamba2_tables";
   std::filesystem::create_directories(dir);
-  const auto [decode_file, verify_file] = MeasuredLinearTable::file_names(LayerKind::Mamba2);
-  std::filesystem::remove(dir + "/" + verify_file);
+  std::filesystem::remove(dir + "/verify_h200.csv");
   {
-    std::ofstream decode(dir + "/" + decode_file);
-    decode << "model,kernel,variant,entry_dtype,batch,chunk,latency_us_median,note\n"
-           << "nemotron-3-nano-30b-a3b,mamba2-recurrent,-,bf16,64,0,69.5,\n"
-           << "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,-,bf16,64,16,40.25,\n"
-           << "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,-,bf16,256,16,0,out of memory\n"
-           << "nemotron-3-nano-30b-a3b,recurrent,cached-u,bf16,64,0,1.0,\n";
+    std::ofstream decode(dir + "/decode_h200.csv");
+    decode << "model,kernel,variant,entry_dtype,batch,chunk,context_tokens,latency_us_median,note\n"
+           << "nemotron-3-nano-30b-a3b,mamba2-recurrent,-,bf16,64,0,0,69.5,\n"
+           << "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,-,bf16,64,16,0,40.25,\n"
+           << "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,-,bf16,64,16,8,20.5,\n"
+           << "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,-,bf16,256,16,0,0,out of memory\n"
+           << "qwen3-next-80b-a3b,recurrent,cached-u,bf16,64,0,0,1.0,\n";
   }
   const MeasuredLinearTable m = MeasuredLinearTable::load(dir, LayerKind::Mamba2);
-  ASSERT_EQ(m.points().size(), 2u);  // the GDN-named row and the note row hold no Mamba-2 time
+  // The GDN-named row, the short-context row and the note row hold no Mamba-2 steady-state time.
+  ASSERT_EQ(m.points().size(), 2u);
   EXPECT_EQ(m.reference().name, "nemotron-3-nano-30b-a3b");
   LinearLookup l;
   ASSERT_TRUE(m.lookup(LinearKernel::KVBuffer, 64, 16, 0, &l));
   EXPECT_DOUBLE_EQ(l.latency_us, 40.25);
   EXPECT_FALSE(m.lookup(LinearKernel::VerifyKVBuffer, 64, 16, 4, &l));  // no verify file
-  EXPECT_TRUE(MeasuredLinearTable::load(dir, LayerKind::GatedDeltaNet).empty());  // no GDN files there
+  // One file holds both families; each reads its own rows.
+  const MeasuredLinearTable gdn = MeasuredLinearTable::load(dir, LayerKind::GatedDeltaNet);
+  ASSERT_EQ(gdn.points().size(), 1u);
+  EXPECT_EQ(gdn.points()[0].kernel, LinearKernel::Recurrent);
+  EXPECT_TRUE(MeasuredLinearTable::load(dir + "/none", LayerKind::GatedDeltaNet).empty());
   const StepModel nano(config("nemotron-3-nano-30b-a3b", DecodeMethod::Classic), m);
   EXPECT_EQ(nano.linear_layer(LinearKernel::Recurrent, 64).source, LinearSource::Measured);
   EXPECT_DOUBLE_EQ(nano.linear_layer(LinearKernel::Recurrent, 64).latency_us, 69.5);
