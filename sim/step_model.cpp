@@ -179,7 +179,10 @@ MeasuredLinearTable MeasuredLinearTable::load(const std::string& results_dir) {
                 model + "' (one reference shape per table)");
   };
   const CsvTable decode = read_csv_table(results_dir + "/decode_h200.csv");
+  const bool has_context = std::find(decode.header.begin(), decode.header.end(), "context_tokens") != decode.header.end();
   for (size_t r = 0; r < decode.rows.size(); ++r) {
+    // Short-context rows (kvbuf sweep --context L > 0) are not the steady decode this model takes.
+    if (has_context && decode.number(r, "context_tokens") != 0) continue;
     const std::string& kernel = decode.text(r, "kernel");
     const std::string& variant = decode.text(r, "variant");
     const std::string& entry = decode.text(r, "entry_dtype");
