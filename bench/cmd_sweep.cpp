@@ -154,10 +154,11 @@ int run_sweep(CLI::App* app, SweepOptions& o) {
 #ifdef KVBUF_WITH_CUDA
   bool any_decode = false, any_verify = false;
   for (const SweepPoint& p : points) (p.decode() ? any_decode : any_verify) = true;
-  if (any_decode) save_grid(app, o.settings.decode_csv);
-  if (any_verify) save_grid(app, o.settings.verify_csv);
   o.settings.commit = source_commit();
-  return run_sweep_on_gpu(points, o.settings);
+  return run_sweep_on_gpu(points, o.settings, [&] {
+    if (any_decode) save_grid(app, o.settings.decode_csv);
+    if (any_verify) save_grid(app, o.settings.verify_csv);
+  });
 #else
   throw UsageError("kvbuf sweep requires a CUDA build (--dry-run lists the points without one)");
 #endif

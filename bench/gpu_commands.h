@@ -3,6 +3,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,9 @@ struct CapacityMeasured {
 CapacityMeasured measure_capacity_on_gpu(const CapacityMeasureArgs& args);
 
 // `kvbuf sweep` (bench/sweep_run.cu): measures the points not yet in the CSVs, row by row, with
-// progress on stderr. Returns the exit status; throws std::runtime_error when points failed.
-int run_sweep_on_gpu(const std::vector<SweepPoint>& points, const SweepSettings& settings);
+// progress on stderr; `on_device` runs once a device answers, before any row. Returns the exit
+// status; throws std::runtime_error when points failed.
+int run_sweep_on_gpu(const std::vector<SweepPoint>& points, const SweepSettings& settings,
+                     const std::function<void()>& on_device);
 
 }  // namespace kvbuf

@@ -57,8 +57,10 @@ std::string measurement_key(const SweepPoint& p) {
 
 }  // namespace
 
-int run_sweep_on_gpu(const std::vector<SweepPoint>& points, const SweepSettings& st) {
+int run_sweep_on_gpu(const std::vector<SweepPoint>& points, const SweepSettings& st,
+                     const std::function<void()>& on_device) {
   if (!gpu_present()) throw std::runtime_error("kvbuf sweep: no CUDA device answers");
+  on_device();
   const std::string gpu = gpu_name();
   bool any_decode = false, any_verify = false;
   for (const SweepPoint& p : points) (p.decode() ? any_decode : any_verify) = true;
