@@ -421,6 +421,7 @@ CsvResume resume_csv(const std::string& path, const std::vector<std::string>& co
     throw std::invalid_argument(path + " has other columns than this sweep writes (an older sweep's file?): move it "
                                 "away or give another output path");
   r.exists = true;
+  const size_t note_at = size_t(std::find(header.begin(), header.end(), "note") - header.begin());
   std::vector<size_t> key_at;
   for (const std::string& k : key_columns)
     key_at.push_back(size_t(std::find(header.begin(), header.end(), k) - header.begin()));
@@ -429,10 +430,11 @@ CsvResume resume_csv(const std::string& path, const std::vector<std::string>& co
     const std::vector<std::string> f = split_csv_line(text.substr(start, pos - start));
     if (f.size() != header.size())
       throw std::invalid_argument(fmt::format("{}: a row has {} fields, the header {}", path, f.size(), header.size()));
+    ++r.rows;
+    if (note_at < f.size() && f[note_at].rfind("failed:", 0) == 0) continue;  // measured again
     std::vector<std::string> parts;
     for (size_t i : key_at) parts.push_back(f.at(i));
     r.finished.insert(join(parts, "\x1f"));
-    ++r.rows;
   }
   return r;
 }

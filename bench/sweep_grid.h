@@ -122,7 +122,8 @@ struct CsvResume {
 };
 // Reads an existing results CSV before a run appends to it: cuts off a torn last line, checks that
 // the header is `columns` (std::invalid_argument otherwise: an older sweep's file, say) and collects
-// the keys of its rows. A missing or empty file gives an empty result.
+// the keys of its rows, except rows whose note starts with "failed:" (those points run again). A
+// missing or empty file gives an empty result.
 CsvResume resume_csv(const std::string& path, const std::vector<std::string>& columns,
                      const std::vector<std::string>& key_columns);
 

@@ -177,9 +177,11 @@ TEST(SweepGrid, ResumeSkipsFinishedPointsAndDropsATornLine) {
   const auto ps = expand_grid(small_axes());
   {
     CsvWriter csv(path, decode_columns());
-    for (size_t i = 0; i < 5; ++i) {
-      // Rows as the GPU driver writes them: base columns (measured ones made up), then the grid's.
+    for (size_t i = 0; i < 6; ++i) {
+      // Rows as the GPU driver writes them: base columns (measured ones made up), then the grid's;
+      // the sixth point failed (its row says so) and runs again.
       auto c = point_columns(ps[i], "NVIDIA H200", "abc123");
+      if (i == 5) c["note"] = "failed: an illegal memory access, say";
       std::vector<std::string> base;
       for (const std::string& name : decode_base_columns()) base.push_back(c.count(name) ? c.at(name) : "1.5");
       csv.set_row_suffix(grid_fields(ps[i]));
@@ -190,7 +192,7 @@ TEST(SweepGrid, ResumeSkipsFinishedPointsAndDropsATornLine) {
   const CsvResume r = resume_csv(path, decode_columns(), decode_key_columns());
   EXPECT_TRUE(r.exists);
   EXPECT_TRUE(r.dropped_torn_line);
-  EXPECT_EQ(r.rows, 5u);
+  EXPECT_EQ(r.rows, 6u);
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
