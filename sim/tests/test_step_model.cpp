@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "sim/gpus.h"
@@ -46,6 +47,24 @@ TEST(StepModelTable, LoadsEveryKernel) {
     for (const MeasuredPoint& p : table().points()) n += p.kernel == k;
     EXPECT_GE(n, 7) << linear_kernel_name(k);  // every batch of the sweep
   }
+}
+
+TEST(StepModelTable, ShortContextRowsAreNotTheSteadyDecode) {
+  // kvbuf sweep --context L > 0 rows (direct mode at fill L) next to the steady rows (context 0).
+  const std::string dir = ::testing::TempDir() + "/kvbuf_step_context";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/decode_h200.csv")
+      << "model,kernel,variant,entry_dtype,batch,chunk,latency_us_median,note,context_tokens\n"
+         "qwen3-next-80b-a3b,recurrent,none,none,64,0,70,,0\n"
+         "qwen3-next-80b-a3b,kvbuffer,cached-u,bf16,64,16,40,,0\n"
+         "qwen3-next-80b-a3b,kvbuffer,cached-u,bf16,64,16,9,,2\n";
+  std::ofstream(dir + "/verify_h200.csv") << "model,method,batch,chunk,drafts,latency_us_median,note\n"
+                                             "qwen3-next-80b-a3b,verify-kvbuffer,64,16,4,90,\n";
+  const MeasuredLinearTable t = MeasuredLinearTable::load(dir);
+  LinearLookup l;
+  ASSERT_TRUE(t.lookup(LinearKernel::KVBuffer, 64, 16, 0, &l));
+  EXPECT_DOUBLE_EQ(l.latency_us, 40);
+  EXPECT_EQ(t.points().size(), 3u);
 }
 
 TEST(StepModelTable, InterpolationReproducesMeasuredPoints) {
