@@ -30,9 +30,10 @@ Command add_export_command(CLI::App& app);
 Command add_capacity_command(CLI::App& app);
 Command add_simulate_command(CLI::App& app);
 Command add_step_command(CLI::App& app);
-// CUDA builds only (bench/cmd_sweep.cu); kvbuf_main.cpp registers a stub that exits 2 otherwise.
+// Every build; without CUDA only --dry-run runs (bench/cmd_sweep.cpp).
 Command add_sweep_command(CLI::App& app);
-Command add_calibrate_command(CLI::App& app);  // bench/cmd_calibrate.cu, the same way
+// CUDA builds only (bench/cmd_calibrate.cu); kvbuf_main.cpp registers a stub that exits 2 otherwise.
+Command add_calibrate_command(CLI::App& app);
 
 // --model NAME (a catalog name; "all" where allowed) or the custom dims --kind --key-heads
 // --value-heads --head-k --head-v --layers; then --tp divides the heads.

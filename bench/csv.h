@@ -1,5 +1,6 @@
 // Results CSV written row by row as measured (flushed after every row), so an interrupted sweep
-// leaves every finished row on disk. Units go in the column names (latency_us, bytes, gbps).
+// leaves every finished row on disk (whole lines: bench/sweep_grid.h's resume_csv drops a torn one).
+// Units go in the column names (latency_us, bytes, gbps).
 #pragma once
 #include <fstream>
 #include <stdexcept>
@@ -12,13 +13,17 @@ namespace kvbuf {
 
 class CsvWriter {
  public:
-  CsvWriter(const std::string& path, std::vector<std::string> columns)
-      : out_(path), columns_(std::move(columns)) {
+  // append: rows go after those of an existing file that has this header (the caller checked it).
+  CsvWriter(const std::string& path, std::vector<std::string> columns, bool append = false)
+      : out_(path, append ? std::ios::app : std::ios::trunc), columns_(std::move(columns)) {
     if (!out_) throw std::runtime_error("cannot write " + path);
-    write_line(columns_);
+    if (!append) write_line(columns_);
   }
-  // Throws when the row has a different number of fields than the header.
-  void row(const std::vector<std::string>& fields) {
+  // Fields appended to every following row (the sweep grid's columns of the point being measured).
+  void set_row_suffix(std::vector<std::string> suffix) { suffix_ = std::move(suffix); }
+  // Throws when the row (with the suffix) has a different number of fields than the header.
+  void row(std::vector<std::string> fields) {
+    fields.insert(fields.end(), suffix_.begin(), suffix_.end());
     if (fields.size() != columns_.size())
       throw std::logic_error("CSV row has " + std::to_string(fields.size()) + " fields, header has " +
                              std::to_string(columns_.size()));
@@ -32,7 +37,7 @@ class CsvWriter {
     out_.flush();
   }
   std::ofstream out_;
-  std::vector<std::string> columns_;
+  std::vector<std::string> columns_, suffix_;
 };
 
 }  // namespace kvbuf

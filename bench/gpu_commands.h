@@ -3,8 +3,11 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
+#include "bench/sweep_grid.h"
 #include "sim/catalog.h"
 
 namespace kvbuf {
@@ -27,5 +30,11 @@ struct CapacityMeasured {
   std::string note;
 };
 CapacityMeasured measure_capacity_on_gpu(const CapacityMeasureArgs& args);
+
+// `kvbuf sweep` (bench/sweep_run.cu): measures the points not yet in the CSVs, row by row, with
+// progress on stderr; `on_device` runs once a device answers, before any row. Returns the exit
+// status; throws std::runtime_error when points failed.
+int run_sweep_on_gpu(const std::vector<SweepPoint>& points, const SweepSettings& settings,
+                     const std::function<void()>& on_device);
 
 }  // namespace kvbuf

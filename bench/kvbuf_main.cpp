@@ -16,12 +16,11 @@ int main(int argc, char** argv) {
   std::vector<Command> commands = {add_models_command(app), add_bytes_command(app),
                                    add_check_command(app), add_export_command(app),
                                    add_capacity_command(app), add_simulate_command(app),
-                                   add_step_command(app)};
+                                   add_step_command(app), add_sweep_command(app)};
 #ifdef KVBUF_WITH_CUDA
-  commands.push_back(add_sweep_command(app));
   commands.push_back(add_calibrate_command(app));
 #else
-  for (const char* name : {"sweep", "calibrate"}) {
+  for (const char* name : {"calibrate"}) {
     CLI::App* gpu_only = app.add_subcommand(name, std::string("kvbuf ") + name + " (CUDA builds only)");
     gpu_only->allow_extras();
     commands.push_back({gpu_only, [name]() -> int {

@@ -1,31 +1,33 @@
-// `kvbuf sweep` (GPU only): the decode and verify runners behind the one command of
-// bench/cmd_sweep.cu, on the timing library of bench/gpu_timing.h and the kernel table of
+// `kvbuf sweep` (GPU only): the decode and verify runners behind the grid driver of
+// bench/sweep_run.cu, on the timing library of bench/gpu_timing.h and the kernel table of
 // bench/sweep_kernels.h. Rows go to CSV row by row as measured; units in the column names.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "bench/csv.h"
 #include "bench/gpu_timing.h"
 #include "bench/sweep_kernels.h"
 #include "sim/catalog.h"
 
 namespace kvbuf {
 
+// What the runners need besides the point: the model after tensor parallelism, the method's
+// settings, and (for the summaries and the verify sweep's loops) the grid's axes of this model.
 struct SweepArgs {
   ModelSpec model;  // after tensor parallelism
   int layers = 0;   // layer pools per step (the model's linear layers when 0)
-  std::vector<int> batches{1, 8, 32, 64, 128, 256, 512};
-  std::vector<int> chunks{1, 2, 4, 8, 16, 32, 64};
-  std::vector<const SweepKernel*> kernels;  // decode and verify rows, in command-line order
+  std::vector<int> batches;
+  std::vector<int> chunks;
+  std::vector<const SweepKernel*> kernels;  // decode and verify rows of this model
   int rows_per_block = 0;
   double budget_s = 0.5;
   double max_point_s = 20;
   uint64_t seed = 1;
-  std::vector<int> drafts{1, 2, 3, 4, 5, 8};  // verify: T
-  double acceptance = 0.7;                    // verify
-  std::string decode_csv = "results/decode.csv";
-  std::string verify_csv = "results/verify.csv";
+  std::vector<int> drafts;  // verify: T
+  double acceptance = 0.7;  // verify
   // Filled by the command: measured in the same run, the device, the commit.
   double copy_gbps = 0;
   std::string gpu, commit;
@@ -38,24 +40,45 @@ struct DecodePoint {
   double median_us = 0;
 };
 
-// The decode rows of `args.kernels`; every measured point is appended to `points`. Returns the
-// number of failed points.
-int run_decode_sweep(const SweepArgs& args, std::vector<DecodePoint>& points);
+// The model line printed before its decode rows, and the table of the best C per kernel and batch
+// printed after them.
+void print_decode_header(const SweepArgs& args);
+void print_decode_summary(const SweepArgs& args, const std::vector<DecodePoint>& rows);
 
-// The verify rows; for the verify-to-decode ratio it compares with the fastest KVBuffer decode
-// step measured at each batch: from `decode_points` when the decode sweep measured "kvbuffer",
-// otherwise it times that step itself (same dispatch and scheduler metadata as the decode sweep).
-int run_verify_sweep(const SweepArgs& args, const std::vector<DecodePoint>& decode_points);
+// Measures one decode point and returns its row (the columns of decode_base_columns() in
+// bench/sweep_grid.h); a point that cannot run or fails is a row whose note says why (`failed`
+// set for a failure). direct_fill >= 0: every request stateless at that fill (a short context).
+// A steady-state measurement is appended to `points`.
+std::vector<std::string> decode_row(const SweepArgs& args, const SweepKernel& kernel, int batch, int chunk,
+                                    int direct_fill, std::vector<DecodePoint>& points, bool& failed);
+
+// The verify rows, point by point, into one CSV (verify_base_columns() of bench/sweep_grid.h); a
+// point that cannot run is a row whose note says why. For the verify-to-decode ratio of the summary
+// it compares with the fastest KVBuffer decode step measured at each batch (`decode_points`).
+class VerifySweep;
+class VerifyRunner {
+ public:
+  VerifyRunner(const SweepArgs& args, const std::vector<DecodePoint>& decode_points);
+  ~VerifyRunner();
+  VerifyRunner(const VerifyRunner&) = delete;
+  VerifyRunner& operator=(const VerifyRunner&) = delete;
+  // Returns false when the point failed (its row says how).
+  bool run_point(const SweepKernel& kernel, int batch, int drafts, int chunk, CsvWriter& csv);
+  void summary() const;
+
+ private:
+  std::unique_ptr<VerifySweep> impl_;
+};
 
 // Times one decode kernel point (all layers in one graph, whole flush cycles); the runner of
-// run_decode_sweep, shared with the verify sweep. Returns false (with `why`) when the point cannot
-// run (pools do not fit in free memory, or sampling would exceed args.max_point_s).
+// decode_row. Returns false (with `why`) when the point cannot run (pools do not fit in free
+// memory, or sampling would exceed args.max_point_s). direct_fill as for decode_row.
 struct DecodeTiming {
   TimingStats t;
   double bytes_per_layer_step = 0;  // whole batch, from sim/bytes_model.h
   int rows_per_block = 0, row_groups = 0;
 };
 bool time_decode_point(const SweepArgs& args, const SweepKernel& kernel, int batch, int chunk, DecodeTiming& out,
-                       std::string& why);
+                       std::string& why, int direct_fill = -1);
 
 }  // namespace kvbuf

@@ -1,7 +1,7 @@
-// The decode rows of `kvbuf sweep` (run_decode_sweep, time_decode_point of bench/sweep.h): GDN
+// The decode rows of `kvbuf sweep` (decode_row, time_decode_point of bench/sweep.h): GDN
 // recurrent (in and out of place), KVBuffer and direct decode, and their Mamba-2 twins, timed with bench/gpu_timing.h over
-// whole flush cycles with staggered fills; pools placed by sim/layout.h, bytes from
-// sim/bytes_model.h.
+// whole flush cycles with staggered fills (or, for a short context, every request stateless at one
+// fill); pools placed by sim/layout.h, bytes from sim/bytes_model.h.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,7 +13,6 @@
 #include <utility>
 #include <vector>
 
-#include "bench/csv.h"
 #include "bench/sweep.h"
 #include "kernels/common.cuh"
 #include "kernels/gdn_decode.h"
@@ -23,10 +22,11 @@
 namespace kvbuf {
 namespace {
 
+// fixed_fill >= 0: every request at that fill (a short context) instead of staggered fills.
 __global__ void stagger_fill_kernel(int32_t* fill, int32_t* has_state, int32_t* done, size_t n, int slots,
-                                    int capacity, int state) {
+                                    int capacity, int state, int fixed_fill) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    fill[i] = int(i % slots) % capacity;
+    fill[i] = fixed_fill >= 0 ? fixed_fill : int(i % slots) % capacity;
     has_state[i] = state;
     done[i] = 0;
   }
@@ -118,10 +118,12 @@ std::pair<float, float> pool_value_range(const std::string& tensor) {
 }
 
 // Bytes per layer per step for the whole batch, from sim/bytes_model.h.
-double step_bytes(const LayerShape& s, const SweepKernel& kd, int batch, int chunk) {
+double step_bytes(const LayerShape& s, const SweepKernel& kd, int batch, int chunk, int direct_fill) {
   const Precision p = precision_of(kd.entry);
   StepBytes b;
-  if (!kd.buffered)
+  if (direct_fill >= 0)
+    b = bytes_direct_at_fill(s, p, direct_fill);
+  else if (!kd.buffered)
     b = bytes_recurrent(s, p);
   else if (kd.direct)
     // Includes the overflow fold's state write once per cycle (the request would then leave
@@ -135,7 +137,12 @@ double step_bytes(const LayerShape& s, const SweepKernel& kd, int batch, int chu
 }  // namespace
 
 bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int chunk, DecodeTiming& out,
-                       std::string& why) {
+                       std::string& why, int direct_fill) {
+  if (direct_fill >= 0 && !(kd.buffered && !kd.pool_fill && direct_fill <= chunk - 2))
+    throw std::invalid_argument(fmt::format("decode sweep: a fixed fill {} needs a buffered kernel with scheduler "
+                                            "metadata and C >= fill + 2, not {} at C {}",
+                                            direct_fill, kd.name, chunk));
+  const bool stateless = kd.direct || direct_fill >= 0;
   const LayerShape& s = a.model.layer;
   const int L = layers_of(a);
   const PoolLayout layout{s, kd.buffered ? chunk : 0, kd.variant, precision_of(kd.entry)};
@@ -227,7 +234,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
         p.row_fill = row_fill.as<int32_t>(), p.row_has_state = row_has.as<int32_t>();
         // Every KVBuffer request of the sweep has a state (staggered fills from has_state 1), as
         // the scheduler of a steady decode batch knows: at C = 1 the plain recurrent update runs.
-        p.every_row_has_state = !kd.direct;
+        p.every_row_has_state = !stateless;
       }
       return p;
     };
@@ -260,14 +267,15 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
       for (int l = 0; l < L; ++l) layer_step(l, st);
     };
   } else {
-    const int state = kd.direct ? 0 : 1;
+    const int state = stateless ? 0 : 1;
     for (int l = 0; l < L; ++l) {
       stagger_fill_kernel<<<blocks_for(batch), 256>>>(pools.at<int32_t>(l, "fill"), pools.at<int32_t>(l, "has_state"),
-                                                     pools.at<int32_t>(l, "done_count"), batch, batch, chunk, state);
+                                                     pools.at<int32_t>(l, "done_count"), batch, batch, chunk, state,
+                                                     direct_fill);
       KVB_CUDA_CHECK_LAUNCH();
     }
     stagger_fill_kernel<<<blocks_for(batch), 256>>>(row_fill.as<int32_t>(), row_has.as<int32_t>(),
-                                                   row_done.as<int32_t>(), batch, batch, chunk, state);
+                                                   row_done.as<int32_t>(), batch, batch, chunk, state, direct_fill);
     KVB_CUDA_CHECK_LAUNCH();
     step = [&, L](cudaStream_t st) {
       for (int l = 0; l < L; ++l) {
@@ -276,8 +284,9 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
           KVB_CUDA_CHECK(cudaMemsetAsync(pools.at<void>(l, "has_state"), 0, size_t(batch) * 4, st));
         layer_step(l, st);
       }
-      // At C = 1 the scheduler's metadata never changes (fill stays 0, every row folds).
-      if (!kd.pool_fill && chunk > 1) {
+      // At C = 1 the scheduler's metadata never changes (fill stays 0, every row folds); a fixed
+      // fill stays where it is.
+      if (!kd.pool_fill && chunk > 1 && direct_fill < 0) {
         advance_row_meta_kernel<<<(batch + 255) / 256, 256, 0, st>>>(row_fill.as<int32_t>(), row_has.as<int32_t>(),
                                                                     batch, chunk, kd.direct ? 1 : 0);
         KVB_CUDA_CHECK_LAUNCH();
@@ -303,11 +312,9 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
     }
   }
   out.t = time_graph_steps(step, how);
-  out.bytes_per_layer_step = step_bytes(s, kd, batch, std::max(chunk, 1));
+  out.bytes_per_layer_step = step_bytes(s, kd, batch, std::max(chunk, 1), direct_fill);
   return true;
 }
-
-namespace {
 
 void print_decode_summary(const SweepArgs& a, const std::vector<DecodePoint>& rows) {
   const std::string baseline = a.model.layer.kind == LayerKind::Mamba2 ? "mamba2-recurrent" : "recurrent";
@@ -345,13 +352,8 @@ void print_decode_summary(const SweepArgs& a, const std::vector<DecodePoint>& ro
   }
 }
 
-}  // namespace
-
-int run_decode_sweep(const SweepArgs& a, std::vector<DecodePoint>& points) {
+void print_decode_header(const SweepArgs& a) {
   const LayerShape& s = a.model.layer;
-  for (const SweepKernel* kd : a.kernels)
-    if (kd->family == SweepFamily::Decode && kd->kind != s.kind)
-      throw std::invalid_argument("kvbuf sweep: decode kernel " + kd->name + " does not run " + a.model.name + "'s layers");
   const int L = layers_of(a);
   if (s.kind == LayerKind::Mamba2)
     fmt::print("GPU {} | commit {} | model {} (G={} NH={} N={} P={}) | {} layer pools per step | copy {:.0f} GB/s\n",
@@ -359,58 +361,48 @@ int run_decode_sweep(const SweepArgs& a, std::vector<DecodePoint>& points) {
   else
     fmt::print("GPU {} | commit {} | model {} (H={} HV={} K={} V={}) | {} layer pools per step | copy {:.0f} GB/s\n",
                a.gpu, a.commit, a.model.name, s.key_heads, s.value_heads, s.head_k, s.head_v, L, a.copy_gbps);
-  CsvWriter csv(a.decode_csv, {"model", "kernel", "variant", "entry_dtype", "placement", "batch", "chunk", "layers",
-                               "rows_per_block", "row_groups", "latency_us_median", "latency_us_min", "latency_us_max",
-                               "samples", "bytes_per_layer_step", "gbps", "frac_copy_bw", "copy_gbps", "sm_clock_mhz",
-                               "power_w", "gpu", "commit", "note"});
-  int failed = 0;
-  const size_t first = points.size();
-  for (int batch : a.batches)
-    for (const SweepKernel* kd : a.kernels) {
-      if (kd->family != SweepFamily::Decode) continue;
-      const std::vector<int> chunks = kd->buffered ? a.chunks : std::vector<int>{0};
-      for (int chunk : chunks) {
-        const std::string variant = kd->buffered ? variant_name(kd->variant) : "none";
-        const std::string entry = kd->buffered ? entry_type_name(kd->entry) : "none";
-        const std::string placement = kd->out_of_place ? "out-of-place" : "in-place";
-        auto row = [&](const std::vector<std::string>& measured, const std::string& note) {
-          std::vector<std::string> r = {a.model.name, kd->name, variant, entry, placement, std::to_string(batch),
-                                        std::to_string(chunk), std::to_string(L)};
-          r.insert(r.end(), measured.begin(), measured.end());
-          r.insert(r.end(), {a.gpu, a.commit, note});
-          csv.row(r);
-        };
-        DecodeTiming d;
-        std::string why;
-        try {
-          if (!time_decode_point(a, *kd, batch, chunk, d, why)) {
-            fmt::print("skip {} batch {} chunk {}: {}\n", kd->name, batch, chunk, why);
-            row(std::vector<std::string>(12), "skipped: " + why);
-            continue;
-          }
-        } catch (const std::invalid_argument&) {
-          throw;
-        } catch (const std::exception& e) {
-          ++failed;
-          fmt::print("FAILED {} batch {} chunk {}: {}\n", kd->name, batch, chunk, e.what());
-          cudaGetLastError();
-          row(std::vector<std::string>(12), std::string("failed: ") + e.what());
-          continue;
-        }
-        const TimingStats& t = d.t;
-        const double gbps = d.bytes_per_layer_step / (t.median_us * 1e-6) / 1e9;
-        row({std::to_string(d.rows_per_block), std::to_string(d.row_groups), fmt_g(t.median_us), fmt_g(t.min_us),
-             fmt_g(t.max_us), std::to_string(t.samples), fmt_g(d.bytes_per_layer_step), fmt_g(gbps),
-             fmt_g(gbps / a.copy_gbps), fmt_g(a.copy_gbps), t.telemetry.clock_mhz(), t.telemetry.power_w()},
-            kd->kind == LayerKind::Mamba2 ? "z gate and dt softplus in the kernel" : "");
-        fmt::print("{:<14} batch {:>4} chunk {:>3}: {:9.2f} us/layer (min {:.2f}, max {:.2f}, {} samples)  {:7.0f} GB/s  "
-                   "{:5.1f}% of copy\n",
-                   kd->name, batch, chunk, t.median_us, t.min_us, t.max_us, t.samples, gbps, 100 * gbps / a.copy_gbps);
-        points.push_back({kd->name, batch, chunk, t.median_us});
-      }
+}
+
+std::vector<std::string> decode_row(const SweepArgs& a, const SweepKernel& kd, int batch, int chunk, int direct_fill,
+                                    std::vector<DecodePoint>& points, bool& failed) {
+  const int L = layers_of(a);
+  failed = false;
+  const std::string variant = kd.buffered ? variant_name(kd.variant) : "none";
+  const std::string entry = kd.buffered ? entry_type_name(kd.entry) : "none";
+  const std::string placement = kd.out_of_place ? "out-of-place" : "in-place";
+  auto row = [&](const std::vector<std::string>& measured, const std::string& note) {
+    std::vector<std::string> r = {a.model.name, kd.name, variant, entry, placement, std::to_string(batch),
+                                  std::to_string(chunk), std::to_string(L)};
+    r.insert(r.end(), measured.begin(), measured.end());
+    r.insert(r.end(), {a.gpu, a.commit, note});
+    return r;
+  };
+  DecodeTiming d;
+  std::string why;
+  try {
+    if (!time_decode_point(a, kd, batch, chunk, d, why, direct_fill)) {
+      fmt::print("skip {} batch {} chunk {}: {}\n", kd.name, batch, chunk, why);
+      return row(std::vector<std::string>(12), "skipped: " + why);
     }
-  print_decode_summary(a, std::vector<DecodePoint>(points.begin() + first, points.end()));
-  return failed;
+  } catch (const std::invalid_argument&) {
+    throw;
+  } catch (const std::exception& e) {
+    failed = true;
+    fmt::print("FAILED {} batch {} chunk {}: {}\n", kd.name, batch, chunk, e.what());
+    cudaGetLastError();
+    return row(std::vector<std::string>(12), std::string("failed: ") + e.what());
+  }
+  const TimingStats& t = d.t;
+  const double gbps = d.bytes_per_layer_step / (t.median_us * 1e-6) / 1e9;
+  fmt::print("{:<14} batch {:>4} chunk {:>3}{}: {:9.2f} us/layer (min {:.2f}, max {:.2f}, {} samples)  {:7.0f} GB/s  "
+             "{:5.1f}% of copy\n",
+             kd.name, batch, chunk, direct_fill >= 0 ? fmt::format(" fill {:>2}", direct_fill) : "", t.median_us,
+             t.min_us, t.max_us, t.samples, gbps, 100 * gbps / a.copy_gbps);
+  if (direct_fill < 0) points.push_back({kd.name, batch, chunk, t.median_us});
+  return row({std::to_string(d.rows_per_block), std::to_string(d.row_groups), fmt_g(t.median_us), fmt_g(t.min_us),
+              fmt_g(t.max_us), std::to_string(t.samples), fmt_g(d.bytes_per_layer_step), fmt_g(gbps),
+              fmt_g(gbps / a.copy_gbps), fmt_g(a.copy_gbps), t.telemetry.clock_mhz(), t.telemetry.power_w()},
+             kd.kind == LayerKind::Mamba2 ? "z gate and dt softplus in the kernel" : "");
 }
 
 }  // namespace kvbuf

@@ -1,11 +1,11 @@
 // The kernel axis of `kvbuf sweep`: one table of named rows, from which the --kernels help, its
-// validation and both sweep runners (bench/sweep_decode.cu, bench/sweep_verify.cu) take what a
+// validation, the grid (bench/sweep_grid.h, CPU builds too) and both sweep runners (bench/sweep_decode.cu, bench/sweep_verify.cu) take what a
 // kernel name means.
 #pragma once
 #include <string>
 #include <vector>
 
-#include "kernels/gdn_decode.h"
+#include "kernels/decode_path.h"
 #include "sim/layout.h"
 
 namespace kvbuf {

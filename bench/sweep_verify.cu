@@ -1,11 +1,10 @@
-// The verify rows of `kvbuf sweep` (run_verify_sweep of bench/sweep.h): classic speculative verify,
+// The verify rows of `kvbuf sweep` (VerifyRunner of bench/sweep.h): classic speculative verify,
 // in place (verify-classic-inplace: gdn_verify_classic with step_slot, committed by index) and with
 // a copy commit (verify-classic: gdn_verify_classic + gdn_verify_classic_commit), against KVBuffer
 // verify (gdn_verify_kvbuffer + gdn_verify_kvbuffer_commit), chains and trees, per batch x T x C.
 // Speedups count against the faster classic row. For the verify-to-decode ratio it compares with
-// the fastest KVBuffer decode step the decode sweep measures at that batch (the decode sweep's own
-// dispatch and scheduler metadata, time_decode_point), over the same C axis. A point that cannot
-// run (pools beyond free memory, a failure) is a CSV row whose `note` says why.
+// the fastest KVBuffer decode step the decode sweep measured at that batch in the same run. A point
+// that cannot run (pools beyond free memory, a failure) is a CSV row whose `note` says why.
 //
 // Method (as the decode sweep, bench/gpu_timing.h): one state pool (and buffer pool) per linear layer,
 // all layers of one model step (verify + commit per layer) in one CUDA graph, median of samples of
@@ -123,6 +122,8 @@ Inputs make_inputs(const LayerShape& s, int batch, int T, bool tree, const std::
   return in;
 }
 
+}  // namespace
+
 class VerifySweep {
  public:
   VerifySweep(const SweepArgs& a, const std::vector<DecodePoint>& decode_points)
@@ -137,66 +138,23 @@ class VerifySweep {
       if (d.kernel == "kvbuffer") decode_[d.batch].push_back({d.chunk, d.median_us});
   }
 
-  int run() {
-    fmt::print("\nverify sweep: GPU {} | commit {} | model {} | {} layer pools per step | acceptance {} | copy {:.0f} GB/s\n",
-               a_.gpu, a_.commit, a_.model.name, layers_, a_.acceptance, a_.copy_gbps);
-    CsvWriter csv(a_.verify_csv, {"model", "method", "batch", "drafts", "chunk", "layers", "acceptance",
-                               "tokens_per_step", "latency_us_median", "latency_us_min", "latency_us_max", "samples",
-                               "latency_us_per_token", "bytes_per_layer_step", "gbps", "frac_copy_bw", "copy_gbps",
-                               "sm_clock_mhz", "power_w", "gpu", "commit", "note"});
-    int failed = 0;
-    for (int batch : a_.batches) {
-      for (int T : a_.drafts) {
-        for (const SweepKernel* k : a_.kernels) {
-          if (k->family != SweepFamily::Verify) continue;
-          const SweepKernel& vm = *k;
-          const std::string& name = vm.name;
-          try {
-            if (vm.buffered) {
-              for (int C : a_.chunks)
-                if (C >= T) run_kvbuffer(vm, batch, T, C, csv);
-            } else {
-              run_classic(vm, batch, T, csv);
-            }
-          } catch (const std::invalid_argument&) {
-            throw;
-          } catch (const std::exception& e) {
-            ++failed;
-            fmt::print("FAILED {} batch {} T {}: {}\n", name, batch, T, e.what());
-            cudaGetLastError();
-            not_run(csv, name, batch, T, 0, std::string("failed: ") + e.what());
-          }
-        }
-      }
-      if (any_chain_kvbuffer()) time_decode_steps(batch, csv);
+  // One point: a classic method (C = 0) or a KVBuffer method at C >= T. Returns false on a failure.
+  bool run_point(const SweepKernel& vm, int batch, int T, int C, CsvWriter& csv) {
+    if (vm.family != SweepFamily::Verify) throw std::invalid_argument("verify sweep: " + vm.name + " is no verify row");
+    try {
+      if (vm.buffered)
+        run_kvbuffer(vm, batch, T, C, csv);
+      else
+        run_classic(vm, batch, T, csv);
+    } catch (const std::invalid_argument&) {
+      throw;
+    } catch (const std::exception& e) {
+      fmt::print("FAILED {} batch {} T {}: {}\n", vm.name, batch, T, e.what());
+      cudaGetLastError();
+      not_run(csv, vm.name, batch, T, C, std::string("failed: ") + e.what());
+      return false;
     }
-    summary();
-    return failed;
-  }
-
- private:
-  bool any_chain_kvbuffer() const {
-    for (const SweepKernel* k : a_.kernels)
-      if (k->family == SweepFamily::Verify && k->buffered && !k->tree) return true;
-    return false;
-  }
-
-  // The fastest KVBuffer decode step at this batch over the C axis: from the decode sweep of the
-  // same run when it measured "kvbuffer", else timed here with the decode sweep's own runner (rows
-  // "decode-kvbuffer" of the verify CSV).
-  void time_decode_steps(int batch, CsvWriter& csv) {
-    if (decode_.count(batch)) return;
-    const SweepKernel& kd = *find_sweep_kernel("kvbuffer");
-    for (int C : a_.chunks) {
-      DecodeTiming d;
-      std::string why;
-      if (!time_decode_point(a_, kd, batch, C, d, why)) {
-        not_run(csv, "decode-kvbuffer", batch, 1, C, "skipped: " + why);
-        continue;
-      }
-      emit(csv, "decode-kvbuffer", batch, 1, C, 1.0, d.t, d.bytes_per_layer_step);
-      decode_[batch].push_back({C, d.t.median_us});
-    }
+    return true;
   }
 
   // m per request row (1..T), fixed for the sweep point, from the acceptance rate.
@@ -404,6 +362,7 @@ class VerifySweep {
   // Speedups count against the fastest classic row measured at each (batch, T), named in the table;
   // the verify-to-decode ratio against the fastest KVBuffer decode step at that batch.
   void summary() const {
+    if (results_.empty()) return;
     fmt::print("\nverify summary (us per layer per step, median; kvbuffer at its best C; classic = the fastest classic "
                "row) | {} | commit {}\n",
                a_.gpu, a_.commit);
@@ -447,11 +406,16 @@ class VerifySweep {
   std::map<int, std::vector<std::pair<int, double>>> decode_;  // batch -> (C, us) of the KVBuffer decode step
 };
 
-}  // namespace
-
-int run_verify_sweep(const SweepArgs& args, const std::vector<DecodePoint>& decode_points) {
-  VerifySweep sweep(args, decode_points);
-  return sweep.run();
+VerifyRunner::VerifyRunner(const SweepArgs& args, const std::vector<DecodePoint>& decode_points)
+    : impl_(std::make_unique<VerifySweep>(args, decode_points)) {
+  fmt::print("\nverify sweep: GPU {} | commit {} | model {} | {} layer pools per step | acceptance {} | copy {:.0f} GB/s\n",
+             args.gpu, args.commit, args.model.name, args.layers > 0 ? args.layers : args.model.linear_layers,
+             args.acceptance, args.copy_gbps);
 }
+VerifyRunner::~VerifyRunner() = default;
+bool VerifyRunner::run_point(const SweepKernel& kernel, int batch, int drafts, int chunk, CsvWriter& csv) {
+  return impl_->run_point(kernel, batch, drafts, chunk, csv);
+}
+void VerifyRunner::summary() const { impl_->summary(); }
 
 }  // namespace kvbuf

@@ -10,7 +10,8 @@
 
 #include <cstdint>
 
-#include "sim/layout.h"  // BufferVariant, EntryType
+#include "kernels/decode_path.h"  // GdnDecodePath
+#include "sim/layout.h"         // BufferVariant, EntryType
 
 namespace kvbuf {
 
@@ -47,14 +48,6 @@ struct GdnRecurrentParams {
   float* state_out = nullptr;
 };
 void gdn_decode_recurrent(const GdnRecurrentParams& p, cudaStream_t stream);
-
-// Which launch shape gdn_decode_kvbuffer uses (gdn_decode_kvbuffer.cu says when each wins):
-// Single = one kernel per step; Split = a buffer kernel per (row, key head) then a state-streaming
-// kernel for the rows with a state or a fold (cached-u only, needs row_fill/row_has_state and
-// `scratch`); Auto = the dispatch picks by measurement from batch and C, per entry point (direct:
-// split from batch 8 and C 4; kvbuffer: split only at C 64), and runs Single where Split cannot;
-// at C 1 with row_fill/row_has_state it runs the recurrent kernels (every step folds its token).
-enum class GdnDecodePath { Auto, Single, Split };
 
 // KVBuffer decode on pools of sim/layout.h, capacity C = `capacity` (1..64).
 // Per row at fill n (read from `fill`): output from S0 (skipped when has_state == 0) and the n

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 
-from results_csv import InputError, read_table
+from results_csv import InputError, read_table, steady_state
 
 METRIC_READ, METRIC_WRITE = "dram__bytes_read.sum", "dram__bytes_write.sum"
 GRAPH_WORKLOAD = "graph"  # ncu's kernel name for a whole CUDA graph launch under --graph-profiling graph
@@ -131,7 +131,8 @@ def sweep_row(path, kernel, batch, chunk, drafts):
     name = "method" if verify else "kernel"
     rows = read_table(path, required=("model", name, "gpu", "commit"),
                       ints=("batch", "chunk", "layers") + (("drafts",) if verify else ()),
-                      floats=("bytes_per_layer_step",), keep=lambda r: bool((r.get("latency_us_median") or "").strip()))
+                      floats=("bytes_per_layer_step",),
+                      keep=lambda r: bool((r.get("latency_us_median") or "").strip()) and steady_state(r))
     for r in rows:
         if r[name] == kernel and r["batch"] == batch and r["chunk"] == chunk and (not verify or r["drafts"] == drafts):
             return r

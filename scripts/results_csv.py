@@ -5,6 +5,12 @@ import csv
 import os
 
 
+def steady_state(row):
+    """Whether a decode or verify row is of the steady state (`kvbuf sweep --context 0`, and every row
+    of a sweep before the context axis) rather than of one short context."""
+    return float((row.get("context_tokens") or "0").strip() or 0) == 0
+
+
 class InputError(Exception):
     """A missing, empty or malformed input file, or a bad argument."""
 

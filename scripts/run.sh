@@ -45,18 +45,40 @@ cpu_main_job() {
   python3 scripts/figures.py --results results --kvbuf "$kvbuf" --out "$build_dir/figures"
 }
 
-# GPU main job: the kernel checks, then the measured sweeps (decode and verify) row by row into
-# results/, and the figures of scripts/figures.py. Axis values are explicit so that the CSV says what was swept.
+# A results CSV of another commit (or of a sweep before the grid's columns) moves to results/archive/
+# under its commit's name, so that results/ holds the current run; one of this commit is resumed.
+archive_other_commit() {
+  local csv=$1 commits
+  [ -f "$csv" ] || return 0
+  commits=$(python3 -c '
+import csv, sys
+with open(sys.argv[1], newline="") as f:
+    rows = csv.DictReader(f)
+    if "context_tokens" not in (rows.fieldnames or []):
+        print("pre-grid")
+    print(" ".join(sorted({r["commit"][:7] for r in rows if r.get("commit")})))' "$csv" | tr '\n' ' ' | xargs)
+  [ "$commits" = "${KVBUF_COMMIT:0:7}" ] && return 0
+  mkdir -p results/archive
+  local name
+  name=$(basename "$csv" .csv)_$(echo "${commits:-empty}" | tr ' ' '_').csv
+  echo "== $csv holds rows of commit(s) ${commits:-none}: moved to results/archive/$name"
+  mv "$csv" "results/archive/$name"
+  rm -f "$csv.grid.toml"
+}
+
+# GPU main job: the kernel checks, then the paper preset of `kvbuf sweep` (both families, decode
+# and verify, short contexts; about 8 minutes) row by row into results/ (resumed if interrupted),
+# and the figures of scripts/figures.py. The resolved grid is saved next to each CSV (.grid.toml).
 gpu_main_job() {
   local model=qwen3-next-80b-a3b
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($NF)}')
   echo "== GPU kernel checks against the reference ($gpu)"
   "$kvbuf" check
   echo
-  echo "== decode and verify sweep: $model on $gpu"
-  "$kvbuf" sweep --model "$model" --batch 1,8,32,64,128,256,512 --chunk 1,2,4,8,12,16,32,64 \
-    --kernels recurrent,recurrent-oop,kvbuffer,kvbuffer-fp32,kvbuffer-raw,direct,verify-classic,verify-classic-inplace,verify-kvbuffer \
-    --drafts 1,2,3,4,5,8 --out "results/decode_$gpu.csv" --verify-out "results/verify_$gpu.csv"
+  echo "== decode and verify sweep: the paper preset on $gpu"
+  archive_other_commit "results/decode_$gpu.csv"
+  archive_other_commit "results/verify_$gpu.csv"
+  "$kvbuf" sweep --preset paper --out "results/decode_$gpu.csv" --verify-out "results/verify_$gpu.csv"
   if python3 -c "import torch, fla" 2>/dev/null; then
     echo "== public baseline: FLA's fused recurrent decode, same method"
     python3 scripts/bench_fla.py --kvbuf "$kvbuf" --model "$model" --out "results/fla_$gpu.csv"

@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from results_csv import InputError, read_table
+from results_csv import InputError, read_table, steady_state
 
 PAPER_DECODE_REDUCTION = 45.17  # percent, the paper's largest linear-attention decode latency reduction
 PAPER_CAPACITY_RATIO = 5.0  # concurrent requests with 4 draft tokens
@@ -31,7 +31,7 @@ def load(path, required, ints, floats):
     if not os.path.isfile(path):
         return None
     return read_table(path, required=required, ints=ints, floats=floats,
-                      keep=lambda r: (r.get("latency_us_median") or "").strip() != "" and not (r.get("note") or "").strip())
+                      keep=lambda r: (r.get("latency_us_median") or "").strip() != "" and steady_state(r))
 
 
 def fastest(rows, **match):

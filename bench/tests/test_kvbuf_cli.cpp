@@ -195,20 +195,103 @@ TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
 #ifndef KVBUF_WITH_CUDA
   expect_usage_error("sweep --batch 1", "kvbuf sweep requires a CUDA build");
   expect_usage_error("capacity " + q + "--tp 2 --measure", "requires a CUDA build");
-#else
-  // Argument checks come before any device is looked for.
+#endif
+  // The sweep's arguments are checked in every build, before any device is looked for.
   expect_usage_error("sweep --rows-per-block 48", "--rows-per-block: 48 not in");
   expect_usage_error("sweep --kernels recurrent,fastest", "--kernels: fastest not in");
   expect_usage_error("sweep --chunk 65", "--chunk: Value 65 not in range 1 to 64");
   expect_usage_error("sweep --batch 8,0", "--batch: must be a positive integer, got 0");
   expect_usage_error("sweep --drafts 9", "--drafts: Value 9 not in range 1 to 8");
-  expect_usage_error("sweep --acceptance 1.5", "--acceptance");
+  expect_usage_error("sweep --acceptance 0.5,1.5", "--acceptance");
   expect_usage_error("sweep --budget-s 0", "--budget-s: must be a positive finite number");
   expect_usage_error("sweep --model nemotron-3-nano-30b-a3b --kernels kvbuffer", "is Mamba-2");
   expect_usage_error("sweep --kernels recurrent,mamba2-recurrent", "is Gated DeltaNet");
   expect_usage_error("sweep --model nemotron-3-nano-30b-a3b --rows-per-block 128", "take 8, 16, 32 or 64 rows");
   expect_usage_error("sweep --rows-per-block 8 --kernels recurrent,kvbuffer", "recurrent kernels only, not kvbuffer");
-#endif
+  expect_usage_error("sweep --model qwen3-next-80b-a3b,nope --dry-run", "--model: nope not in");
+  expect_usage_error("sweep --context 0,-4 --dry-run", "--context: must be a non-negative integer, got -4");
+  expect_usage_error("sweep --tp 0 --dry-run", "--tp: must be a positive integer, got 0");
+  expect_usage_error("sweep --state-dtype fp32,bf16 --dry-run", "bf16 state is not implemented by the kernels");
+  expect_usage_error("sweep --entry-dtype fp8 --dry-run", "--entry-dtype: fp8 not in");
+  expect_usage_error("sweep --shard 2/2 --dry-run", "--shard: part 2 of 2 does not exist");
+  expect_usage_error("sweep --shard half --dry-run", "--shard: expected i/n");
+  expect_usage_error("sweep --preset fast --dry-run", "--preset: fast not in");
+  expect_usage_error("sweep --config /nonexistent/grid.toml --dry-run", "/nonexistent/grid.toml");
+}
+
+// The points a dry run lists (the lines before its count), in order.
+std::vector<std::string> dry_run_points(const CliRun& r) {
+  std::vector<std::string> points;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line) && line.find(" points (") == std::string::npos;)
+    points.push_back(line);
+  return points;
+}
+
+TEST(KvbufCliSweep, DryRunListsTheGrid) {
+  const CliRun r = kvbuf("sweep --dry-run --model qwen3-next-80b-a3b --kernels recurrent,kvbuffer,direct --batch 1,8 "
+                         "--chunk 4 --context 0,2,8 --tp 1,3");
+  ASSERT_EQ(r.status, 0) << r.err;
+  // Per tp: recurrent 2 batches x 3 contexts, kvbuffer and direct 2 x 1 C x 3 contexts.
+  EXPECT_NE(r.out.find("36 points (36 decode, 0 verify; 20 with a note"), std::string::npos) << r.out;
+  const auto points = dry_run_points(r);
+  ASSERT_EQ(points.size(), 36u);
+  EXPECT_EQ(points[0], "qwen3-next-80b-a3b tp 1 recurrent batch 1 C 0 context 0 [recurrent]");
+  auto has = [&](const std::string& line) {
+    return std::find(points.begin(), points.end(), line) != points.end();
+  };
+  EXPECT_TRUE(has("qwen3-next-80b-a3b tp 1 kvbuffer batch 8 C 4 context 2 entry bf16 [direct]"));
+  EXPECT_TRUE(has("qwen3-next-80b-a3b tp 1 kvbuffer batch 8 C 4 context 8 entry bf16 [buffered]"));
+  EXPECT_TRUE(has("qwen3-next-80b-a3b tp 1 direct batch 8 C 4 context 8 entry bf16 [direct] -- context 8 does not "
+                  "fit a direct-mode buffer of C = 4 (needs C >= 10)"));
+  for (const std::string& p : points)
+    if (p.find(" tp 3 ") != std::string::npos) EXPECT_NE(p.find("-- tp 3: "), std::string::npos) << p;
+}
+
+TEST(KvbufCliSweep, ShardsCoverTheGridOnce) {
+  const std::string grid = "sweep --dry-run --kernels recurrent,kvbuffer,verify-classic,verify-kvbuffer --batch 1,8,64 "
+                           "--chunk 2,4 --drafts 1,2 --context 0,2";
+  const CliRun all = kvbuf(grid);
+  ASSERT_EQ(all.status, 0) << all.err;
+  const auto points = dry_run_points(all);
+  std::vector<std::string> joined;
+  for (const char* shard : {"0/3", "1/3", "2/3"}) {
+    const CliRun part = kvbuf(grid + " --shard " + shard);
+    ASSERT_EQ(part.status, 0) << part.err;
+    const auto p = dry_run_points(part);
+    joined.insert(joined.end(), p.begin(), p.end());
+  }
+  std::vector<std::string> a = points, b = joined;
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(std::adjacent_find(b.begin(), b.end()), b.end());  // no point twice
+}
+
+TEST(KvbufCliSweep, ResolvedGridRepeatsThroughConfig) {
+  // The TOML a dry run prints (and a run saves next to its CSVs) gives the same grid back.
+  const CliRun first = kvbuf("sweep --dry-run --preset paper --batch 8,64 --context 0,4");
+  ASSERT_EQ(first.status, 0) << first.err;
+  const size_t toml_at = first.out.find("# the resolved grid");
+  ASSERT_NE(toml_at, std::string::npos) << first.out;
+  const std::string toml = first.out.substr(toml_at);
+  EXPECT_NE(toml.find("nemotron-3-nano-30b-a3b"), std::string::npos) << toml;  // the preset's models, written out
+  const fs::path file = scratch_dir("grid") / "grid.toml";
+  std::ofstream(file) << toml;
+  const CliRun again = kvbuf("sweep --dry-run --config " + file.string());
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_EQ(dry_run_points(again), dry_run_points(first));
+  EXPECT_GT(dry_run_points(first).size(), 100u);
+}
+
+TEST(KvbufCliSweep, PaperPresetIsAboutEightMinutes) {
+  const CliRun r = kvbuf("sweep --dry-run --preset paper");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const size_t at = r.out.find("about ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const double s = std::stod(r.out.substr(at + 6));
+  EXPECT_GT(s, 240);
+  EXPECT_LT(s, 540);
 }
 
 // The exported arrays, checked against the manifest, by name.

@@ -39,19 +39,34 @@ class Summary(unittest.TestCase):
         self.assertIn("up to 45.17% lower", r.stdout)
         self.assertIn("(paper: 5x)", r.stdout)
 
-    def test_mamba2_rows_only(self):
+    def mamba2_summary(self, decode_csv):
+        """scripts/summary.py on a results folder holding only this decode CSV: its stdout."""
         with tempfile.TemporaryDirectory() as tmp:
             with open(os.path.join(tmp, "decode_h200.csv"), "w") as f:
-                f.write("model,kernel,batch,chunk,latency_us_median,gpu,commit,note\n"
-                        "nemotron-3-nano-30b-a3b,mamba2-recurrent,64,0,70.0,NVIDIA H200,abc,\n"
-                        "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,8,40.0,NVIDIA H200,abc,\n"
-                        "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,16,35.0,NVIDIA H200,abc,\n"
-                        "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,64,,NVIDIA H200,abc,\"skipped: no memory, none\"\n")
+                f.write(decode_csv)
             r = run("--results", tmp)
             self.assertEqual(r.returncode, 0, r.stderr)
-            self.assertEqual(section(r.stdout, "Gated DeltaNet decode"), ["  no measurement"])
             (line,) = section(r.stdout, "Mamba-2 decode")[1:]
             self.assertEqual(line.split()[:6], ["64", "70.00", "35.00", "[C", "16]", "50.0%"])
+            return r.stdout
+
+    def test_mamba2_rows_only(self):
+        out = self.mamba2_summary("model,kernel,batch,chunk,latency_us_median,gpu,commit,note\n"
+                                  "nemotron-3-nano-30b-a3b,mamba2-recurrent,64,0,70.0,NVIDIA H200,abc,\n"
+                                  "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,8,40.0,NVIDIA H200,abc,\n"
+                                  "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,16,35.0,NVIDIA H200,abc,\n"
+                                  "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,64,,NVIDIA H200,abc,"
+                                  "\"skipped: no memory, none\"\n")
+        self.assertEqual(section(out, "Gated DeltaNet decode"), ["  no measurement"])
+
+    def test_context_rows_and_measured_rows_with_a_note(self):
+        # kvbuf sweep --context: a short-context row (direct mode, faster) is not the steady decode;
+        # a measured row whose note only explains (Mamba-2: "z gate ...") is a measurement.
+        note = "z gate and dt softplus in the kernel"
+        self.mamba2_summary("model,kernel,batch,chunk,latency_us_median,gpu,commit,note,context_tokens\n"
+                            f"nemotron-3-nano-30b-a3b,mamba2-recurrent,64,0,70.0,NVIDIA H200,abc,{note},0\n"
+                            f"nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,16,35.0,NVIDIA H200,abc,{note},0\n"
+                            f"nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,16,5.0,NVIDIA H200,abc,{note},4\n")
 
     def test_malformed_csv_exits_2(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -1,9 +1,11 @@
 // GPU smoke test of `kvbuf sweep` (ctest label gpu): a tiny grid with 2 layer pools, every decode
-// and verify row family, whose CSVs are parsed and checked: the columns, positive and ordered
-// latencies, and bytes equal to the bytes model of sim/ for each row.
+// and verify row family and two contexts (steady state, and 2 tokens: direct mode at C = 4), whose
+// CSVs are parsed and checked: the columns, positive and ordered latencies, and bytes equal to the
+// bytes model of sim/ for each row; then the same command again, which resumes and adds no row.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +17,7 @@
 
 #include "sim/bytes_model.h"
 #include "sim/catalog.h"
+#include "sim/csv.h"
 
 namespace kvbuf {
 namespace {
@@ -27,18 +30,10 @@ std::vector<Row> read_csv(const fs::path& p, std::vector<std::string>& header) {
   std::ifstream in(p);
   std::string line;
   std::vector<Row> rows;
-  auto split = [](const std::string& l) {
-    std::vector<std::string> f;
-    std::stringstream ss(l);
-    std::string x;
-    while (std::getline(ss, x, ',')) f.push_back(x);
-    if (!l.empty() && l.back() == ',') f.push_back("");
-    return f;
-  };
   if (!std::getline(in, line)) return rows;
-  header = split(line);
+  header = split_csv_line(line);
   while (std::getline(in, line)) {
-    const auto f = split(line);
+    const auto f = split_csv_line(line);
     EXPECT_EQ(f.size(), header.size()) << line;
     Row r;
     for (size_t i = 0; i < header.size() && i < f.size(); ++i) r[header[i]] = f[i];
@@ -56,47 +51,71 @@ TEST(SweepSmoke, TinyGridWritesRowsThatMatchTheBytesModel) {
   // $KVBUF_CLI overrides the build's path (a GPU bundle runs the binaries from another folder).
   const char* cli = std::getenv("KVBUF_CLI");
   const std::string cmd = std::string(cli && *cli ? cli : KVBUF_CLI_PATH) +
-                          " sweep --model qwen3-next-80b-a3b --layer-pools 2 --batch 3 --chunk 2,4 --drafts 2"
+                          " sweep --model qwen3-next-80b-a3b --layer-pools 2 --batch 3 --chunk 2,4 --drafts 2 --context 0,2"
                           " --kernels recurrent,recurrent-oop,kvbuffer,kvbuffer-raw,kvbuffer-fp32,direct,"
                           "verify-classic,verify-classic-inplace,verify-kvbuffer --budget-s 0.02 --out " +
                           decode.string() + " --verify-out " + verify.string() + " > " + (dir / "log").string() +
                           " 2>&1";
   const int raw = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(raw) && WEXITSTATUS(raw) == 0) << cmd;
+  ASSERT_TRUE(fs::exists(decode.string() + ".grid.toml"));
 
   const ModelSpec m = find_model("qwen3-next-80b-a3b");
   const LayerShape& s = m.layer;
   std::vector<std::string> header;
   const auto drows = read_csv(decode, header);
-  EXPECT_EQ(header, (std::vector<std::string>{"model", "kernel", "variant", "entry_dtype", "placement", "batch",
-                                              "chunk", "layers", "rows_per_block", "row_groups", "latency_us_median",
-                                              "latency_us_min", "latency_us_max", "samples", "bytes_per_layer_step",
-                                              "gbps", "frac_copy_bw", "copy_gbps", "sm_clock_mhz", "power_w", "gpu",
-                                              "commit", "note"}));
-  // 2 recurrent rows + 4 buffered kernels x 2 capacities.
-  ASSERT_EQ(drows.size(), 10u);
+  // The columns the consumers read, in their old order, then the grid's.
+  const std::vector<std::string> base{"model", "kernel", "variant", "entry_dtype", "placement", "batch", "chunk",
+                                      "layers", "rows_per_block", "row_groups", "latency_us_median", "latency_us_min",
+                                      "latency_us_max", "samples", "bytes_per_layer_step", "gbps", "frac_copy_bw",
+                                      "copy_gbps", "sm_clock_mhz", "power_w", "gpu", "commit", "note"};
+  ASSERT_GE(header.size(), base.size());
+  EXPECT_EQ(std::vector<std::string>(header.begin(), header.begin() + base.size()), base);
+  for (const char* c : {"tp", "context_tokens", "mode", "request_state_bytes", "request_entry_bytes",
+                        "attn_kv_bytes_per_layer_step"})
+    EXPECT_NE(std::find(header.begin(), header.end(), c), header.end()) << c;
+  // Per context: 2 recurrent rows + 4 buffered kernels x 2 capacities. At context 2, C = 2 runs
+  // buffered (direct: a row saying it does not fit), C = 4 in direct mode (raw: a row saying why).
+  ASSERT_EQ(drows.size(), 20u);
+  int notes = 0;
   for (const Row& r : drows) {
-    SCOPED_TRACE(r.at("kernel") + " C " + r.at("chunk"));
-    EXPECT_EQ(r.at("note"), "");
+    SCOPED_TRACE(r.at("kernel") + " C " + r.at("chunk") + " context " + r.at("context_tokens"));
+    const std::string k = r.at("kernel");
+    const int C = std::stoi(r.at("chunk")), context = std::stoi(r.at("context_tokens"));
     EXPECT_EQ(r.at("layers"), "2");
+    EXPECT_FALSE(r.at("gpu").empty());
+    if (!r.at("note").empty()) {
+      ++notes;
+      EXPECT_EQ(context, 2);
+      EXPECT_TRUE((k == "direct" && C == 2) || (k == "kvbuffer-raw" && C == 4)) << r.at("note");
+      EXPECT_EQ(r.at("latency_us_median"), "");
+      continue;
+    }
     EXPECT_GT(num(r, "latency_us_min"), 0);
     EXPECT_LE(num(r, "latency_us_min"), num(r, "latency_us_median"));
     EXPECT_LE(num(r, "latency_us_median"), num(r, "latency_us_max"));
-    EXPECT_FALSE(r.at("gpu").empty());
-    const std::string k = r.at("kernel");
-    const int C = std::stoi(r.at("chunk"));
     const Precision p = precision_of(k == "kvbuffer-fp32" ? EntryType::FP32 : EntryType::BF16);
     StepBytes b;
-    if (k == "recurrent" || k == "recurrent-oop")
+    if (k == "recurrent" || k == "recurrent-oop") {
       b = bytes_recurrent(s, p);
-    else if (k == "direct")
+      EXPECT_EQ(r.at("mode"), "recurrent");
+    } else if (context == 2 && C == 4) {
+      b = bytes_direct_at_fill(s, p, 2);
+      EXPECT_EQ(r.at("mode"), "direct");
+      EXPECT_EQ(num(r, "request_state_bytes"), 0);
+    } else if (k == "direct") {
       b = bytes_direct_mean(s, p, C);
-    else
+    } else {
       b = bytes_kvbuffer_cycle(s, p, k == "kvbuffer-raw" ? BufferVariant::Raw : BufferVariant::CachedU, C);
+      EXPECT_EQ(r.at("mode"), "buffered");
+    }
     EXPECT_NEAR(num(r, "bytes_per_layer_step"), b.scale(3).total_bytes(), 1e-5 * b.total_bytes());
     EXPECT_NEAR(num(r, "gbps"), num(r, "bytes_per_layer_step") / (num(r, "latency_us_median") * 1e3),
                 1e-4 * num(r, "gbps"));
+    if (context == 2)
+      EXPECT_NEAR(num(r, "attn_kv_bytes_per_layer_step"), m.attn_kv_bytes_per_token() / m.attn_layers * 2 * 3, 1);
   }
+  EXPECT_EQ(notes, 2);
 
   const auto vrows = read_csv(verify, header);
   std::map<std::string, int> seen;
@@ -121,9 +140,6 @@ TEST(SweepSmoke, TinyGridWritesRowsThatMatchTheBytesModel) {
         }
       EXPECT_GE(bytes, lo * (1 - 1e-9));
       EXPECT_LE(bytes, hi * (1 + 1e-9));
-    } else if (k == "decode-kvbuffer") {
-      const int C = std::stoi(r.at("chunk"));
-      EXPECT_NEAR(bytes, bytes_kvbuffer_cycle(s, p, BufferVariant::CachedU, C).scale(3).total_bytes(), 1e-5 * bytes);
     } else {
       ADD_FAILURE() << "unexpected method " << k;
     }
@@ -131,13 +147,21 @@ TEST(SweepSmoke, TinyGridWritesRowsThatMatchTheBytesModel) {
   EXPECT_EQ(seen["verify-classic"], 1);
   EXPECT_EQ(seen["verify-classic-inplace"], 1);
   EXPECT_EQ(seen["verify-kvbuffer"], 2);  // C 2 and 4 (T = 2 <= C)
-  // The decode sweep measured "kvbuffer" in the same run: the verify sweep compares with it and
-  // times no decode step of its own.
-  EXPECT_EQ(seen["decode-kvbuffer"], 0);
   std::ifstream log(dir / "log");
   std::stringstream ss;
   ss << log.rdbuf();
   EXPECT_NE(ss.str().find("verify/dec"), std::string::npos) << ss.str();
+
+  // Again with the same outputs: every point is in the CSVs already, nothing is measured or added.
+  const int again = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(again) && WEXITSTATUS(again) == 0) << cmd;
+  EXPECT_EQ(read_csv(decode, header).size(), drows.size());
+  EXPECT_EQ(read_csv(verify, header).size(), vrows.size());
+  std::ifstream log2(dir / "log");
+  std::stringstream ss2;
+  ss2 << log2.rdbuf();
+  EXPECT_NE(ss2.str().find("already in the CSVs"), std::string::npos) << ss2.str();
+  EXPECT_NE(ss2.str().find("0 to run"), std::string::npos) << ss2.str();
   fs::remove_all(dir);
 }
 
