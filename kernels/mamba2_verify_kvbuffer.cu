@@ -104,19 +104,19 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_verify_kvbuffer_k
     zero_padding_outputs(io, row, h, pb, rows);
     return;
   }
-  const int n = p.fill[slot];
-  const bool has_state = p.has_state[slot] != 0;
+  // S0 is issued together with fill and has_state (one round trip after the slot, not two) and
+  // dropped for a row in direct mode, whose slot holds no state.
   float* state_rows = p.state + ((size_t(slot) * NH + h) * P + p0) * N + lane * NL;
   float s[R][NL];
 #pragma unroll
-  for (int i = 0; i < R; ++i) {
-    if (has_state) {
-      load_row<N>(state_rows + size_t(i) * N, s[i]);
-    } else {
+  for (int i = 0; i < R; ++i) load_row<N>(state_rows + size_t(i) * N, s[i]);
+  const int n = p.fill[slot];
+  const bool has_state = p.has_state[slot] != 0;
+  if (!has_state)
+#pragma unroll
+    for (int i = 0; i < R; ++i)
 #pragma unroll
       for (int e = 0; e < NL; ++e) s[i][e] = 0.f;
-    }
-  }
   const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + g) * N;          // B_j at + j G N
   const __nv_bfloat16* bx = p.buf_val + (size_t(slot) * C * NH + h) * P + pb;  // x_j at + j NH P
   for (int c = threadIdx.x; c < n * CH; c += blockDim.x) {
