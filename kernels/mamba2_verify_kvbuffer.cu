@@ -43,6 +43,11 @@ namespace {
 
 constexpr int kTMax = kMamba2VerifyMaxTokens;
 constexpr int kMaxCapacity = 64;
+// Resident verify blocks per SM the register budget allows (64 registers a thread; ptxas spills
+// a few bytes at N = 128): the kernel is bound by its chain of dependent round trips (slot -> fill
+// -> buffer), so resident blocks, not bandwidth, set its pace (run 1: 2 blocks per SM at 128
+// registers, 27-45% of copy; kernels/notes/mamba2_verify.md).
+constexpr int kVerifyBlocksPerSM = 4;
 
 // Dynamic shared memory of the verify block in bytes (16-byte aligned pieces), for d_state N,
 // capacity C and `rows` rows per block.
@@ -63,7 +68,7 @@ struct VerifySmem {
 };
 
 template <int N>
-__global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_verify_kvbuffer_kernel(const Mamba2VerifyKVBufferParams p) {
+__global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamba2_verify_kvbuffer_kernel(const Mamba2VerifyKVBufferParams p) {
   constexpr int NL = N / 32, R = kWarpRows, CH = N / 8;
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
@@ -98,6 +103,13 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_verify_kvbuffer_k
     cp_async16(s_xwin + t * rows + e, io.x + ((size_t(row) * T + t) * NH + h) * P + pb + e);
   }
   const float A = io.A[h], D = io.D[h];
+  // Warp 0, lane t < T: node t's step size and parent, also independent of the pools.
+  float dt_lane = 0.f;
+  int par_lane = -1;
+  if (warp == 0 && lane < T) {
+    dt_lane = verify_token_dt(io, row, lane, h);
+    par_lane = node_parent(io.parents ? io.parents + size_t(row) * T : nullptr, lane);
+  }
   const int slot = io.slot[row];
   if (slot < 0) {
     cp_async_wait_all();
@@ -136,8 +148,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_verify_kvbuffer_k
 
   // Phase 2, warp 0, lane t = node t: root path, depth, fold decision, dt_t, G_t, fold weights.
   if (warp == 0) {
-    const int t = lane;
-    const int par = t < T ? node_parent(io.parents ? io.parents + size_t(row) * T : nullptr, t) : -1;
+    const int t = lane, par = par_lane;
     unsigned anc = 0u;
     int up = par;
 #pragma unroll
@@ -149,7 +160,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_verify_kvbuffer_k
     const int depth = __reduce_max_sync(0xffffffffu, t < T ? __popc(anc) + 1 : 0);
     const bool fold = n > 0 && n + depth >= C;
     const int n_eff = fold ? 0 : n;
-    const float dt = t < T ? verify_token_dt(io, row, t, h) : 0.f;
+    const float dt = dt_lane;
     const unsigned path = t < T ? anc | 1u << t : 0u;
     float gsum = 0.f;
 #pragma unroll
@@ -193,17 +204,10 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_verify_kvbuffer_k
     for (int i = 0; i < R; ++i) store_row<N>(state_rows + size_t(i) * N, s[i]);
   }
 
-  // Phase 4, coefficients: entry j < n_eff is buffered entry j, entry n_eff + q window node q.
-  float Cv[kTMax][NL];
-#pragma unroll
-  for (int t = 0; t < kTMax; ++t) {
-    if (t < T) {
-      bf16_slice<N>(load_bf16_raw<N>(s_cwin + t * N, lane), Cv[t]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < NL; ++e) Cv[t][e] = 0.f;
-    }
-  }
+  // Phase 4, coefficients: entry j < n_eff is buffered entry j, entry n_eff + q window node q. The
+  // C_t slices are read from shared memory where used (kept in registers they cost the third block
+  // per SM).
+  auto c_slice = [&](int t, float* Cv) { bf16_slice<N>(load_bf16_raw<N>(s_cwin + t * N, lane), Cv); };
   for (int j = warp; j < n_eff + T; j += warps) {
     const bool win = j >= n_eff;
     const int q = j - n_eff;
@@ -211,7 +215,11 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_verify_kvbuffer_k
     bf16_slice<N>(load_bf16_raw<N>(win ? s_bwin + q * N : s_bbuf + j * N, lane), Bj);
     float v[kTMax];
 #pragma unroll
-    for (int t = 0; t < kTMax; ++t) v[t] = dot<NL>(Cv[t], Bj);
+    for (int t = 0; t < kTMax; ++t) {
+      float Cv[NL];
+      c_slice(t < T ? t : 0, Cv);
+      v[t] = t < T ? dot<NL>(Cv, Bj) : 0.f;
+    }
     const float d = row_sums8(v, lane);  // lanes 4 t .. 4 t + 3: C_t . B_j
     const int t = lane >> 2;
     if ((lane & 3) == 0 && t < T) {
@@ -231,8 +239,10 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_verify_kvbuffer_k
     if (t >= T) break;
     float y8[R];
     const float eG = s_egwin[t];
+    float Cv[NL];
+    c_slice(t, Cv);
 #pragma unroll
-    for (int i = 0; i < R; ++i) y8[i] = eG * dot<NL>(s[i], Cv[t]);
+    for (int i = 0; i < R; ++i) y8[i] = eG * dot<NL>(s[i], Cv);
     for (int j = lane; j < n_eff + T; j += 32) {
       const bool win = j >= n_eff;
       const int q = j - n_eff;
