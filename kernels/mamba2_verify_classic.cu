@@ -15,6 +15,9 @@
 // node whose parent is not the previous node reloads its parent's rows (the same lanes stored
 // them, so program order suffices).
 // Memory: S0 read once, T states written: (1 + T) P N 4 bytes per head and request.
+// Measured (H200, Nemotron-3 Nano shapes, 23 layer pools in one CUDA graph, T = 5, commit
+// a60e8adf74aa): 7.54 / 430.87 / 1709.2 us at batch 1 / 128 / 512, 90% of copy from batch 128
+// (vLLM's 8.03 / 443.7 / 1803; kernels/notes/mamba2_verify.md).
 #include <stdexcept>
 #include <string>
 
