@@ -43,9 +43,9 @@ class Summary(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             with open(os.path.join(tmp, "decode_h200.csv"), "w") as f:
                 f.write("model,kernel,batch,chunk,latency_us_median,gpu,commit,note\n"
-                        "nemotron-3-nano-30b-a3b,mamba2-recurrent,64,0,70.0,NVIDIA H200,abc,\n"
-                        "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,8,40.0,NVIDIA H200,abc,\n"
-                        "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,16,35.0,NVIDIA H200,abc,\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-recurrent,64,0,70.0,NVIDIA H200,abc,z gate and dt softplus in the kernel\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,8,40.0,NVIDIA H200,abc,z gate and dt softplus in the kernel\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,16,35.0,NVIDIA H200,abc,z gate and dt softplus in the kernel\n"
                         "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,64,,NVIDIA H200,abc,\"skipped: no memory, none\"\n")
             r = run("--results", tmp)
             self.assertEqual(r.returncode, 0, r.stderr)
