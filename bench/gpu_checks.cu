@@ -7,11 +7,14 @@
 
 #include <cstdlib>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "bench/gpu_commands.h"
 #include "kernels/checks/check_common.h"
 #include "kernels/checks/gdn_decode_checks.h"
 #include "kernels/checks/gdn_verify_checks.h"
+#include "kernels/checks/mamba2_verify_checks.h"
 
 namespace kvbuf {
 
@@ -36,23 +39,41 @@ int run_decode_checks(uint64_t seed) {
   return failed;
 }
 
-int run_verify_checks(uint64_t seed) {
+// A verify family's quick cases (GDN: verify_check, Mamba-2: mamba2_verify_check; the same case and
+// result interface).
+template <class Case, class RunCase, class NameOf, class Describe>
+int run_verify_family(const char* family, const std::vector<Case>& cases, uint64_t seed, RunCase run_case,
+                      NameOf name_of, Describe describe) {
   int failed = 0, n = 0;
-  for (const auto& cs : verify_check::verify_cases(true)) {
+  for (const auto& cs : cases) {
     ++n;
-    const std::string name = verify_check::qualified_name(cs);
+    const std::string name = name_of(cs);
     try {
-      const auto r = verify_check::run_verify_case(cs, checks::case_seed(seed, name));
+      const auto r = run_case(cs, checks::case_seed(seed, name));
       if (!r.passed) ++failed;
       fmt::print("{}\n", r.line(name));
-      if (!r.passed) fmt::print("  case {}\n", verify_check::describe(cs));
+      if (!r.passed) fmt::print("  case {}\n", describe(cs));
     } catch (const std::exception& e) {
       ++failed;
-      fmt::print("FAIL {}: {}\n  case {}\n", name, e.what(), verify_check::describe(cs));
+      fmt::print("FAIL {}: {}\n  case {}\n", name, e.what(), describe(cs));
     }
   }
-  fmt::print("GPU verify checks: {} of {} passed (seed {})\n", n - failed, n, seed);
+  fmt::print("GPU {} checks: {} of {} passed (seed {})\n", family, n - failed, n, seed);
   return failed;
+}
+
+int run_verify_checks(uint64_t seed) {
+  namespace v = verify_check;
+  return run_verify_family("verify", v::verify_cases(true), seed, v::run_verify_case,
+                           [](const v::VerifyCase& c) { return v::qualified_name(c); },
+                           [](const v::VerifyCase& c) { return v::describe(c); });
+}
+
+int run_mamba2_verify_checks(uint64_t seed) {
+  namespace v = mamba2_verify_check;
+  return run_verify_family("Mamba-2 verify", v::verify_cases(true), seed, v::run_verify_case,
+                           [](const v::VerifyCase& c) { return v::qualified_name(c); },
+                           [](const v::VerifyCase& c) { return v::describe(c); });
 }
 
 }  // namespace
@@ -63,7 +84,7 @@ int run_gpu_checks(uint64_t seed) {
     fmt::print("GPU checks: no CUDA device answers, skipped\n");
     return 0;
   }
-  return run_decode_checks(seed) + run_verify_checks(seed);
+  return run_decode_checks(seed) + run_verify_checks(seed) + run_mamba2_verify_checks(seed);
 }
 
 }  // namespace kvbuf

@@ -93,6 +93,13 @@ inline const std::vector<SweepKernel>& sweep_kernels() {
       mamba2(buffered("mamba2-direct", "Mamba-2 direct mode: stateless requests read only their entries", true)),
       mamba2(with_pool_fill(buffered("mamba2-kvbuffer-poolfill", "Mamba-2 KVBuffer decode, fill advanced in the kernel",
                                      false))),
+      mamba2(in_place(verify("mamba2-verify-classic",
+                             "Mamba-2 classic verify as serving engines run it: T + 1 state slots per request, commit by "
+                             "index (z, softplus in kernel)",
+                             false, false))),
+      mamba2(verify("mamba2-verify-kvbuffer",
+                    "Mamba-2 KVBuffer verify from S0 + buffer + commit of the accepted entries (z, softplus in kernel)",
+                    true, false)),
   };
   return table;
 }

@@ -1,7 +1,10 @@
 // The verify rows of `kvbuf sweep` (VerifyRunner of bench/sweep.h): classic speculative verify,
 // in place (verify-classic-inplace: gdn_verify_classic with step_slot, committed by index) and with
 // a copy commit (verify-classic: gdn_verify_classic + gdn_verify_classic_commit), against KVBuffer
-// verify (gdn_verify_kvbuffer + gdn_verify_kvbuffer_commit), chains and trees, per batch x T x C.
+// verify (gdn_verify_kvbuffer + gdn_verify_kvbuffer_commit), chains and trees, per batch x T x C;
+// for Mamba-2 models the twins mamba2-verify-classic (mamba2_verify_classic in place) and
+// mamba2-verify-kvbuffer (mamba2_verify_kvbuffer + commit), with dt softplus and the z gate in the
+// kernels.
 // Speedups count against the faster classic row. For the verify-to-decode ratio it compares with
 // the fastest KVBuffer decode step the decode sweep measured at that batch in the same run. A point
 // that cannot run (pools beyond free memory, a failure) is a CSV row whose `note` says why.
@@ -28,6 +31,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -38,6 +42,7 @@
 #include "kernels/common.cuh"
 #include "kernels/gdn_decode.h"
 #include "kernels/gdn_verify.h"
+#include "kernels/mamba2_verify.h"
 #include "sim/bytes_model.h"
 
 namespace kvbuf {
@@ -75,52 +80,88 @@ int heap_depth(int T) {
   return d;
 }
 
-struct Inputs {
-  DeviceBuffer slot, q, k, v, g, beta, parents, out, accept_len, accept_nodes;
-  GdnVerifyIO io;
+// Per-row metadata shared by both families: slot r for row r, parents (heap for trees, else the
+// chain) and the accepted nodes of each row's fixed m.
+struct RowMeta {
+  DeviceBuffer slot, parents, accept_len, accept_nodes;
   GdnVerifyAccept accept;
+  RowMeta(int batch, int T, bool tree, const std::vector<int>& m)
+      : slot(size_t(batch) * 4), parents(size_t(batch) * T * 4), accept_len(size_t(batch) * 4),
+        accept_nodes(size_t(batch) * T * 4) {
+    std::vector<int32_t> slots(batch), par(size_t(batch) * T), len(batch), nodes(size_t(batch) * T, 1);
+    for (int r = 0; r < batch; ++r) {
+      slots[r] = r;
+      for (int i = 1; i <= T; ++i) par[size_t(r) * T + i - 1] = tree ? heap_parent(i) : i - 1;
+      if (tree) {
+        const auto path = heap_path(std::min(m[r], heap_depth(T)));
+        len[r] = int(path.size());
+        std::copy(path.begin(), path.end(), nodes.begin() + size_t(r) * T);
+      } else {
+        len[r] = m[r];
+      }
+    }
+    slot.upload(slots), parents.upload(par), accept_len.upload(len), accept_nodes.upload(nodes);
+    accept = GdnVerifyAccept{accept_len.as<int32_t>(), tree ? accept_nodes.as<int32_t>() : nullptr};
+  }
 };
 
-Inputs make_inputs(const LayerShape& s, int batch, int T, bool tree, const std::vector<int>& m, uint64_t seed) {
-  Inputs in{DeviceBuffer(size_t(batch) * 4),
-            DeviceBuffer(size_t(batch) * T * s.key_heads * s.head_k * 2),
-            DeviceBuffer(size_t(batch) * T * s.key_heads * s.head_k * 2),
-            DeviceBuffer(size_t(batch) * T * s.value_heads * s.head_v * 2),
-            DeviceBuffer(size_t(batch) * T * s.value_heads * 4),
-            DeviceBuffer(size_t(batch) * T * s.value_heads * 4),
-            DeviceBuffer(size_t(batch) * T * 4),
-            DeviceBuffer(size_t(batch) * T * s.value_heads * s.head_v * 2),
-            DeviceBuffer(size_t(batch) * 4),
-            DeviceBuffer(size_t(batch) * T * 4),
-            {},
-            {}};
-  std::vector<int32_t> slots(batch), parents(size_t(batch) * T), len(batch), nodes(size_t(batch) * T, 1);
-  for (int r = 0; r < batch; ++r) {
-    slots[r] = r;
-    for (int i = 1; i <= T; ++i) parents[size_t(r) * T + i - 1] = tree ? heap_parent(i) : i - 1;
-    if (tree) {
-      const auto path = heap_path(std::min(m[r], heap_depth(T)));
-      len[r] = int(path.size());
-      std::copy(path.begin(), path.end(), nodes.begin() + size_t(r) * T);
-    } else {
-      len[r] = m[r];
-    }
+struct Inputs {
+  RowMeta rows;
+  DeviceBuffer q, k, v, g, beta, out;
+  GdnVerifyIO io;
+  Inputs(const LayerShape& s, int batch, int T, bool tree, const std::vector<int>& m, uint64_t seed)
+      : rows(batch, T, tree, m),
+        q(size_t(batch) * T * s.key_heads * s.head_k * 2),
+        k(q.bytes()),
+        v(size_t(batch) * T * s.value_heads * s.head_v * 2),
+        g(size_t(batch) * T * s.value_heads * 4),
+        beta(g.bytes()),
+        out(v.bytes()) {
+    fill_uniform_bf16(q.as<void>(), q.bytes() / 2, seed + 1, -1.f, 1.f);
+    fill_uniform_bf16(k.as<void>(), k.bytes() / 2, seed + 2, -1.f, 1.f);
+    fill_uniform_bf16(v.as<void>(), v.bytes() / 2, seed + 3, -1.f, 1.f);
+    fill_uniform_f32(g.as<float>(), g.bytes() / 4, seed + 4, -0.5f, -0.01f);
+    fill_uniform_f32(beta.as<float>(), beta.bytes() / 4, seed + 5, 0.1f, 0.9f);
+    io = GdnVerifyIO{batch, T, s.key_heads, s.value_heads, s.head_k, s.head_v, rows.slot.as<int32_t>(),
+                     q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(), v.as<__nv_bfloat16>(), g.as<float>(),
+                     beta.as<float>(), tree ? rows.parents.as<int32_t>() : nullptr, out.as<__nv_bfloat16>()};
   }
-  KVB_CUDA_CHECK(cudaMemcpy(in.slot.as<void>(), slots.data(), slots.size() * 4, cudaMemcpyHostToDevice));
-  KVB_CUDA_CHECK(cudaMemcpy(in.parents.as<void>(), parents.data(), parents.size() * 4, cudaMemcpyHostToDevice));
-  KVB_CUDA_CHECK(cudaMemcpy(in.accept_len.as<void>(), len.data(), len.size() * 4, cudaMemcpyHostToDevice));
-  KVB_CUDA_CHECK(cudaMemcpy(in.accept_nodes.as<void>(), nodes.data(), nodes.size() * 4, cudaMemcpyHostToDevice));
-  fill_uniform_bf16(in.q.as<void>(), in.q.bytes() / 2, seed + 1, -1.f, 1.f);
-  fill_uniform_bf16(in.k.as<void>(), in.k.bytes() / 2, seed + 2, -1.f, 1.f);
-  fill_uniform_bf16(in.v.as<void>(), in.v.bytes() / 2, seed + 3, -1.f, 1.f);
-  fill_uniform_f32(in.g.as<float>(), in.g.bytes() / 4, seed + 4, -0.5f, -0.01f);
-  fill_uniform_f32(in.beta.as<float>(), in.beta.bytes() / 4, seed + 5, 0.1f, 0.9f);
-  in.io = GdnVerifyIO{batch, T, s.key_heads, s.value_heads, s.head_k, s.head_v, in.slot.as<int32_t>(),
-                      in.q.as<__nv_bfloat16>(), in.k.as<__nv_bfloat16>(), in.v.as<__nv_bfloat16>(), in.g.as<float>(),
-                      in.beta.as<float>(), tree ? in.parents.as<int32_t>() : nullptr, in.out.as<__nv_bfloat16>()};
-  in.accept = GdnVerifyAccept{in.accept_len.as<int32_t>(), tree ? in.accept_nodes.as<int32_t>() : nullptr};
-  return in;
-}
+};
+
+// Mamba-2 (G = key heads, NH = value heads, N = head_k, P = head_v): raw dt, dt_bias, softplus and
+// the z gate in the kernels, as the decode sweep's Mamba2StepInputs.
+struct Mamba2Inputs {
+  RowMeta rows;
+  DeviceBuffer x, B, C, dt, z, dt_bias, A, D, out;
+  Mamba2VerifyIO io;
+  Mamba2Inputs(const LayerShape& s, int batch, int T, bool tree, const std::vector<int>& m, uint64_t seed)
+      : rows(batch, T, tree, m),
+        x(size_t(batch) * T * s.value_heads * s.head_v * 2),
+        B(size_t(batch) * T * s.key_heads * s.head_k * 2),
+        C(B.bytes()),
+        dt(size_t(batch) * T * s.value_heads * 2),
+        z(x.bytes()),
+        dt_bias(size_t(s.value_heads) * 4),
+        A(dt_bias.bytes()),
+        D(dt_bias.bytes()),
+        out(x.bytes()) {
+    fill_uniform_bf16(x.as<void>(), x.bytes() / 2, seed + 1, -1.f, 1.f);
+    fill_uniform_bf16(B.as<void>(), B.bytes() / 2, seed + 2, -1.f, 1.f);
+    fill_uniform_bf16(C.as<void>(), C.bytes() / 2, seed + 3, -1.f, 1.f);
+    fill_uniform_bf16(dt.as<void>(), dt.bytes() / 2, seed + 4, -2.f, 1.f);
+    fill_uniform_bf16(z.as<void>(), z.bytes() / 2, seed + 5, -1.f, 1.f);
+    fill_uniform_f32(dt_bias.as<float>(), s.value_heads, seed + 6, -2.f, 0.f);
+    fill_uniform_f32(A.as<float>(), s.value_heads, seed + 7, -4.f, -0.5f);
+    fill_uniform_f32(D.as<float>(), s.value_heads, seed + 8, 0.5f, 1.5f);
+    io.batch = batch, io.tokens = T, io.G = s.key_heads, io.NH = s.value_heads, io.N = s.head_k, io.P = s.head_v;
+    io.slot = rows.slot.as<int32_t>();
+    io.x = x.as<__nv_bfloat16>(), io.B = B.as<__nv_bfloat16>(), io.C = C.as<__nv_bfloat16>();
+    io.dt = dt.as<__nv_bfloat16>(), io.dt_bias = dt_bias.as<float>();
+    io.A = A.as<float>(), io.D = D.as<float>(), io.z = z.as<__nv_bfloat16>();
+    io.parents = tree ? rows.parents.as<int32_t>() : nullptr;
+    io.out = out.as<__nv_bfloat16>();
+  }
+};
 
 }  // namespace
 
@@ -128,14 +169,12 @@ class VerifySweep {
  public:
   VerifySweep(const SweepArgs& a, const std::vector<DecodePoint>& decode_points)
       : a_(a), s_(a.model.layer), layers_(a.layers > 0 ? a.layers : a.model.linear_layers) {
-    if (s_.kind != LayerKind::GatedDeltaNet)
-      throw std::invalid_argument("verify sweep: GDN models only; " + a.model.name + " is Mamba-2");
     if (layers_ < 1) throw std::invalid_argument("verify sweep: layers must be >= 1");
     if (!(a.acceptance >= 0 && a.acceptance <= 1)) throw std::invalid_argument("verify sweep: acceptance must be in [0, 1]");
     for (int T : a.drafts)
       if (T < 1 || T > kGdnVerifyMaxTokens) throw std::invalid_argument("verify sweep: T must be in 1..8, got " + std::to_string(T));
     for (const DecodePoint& d : decode_points)
-      if (d.kernel == "kvbuffer") decode_[d.batch].push_back({d.chunk, d.median_us});
+      if (d.kernel == decode_kernel()) decode_[d.batch].push_back({d.chunk, d.median_us});
   }
 
   // One point: a classic method (C = 0) or a KVBuffer method at C >= T. Returns false on a failure.
@@ -156,6 +195,10 @@ class VerifySweep {
     }
     return true;
   }
+
+  bool mamba2() const { return s_.kind == LayerKind::Mamba2; }
+  // The KVBuffer decode step the verify is compared with.
+  std::string decode_kernel() const { return mamba2() ? "mamba2-kvbuffer" : "kvbuffer"; }
 
   // m per request row (1..T), fixed for the sweep point, from the acceptance rate.
   std::vector<int> draw_accepts(int batch, int T) const {
@@ -210,7 +253,7 @@ class VerifySweep {
              std::to_string(layers_), fmt_g(a_.acceptance), fmt_g(tokens), fmt_g(t.median_us), fmt_g(t.min_us),
              fmt_g(t.max_us), std::to_string(t.samples), fmt_g(t.median_us / tokens), fmt_g(bytes), fmt_g(gbps),
              fmt_g(gbps / a_.copy_gbps), fmt_g(a_.copy_gbps), t.telemetry.clock_mhz(), t.telemetry.power_w(), a_.gpu,
-             a_.commit, ""});
+             a_.commit, mamba2() ? "z gate and dt softplus in the kernel" : ""});
     fmt::print("{:<22} batch {:>4} T {} C {:>2}: {:9.2f} us/layer/step (min {:.2f} max {:.2f}) {:8.2f} us/token  "
                "{:6.0f} GB/s {:5.1f}% of copy\n",
                method, batch, T, C, t.median_us, t.min_us, t.max_us, t.median_us / tokens, gbps,
@@ -228,7 +271,11 @@ class VerifySweep {
     const PoolPlan state_plan({layout.state()}, slots, L), step_plan({layout.step_states(T)}, vm.in_place ? 0 : batch, 1);
     if (!fits(state_plan.total_bytes() + step_plan.total_bytes(), csv, vm.name, batch, T, 0)) return;
     const auto m = draw_accepts(batch, T);
-    Inputs in = make_inputs(s_, batch, T, vm.tree, m, a_.seed);
+    std::unique_ptr<Inputs> gdn;
+    std::unique_ptr<Mamba2Inputs> m2;
+    if (mamba2()) m2 = std::make_unique<Mamba2Inputs>(s_, batch, T, vm.tree, m, a_.seed);
+    else gdn = std::make_unique<Inputs>(s_, batch, T, vm.tree, m, a_.seed);
+    RowMeta& rows = m2 ? m2->rows : gdn->rows;
     DevicePools states(state_plan), steps(step_plan);
     DeviceBuffer step_slot(vm.in_place ? size_t(batch) * T * 4 : 0);
     fill_uniform_f32(states.at<float>(0, "state"), states.bytes() / 4, a_.seed + 11, -1.f, 1.f);
@@ -238,16 +285,24 @@ class VerifySweep {
         slot0[r] = r * (T + 1);
         for (int t = 0; t < T; ++t) steps_at[size_t(r) * T + t] = r * (T + 1) + 1 + t;
       }
-      in.slot.upload(slot0);
+      rows.slot.upload(slot0);
       step_slot.upload(steps_at);
     }
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
     auto step = [&](cudaStream_t st) {
       for (int l = 0; l < L; ++l) {
+        if (m2) {  // in place only (cmd: mamba2-verify-classic)
+          Mamba2VerifyClassicParams p;
+          p.io = m2->io;
+          p.state = states.at<float>(l, "state");
+          p.step_slot = step_slot.as<int32_t>();
+          mamba2_verify_classic(p, st);
+          continue;
+        }
         GdnVerifyClassicParams p;
-        p.io = in.io;
+        p.io = gdn->io;
         p.state = states.at<float>(l, "state");
-        p.accept = in.accept;
+        p.accept = rows.accept;
         if (vm.in_place) {
           p.step_slot = step_slot.as<int32_t>();
           gdn_verify_classic(p, st);
@@ -258,8 +313,9 @@ class VerifySweep {
         }
       }
       if (vm.in_place) {
-        advance_inplace_slots<<<(batch + 127) / 128, 128, 0, st>>>(batch, T, in.accept.accept_len, in.accept.accept_nodes,
-                                                                    in.slot.as<int32_t>(), step_slot.as<int32_t>());
+        advance_inplace_slots<<<(batch + 127) / 128, 128, 0, st>>>(batch, T, rows.accept.accept_len,
+                                                                    rows.accept.accept_nodes, rows.slot.as<int32_t>(),
+                                                                    step_slot.as<int32_t>());
         KVB_CUDA_CHECK_LAUNCH();
       }
     };
@@ -277,13 +333,19 @@ class VerifySweep {
     const PoolPlan plan(speculative_pools(layout, T, true, false), size_t(batch), L);
     if (!fits(plan.total_bytes(), csv, vm.name, batch, T, C)) return;
     const auto m = draw_accepts(batch, T);
-    Inputs in = make_inputs(s_, batch, T, vm.tree, m, a_.seed);
+    std::unique_ptr<Inputs> gdn;
+    std::unique_ptr<Mamba2Inputs> m2;
+    if (mamba2()) m2 = std::make_unique<Mamba2Inputs>(s_, batch, T, vm.tree, m, a_.seed);
+    else gdn = std::make_unique<Inputs>(s_, batch, T, vm.tree, m, a_.seed);
+    const GdnVerifyAccept accept = m2 ? m2->rows.accept : gdn->rows.accept;
     DevicePools pools(plan);
     for (int l = 0; l < L; ++l) {
       fill_uniform_f32(pools.at<float>(l, "state"), plan.tensor_bytes("state") / 4, a_.seed + 11 + 8 * l, -1.f, 1.f);
       fill_uniform_bf16(pools.at<void>(l, "buf_k"), plan.tensor_bytes("buf_k") / 2, a_.seed + 13 + 8 * l, -0.2f, 0.2f);
       fill_uniform_bf16(pools.at<void>(l, "buf_val"), plan.tensor_bytes("buf_val") / 2, a_.seed + 14 + 8 * l, -1.f, 1.f);
       fill_uniform_f32(pools.at<float>(l, "buf_gcum"), plan.tensor_bytes("buf_gcum") / 4, a_.seed + 15 + 8 * l, -0.05f, 0.f);
+      if (plan.has("buf_beta"))  // Mamba-2: dt
+        fill_uniform_f32(pools.at<float>(l, "buf_beta"), plan.tensor_bytes("buf_beta") / 4, a_.seed + 16 + 8 * l, 0.01f, 1.f);
     }
     // Staggered fills (random 0..C-1, the same in every layer as for a real request), all buffered.
     std::mt19937_64 rng(a_.seed * 104729 + batch * 131 + C);
@@ -295,9 +357,28 @@ class VerifySweep {
       KVB_CUDA_CHECK(cudaMemcpy(pools.at<void>(l, "done_count"), zeros.data(), size_t(batch) * 4, cudaMemcpyHostToDevice));
     }
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
+    auto mamba2_params = [&](int l) {
+      Mamba2VerifyKVBufferParams p;
+      p.io = m2->io;
+      p.capacity = C;
+      p.state = pools.at<float>(l, "state");
+      p.buf_k = pools.at<__nv_bfloat16>(l, "buf_k");
+      p.buf_val = pools.at<__nv_bfloat16>(l, "buf_val");
+      p.buf_gcum = pools.at<float>(l, "buf_gcum");
+      p.buf_beta = pools.at<float>(l, "buf_beta");
+      p.fill = pools.at<int32_t>(l, "fill");
+      p.has_state = pools.at<int32_t>(l, "has_state");
+      p.win_k = pools.at<__nv_bfloat16>(l, "win_k");
+      p.win_u = pools.at<__nv_bfloat16>(l, "win_u");
+      p.win_gcum = pools.at<float>(l, "win_gcum");
+      p.win_beta = pools.at<float>(l, "win_beta");
+      p.win_base = pools.at<int32_t>(l, "win_base");
+      p.accept = accept;
+      return p;
+    };
     auto params = [&](int l) {
       GdnVerifyKVBufferParams p;
-      p.io = in.io;
+      p.io = gdn->io;
       p.entry = EntryType::BF16;
       p.capacity = C;
       p.state = pools.at<float>(l, "state");
@@ -310,11 +391,17 @@ class VerifySweep {
       p.win_u = pools.at<void>(l, "win_u");
       p.win_gcum = pools.at<float>(l, "win_gcum");
       p.win_base = pools.at<int32_t>(l, "win_base");
-      p.accept = in.accept;
+      p.accept = accept;
       return p;
     };
     auto step = [&](cudaStream_t st) {
       for (int l = 0; l < L; ++l) {
+        if (m2) {
+          const Mamba2VerifyKVBufferParams p = mamba2_params(l);
+          mamba2_verify_kvbuffer(p, st);
+          mamba2_verify_kvbuffer_commit(p, st);
+          continue;
+        }
         const GdnVerifyKVBufferParams p = params(l);
         gdn_verify_kvbuffer(p, st);
         gdn_verify_kvbuffer_commit(p, st);

@@ -70,7 +70,7 @@ CsvTable read_csv_table(const std::string& path) {
   t.path = path;
   std::string line;
   int line_no = 0;
-  size_t note_column = 0;
+  size_t latency_column = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -83,14 +83,15 @@ CsvTable read_csv_table(const std::string& path) {
     }
     if (t.header.empty()) {
       t.header = std::move(fields);
-      note_column = std::find(t.header.begin(), t.header.end(), "note") - t.header.begin();
+      latency_column = std::find(t.header.begin(), t.header.end(), "latency_us_median") - t.header.begin();
       continue;
     }
     if (fields.size() != t.header.size())
       throw bad(path + ":" + std::to_string(line_no) + ": " + std::to_string(fields.size()) +
                 " fields, header has " + std::to_string(t.header.size()));
-    // A point that did not run is a row whose note says why; it holds no measurement.
-    if (note_column < fields.size() && !fields[note_column].empty()) continue;
+    // A point that did not run is a row without a latency, its note saying why (a measured row's
+    // note may only explain, as Mamba-2's "z gate ... in the kernel").
+    if (latency_column < fields.size() && fields[latency_column].empty()) continue;
     t.rows.push_back(std::move(fields));
     t.line_of_row.push_back(line_no);
   }

@@ -5,9 +5,15 @@
 
 #include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "kernels/checks/check_common.h"
 
 namespace kvbuf::checks {
 
@@ -44,6 +50,39 @@ inline std::string reproduction_note(const std::string& case_description, uint64
   return "\n  case " + case_description + "\n  case seed " + std::to_string(case_seed) +
          "; rerun with KVBUF_TEST_SEED=" + std::to_string(base_seed) + " --gtest_filter='" + t->test_suite_name() +
          "." + t->name() + "'";
+}
+
+// One check case under gtest: runs it on its seed (case_seed of the base seed and its qualified
+// name), prints its line, and expects a pass with outputs and states checked; a case that throws
+// fails. Every failure carries the reproduction note. run_case(seed) returns a result with passed,
+// line(name), outputs_checked and states_checked (the verify check families).
+template <class RunCase>
+void expect_case_passes(const std::string& name, const std::string& description, RunCase run_case) {
+  const uint64_t base_seed = test_base_seed();
+  const uint64_t seed = case_seed(base_seed, name);
+  const std::string note = reproduction_note(description, seed, base_seed);
+  decltype(run_case(seed)) r;
+  try {
+    r = run_case(seed);
+  } catch (const std::exception& e) {
+    FAIL() << "threw: " << e.what() << note;
+  }
+  std::printf("%s (case seed %llu)\n", r.line(name).c_str(), (unsigned long long)seed);
+  EXPECT_TRUE(r.passed) << r.line(name) << note;
+  EXPECT_GT(r.outputs_checked, 0) << note;
+  EXPECT_GT(r.states_checked, 0) << note;
+}
+
+// A family's case lists: qualified names (which `kvbuf check` prints and case seeds derive from)
+// unique, the quick subset `kvbuf check` runs non-empty, smaller than and part of the full list.
+template <class Case, class NameOf, class Describe>
+void expect_unique_names_quick_subset(const std::vector<Case>& all, const std::vector<Case>& quick, NameOf name_of,
+                                      Describe describe) {
+  std::set<std::string> names;
+  for (const auto& c : all) EXPECT_TRUE(names.insert(name_of(c)).second) << "duplicate case name " << describe(c);
+  EXPECT_FALSE(quick.empty());
+  EXPECT_LT(quick.size(), names.size());
+  for (const auto& c : quick) EXPECT_EQ(names.count(name_of(c)), 1u) << describe(c);
 }
 
 }  // namespace kvbuf::checks

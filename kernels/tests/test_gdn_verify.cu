@@ -3,9 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <exception>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -27,20 +24,7 @@ std::vector<VerifyCase> cases_of(VerifyMethod method) {
 }
 
 void run_and_expect_pass(const VerifyCase& c) {
-  const std::string name = qualified_name(c);
-  const uint64_t base_seed = checks::test_base_seed();
-  const uint64_t seed = checks::case_seed(base_seed, name);
-  const std::string note = checks::reproduction_note(describe(c), seed, base_seed);
-  VerifyResult r;
-  try {
-    r = run_verify_case(c, seed);
-  } catch (const std::exception& e) {
-    FAIL() << "threw: " << e.what() << note;
-  }
-  std::printf("%s (case seed %llu)\n", r.line(name).c_str(), (unsigned long long)seed);
-  EXPECT_TRUE(r.passed) << r.line(name) << note;
-  EXPECT_GT(r.outputs_checked, 0) << note;
-  EXPECT_GT(r.states_checked, 0) << note;
+  checks::expect_case_passes(qualified_name(c), describe(c), [&](uint64_t seed) { return run_verify_case(c, seed); });
 }
 
 std::string case_name(const ::testing::TestParamInfo<VerifyCase>& info) {
@@ -66,13 +50,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, GdnVerifyClassicTest, ::testing::ValuesIn(cases_
 // `kvbuf check` runs is part of the full list. (gtest itself aborts the binary on an invalid or
 // duplicate parameter name within a suite.)
 TEST(GdnVerifyCases, QualifiedNamesUniqueQuickSubset) {
-  std::set<std::string> names;
-  for (const auto& c : verify_cases(false))
-    EXPECT_TRUE(names.insert(qualified_name(c)).second) << "duplicate case name " << describe(c);
-  const auto quick = verify_cases(true);
-  EXPECT_FALSE(quick.empty());
-  EXPECT_LT(quick.size(), names.size());
-  for (const auto& c : quick) EXPECT_EQ(names.count(qualified_name(c)), 1u) << describe(c);
+  checks::expect_unique_names_quick_subset(
+      verify_cases(false), verify_cases(true), [](const VerifyCase& c) { return qualified_name(c); },
+      [](const VerifyCase& c) { return describe(c); });
 }
 
 // ---- bad input --------------------------------------------------------------------------------

@@ -56,10 +56,10 @@ TEST(StepModelTable, EachFamilyReadsItsOwnRows) {
   {
     std::ofstream decode(dir + "/decode_h200.csv");
     decode << "model,kernel,variant,entry_dtype,batch,chunk,context_tokens,latency_us_median,note\n"
-           << "nemotron-3-nano-30b-a3b,mamba2-recurrent,-,bf16,64,0,0,69.5,\n"
+           << "nemotron-3-nano-30b-a3b,mamba2-recurrent,-,bf16,64,0,0,69.5,z gate in the kernel\n"
            << "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,-,bf16,64,16,0,40.25,\n"
            << "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,-,bf16,64,16,8,20.5,\n"
-           << "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,-,bf16,256,16,0,0,out of memory\n"
+           << "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,-,bf16,256,16,0,,skipped: out of memory\n"
            << "qwen3-next-80b-a3b,recurrent,cached-u,bf16,64,0,0,1.0,\n";
   }
   const MeasuredLinearTable m = MeasuredLinearTable::load(dir, LayerKind::Mamba2);

@@ -1,0 +1,59 @@
+// The Mamba-2 verify kernel checks (defined in mamba2_verify_checks.cu, which also says what a case
+// checks and where each tolerance comes from), shared by the gtest binary
+// kernels/tests/test_mamba2_verify.cu and `kvbuf check` (bench/gpu_checks.cu); the twin of
+// gdn_verify_checks.h.
+#pragma once
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace kvbuf::mamba2_verify_check {
+
+enum class VerifyMethod { KVBuffer, Classic };
+
+// The step sizes the kernel computes from its raw dt (dt_raw + dt_bias, then softplus).
+enum class DtRegime {
+  Typical,   // dt_raw + dt_bias in about [-9, 6]: dt in about [1e-4, 6]; A in [-4, -0.5]
+  NearZero,  // dt_raw + dt_bias in [-16, -15]: softplus output ~1e-7
+  Large,     // dt_raw + dt_bias >= 10 and A in [-16, -6]: dt A <= -60, every decay underflows
+  Given,     // dt_softplus off, no dt_bias: dt_raw itself in [0.01, 0.5]
+};
+
+struct VerifyCase {
+  std::string name;
+  VerifyMethod method = VerifyMethod::KVBuffer;
+  int G = 2, NH = 4, P = 64, N = 128;
+  int C = 16;  // buffer capacity (KVBuffer only)
+  int T = 4;   // draft tokens (nodes) per round
+  int batch = 3;     // requests
+  int pad_rows = 1;  // extra rows with slot -1
+  bool tree = false;
+  bool z_gate = false;
+  DtRegime dt = DtRegime::Typical;
+  int rounds = 0;  // 0: enough for 3 flush cycles (KVBuffer) or 12 (classic)
+};
+
+// The name with its method, unique over verify_cases().
+std::string qualified_name(const VerifyCase& c);
+// Every field of the case as `field=value`, for failure messages.
+std::string describe(const VerifyCase& c);
+void PrintTo(const VerifyCase& c, std::ostream* os);
+
+struct VerifyResult {
+  bool passed = true;
+  std::string message;  // the first failure
+  double max_out_ratio = 0, max_state_ratio = 0;  // worst |err| / tolerance (pass: <= 1)
+  int verify_folds = 0, commit_folds = 0;         // KVBuffer
+  long outputs_checked = 0, states_checked = 0;   // node outputs (NH x P each), states (NH x P x N each)
+  // "PASS|FAIL name: ratios, counts -- first failure".
+  std::string line(const std::string& name) const;
+};
+
+// Runs the case on inputs drawn from `seed`; throws on a CUDA error or a dispatch refusal.
+VerifyResult run_verify_case(const VerifyCase& c, uint64_t seed);
+
+// The cases `kvbuf check` (quick) and the gtest binary (all) run.
+std::vector<VerifyCase> verify_cases(bool quick);
+
+}  // namespace kvbuf::mamba2_verify_check

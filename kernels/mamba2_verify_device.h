@@ -1,0 +1,74 @@
+// Device and host helpers shared by the Mamba-2 verify kernels (include from .cu files only). The
+// warp-row layout, dot products and reductions are the decode kernels' (mamba2_decode_device.h).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/mamba2_decode_device.h"
+#include "kernels/mamba2_verify.h"
+
+namespace kvbuf::mamba2_detail {
+
+// The step size of head h for token t of request row `row` (token_dt's rule on the [B, T, NH] layout).
+__device__ __forceinline__ float verify_token_dt(const Mamba2VerifyIO& io, int row, int t, int h) {
+  float d = __bfloat162float(io.dt[(size_t(row) * io.tokens + t) * io.NH + h]);
+  if (io.dt_bias) d += io.dt_bias[h];
+  if (io.dt_softplus) d = d > 20.f ? d : log1pf(expf(d));
+  return d;
+}
+
+// Output of this lane's row of token t (lane 4 i writes row i of the warp's 8 rows at p0): y plus
+// the D x term the caller folded in, times silu(z) when z is given.
+__device__ __forceinline__ void write_verify_output(const Mamba2VerifyIO& io, int row, int t, int h, int p0, int lane,
+                                                    float y) {
+  if ((lane & 3) != 0) return;
+  const size_t o = ((size_t(row) * io.tokens + t) * io.NH + h) * io.P + p0 + (lane >> 2);
+  if (io.z) y *= silu(__bfloat162float(io.z[o]));
+  io.out[o] = __float2bfloat16_rn(y);
+}
+
+// Zeros for every output of a padding row's rows p0 .. p0 + rows - 1 of head h (threads 0 .. n-1).
+__device__ __forceinline__ void zero_padding_outputs(const Mamba2VerifyIO& io, int row, int h, int p0, int rows) {
+  for (int i = threadIdx.x; i < io.tokens * rows; i += blockDim.x)
+    io.out[((size_t(row) * io.tokens + i / rows) * io.NH + h) * io.P + p0 + i % rows] = __float2bfloat16_rn(0.f);
+}
+
+// The parent of node t (0-based; -1 = the committed state) from the 1-based parents of a row
+// (null: a chain); out-of-range entries read as 0.
+__device__ __forceinline__ int node_parent(const int32_t* row_parents, int t) {
+  if (!row_parents) return t - 1;
+  const int par = row_parents[t] - 1;
+  return par < -1 || par >= t ? -1 : par;
+}
+
+// Checks shared by every verify entry point (throws std::invalid_argument naming `who`).
+inline void validate_verify_io(const Mamba2VerifyIO& io, const char* who) {
+  auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(who) + ": " + m); };
+  if (io.batch < 0) fail("batch must be >= 0");
+  if (io.batch > kMaxBatch)
+    fail("unsupported batch " + std::to_string(io.batch) + " (at most " + std::to_string(kMaxBatch) + " rows per launch)");
+  if (io.tokens < 1 || io.tokens > kMamba2VerifyMaxTokens)
+    fail("unsupported token count T = " + std::to_string(io.tokens) + " (1..8)");
+  if (io.G <= 0 || io.NH <= 0 || io.NH % io.G != 0) fail("need G > 0 and NH a multiple of G");
+  if (io.N != 64 && io.N != 128)
+    fail("unsupported head dims P=" + std::to_string(io.P) + " N=" + std::to_string(io.N) +
+         " (supported: N in {64, 128}, P a multiple of 8)");
+  if (io.P <= 0 || io.P % kWarpRows != 0)
+    fail("unsupported head dims P=" + std::to_string(io.P) + " (P a multiple of 8)");
+  if (io.batch > 0 && (!io.slot || !io.x || !io.B || !io.C || !io.dt || !io.A || !io.D || !io.out))
+    fail("slot, x, B, C, dt, A, D and out must be set");
+}
+
+// Calls f(std::integral_constant<int, N>{}) for the supported d_state (validate_verify_io refused
+// the others).
+template <class F>
+void dispatch_verify_dims(const Mamba2VerifyIO& io, const char* who, F&& f) {
+  Mamba2StepIO dims;
+  dims.P = io.P, dims.N = io.N;
+  dispatch_head_dims(dims, who, f);
+}
+
+}  // namespace kvbuf::mamba2_detail

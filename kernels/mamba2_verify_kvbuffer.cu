@@ -1,0 +1,466 @@
+// mamba2_verify_kvbuffer / mamba2_verify_kvbuffer_commit: KVBuffer speculative verify of Mamba-2,
+// chains and trees (shared/design/kvbuffer-math.md sections 5, 6, 8), and its commit.
+//
+// Math, per request and head h (group g), checkpoint S0 (P x N), n buffered entries
+// (x_j, B_j, dt_j, G_j), window nodes t with parents p(t), G_t = G_base + sum over the root path of
+// dt_s A (G_base = G_{n-1}, or 0 after a fold or on an empty buffer):
+//   y_t = e^{G_t} S0 C_t + sum_{j<n} e^{G_t-G_j} dt_j (C_t.B_j) x_j
+//                        + sum_{s in anc(t)+t} e^{G_t-G_s} dt_s (C_t.B_s) x_s + D x_t,   y_t *= silu(z_t)
+// No triangular solve (no delta rule): the T outputs are T (n + T) coefficients w[t][j] on the
+// entries' x plus T products S0 C_t from ONE read of S0. Every exponent is <= 0. No state is
+// written, except when n > 0 and n + depth >= C (gdn_verify.h's protocol): then the n entries are
+// folded first, S0 <- e^{G_{n-1}} S0 + sum_j e^{G_{n-1}-G_j} dt_j x_j B_j^T, in registers (written
+// back once, created in direct mode) and the window starts from an empty buffer.
+// Commit: appends the m accepted nodes' (B, x, G, dt) at the fill after the verify's fold; the
+// buffer becomes full only when T == C, and then the commit folds it (fill 0).
+//
+// Layouts (sim/layout.h, LayerKind::Mamba2): S [slots, NH, P, N] fp32; buf_k = B [slots, C, G, N],
+// buf_val = x [slots, C, NH, P] bf16; buf_gcum = G, buf_beta = dt [slots, C, NH] fp32; token I/O
+// as mamba2_verify.h; scratch win_k [B, T, G, N], win_u [B, T, NH, P] bf16, win_gcum, win_beta
+// [B, T, NH] fp32, win_base [B, 2].
+// Block: rows_per_block (64 for P = 64: the whole head) rows of one head, the decode kernels' warp
+// rows (8 rows per warp, lane l holds columns [l N/32, (l+1) N/32)). Phases, marked in the body:
+//   1 issue: the window's B, C, x (cp.async), the slot, S0 rows into registers, the n buffer entries;
+//   2 warp 0: the window's tree (ancestor masks, depth), the fold decision, dt_t and G_t, fold weights;
+//   3 fold into S0 when due, written back;
+//   4 the (n_eff + T) x T dots C_t.B_j, one entry per warp at a time, reduced by halving
+//     exchanges, turned into the coefficients w[t][j];
+//   5 outputs: per token, the 8 rows' S0.C_t slices plus the lanes' share of sum_j w[t][j] x_j
+//     reduced together (9 shuffles), D x_t being the coefficient of the token itself;
+//   6 scratch for the commit: the window's B, x, G, dt and the row's base.
+// Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
+// scratch written (T (P + N) 2 + 8 T); a fold writes S0 once.
+// Measured (H200, Nemotron-3 Nano shapes, 23 layer pools in one CUDA graph, verify + commit per
+// layer, T = 5, commit a60e8adf74aa, results/verify_mamba2_h200.csv): 12.99 / 208.69 / 787.52 us at
+// batch 1 / 128 / 512 [C = 16], 42% of copy: bound by each block's chain of dependent round trips,
+// not by bytes (log and next step: kernels/notes/mamba2_verify.md).
+#include <stdexcept>
+#include <string>
+
+#include "kernels/common.cuh"
+#include "kernels/mamba2_verify.h"
+#include "kernels/mamba2_verify_device.h"
+
+namespace kvbuf {
+namespace mamba2_detail {
+namespace {
+
+constexpr int kTMax = kMamba2VerifyMaxTokens;
+constexpr int kMaxCapacity = 64;
+// Resident verify blocks per SM the register budget allows (64 registers a thread; ptxas spills
+// a few bytes at N = 128): the kernel is bound by its chain of dependent round trips (slot -> fill
+// -> buffer), so resident blocks, not bandwidth, set its pace (run 1: 2 blocks per SM at 128
+// registers, 27-45% of copy; kernels/notes/mamba2_verify.md).
+constexpr int kVerifyBlocksPerSM = 4;
+
+// Dynamic shared memory of the verify block in bytes (16-byte aligned pieces), for d_state N,
+// capacity C and `rows` rows per block.
+struct VerifySmem {
+  int n_dim, c, rows;
+  __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
+  __host__ __device__ int b_buf() const { return 0; }                                // [C, N] bf16
+  __host__ __device__ int b_win() const { return b_buf() + up16(c * n_dim * 2); }    // [TMAX, N] bf16
+  __host__ __device__ int c_win() const { return b_win() + kTMax * n_dim * 2; }      // [TMAX, N] bf16
+  __host__ __device__ int x_buf() const { return c_win() + kTMax * n_dim * 2; }      // [C, rows] bf16
+  __host__ __device__ int x_win() const { return x_buf() + up16(c * rows * 2); }     // [TMAX, rows] bf16
+  __host__ __device__ int g_buf() const { return x_win() + kTMax * rows * 2; }       // [C] G_j
+  __host__ __device__ int dt_buf() const { return g_buf() + up16(c * 4); }           // [C] dt_j
+  __host__ __device__ int fold_w() const { return dt_buf() + up16(c * 4); }          // [C] fold weights
+  __host__ __device__ int w_buf() const { return fold_w() + up16(c * 4); }           // [TMAX, C] coefficients
+  __host__ __device__ int w_win() const { return w_buf() + kTMax * c * 4; }          // [TMAX, TMAX]
+  __host__ __device__ size_t bytes() const { return size_t(w_win() + kTMax * kTMax * 4); }
+};
+
+template <int N>
+__global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamba2_verify_kvbuffer_kernel(const Mamba2VerifyKVBufferParams p) {
+  constexpr int NL = N / 32, R = kWarpRows, CH = N / 8;
+  const Mamba2VerifyIO& io = p.io;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
+  const int tile = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
+  const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
+  const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G, g = h / (NH / G);
+  const int XC = rows / 8;  // 16-byte chunks of one entry's x over the block's rows
+  extern __shared__ float4 smem4[];
+  char* smem = reinterpret_cast<char*>(smem4);
+  const VerifySmem L{N, C, rows};
+  __nv_bfloat16* s_bbuf = reinterpret_cast<__nv_bfloat16*>(smem + L.b_buf());
+  __nv_bfloat16* s_bwin = reinterpret_cast<__nv_bfloat16*>(smem + L.b_win());
+  __nv_bfloat16* s_cwin = reinterpret_cast<__nv_bfloat16*>(smem + L.c_win());
+  __nv_bfloat16* s_xbuf = reinterpret_cast<__nv_bfloat16*>(smem + L.x_buf());
+  __nv_bfloat16* s_xwin = reinterpret_cast<__nv_bfloat16*>(smem + L.x_win());
+  float* s_gbuf = reinterpret_cast<float*>(smem + L.g_buf());
+  float* s_dtbuf = reinterpret_cast<float*>(smem + L.dt_buf());
+  float* s_fw = reinterpret_cast<float*>(smem + L.fold_w());
+  float* s_wbuf = reinterpret_cast<float*>(smem + L.w_buf());
+  float* s_wwin = reinterpret_cast<float*>(smem + L.w_win());
+  __shared__ float s_gwin[kTMax], s_dtwin[kTMax], s_egwin[kTMax];
+  __shared__ unsigned s_path[kTMax];  // node t's root path (ancestors and t) as a bitmask
+  __shared__ int s_fold, s_neff;
+
+  // Phase 1, issue: the window (independent of the pools), the slot, S0, the buffer entries.
+  for (int c = threadIdx.x; c < 2 * T * CH; c += blockDim.x) {
+    const int v = c / CH, e = (c % CH) * 8, t = v % T;
+    cp_async16((v < T ? s_bwin : s_cwin) + t * N + e, (v < T ? io.B : io.C) + ((size_t(row) * T + t) * G + g) * N + e);
+  }
+  for (int c = threadIdx.x; c < T * XC; c += blockDim.x) {
+    const int t = c / XC, e = (c % XC) * 8;
+    cp_async16(s_xwin + t * rows + e, io.x + ((size_t(row) * T + t) * NH + h) * P + pb + e);
+  }
+  const float A = io.A[h], D = io.D[h];
+  // Warp 0, lane t < T: node t's step size and parent, also independent of the pools.
+  float dt_lane = 0.f;
+  int par_lane = -1;
+  if (warp == 0 && lane < T) {
+    dt_lane = verify_token_dt(io, row, lane, h);
+    par_lane = node_parent(io.parents ? io.parents + size_t(row) * T : nullptr, lane);
+  }
+  const int slot = io.slot[row];
+  if (slot < 0) {
+    cp_async_wait_all();
+    zero_padding_outputs(io, row, h, pb, rows);
+    return;
+  }
+  // S0 is issued together with fill and has_state (one round trip after the slot, not two) and
+  // dropped for a row in direct mode, whose slot holds no state.
+  float* state_rows = p.state + ((size_t(slot) * NH + h) * P + p0) * N + lane * NL;
+  float s[R][NL];
+#pragma unroll
+  for (int i = 0; i < R; ++i) load_row<N>(state_rows + size_t(i) * N, s[i]);
+  const int n = p.fill[slot];
+  const bool has_state = p.has_state[slot] != 0;
+  if (!has_state)
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+      for (int e = 0; e < NL; ++e) s[i][e] = 0.f;
+  const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + g) * N;          // B_j at + j G N
+  const __nv_bfloat16* bx = p.buf_val + (size_t(slot) * C * NH + h) * P + pb;  // x_j at + j NH P
+  for (int c = threadIdx.x; c < n * CH; c += blockDim.x) {
+    const int j = c / CH, e = (c % CH) * 8;
+    cp_async16(s_bbuf + j * N + e, bk + size_t(j) * G * N + e);
+  }
+  for (int c = threadIdx.x; c < n * XC; c += blockDim.x) {
+    const int j = c / XC, e = (c % XC) * 8;
+    cp_async16(s_xbuf + j * rows + e, bx + size_t(j) * NH * P + e);
+  }
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * NH + h);
+    cp_async4(s_dtbuf + j, p.buf_beta + (size_t(slot) * C + j) * NH + h);
+  }
+  cp_async_wait_all();
+  __syncthreads();
+
+  // Phase 2, warp 0, lane t = node t: root path, depth, fold decision, dt_t, G_t, fold weights.
+  if (warp == 0) {
+    const int t = lane, par = par_lane;
+    unsigned anc = 0u;
+    int up = par;
+#pragma unroll
+    for (int it = 0; it < kTMax - 1; ++it) {  // one generation per step
+      if (up >= 0) anc |= 1u << up;
+      const int next = __shfl_sync(0xffffffffu, par, up < 0 ? 0 : up);
+      up = up < 0 ? -1 : next;
+    }
+    const int depth = __reduce_max_sync(0xffffffffu, t < T ? __popc(anc) + 1 : 0);
+    const bool fold = n > 0 && n + depth >= C;
+    const int n_eff = fold ? 0 : n;
+    const float dt = dt_lane;
+    const unsigned path = t < T ? anc | 1u << t : 0u;
+    float gsum = 0.f;
+#pragma unroll
+    for (int q = 0; q < kTMax; ++q) {
+      const float a = __shfl_sync(0xffffffffu, dt * A, q);
+      if (path >> q & 1u) gsum += a;
+    }
+    const float G_t = (n_eff > 0 ? s_gbuf[n_eff - 1] : 0.f) + gsum;
+    if (t < T) {
+      s_gwin[t] = G_t, s_dtwin[t] = dt, s_egwin[t] = expf(G_t), s_path[t] = path;
+    }
+    if (fold)
+      for (int j = lane; j < n; j += 32) s_fw[j] = expf(s_gbuf[n - 1] - s_gbuf[j]) * s_dtbuf[j];
+    if (lane == 0) s_fold = fold, s_neff = n_eff;
+  }
+  __syncthreads();
+  const bool fold = s_fold;
+  const int n_eff = s_neff;
+
+  // Phase 3, fold: S0 <- e^{G_{n-1}} S0 + sum_j w_j x_j B_j^T, written back once.
+  if (fold) {
+    const float eGn = expf(s_gbuf[n - 1]);
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+      for (int e = 0; e < NL; ++e) s[i][e] *= eGn;
+#pragma unroll 2
+    for (int j = 0; j < n; ++j) {
+      float Bj[NL], xj[R];
+      bf16_slice<N>(load_bf16_raw<N>(s_bbuf + j * N, lane), Bj);
+      bf16x8(*reinterpret_cast<const uint4*>(s_xbuf + j * rows + warp * R), xj);
+      const float w = s_fw[j];
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const float wx = w * xj[i];
+#pragma unroll
+        for (int e = 0; e < NL; ++e) s[i][e] = fmaf(wx, Bj[e], s[i][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i) store_row<N>(state_rows + size_t(i) * N, s[i]);
+  }
+
+  // Phase 4, coefficients: entry j < n_eff is buffered entry j, entry n_eff + q window node q. The
+  // C_t slices are read from shared memory where used (kept in registers they cost the third block
+  // per SM).
+  auto c_slice = [&](int t, float* Cv) { bf16_slice<N>(load_bf16_raw<N>(s_cwin + t * N, lane), Cv); };
+  for (int j = warp; j < n_eff + T; j += warps) {
+    const bool win = j >= n_eff;
+    const int q = j - n_eff;
+    float Bj[NL];
+    bf16_slice<N>(load_bf16_raw<N>(win ? s_bwin + q * N : s_bbuf + j * N, lane), Bj);
+    float v[kTMax];
+#pragma unroll
+    for (int t = 0; t < kTMax; ++t) {
+      float Cv[NL];
+      c_slice(t < T ? t : 0, Cv);
+      v[t] = t < T ? dot<NL>(Cv, Bj) : 0.f;
+    }
+    const float d = row_sums8(v, lane);  // lanes 4 t .. 4 t + 3: C_t . B_j
+    const int t = lane >> 2;
+    if ((lane & 3) == 0 && t < T) {
+      if (!win) {
+        s_wbuf[t * C + j] = expf(s_gwin[t] - s_gbuf[j]) * s_dtbuf[j] * d;
+      } else {
+        const bool on_path = s_path[t] >> q & 1u;
+        s_wwin[t * kTMax + q] = on_path ? fmaf(expf(s_gwin[t] - s_gwin[q]) * s_dtwin[q], d, q == t ? D : 0.f) : 0.f;
+      }
+    }
+  }
+  __syncthreads();
+
+  // Phase 5, outputs.
+#pragma unroll
+  for (int t = 0; t < kTMax; ++t) {
+    if (t >= T) break;
+    float y8[R];
+    const float eG = s_egwin[t];
+    float Cv[NL];
+    c_slice(t, Cv);
+#pragma unroll
+    for (int i = 0; i < R; ++i) y8[i] = eG * dot<NL>(s[i], Cv);
+    for (int j = lane; j < n_eff + T; j += 32) {
+      const bool win = j >= n_eff;
+      const int q = j - n_eff;
+      const float w = win ? s_wwin[t * kTMax + q] : s_wbuf[t * C + j];
+      float xj[R];
+      bf16x8(*reinterpret_cast<const uint4*>((win ? s_xwin + q * rows : s_xbuf + j * rows) + warp * R), xj);
+#pragma unroll
+      for (int i = 0; i < R; ++i) y8[i] = fmaf(w, xj[i], y8[i]);
+    }
+    write_verify_output(io, row, t, h, p0, lane, row_sums8(y8, lane));
+  }
+
+  // Phase 6, scratch for the commit.
+  for (int c = threadIdx.x; c < T * XC; c += blockDim.x) {
+    const int t = c / XC, e = (c % XC) * 8;
+    *reinterpret_cast<uint4*>(p.win_u + ((size_t(row) * T + t) * NH + h) * P + pb + e) =
+        *reinterpret_cast<const uint4*>(s_xwin + t * rows + e);
+  }
+  if (tile == 0) {
+    if (h % (NH / G) == 0)
+      for (int c = threadIdx.x; c < T * CH; c += blockDim.x) {
+        const int t = c / CH, e = (c % CH) * 8;
+        *reinterpret_cast<uint4*>(p.win_k + ((size_t(row) * T + t) * G + g) * N + e) =
+            *reinterpret_cast<const uint4*>(s_bwin + t * N + e);
+      }
+    if (threadIdx.x < T) {
+      p.win_gcum[(size_t(row) * T + threadIdx.x) * NH + h] = s_gwin[threadIdx.x];
+      p.win_beta[(size_t(row) * T + threadIdx.x) * NH + h] = s_dtwin[threadIdx.x];
+    }
+    if (h == 0 && threadIdx.x == 0) {
+      p.win_base[2 * row] = n_eff;
+      p.win_base[2 * row + 1] = has_state || fold ? 1 : 0;
+    }
+  }
+}
+
+// The accepted node (0-based) of position e of row `row`'s accepted path.
+__device__ __forceinline__ int accepted_node(const Mamba2VerifyKVBufferParams& p, int row, int e) {
+  const int T = p.io.tokens;
+  const int node = p.accept.accept_nodes ? p.accept.accept_nodes[size_t(row) * T + e] - 1 : e;
+  return min(max(node, 0), T - 1);
+}
+__device__ __forceinline__ int accepted_len(const Mamba2VerifyKVBufferParams& p, int row) {
+  return min(max(p.accept.accept_len[row], 0), p.io.tokens);
+}
+
+// Commit, kCommitSlices blocks per request row: copies the m accepted nodes' entries (B per group,
+// x, G and dt per head) from the scratch to buffer positions n0 .. n0+m-1 in 16-byte pieces, and
+// sets fill and has_state. It reads only the scratch the verify wrote. A buffer that becomes full
+// (n0 + m == C, only when T == C) is folded by mamba2_verify_kvbuffer_commit_fold_kernel instead.
+constexpr int kCommitThreads = 256;
+constexpr int kCommitSlices = 8;
+__global__ void __launch_bounds__(kCommitThreads) mamba2_verify_kvbuffer_commit_kernel(const Mamba2VerifyKVBufferParams p) {
+  const Mamba2VerifyIO& io = p.io;
+  const int row = blockIdx.x, T = io.tokens, C = p.capacity;
+  const int slot = io.slot[row];
+  if (slot < 0) return;
+  __shared__ int s_node[kTMax];
+  const int n0 = p.win_base[2 * row];
+  const bool has_state = p.win_base[2 * row + 1] != 0;
+  const int m = accepted_len(p, row);
+  if (threadIdx.x < m) s_node[threadIdx.x] = accepted_node(p, row, threadIdx.x);
+  __syncthreads();
+  if (n0 + m >= C) {
+    if (blockIdx.y == 0 && threadIdx.x == 0) p.fill[slot] = 0, p.has_state[slot] = 1;
+    return;
+  }
+  const int x_chunks = io.NH * io.P / 8, b_chunks = io.G * io.N / 8;  // per entry
+  const int total = m * (x_chunks + b_chunks);
+  const uint4* win_x = reinterpret_cast<const uint4*>(p.win_u);
+  const uint4* win_b = reinterpret_cast<const uint4*>(p.win_k);
+  uint4* buf_x = reinterpret_cast<uint4*>(p.buf_val);
+  uint4* buf_b = reinterpret_cast<uint4*>(p.buf_k);
+  constexpr int kBatch = 4;
+  const int stride = kCommitSlices * kCommitThreads;
+  for (int base = blockIdx.y * kCommitThreads + threadIdx.x; base < total; base += kBatch * stride) {
+    uint4 v[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int c = base + i * stride;
+      if (c < total) {
+        const int e = c / (x_chunks + b_chunks), w = c % (x_chunks + b_chunks);
+        const size_t src = size_t(row) * T + s_node[e];
+        v[i] = w < x_chunks ? win_x[src * x_chunks + w] : win_b[src * b_chunks + (w - x_chunks)];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int c = base + i * stride;
+      if (c < total) {
+        const int e = c / (x_chunks + b_chunks), w = c % (x_chunks + b_chunks);
+        const size_t dst = size_t(slot) * C + n0 + e;
+        if (w < x_chunks) buf_x[dst * x_chunks + w] = v[i];
+        else buf_b[dst * b_chunks + (w - x_chunks)] = v[i];
+      }
+    }
+  }
+  if (blockIdx.y != 0) return;
+  for (int c = threadIdx.x; c < m * io.NH; c += kCommitThreads) {
+    const int e = c / io.NH, h = c % io.NH;
+    const size_t src = (size_t(row) * T + s_node[e]) * io.NH + h, dst = (size_t(slot) * C + n0 + e) * io.NH + h;
+    p.buf_gcum[dst] = p.win_gcum[src];
+    p.buf_beta[dst] = p.win_beta[src];
+  }
+  if (threadIdx.x == 0) {
+    p.fill[slot] = n0 + m;
+    p.has_state[slot] = has_state ? 1 : 0;
+  }
+}
+
+// The commit's fold of a full buffer, one warp per 8 state rows (the recurrent decode's shape):
+// S0 <- e^{G_{C-1}} S0 + sum_j e^{G_{C-1}-G_j} dt_j x_j B_j^T over the n0 buffered entries and the
+// m accepted nodes (C in all); rows whose buffer is not full exit at once.
+template <int N>
+__global__ void __launch_bounds__(32) mamba2_verify_kvbuffer_commit_fold_kernel(const Mamba2VerifyKVBufferParams p) {
+  constexpr int NL = N / 32, R = kWarpRows;
+  const Mamba2VerifyIO& io = p.io;
+  const int lane = threadIdx.x, h = blockIdx.y, row = blockIdx.z, p0 = blockIdx.x * R;
+  const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G, g = h / (NH / G);
+  const int slot = io.slot[row];
+  if (slot < 0) return;
+  const int n0 = p.win_base[2 * row];
+  const bool has_state = p.win_base[2 * row + 1] != 0;
+  const int m = accepted_len(p, row);
+  if (n0 + m < C) return;
+  // Entry j: buffered (j < n0) or accepted node accepted_node(j - n0) of the scratch.
+  auto entry_scalar = [&](const float* buf, const float* win, int j) {
+    return j < n0 ? buf[(size_t(slot) * C + j) * NH + h] : win[(size_t(row) * T + accepted_node(p, row, j - n0)) * NH + h];
+  };
+  float* state_rows = p.state + ((size_t(slot) * NH + h) * P + p0) * N + lane * NL;
+  float s[R][NL];
+  const float G_last = entry_scalar(p.buf_gcum, p.win_gcum, C - 1), eGn = expf(G_last);
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    if (has_state) {
+      load_row<N>(state_rows + size_t(i) * N, s[i]);
+#pragma unroll
+      for (int e = 0; e < NL; ++e) s[i][e] *= eGn;
+    } else {
+#pragma unroll
+      for (int e = 0; e < NL; ++e) s[i][e] = 0.f;
+    }
+  }
+  for (int j = 0; j < C; ++j) {
+    const bool buffered = j < n0;
+    const size_t win_entry = size_t(row) * T + (buffered ? 0 : accepted_node(p, row, j - n0));
+    const __nv_bfloat16* Bsrc = buffered ? p.buf_k + ((size_t(slot) * C + j) * G + g) * N : p.win_k + (win_entry * G + g) * N;
+    const __nv_bfloat16* xsrc = buffered ? p.buf_val + ((size_t(slot) * C + j) * NH + h) * P + p0
+                                         : p.win_u + (win_entry * NH + h) * P + p0;
+    float Bj[NL], xj[R];
+    bf16_slice<N>(load_bf16_raw<N>(Bsrc, lane), Bj);
+    bf16x8(*reinterpret_cast<const uint4*>(xsrc), xj);
+    const float w = expf(G_last - entry_scalar(p.buf_gcum, p.win_gcum, j)) * entry_scalar(p.buf_beta, p.win_beta, j);
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const float wx = w * xj[i];
+#pragma unroll
+      for (int e = 0; e < NL; ++e) s[i][e] = fmaf(wx, Bj[e], s[i][e]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < R; ++i) store_row<N>(state_rows + size_t(i) * N, s[i]);
+}
+
+void validate(const Mamba2VerifyKVBufferParams& p, const char* who) {
+  validate_verify_io(p.io, who);
+  auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(who) + ": " + m); };
+  if (p.capacity < p.io.tokens || p.capacity > kMaxCapacity)
+    fail("unsupported capacity C = " + std::to_string(p.capacity) + " (T <= C <= 64)");
+  if (p.io.batch > 0 && (!p.state || !p.buf_k || !p.buf_val || !p.buf_gcum || !p.buf_beta || !p.fill || !p.has_state ||
+                         !p.win_k || !p.win_u || !p.win_gcum || !p.win_beta || !p.win_base))
+    fail("null pointer among pools or scratch");
+}
+
+// Rows per block: the whole head up to 64 rows (the largest of 64, 32, 16, 8 dividing P), as the
+// KVBuffer decode kernel's measured rule: the block's warps share the dots and coefficients.
+int verify_rows(int P) {
+  int rows = kMaxRowsPerBlock;
+  while (P % rows != 0) rows /= 2;
+  return rows;
+}
+
+}  // namespace
+}  // namespace mamba2_detail
+
+void mamba2_verify_kvbuffer(const Mamba2VerifyKVBufferParams& p, cudaStream_t stream) {
+  using namespace mamba2_detail;
+  const char* who = "mamba2_verify_kvbuffer";
+  validate(p, who);
+  if (p.io.batch == 0) return;
+  const int rows = verify_rows(p.io.P);
+  const size_t smem = VerifySmem{p.io.N, p.capacity, rows}.bytes();
+  const dim3 grid(unsigned(p.io.P / rows), unsigned(p.io.NH), unsigned(p.io.batch));
+  dispatch_verify_dims(p.io, who, [&](auto n) {
+    launch_kernel(mamba2_verify_kvbuffer_kernel<decltype(n)::value>, grid, decode_block(rows), smem, stream, false, p);
+  });
+}
+
+void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams& p, cudaStream_t stream) {
+  using namespace mamba2_detail;
+  const char* who = "mamba2_verify_kvbuffer_commit";
+  validate(p, who);
+  if (!p.accept.accept_len) throw std::invalid_argument(std::string(who) + ": accept_len is null");
+  if (p.io.batch == 0) return;
+  // The buffer can become full at the commit only when T == C: the fold reads the scratch and the
+  // buffer, which the copy kernel then leaves untouched for such rows.
+  if (p.io.tokens == p.capacity) {
+    const dim3 grid(unsigned(p.io.P / kWarpRows), unsigned(p.io.NH), unsigned(p.io.batch));
+    dispatch_verify_dims(p.io, who, [&](auto n) {
+      launch_kernel(mamba2_verify_kvbuffer_commit_fold_kernel<decltype(n)::value>, grid, dim3(32), 0, stream, false, p);
+    });
+  }
+  launch_kernel(mamba2_verify_kvbuffer_commit_kernel, dim3(unsigned(p.io.batch), kCommitSlices), dim3(kCommitThreads), 0,
+                stream, false, p);
+}
+
+}  // namespace kvbuf

@@ -1,0 +1,102 @@
+// GPU tests of the Mamba-2 verify kernels against the float64 reference (the cases of
+// kernels/checks/mamba2_verify_checks.h), plus the dispatch's refusals of unsupported shapes (host
+// only: they throw before any CUDA call, so CI without a GPU runs them too).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/checks/check_common.h"
+#include "kernels/checks/mamba2_verify_checks.h"
+#include "kernels/mamba2_verify.h"
+#include "kernels/tests/check_case_support.h"
+
+namespace kvbuf::mamba2_verify_check {
+namespace {
+
+std::vector<VerifyCase> cases_of(VerifyMethod method) {
+  std::vector<VerifyCase> r;
+  for (const auto& c : verify_cases(false))
+    if (c.method == method) r.push_back(c);
+  return r;
+}
+
+void run_and_expect_pass(const VerifyCase& c) {
+  checks::expect_case_passes(qualified_name(c), describe(c), [&](uint64_t seed) { return run_verify_case(c, seed); });
+}
+
+std::string case_name(const ::testing::TestParamInfo<VerifyCase>& info) {
+  return checks::gtest_param_name(info.param.name);
+}
+
+class Mamba2VerifyKVBufferTest : public ::testing::TestWithParam<VerifyCase> {};
+TEST_P(Mamba2VerifyKVBufferTest, MatchesRecurrentOfAcceptedTokens) { run_and_expect_pass(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Cases, Mamba2VerifyKVBufferTest, ::testing::ValuesIn(cases_of(VerifyMethod::KVBuffer)),
+                         case_name);
+
+class Mamba2VerifyClassicTest : public ::testing::TestWithParam<VerifyCase> {};
+TEST_P(Mamba2VerifyClassicTest, MatchesRecurrentOfAcceptedTokens) { run_and_expect_pass(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Cases, Mamba2VerifyClassicTest, ::testing::ValuesIn(cases_of(VerifyMethod::Classic)),
+                         case_name);
+
+// Host only: qualified names unique across methods, the quick subset part of the full list.
+TEST(Mamba2VerifyCases, QualifiedNamesUniqueQuickSubset) {
+  checks::expect_unique_names_quick_subset(
+      verify_cases(false), verify_cases(true), [](const VerifyCase& c) { return qualified_name(c); },
+      [](const VerifyCase& c) { return describe(c); });
+}
+
+// Never dereferenced: every refusal below happens on the host, before a launch.
+template <class T>
+T* fake() {
+  alignas(16) static char storage[16];
+  return reinterpret_cast<T*>(storage);
+}
+
+void set_io(Mamba2VerifyIO& io) {
+  io.batch = 1, io.tokens = 4, io.G = 1, io.NH = 2, io.P = 64, io.N = 128;
+  io.slot = fake<const int32_t>();
+  io.x = io.B = io.C = io.dt = fake<const __nv_bfloat16>();
+  io.A = io.D = fake<const float>();
+  io.out = fake<__nv_bfloat16>();
+}
+
+TEST(Mamba2VerifyBadInput, UnsupportedShapesThrow) {
+  Mamba2VerifyClassicParams c;
+  set_io(c.io);
+  EXPECT_THROW(mamba2_verify_classic(c, 0), std::invalid_argument);  // no state, no step_slot
+  c.state = fake<float>(), c.step_slot = fake<const int32_t>();
+  c.io.N = 96;
+  EXPECT_THROW(mamba2_verify_classic(c, 0), std::invalid_argument);
+  c.io.N = 128, c.io.P = 12;
+  EXPECT_THROW(mamba2_verify_classic(c, 0), std::invalid_argument);
+  c.io.P = 64, c.io.tokens = 9;
+  EXPECT_THROW(mamba2_verify_classic(c, 0), std::invalid_argument);
+  c.io.tokens = 0;
+  EXPECT_THROW(mamba2_verify_classic(c, 0), std::invalid_argument);
+  c.io.tokens = 4, c.io.NH = 3, c.io.G = 2;
+  EXPECT_THROW(mamba2_verify_classic(c, 0), std::invalid_argument);
+  c.io.NH = 2, c.io.G = 1, c.io.batch = 65536;
+  EXPECT_THROW(mamba2_verify_classic(c, 0), std::invalid_argument);
+
+  Mamba2VerifyKVBufferParams k;
+  set_io(k.io);
+  k.capacity = 16;
+  EXPECT_THROW(mamba2_verify_kvbuffer(k, 0), std::invalid_argument);  // null pools
+  k.state = fake<float>(), k.buf_k = k.buf_val = fake<__nv_bfloat16>(), k.buf_gcum = k.buf_beta = fake<float>();
+  k.fill = k.has_state = k.win_base = fake<int32_t>();
+  k.win_k = k.win_u = fake<__nv_bfloat16>(), k.win_gcum = k.win_beta = fake<float>();
+  k.capacity = 3;  // C < T
+  EXPECT_THROW(mamba2_verify_kvbuffer(k, 0), std::invalid_argument);
+  k.capacity = 65;
+  EXPECT_THROW(mamba2_verify_kvbuffer(k, 0), std::invalid_argument);
+  k.capacity = 16;
+  EXPECT_THROW(mamba2_verify_kvbuffer_commit(k, 0), std::invalid_argument);  // no accept_len
+  k.io.N = 32;
+  EXPECT_THROW(mamba2_verify_kvbuffer(k, 0), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvbuf::mamba2_verify_check
