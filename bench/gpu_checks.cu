@@ -7,52 +7,55 @@
 
 #include <cstdlib>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "bench/gpu_commands.h"
 #include "kernels/checks/check_common.h"
 #include "kernels/checks/gdn_decode_checks.h"
 #include "kernels/checks/gdn_verify_checks.h"
+#include "kernels/checks/mamba2_decode_checks.h"
 
 namespace kvbuf {
 
 namespace {
 
-// Returns the number of failed cases; a case that throws (a CUDA error, a dispatch refusal) fails.
-int run_decode_checks(uint64_t seed) {
-  int failed = 0, n = 0;
-  for (const auto& cs : decode_check::decode_cases(true)) {
-    ++n;
+// Runs one family's quick cases: one line per case, a summary line; returns the number of failed
+// cases (a case that throws, a CUDA error or a dispatch refusal, fails).
+template <class Case, class Run, class Describe, class Name>
+int run_family(const char* family, const std::vector<Case>& cases, uint64_t seed, Run run, Describe describe,
+               Name name_of) {
+  int failed = 0;
+  for (const Case& cs : cases) {
+    const std::string name = name_of(cs);
     try {
-      const auto r = decode_check::run_decode_case(cs, checks::case_seed(seed, cs.name));
+      const auto r = run(cs, checks::case_seed(seed, name));
       if (!r.passed) ++failed;
-      fmt::print("{}\n", r.line(cs.name));
-      if (!r.passed) fmt::print("  case {}\n", decode_check::describe(cs));
+      fmt::print("{}\n", r.line(name));
+      if (!r.passed) fmt::print("  case {}\n", describe(cs));
     } catch (const std::exception& e) {
       ++failed;
-      fmt::print("FAIL {}: {}\n  case {}\n", cs.name, e.what(), decode_check::describe(cs));
+      fmt::print("FAIL {}: {}\n  case {}\n", name, e.what(), describe(cs));
     }
   }
-  fmt::print("GPU decode checks: {} of {} passed (seed {})\n", n - failed, n, seed);
+  fmt::print("GPU {} checks: {} of {} passed (seed {})\n", family, cases.size() - failed, cases.size(), seed);
   return failed;
 }
 
+int run_decode_checks(uint64_t seed) {
+  using namespace decode_check;
+  return run_family("decode", decode_cases(true), seed, run_decode_case, describe, [](const DecodeCase& c) { return c.name; });
+}
+
 int run_verify_checks(uint64_t seed) {
-  int failed = 0, n = 0;
-  for (const auto& cs : verify_check::verify_cases(true)) {
-    ++n;
-    const std::string name = verify_check::qualified_name(cs);
-    try {
-      const auto r = verify_check::run_verify_case(cs, checks::case_seed(seed, name));
-      if (!r.passed) ++failed;
-      fmt::print("{}\n", r.line(name));
-      if (!r.passed) fmt::print("  case {}\n", verify_check::describe(cs));
-    } catch (const std::exception& e) {
-      ++failed;
-      fmt::print("FAIL {}: {}\n  case {}\n", name, e.what(), verify_check::describe(cs));
-    }
-  }
-  fmt::print("GPU verify checks: {} of {} passed (seed {})\n", n - failed, n, seed);
-  return failed;
+  using namespace verify_check;
+  return run_family("verify", verify_cases(true), seed, run_verify_case, describe, qualified_name);
+}
+
+int run_mamba2_decode_checks(uint64_t seed) {
+  using namespace mamba2_check;
+  return run_family("Mamba-2 decode", decode_cases(true), seed, run_decode_case, describe,
+                    [](const Mamba2DecodeCase& c) { return c.name; });
 }
 
 }  // namespace
@@ -63,7 +66,7 @@ int run_gpu_checks(uint64_t seed) {
     fmt::print("GPU checks: no CUDA device answers, skipped\n");
     return 0;
   }
-  return run_decode_checks(seed) + run_verify_checks(seed);
+  return run_decode_checks(seed) + run_verify_checks(seed) + run_mamba2_decode_checks(seed);
 }
 
 }  // namespace kvbuf

@@ -45,26 +45,64 @@ namespace {
 
 constexpr int kMaxCapacity = 64;
 
+// The block's staged entries j < n in dynamic shared memory, sized for n <= C - 1:
+//   keys [C-1][N] bf16 (B_j), x [warps][C-1] uint4 (x_j of the warp's 8 rows), then fp32 [C-1]
+//   each: G_j, dt_j, w_j = e^{G_t - G_j} dt_j, a_j = w_j c_j.
+template <int N>
+struct Staging {
+  __nv_bfloat16* keys;
+  uint4* x;
+  float *G, *dt, *w, *a;
+  __device__ Staging(unsigned char* base, int entries, int warps) {
+    keys = reinterpret_cast<__nv_bfloat16*>(base);
+    x = reinterpret_cast<uint4*>(base + size_t(entries) * N * 2);
+    G = reinterpret_cast<float*>(x + size_t(warps) * entries);
+    dt = G + entries, w = dt + entries, a = w + entries;
+  }
+  static size_t bytes(int entries, int warps) { return size_t(entries) * (N * 2 + size_t(warps) * 16 + 16); }
+};
+
+// Phase 1: every entry j < n of the request into shared memory, one cp.async round trip: the
+// keys B_j by the whole block, each warp the x_j of its own 8 rows (lane j), G_j and dt_j.
+template <int N>
+__device__ __forceinline__ void stage_entries(const Mamba2KVBufferParams& p, const WarpCoords& c, int slot, int n,
+                                              const Staging<N>& st) {
+  const int NH = p.io.NH, G = p.io.G, C = p.capacity;
+  constexpr int kChunks = N / 8;  // 16-byte chunks per key
+  const __nv_bfloat16* keys = p.buf_k + (size_t(slot) * C * G + c.g) * N;  // B_j at keys[j G N]
+  for (int i = threadIdx.x; i < n * kChunks; i += blockDim.x) {
+    const int j = i / kChunks, k = i % kChunks;
+    cp_async16(st.keys + j * N + k * 8, keys + size_t(j) * G * N + k * 8);
+  }
+  const __nv_bfloat16* xs = p.buf_val + (size_t(slot) * C * NH + c.h) * p.io.P + c.p0;  // x_j at xs[j NH P]
+  for (int j = c.lane; j < n; j += 32) cp_async16(st.x + c.warp * (C - 1) + j, xs + size_t(j) * NH * p.io.P);
+  const size_t sh = size_t(slot) * C * NH + c.h;  // G_j at buf_gcum[sh + j NH]
+  for (int i = threadIdx.x; i < 2 * n; i += blockDim.x) {
+    const int j = i < n ? i : i - n;
+    cp_async4((i < n ? st.G : st.dt) + j, (i < n ? p.buf_gcum : p.buf_beta) + sh + size_t(j) * NH);
+  }
+}
+
 template <int N>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_kvbuffer_kernel(Mamba2KVBufferParams p) {
   constexpr int NL = N / 32, R = kWarpRows;
-  __shared__ float s_w[kMaxCapacity];  // w_j = e^{G_t - G_j} dt_j
-  __shared__ float s_c[kMaxCapacity];  // c_j = C_t . B_j
+  extern __shared__ __align__(16) unsigned char smem[];
   const Mamba2StepIO& io = p.io;
   const WarpCoords c = warp_coords(io);
   const int lane = c.lane, warps = blockDim.x >> 5;
   const int NH = io.NH, P = io.P, G = io.G, C = p.capacity;
   const bool row_meta = p.row_fill != nullptr;
+  // Phase 0: the slot with the scheduler's row metadata, and the token inputs (independent of
+  // the slot), all issued before the slot's round trip ends.
   const int slot = io.slot[c.row];
-  // Token inputs: independent of the slot, issued before its round trip ends.
+  const int meta_fill = row_meta ? p.row_fill[c.row] : 0;
+  const int meta_has = row_meta ? p.row_has_state[c.row] : 0;
   const size_t xo = (size_t(c.row) * NH + c.h) * P + c.p0;
   const uint4 xraw = *reinterpret_cast<const uint4*>(io.x + xo);
   const size_t bco = (size_t(c.row) * G + c.g) * N;
   const auto braw = load_bf16_raw<N>(io.B + bco, lane), craw = load_bf16_raw<N>(io.C + bco, lane);
   const float dt = token_dt(io, c.row, c.h);
   const float A = io.A[c.h], D = io.D[c.h];
-  const int meta_fill = row_meta ? p.row_fill[c.row] : 0;
-  const int meta_has = row_meta ? p.row_has_state[c.row] : 0;
   if (slot < 0) {
     if (lane < R) io.out[xo + lane] = __float2bfloat16_rn(0.f);
     return;
@@ -72,7 +110,12 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_kvbuffer_k
   const int n = row_meta ? meta_fill : load_unsunk(p.fill + slot);
   const bool has_state = (row_meta ? meta_has : load_unsunk(p.has_state + slot)) != 0;
   const bool fold = n + 1 == C;
+  const Staging<N> st(smem, C - 1, warps);
 
+  // Phase 1: the entries' small copies first (the block waits for them at the barrier), then
+  // the warp's 8 S0 rows into registers (waited for only where they are used).
+  if (n > 0) stage_entries<N>(p, c, slot, n, st);
+  cp_async_commit();
   float* rows = p.state + ((size_t(slot) * NH + c.h) * P + c.p0) * N + lane * NL;
   float s[R][NL];
 #pragma unroll
@@ -84,42 +127,49 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_kvbuffer_k
       for (int e = 0; e < NL; ++e) s[i][e] = 0.f;
     }
   }
-
-  const float* gcum = p.buf_gcum + size_t(slot) * C * NH + c.h;  // G_j at gcum[j * NH]
-  const float* dts = p.buf_beta + size_t(slot) * C * NH + c.h;
-  const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + c.g) * N;  // B_j at bk[j * G * N]
-  const __nv_bfloat16* bx = p.buf_val + (size_t(slot) * C * NH + c.h) * P + c.p0;  // x_j at bx[j * NH * P]
-  const float G_t = (n > 0 ? gcum[size_t(n - 1) * NH] : 0.f) + dt * A;
   float Bv[NL], Cv[NL];
   bf16_slice<N>(braw, Bv);
   bf16_slice<N>(craw, Cv);
-  if (c.warp == 0)
-    for (int j = lane; j < n; j += 32) s_w[j] = expf(G_t - gcum[size_t(j) * NH]) * dts[size_t(j) * NH];
-#pragma unroll 2
-  for (int j = c.warp; j < n; j += warps) {
-    float Bj[NL];
-    bf16_slice<N>(load_bf16_raw<N>(bk + size_t(j) * G * N, lane), Bj);
-    const float cj = warp_sum(dot<NL>(Cv, Bj));
-    if (lane == 0) s_c[j] = cj;
-  }
   const float c_t = warp_sum(dot<NL>(Cv, Bv));
-  const float eG = expf(G_t);
-  __syncthreads();  // s_w, s_c
 
+  // Phase 2: the n dots c_j = C_t . B_j (warp w takes j = w, w + warps, ...) and the weights.
+  float G_t = dt * A;
+  if (n > 0) {
+    cp_async_wait_all();
+    __syncthreads();
+    G_t += st.G[n - 1];
+    for (int j = c.warp; j < n; j += warps) {
+      float Bj[NL];
+      bf16_slice<N>(reinterpret_cast<const typename RowVec<N>::H*>(st.keys + j * N)[lane], Bj);
+      const float cj = warp_sum(dot<NL>(Cv, Bj));
+      if (lane == 0) {
+        const float wj = expf(G_t - st.G[j]) * st.dt[j];
+        st.w[j] = wj;
+        st.a[j] = wj * cj;
+      }
+    }
+    __syncthreads();
+  }
+  const float eG = expf(G_t);
+
+  // Phase 3: the outputs. Lane l adds entries j = l, l + 32 to the 8 partial sums of its S0 . C_t
+  // slice; one halving reduction sums both over the warp.
   float y8[R];
 #pragma unroll
-  for (int i = 0; i < R; ++i) y8[i] = eG * dot<NL>(s[i], Cv);
+  for (int i = 0; i < R; ++i) y8[i] = has_state ? eG * dot<NL>(s[i], Cv) : 0.f;
+  const uint4* xw = st.x + c.warp * (C - 1);
   for (int j = lane; j < n; j += 32) {
     float xj[R];
-    bf16x8(*reinterpret_cast<const uint4*>(bx + size_t(j) * NH * P), xj);
-    const float w = s_w[j] * s_c[j];
+    bf16x8(xw[j], xj);
+    const float a = st.a[j];
 #pragma unroll
-    for (int i = 0; i < R; ++i) y8[i] = fmaf(w, xj[i], y8[i]);
+    for (int i = 0; i < R; ++i) y8[i] = fmaf(a, xj[i], y8[i]);
   }
   const float y = row_sums8(y8, lane);
   const float x_own = __bfloat162float(io.x[xo + ((lane >> 2) & (R - 1))]);
   write_output(io, xo, lane, y, fmaf(dt, c_t, D), x_own);
 
+  // Phase 4: fold from the staged entries (S0 rows already in registers), or append entry n.
   if (fold) {
     float x[R];
     bf16x8(xraw, x);
@@ -132,9 +182,9 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_kvbuffer_k
 #pragma unroll 2
     for (int j = 0; j < n; ++j) {
       float Bj[NL], xj[R];
-      bf16_slice<N>(load_bf16_raw<N>(bk + size_t(j) * G * N, lane), Bj);
-      bf16x8(*reinterpret_cast<const uint4*>(bx + size_t(j) * NH * P), xj);
-      const float w = s_w[j];
+      bf16_slice<N>(reinterpret_cast<const typename RowVec<N>::H*>(st.keys + j * N)[lane], Bj);
+      bf16x8(xw[j], xj);
+      const float w = st.w[j];
 #pragma unroll
       for (int i = 0; i < R; ++i) {
         const float wx = w * xj[i];
@@ -180,9 +230,11 @@ void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char
     fail("without row_fill/row_has_state, fill, has_state and done_count must be set");
   if (p.io.batch == 0) return;
   dispatch_head_dims(p.io, who, [&](auto n) {
+    constexpr int N = decltype(n)::value;
     const int rows = choose_rows_per_block(p.io, kKVBufferRows);
-    launch_kernel(mamba2_decode_kvbuffer_kernel<decltype(n)::value>, decode_grid(p.io, rows), decode_block(rows), 0,
-                  stream, false, p);
+    const size_t smem = Staging<N>::bytes(p.capacity - 1, rows / kWarpRows);
+    launch_kernel(mamba2_decode_kvbuffer_kernel<N>, decode_grid(p.io, rows), decode_block(rows), smem, stream, false,
+                  p);
   });
 }
 
