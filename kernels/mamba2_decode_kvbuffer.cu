@@ -45,28 +45,53 @@ namespace {
 
 constexpr int kMaxCapacity = 64;
 
-// The block's staged entries j < n in dynamic shared memory, sized for n <= C - 1:
-//   keys [C-1][N] bf16 (B_j), x [warps][C-1] uint4 (x_j of the warp's 8 rows), then fp32 [C-1]
-//   each: G_j, dt_j, w_j = e^{G_t - G_j} dt_j, a_j = w_j c_j.
+// The block's dynamic shared memory, sized by C and the block's warps: the S0 rows [rows][N] fp32
+// first (128-byte aligned for the bulk copies), then the staged entries j < n <= C - 1: keys
+// [C-1][N] bf16 (B_j), x [warps][C-1] uint4 (x_j of the warp's 8 rows), fp32 [C-1] each: G_j, dt_j,
+// w_j = e^{G_t - G_j} dt_j, a_j = w_j c_j; then one mbarrier per warp (its rows' bulk copy).
 template <int N>
-struct Staging {
+struct BlockSmem {
+  float* tile;
   __nv_bfloat16* keys;
   uint4* x;
   float *G, *dt, *w, *a;
-  __device__ Staging(unsigned char* base, int entries, int warps) {
-    keys = reinterpret_cast<__nv_bfloat16*>(base);
-    x = reinterpret_cast<uint4*>(base + size_t(entries) * N * 2);
+  uint64_t* bars;
+  __device__ BlockSmem(unsigned char* base, int entries, int warps) {
+    tile = reinterpret_cast<float*>(base);
+    keys = reinterpret_cast<__nv_bfloat16*>(tile + size_t(warps) * kWarpRows * N);
+    x = reinterpret_cast<uint4*>(keys + size_t(entries) * N);
     G = reinterpret_cast<float*>(x + size_t(warps) * entries);
     dt = G + entries, w = dt + entries, a = w + entries;
+    bars = reinterpret_cast<uint64_t*>(a + entries);  // 16-byte aligned: entries (2N + 16 warps + 16) bytes above the tile
   }
-  static size_t bytes(int entries, int warps) { return size_t(entries) * (N * 2 + size_t(warps) * 16 + 16); }
+  static size_t bytes(int entries, int warps) {
+    return size_t(warps) * (kWarpRows * N * 4 + 8) + size_t(entries) * (N * 2 + size_t(warps) * 16 + 16);
+  }
 };
+
+// Phase 1b (lane 0 of each warp): the warp's 8 contiguous S0 rows into its part of the tile by one
+// bulk copy on the warp's own mbarrier; the S0 bytes are then in flight without holding registers.
+template <int N>
+__device__ __forceinline__ void issue_warp_rows(float* tile_rows, const float* src, uint64_t* bar, int lane) {
+  using gdn_detail::smem_addr;
+  if (lane == 0) {
+    constexpr uint32_t kBytes = kWarpRows * N * sizeof(float);
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(kBytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(tile_rows)),
+                 "l"(src), "r"(kBytes), "r"(smem_addr(bar))
+                 : "memory");
+  }
+  __syncwarp();  // the barrier's initialisation before any lane waits on it
+}
 
 // Phase 1: every entry j < n of the request into shared memory, one cp.async round trip: the
 // keys B_j by the whole block, each warp the x_j of its own 8 rows (lane j), G_j and dt_j.
 template <int N>
 __device__ __forceinline__ void stage_entries(const Mamba2KVBufferParams& p, const WarpCoords& c, int slot, int n,
-                                              const Staging<N>& st) {
+                                              const BlockSmem<N>& st) {
   const int NH = p.io.NH, G = p.io.G, C = p.capacity;
   constexpr int kChunks = N / 8;  // 16-byte chunks per key
   const __nv_bfloat16* keys = p.buf_k + (size_t(slot) * C * G + c.g) * N;  // B_j at keys[j G N]
@@ -84,9 +109,9 @@ __device__ __forceinline__ void stage_entries(const Mamba2KVBufferParams& p, con
 }
 
 template <int N>
-__global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_kvbuffer_kernel(Mamba2KVBufferParams p) {
+__global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 5) mamba2_decode_kvbuffer_kernel(Mamba2KVBufferParams p) {
   constexpr int NL = N / 32, R = kWarpRows;
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem[];
   const Mamba2StepIO& io = p.io;
   const WarpCoords c = warp_coords(io);
   const int lane = c.lane, warps = blockDim.x >> 5;
@@ -110,23 +135,16 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_kvbuffer_k
   const int n = row_meta ? meta_fill : load_unsunk(p.fill + slot);
   const bool has_state = (row_meta ? meta_has : load_unsunk(p.has_state + slot)) != 0;
   const bool fold = n + 1 == C;
-  const Staging<N> st(smem, C - 1, warps);
+  const BlockSmem<N> st(smem, C - 1, warps);
 
-  // Phase 1: the entries' small copies first (the block waits for them at the barrier), then
-  // the warp's 8 S0 rows into registers (waited for only where they are used).
+  // Phase 1: the entries' small copies (the block waits for them at the first barrier), then the
+  // warp's S0 rows by a bulk copy (waited for by the warp where they are used).
   if (n > 0) stage_entries<N>(p, c, slot, n, st);
   cp_async_commit();
-  float* rows = p.state + ((size_t(slot) * NH + c.h) * P + c.p0) * N + lane * NL;
-  float s[R][NL];
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    if (has_state) {
-      load_row<N>(rows + size_t(i) * N, s[i]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < NL; ++e) s[i][e] = 0.f;
-    }
-  }
+  float* rows = p.state + ((size_t(slot) * NH + c.h) * P + c.p0) * N;
+  float* tile = st.tile + c.warp * kWarpRows * N;
+  uint64_t* bar = st.bars + c.warp;
+  if (has_state) issue_warp_rows<N>(tile, rows, bar, lane);
   float Bv[NL], Cv[NL];
   bf16_slice<N>(braw, Bv);
   bf16_slice<N>(craw, Cv);
@@ -155,8 +173,13 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_kvbuffer_k
   // Phase 3: the outputs. Lane l adds entries j = l, l + 32 to the 8 partial sums of its S0 . C_t
   // slice; one halving reduction sums both over the warp.
   float y8[R];
+  if (has_state) gdn_detail::tile_wait(bar);
 #pragma unroll
-  for (int i = 0; i < R; ++i) y8[i] = has_state ? eG * dot<NL>(s[i], Cv) : 0.f;
+  for (int i = 0; i < R; ++i) {
+    float s0[NL];
+    if (has_state) load_row<N>(tile + i * N + lane * NL, s0);
+    y8[i] = has_state ? eG * dot<NL>(s0, Cv) : 0.f;
+  }
   const uint4* xw = st.x + c.warp * (C - 1);
   for (int j = lane; j < n; j += 32) {
     float xj[R];
@@ -169,31 +192,40 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_kvbuffer_k
   const float x_own = __bfloat162float(io.x[xo + ((lane >> 2) & (R - 1))]);
   write_output(io, xo, lane, y, fmaf(dt, c_t, D), x_own);
 
-  // Phase 4: fold from the staged entries (S0 rows already in registers), or append entry n.
+  // Phase 4: fold from the tile and the staged entries, 4 rows at a time, or append entry n.
   if (fold) {
     float x[R];
     bf16x8(xraw, x);
 #pragma unroll
-    for (int i = 0; i < R; ++i) {
-      const float dx = dt * x[i];
+    for (int half = 0; half < 2; ++half) {
+      constexpr int H = R / 2;
+      float s[H][NL];
 #pragma unroll
-      for (int e = 0; e < NL; ++e) s[i][e] = fmaf(eG, s[i][e], dx * Bv[e]);
-    }
-#pragma unroll 2
-    for (int j = 0; j < n; ++j) {
-      float Bj[NL], xj[R];
-      bf16_slice<N>(reinterpret_cast<const typename RowVec<N>::H*>(st.keys + j * N)[lane], Bj);
-      bf16x8(xw[j], xj);
-      const float w = st.w[j];
+      for (int i = 0; i < H; ++i) {
+        float s0[NL];
+        if (has_state) load_row<N>(tile + (half * H + i) * N + lane * NL, s0);
+        const float dx = dt * x[half * H + i];
 #pragma unroll
-      for (int i = 0; i < R; ++i) {
-        const float wx = w * xj[i];
-#pragma unroll
-        for (int e = 0; e < NL; ++e) s[i][e] = fmaf(wx, Bj[e], s[i][e]);
+        for (int e = 0; e < NL; ++e) s[i][e] = fmaf(dx, Bv[e], has_state ? eG * s0[e] : 0.f);
       }
-    }
+#pragma unroll 2
+      for (int j = 0; j < n; ++j) {
+        float Bj[NL];
+        bf16_slice<N>(reinterpret_cast<const typename RowVec<N>::H*>(st.keys + j * N)[lane], Bj);
+        const uint2 xr = reinterpret_cast<const uint2*>(xw + j)[half];
+        const float2 xa = bf16x2_to_float2(xr.x), xb = bf16x2_to_float2(xr.y);
+        const float xj[H] = {xa.x, xa.y, xb.x, xb.y};
+        const float w = st.w[j];
 #pragma unroll
-    for (int i = 0; i < R; ++i) store_row<N>(rows + size_t(i) * N, s[i]);
+        for (int i = 0; i < H; ++i) {
+          const float wx = w * xj[i];
+#pragma unroll
+          for (int e = 0; e < NL; ++e) s[i][e] = fmaf(wx, Bj[e], s[i][e]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < H; ++i) store_row<N>(rows + size_t(half * H + i) * N + lane * NL, s[i]);
+    }
   } else {
     if (lane == 0) *reinterpret_cast<uint4*>(p.buf_val + (size_t(slot) * C * NH + size_t(n) * NH + c.h) * P + c.p0) = xraw;
     if (blockIdx.x == 0 && c.warp == 0) {
@@ -232,7 +264,7 @@ void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char
   dispatch_head_dims(p.io, who, [&](auto n) {
     constexpr int N = decltype(n)::value;
     const int rows = choose_rows_per_block(p.io, kKVBufferRows);
-    const size_t smem = Staging<N>::bytes(p.capacity - 1, rows / kWarpRows);
+    const size_t smem = BlockSmem<N>::bytes(p.capacity - 1, rows / kWarpRows);
     launch_kernel(mamba2_decode_kvbuffer_kernel<N>, decode_grid(p.io, rows), decode_block(rows), smem, stream, false,
                   p);
   });
