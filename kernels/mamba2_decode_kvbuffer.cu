@@ -49,7 +49,7 @@ constexpr int kMaxCapacity = 64;
 // first (128-byte aligned for the bulk copies), then the staged entries j < n <= C - 1: keys
 // [C-1][N] bf16 (B_j), x [warps][C-1] uint4 (x_j of the warp's 8 rows), fp32 [C-1] each: G_j, dt_j,
 // w_j = e^{G_t - G_j} dt_j, a_j = w_j c_j; then one mbarrier per warp (its rows' bulk copy).
-template <int N>
+template <int N, bool kTile>
 struct BlockSmem {
   float* tile;
   __nv_bfloat16* keys;
@@ -58,14 +58,14 @@ struct BlockSmem {
   uint64_t* bars;
   __device__ BlockSmem(unsigned char* base, int entries, int warps) {
     tile = reinterpret_cast<float*>(base);
-    keys = reinterpret_cast<__nv_bfloat16*>(tile + size_t(warps) * kWarpRows * N);
+    keys = reinterpret_cast<__nv_bfloat16*>(tile + (kTile ? size_t(warps) * kWarpRows * N : 0));
     x = reinterpret_cast<uint4*>(keys + size_t(entries) * N);
     G = reinterpret_cast<float*>(x + size_t(warps) * entries);
     dt = G + entries, w = dt + entries, a = w + entries;
     bars = reinterpret_cast<uint64_t*>(a + entries);  // 16-byte aligned: entries (2N + 16 warps + 16) bytes above the tile
   }
   static size_t bytes(int entries, int warps) {
-    return size_t(warps) * (kWarpRows * N * 4 + 8) + size_t(entries) * (N * 2 + size_t(warps) * 16 + 16);
+    return (kTile ? size_t(warps) * (kWarpRows * N * 4 + 8) : 0) + size_t(entries) * (N * 2 + size_t(warps) * 16 + 16);
   }
 };
 
@@ -89,9 +89,9 @@ __device__ __forceinline__ void issue_warp_rows(float* tile_rows, const float* s
 
 // Phase 1: every entry j < n of the request into shared memory, one cp.async round trip: the
 // keys B_j by the whole block, each warp the x_j of its own 8 rows (lane j), G_j and dt_j.
-template <int N>
+template <int N, class Smem>
 __device__ __forceinline__ void stage_entries(const Mamba2KVBufferParams& p, const WarpCoords& c, int slot, int n,
-                                              const BlockSmem<N>& st) {
+                                              const Smem& st) {
   const int NH = p.io.NH, G = p.io.G, C = p.capacity;
   constexpr int kChunks = N / 8;  // 16-byte chunks per key
   const __nv_bfloat16* keys = p.buf_k + (size_t(slot) * C * G + c.g) * N;  // B_j at keys[j G N]
@@ -108,7 +108,7 @@ __device__ __forceinline__ void stage_entries(const Mamba2KVBufferParams& p, con
   }
 }
 
-template <int N>
+template <int N, bool kTile>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 5) mamba2_decode_kvbuffer_kernel(Mamba2KVBufferParams p) {
   constexpr int NL = N / 32, R = kWarpRows;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -135,16 +135,17 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 5) mamba2_decode_kvbuffe
   const int n = row_meta ? meta_fill : load_unsunk(p.fill + slot);
   const bool has_state = (row_meta ? meta_has : load_unsunk(p.has_state + slot)) != 0;
   const bool fold = n + 1 == C;
-  const BlockSmem<N> st(smem, C - 1, warps);
+  const BlockSmem<N, kTile> st(smem, C - 1, warps);
 
   // Phase 1: the entries' small copies (the block waits for them at the first barrier), then the
   // warp's S0 rows by a bulk copy (waited for by the warp where they are used).
   if (n > 0) stage_entries<N>(p, c, slot, n, st);
   cp_async_commit();
   float* rows = p.state + ((size_t(slot) * NH + c.h) * P + c.p0) * N;
-  float* tile = st.tile + c.warp * kWarpRows * N;
+  // The warp's S0 rows: its part of the tile, or (no tile) the pool rows themselves.
+  const float* s0rows = kTile ? st.tile + c.warp * kWarpRows * N : rows;
   uint64_t* bar = st.bars + c.warp;
-  if (has_state) issue_warp_rows<N>(tile, rows, bar, lane);
+  if (kTile && has_state) issue_warp_rows<N>(st.tile + c.warp * kWarpRows * N, rows, bar, lane);
   float Bv[NL], Cv[NL];
   bf16_slice<N>(braw, Bv);
   bf16_slice<N>(craw, Cv);
@@ -173,11 +174,11 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 5) mamba2_decode_kvbuffe
   // Phase 3: the outputs. Lane l adds entries j = l, l + 32 to the 8 partial sums of its S0 . C_t
   // slice; one halving reduction sums both over the warp.
   float y8[R];
-  if (has_state) gdn_detail::tile_wait(bar);
+  if (kTile && has_state) gdn_detail::tile_wait(bar);
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     float s0[NL];
-    if (has_state) load_row<N>(tile + i * N + lane * NL, s0);
+    if (has_state) load_row<N>(s0rows + i * N + lane * NL, s0);
     y8[i] = has_state ? eG * dot<NL>(s0, Cv) : 0.f;
   }
   const uint4* xw = st.x + c.warp * (C - 1);
@@ -203,7 +204,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 5) mamba2_decode_kvbuffe
 #pragma unroll
       for (int i = 0; i < H; ++i) {
         float s0[NL];
-        if (has_state) load_row<N>(tile + (half * H + i) * N + lane * NL, s0);
+        if (has_state) load_row<N>(s0rows + (half * H + i) * N + lane * NL, s0);
         const float dx = dt * x[half * H + i];
 #pragma unroll
         for (int e = 0; e < NL; ++e) s[i][e] = fmaf(dx, Bv[e], has_state ? eG * s0[e] : 0.f);
@@ -250,6 +251,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 5) mamba2_decode_kvbuffe
   }
 }
 
+template <bool kTile>
 void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char* who) {
   validate_step_io(p.io, who);
   auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(who) + ": " + m); };
@@ -264,8 +266,8 @@ void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char
   dispatch_head_dims(p.io, who, [&](auto n) {
     constexpr int N = decltype(n)::value;
     const int rows = choose_rows_per_block(p.io, kKVBufferRows);
-    const size_t smem = BlockSmem<N>::bytes(p.capacity - 1, rows / kWarpRows);
-    launch_kernel(mamba2_decode_kvbuffer_kernel<N>, decode_grid(p.io, rows), decode_block(rows), smem, stream, false,
+    const size_t smem = BlockSmem<N, kTile>::bytes(p.capacity - 1, rows / kWarpRows);
+    launch_kernel(mamba2_decode_kvbuffer_kernel<N, kTile>, decode_grid(p.io, rows), decode_block(rows), smem, stream, false,
                   p);
   });
 }
@@ -274,11 +276,11 @@ void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char
 }  // namespace mamba2_detail
 
 void mamba2_decode_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream) {
-  mamba2_detail::run_kvbuffer(p, stream, "mamba2_decode_kvbuffer");
+  mamba2_detail::run_kvbuffer<true>(p, stream, "mamba2_decode_kvbuffer");
 }
 
 void mamba2_decode_direct(const Mamba2KVBufferParams& p, cudaStream_t stream) {
-  mamba2_detail::run_kvbuffer(p, stream, "mamba2_decode_direct");
+  mamba2_detail::run_kvbuffer<false>(p, stream, "mamba2_decode_direct");
 }
 
 int mamba2_decode_kvbuffer_rows_per_block(const Mamba2KVBufferParams& p) {
