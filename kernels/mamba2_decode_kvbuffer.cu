@@ -55,6 +55,7 @@ struct BlockSmem {
   __nv_bfloat16* keys;
   uint4* x;
   float *G, *dt, *w, *a;
+  uint4* xt;
   uint64_t* bars;
   __device__ BlockSmem(unsigned char* base, int entries, int warps) {
     tile = reinterpret_cast<float*>(base);
@@ -62,10 +63,12 @@ struct BlockSmem {
     x = reinterpret_cast<uint4*>(keys + size_t(entries) * N);
     G = reinterpret_cast<float*>(x + size_t(warps) * entries);
     dt = G + entries, w = dt + entries, a = w + entries;
-    bars = reinterpret_cast<uint64_t*>(a + entries);  // 16-byte aligned: entries (2N + 16 warps + 16) bytes above the tile
+    xt = reinterpret_cast<uint4*>(a + entries);  // 16-byte aligned: entries (2N + 16 warps + 16) bytes above the tile
+    bars = reinterpret_cast<uint64_t*>(xt + warps);
   }
   static size_t bytes(int entries, int warps) {
-    return (kTile ? size_t(warps) * (kWarpRows * N * 4 + 8) : 0) + size_t(entries) * (N * 2 + size_t(warps) * 16 + 16);
+    return (kTile ? size_t(warps) * (kWarpRows * N * 4 + 8) : 0) + size_t(warps) * 16 +
+           size_t(entries) * (N * 2 + size_t(warps) * 16 + 16);
   }
 };
 
@@ -109,7 +112,7 @@ __device__ __forceinline__ void stage_entries(const Mamba2KVBufferParams& p, con
 }
 
 template <int N, bool kTile>
-__global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 5) mamba2_decode_kvbuffer_kernel(Mamba2KVBufferParams p) {
+__global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kTile ? 5 : 6) mamba2_decode_kvbuffer_kernel(Mamba2KVBufferParams p) {
   constexpr int NL = N / 32, R = kWarpRows;
   extern __shared__ __align__(128) unsigned char smem[];
   const Mamba2StepIO& io = p.io;
@@ -146,6 +149,9 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 5) mamba2_decode_kvbuffe
   const float* s0rows = kTile ? st.tile + c.warp * kWarpRows * N : rows;
   uint64_t* bar = st.bars + c.warp;
   if (kTile && has_state) issue_warp_rows<N>(st.tile + c.warp * kWarpRows * N, rows, bar, lane);
+  // The token's x (8 rows) waits in shared memory for the fold or the append, not in registers.
+  if (lane == 0) st.xt[c.warp] = xraw;
+  __syncwarp();
   float Bv[NL], Cv[NL];
   bf16_slice<N>(braw, Bv);
   bf16_slice<N>(craw, Cv);
@@ -195,17 +201,18 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 5) mamba2_decode_kvbuffe
 
   // Phase 4: fold from the tile and the staged entries, 4 rows at a time, or append entry n.
   if (fold) {
-    float x[R];
-    bf16x8(xraw, x);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       constexpr int H = R / 2;
+      const uint2 xtr = reinterpret_cast<const uint2*>(st.xt + c.warp)[half];
+      const float2 xta = bf16x2_to_float2(xtr.x), xtb = bf16x2_to_float2(xtr.y);
+      const float xt[H] = {xta.x, xta.y, xtb.x, xtb.y};
       float s[H][NL];
 #pragma unroll
       for (int i = 0; i < H; ++i) {
         float s0[NL];
         if (has_state) load_row<N>(s0rows + (half * H + i) * N + lane * NL, s0);
-        const float dx = dt * x[half * H + i];
+        const float dx = dt * xt[i];
 #pragma unroll
         for (int e = 0; e < NL; ++e) s[i][e] = fmaf(dx, Bv[e], has_state ? eG * s0[e] : 0.f);
       }
@@ -228,7 +235,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 5) mamba2_decode_kvbuffe
       for (int i = 0; i < H; ++i) store_row<N>(rows + size_t(half * H + i) * N + lane * NL, s[i]);
     }
   } else {
-    if (lane == 0) *reinterpret_cast<uint4*>(p.buf_val + (size_t(slot) * C * NH + size_t(n) * NH + c.h) * P + c.p0) = xraw;
+    if (lane == 0) *reinterpret_cast<uint4*>(p.buf_val + (size_t(slot) * C * NH + size_t(n) * NH + c.h) * P + c.p0) = st.xt[c.warp];
     if (blockIdx.x == 0 && c.warp == 0) {
       if (lane == 0) {
         p.buf_gcum[(size_t(slot) * C + n) * NH + c.h] = G_t;
