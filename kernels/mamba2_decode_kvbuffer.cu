@@ -7,8 +7,9 @@
 //   w_j    = e^{G_t - G_j} dt_j                      (fold weight; output weight w_j c_j)
 //   y[p]   = e^{G_t} S0[p,:].C_t + sum_{j<n} w_j c_j x_j[p] + (dt_t c_t + D) x_t[p]
 //   y     *= silu(z) when z is given
-// Append entry n = (x_t, B_t, dt_t, G_t). When n + 1 == C, fold in the same kernel (the S0 rows
-// are already in registers) and empty the buffer; the state is written once per C tokens:
+// Append entry n = (x_t, B_t, dt_t, G_t). When n + 1 == C, fold in the same kernel (from the S0
+// rows and entries already in shared memory) and empty the buffer; the state is written once per
+// C tokens:
 //   S0[p,:] <- e^{G_t} S0[p,:] + sum_{j<n} w_j x_j[p] B_j + dt_t x_t[p] B_t
 // Direct mode (has_state == 0): no S0 read; the fold creates the state and sets has_state.
 // Every decay is e^{G_t - G_j} with G_t - G_j <= 0 (G is a running sum of negative terms): dt A
@@ -24,13 +25,25 @@
 // Entry n is written by this launch and only entries < n are read; B_t is written by the first
 // block of the first head of its group.
 // Work split: warp rows (mamba2_decode_device.h), block = rows_per_block / 8 warps of one head,
-// grid (P / rows_per_block, NH, batch). Each warp issues its 8 S0 rows as soon as the slot and
-// has_state are known; meanwhile warp 0 forms the n fold weights (lane j), the warps share the n
-// dots c_j (one B_j per warp at a time), and after one barrier every lane accumulates the buffer
-// terms of entries j = lane, lane + 32 for the warp's 8 rows (x_j of 8 rows is one 16-byte load)
-// into the same 8 partial sums as its S0 . C_t slice: one halving reduction per warp.
+// grid (P / rows_per_block, NH, batch). Phases: (0) the slot and row metadata with the token's
+// inputs; (1) one round trip for everything else: the entries j < n by cp.async into shared memory
+// (keys B_j by the block, x_j of its 8 rows by each warp, G_j, dt_j), then each warp's 8 contiguous
+// S0 rows by one bulk copy on the warp's own mbarrier (mamba2_decode_kvbuffer: kTile) or, in the
+// tile-less instantiation mamba2_decode_direct launches, read from the pool where used (its rows
+// are mostly stateless, and without the 32 KiB tile its blocks fit 6 per SM at every C); (2) one
+// barrier, the n dots c_j split over the warps, lane 0 forms w_j and a_j = w_j c_j, a barrier (n =
+// 0 skips both); (3) outputs: lane j adds a_j x_j into the 8 partial sums of its S0 . C_t slice, one
+// halving reduction; (4) fold 4 rows at a time from shared memory, or append entry n.
+// Registers, not bytes, set the pace (kernels/notes/mamba2_decode.md runs 2-4): S0 rows held in
+// registers allowed 3-4 blocks per SM; in the tile 5 (48 registers; 35 KiB of shared memory at C =
+// 8); the token's x waits in shared memory, not registers.
 // rows_per_block (0 = chosen): whole heads (64 rows: the c_j once per head) at every batch.
-// Template: d_state N in {64, 128}; P and C are runtime values.
+// Template: d_state N in {64, 128}, kTile; P and C are runtime values.
+// Current result (cdbc414, results/decode_mamba2_h200.csv, H200, Nemotron-3 Nano, 23 layer pools
+// per graph): KVBuffer at its best C 4.13 [C = 8] / 9.17 [8] / 42.97 [8] / 79.88 [8] / 154.70 [8] /
+// 320.91 [8] us at batch 1 / 8 / 64 / 128 / 256 / 512: 1.09x / 1.23x / 1.60x / 1.68x / 1.70x /
+// 1.63x the recurrent kernel, faster than ReplaySSM at every batch; direct at C = 64 0.60x / 0.58x /
+// 0.57x / 0.56x recurrent from batch 64 (the issue asks <= 0.5x).
 #include <algorithm>
 #include <stdexcept>
 #include <string>
