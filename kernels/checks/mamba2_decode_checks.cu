@@ -144,11 +144,11 @@ std::string describe(const Mamba2DecodeCase& c) {
 void PrintTo(const Mamba2DecodeCase& c, std::ostream* os) { *os << describe(c); }
 
 std::string CaseResult::line(const std::string& name) const {
-    std::ostringstream s;
-    s << (passed ? "PASS " : "FAIL ") << name << ": worst out err / tol " << max_out_ratio << " ("
-      << outputs_checked << " token outputs), worst state err / tol " << max_state_ratio << " ("
-      << states_checked << " states)" << (message.empty() ? "" : " -- " + message);
-    return s.str();
+  std::ostringstream s;
+  s << (passed ? "PASS " : "FAIL ") << name << ": worst out err / tol " << max_out_ratio << " (" << outputs_checked
+    << " token outputs), worst state err / tol " << max_state_ratio << " (" << states_checked << " states)"
+    << (message.empty() ? "" : " -- " + message);
+  return s.str();
 }
 
 CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
