@@ -1,14 +1,19 @@
-// GPU tests of the Mamba-2 decode kernels against the float64 reference (cases and tolerances in
-// test_mamba2_decode_cases.h), plus the dispatch's refusals of unsupported shapes (host only: the
-// checks throw before any CUDA call, so CI without a GPU runs them too).
+// GPU tests of the Mamba-2 decode kernels against the float64 reference (the cases of
+// kernels/checks/mamba2_decode_checks.h), plus the dispatch's refusals of unsupported shapes and the
+// case list's checks (host only: they throw or finish before any CUDA call, so CI without a GPU runs
+// them too).
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <random>
+#include <exception>
+#include <set>
 #include <stdexcept>
 #include <string>
 
-#include "kernels/tests/test_mamba2_decode_cases.h"
+#include "kernels/checks/check_common.h"
+#include "kernels/checks/mamba2_decode_checks.h"
+#include "kernels/mamba2_decode.h"
+#include "kernels/tests/check_case_support.h"
 
 namespace kvbuf::mamba2_check {
 namespace {
@@ -17,23 +22,36 @@ class Mamba2Decode : public ::testing::TestWithParam<Mamba2DecodeCase> {};
 
 TEST_P(Mamba2Decode, MatchesFloat64Reference) {
   const Mamba2DecodeCase& cs = GetParam();
-  // A fresh seed per case and per run of the binary, printed for reproduction.
-  const uint64_t seed = std::hash<std::string>{}(cs.name) ^ uint64_t(::testing::UnitTest::GetInstance()->random_seed()) ^
-                        uint64_t(std::random_device{}());
-  const CaseResult r = run_decode_case(cs, seed);
-  std::printf("%s (seed %llu)\n", r.line(cs.name).c_str(), (unsigned long long)seed);
-  EXPECT_TRUE(r.passed) << r.message << " (seed " << seed << ")";
-  EXPECT_GT(r.outputs_checked, 0);
-  EXPECT_GT(r.states_checked, 0);
+  const uint64_t base_seed = checks::test_base_seed();
+  const uint64_t seed = checks::case_seed(base_seed, cs.name);
+  const std::string note = checks::reproduction_note(describe(cs), seed, base_seed);
+  CaseResult r;
+  try {
+    r = run_decode_case(cs, seed);
+  } catch (const std::exception& e) {
+    FAIL() << "threw: " << e.what() << note;
+  }
+  std::printf("%s (case seed %llu)\n", r.line(cs.name).c_str(), (unsigned long long)seed);
+  EXPECT_TRUE(r.passed) << r.line(cs.name) << note;
+  EXPECT_GT(r.outputs_checked, 0) << note;
+  EXPECT_GT(r.states_checked, 0) << note;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, Mamba2Decode, ::testing::ValuesIn(decode_cases()),
+INSTANTIATE_TEST_SUITE_P(Cases, Mamba2Decode, ::testing::ValuesIn(decode_cases(false)),
                          [](const ::testing::TestParamInfo<Mamba2DecodeCase>& info) {
-                           std::string n = info.param.name;
-                           for (char& ch : n)
-                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
+                           return checks::gtest_param_name(info.param.name);
                          });
+
+// Host only: the quick subset `kvbuf check` runs is part of the full list (gtest aborts the binary
+// on an invalid or duplicate parameter name).
+TEST(Mamba2DecodeCases, QuickIsASubset) {
+  std::set<std::string> names;
+  for (const auto& c : decode_cases(false)) names.insert(c.name);
+  const auto quick = decode_cases(true);
+  EXPECT_GE(quick.size(), 10u);
+  EXPECT_LT(quick.size(), names.size());
+  for (const auto& c : quick) EXPECT_EQ(names.count(c.name), 1u) << describe(c);
+}
 
 // Expects `run` to throw std::invalid_argument whose message contains `needle`.
 template <class F>

@@ -1,6 +1,6 @@
-// The Mamba-2 decode kernel checks (the twin of test_gdn_decode_cases.h), for the gtest binary
-// test_mamba2_decode.cu. Each case runs a batch of requests through the kernel step by step on
-// fresh random bf16 inputs and compares, against ref::mamba2_decode_recurrent in float64 on exactly
+// The Mamba-2 decode kernel checks of mamba2_decode_checks.h (the twin of gdn_decode_checks).
+// Each case runs a batch of requests through the kernel step by step on fresh random bf16 inputs
+// and compares, against ref::mamba2_decode_recurrent in float64 on exactly
 // those inputs: every output of every step, and the state of every request after every fold
 // (recurrent: after every step). Requests start at staggered steps (so their buffers sit at
 // different fills: some flush at every step); before a request starts and after it ends its row
@@ -23,19 +23,17 @@
 //   state: fp32 throughout, no bf16 anywhere (entries hold the bf16 inputs exactly):
 //     |S - S_ref| <= gamma S_abs.
 // NaN never passes (comparisons are written as !(err <= tol)).
-#pragma once
+#include "kernels/checks/mamba2_decode_checks.h"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <sstream>
-#include <string>
-#include <vector>
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_buffer.h"
@@ -45,52 +43,11 @@
 
 namespace kvbuf::mamba2_check {
 
-enum class Kernel { Recurrent, KVBuffer, Direct };
+namespace {
 
-// The step sizes dt the kernel computes from its raw input (dt_raw + dt_bias, then softplus), and
-// the decays A, per case.
-enum class DtRegime {
-  Typical,   // dt_raw + dt_bias in about [-6, 3]: dt in about [0.0025, 3]; A in [-4, -0.5]
-  NearZero,  // dt_raw + dt_bias in about [-17, -15]: softplus output ~1e-7 (states barely decay)
-  Large,     // dt_raw + dt_bias >= 10 and A in [-16, -6]: dt A <= -60, every decay underflows
-  Given,     // dt_softplus off, no dt_bias: dt_raw itself in [0.01, 0.5]
-};
-
-struct Mamba2DecodeCase {
-  std::string name;
-  Kernel kernel = Kernel::KVBuffer;
-  int G = 2, NH = 4, P = 64, N = 128;
-  int batch = 3;            // requests
-  int pad_rows = 1;         // extra rows with slot -1 every step
-  int capacity = 4;
-  int cycles = 3;           // full flush cycles every request runs
-  int recurrent_steps = 6;
-  DtRegime dt = DtRegime::Typical;
-  bool z_gate = false;
-  int direct_every = 0;     // request r starts in direct mode when direct_every && r % direct_every == 0
-  int rows_per_block = 0;
-  bool row_metadata = false;  // fill/has_state as per-row step inputs instead of pool arrays
-};
-
-struct CaseResult {
-  bool passed = true;
-  double max_out_ratio = 0, max_state_ratio = 0;  // worst |err| / tolerance (pass: <= 1)
-  long outputs_checked = 0, states_checked = 0;
-  std::string message;
-  std::string line(const std::string& name) const {
-    std::ostringstream s;
-    s << (passed ? "PASS " : "FAIL ") << name << ": worst out err / tol " << max_out_ratio << " ("
-      << outputs_checked << " token outputs), worst state err / tol " << max_state_ratio << " ("
-      << states_checked << " states)" << (message.empty() ? "" : " -- " + message);
-    return s.str();
-  }
-};
-
-namespace detail {
-
-inline uint16_t bf16_bits(double x) { return ref::float_to_bf16_bits(float(x)); }
-inline double softplus(double x) { return x > 30 ? x : std::log1p(std::exp(x)); }
-inline double silu(double z) { return z / (1 + std::exp(-z)); }
+uint16_t bf16_bits(double x) { return ref::float_to_bf16_bits(float(x)); }
+double softplus(double x) { return x > 30 ? x : std::log1p(std::exp(x)); }
+double silu(double z) { return z / (1 + std::exp(-z)); }
 
 // One request's whole token sequence: the float64 reference tokens (bf16 / fp32-exact values, dt
 // after the kernel's fp32 sum dt_raw + dt_bias and a float64 softplus) and the raw kernel inputs.
@@ -100,7 +57,7 @@ struct RequestTokens {
   std::vector<double> zval;                  // z as values
 };
 
-inline RequestTokens make_request_tokens(const ref::Mamba2Dims& d, int steps, const std::vector<float>& A,
+RequestTokens make_request_tokens(const ref::Mamba2Dims& d, int steps, const std::vector<float>& A,
                                          const std::vector<float>& D, const std::vector<float>& dt_bias,
                                          DtRegime regime, std::mt19937_64& rng) {
   RequestTokens r;
@@ -139,12 +96,62 @@ inline RequestTokens make_request_tokens(const ref::Mamba2Dims& d, int steps, co
 }
 
 // Reference state of one head, [P, N] rows of the serving layout.
-inline double state_at(const ref::Mamba2State<double>& s, int h, int p, int n) { return s[h](p, n); }
+double state_at(const ref::Mamba2State<double>& s, int h, int p, int n) { return s[h](p, n); }
 
-}  // namespace detail
+const char* kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::Recurrent: return "recurrent";
+    case Kernel::KVBuffer: return "kvbuffer";
+    case Kernel::Direct: return "direct";
+  }
+  return "?";
+}
 
-inline CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
-  using namespace detail;
+const char* dt_name(DtRegime r) {
+  switch (r) {
+    case DtRegime::Typical: return "typical";
+    case DtRegime::NearZero: return "near-zero";
+    case DtRegime::Large: return "large";
+    case DtRegime::Given: return "given";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string describe(const Mamba2DecodeCase& c) {
+  const Mamba2DecodeCase d;  // fields left at their defaults are not listed
+  std::ostringstream s;
+  s << c.name << ": kernel=" << kernel_name(c.kernel) << " G=" << c.G << " NH=" << c.NH << " P=" << c.P
+    << " N=" << c.N << " batch=" << c.batch;
+  auto field = [&](const char* name, auto value, auto default_value) {
+    if (value != default_value) s << " " << name << "=" << value;
+  };
+  field("pad_rows", c.pad_rows, d.pad_rows);
+  if (c.kernel == Kernel::Recurrent) {
+    field("recurrent_steps", c.recurrent_steps, d.recurrent_steps);
+  } else {
+    s << " capacity=" << c.capacity;
+    field("cycles", c.cycles, d.cycles), field("direct_every", c.direct_every, d.direct_every);
+    field("row_metadata", c.row_metadata, d.row_metadata);
+  }
+  field("dt", std::string(dt_name(c.dt)), std::string(dt_name(d.dt)));
+  field("z_gate", c.z_gate, d.z_gate), field("rows_per_block", c.rows_per_block, d.rows_per_block);
+  s << " (other fields at Mamba2DecodeCase's defaults)";
+  return s.str();
+}
+
+void PrintTo(const Mamba2DecodeCase& c, std::ostream* os) { *os << describe(c); }
+
+std::string CaseResult::line(const std::string& name) const {
+  std::ostringstream s;
+  s << (passed ? "PASS " : "FAIL ") << name << ": worst out err / tol " << max_out_ratio << " (" << outputs_checked
+    << " token outputs), worst state err / tol " << max_state_ratio << " (" << states_checked << " states)"
+    << (message.empty() ? "" : " -- " + message);
+  return s.str();
+}
+
+CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
   CaseResult res;
   auto fail = [&](const std::string& m) {
     if (res.passed) res.message = m;
@@ -369,8 +376,7 @@ inline CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
   return res;
 }
 
-// The cases the gtest binary runs.
-inline std::vector<Mamba2DecodeCase> decode_cases() {
+std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
   std::vector<Mamba2DecodeCase> cs;
   auto add = [&](Mamba2DecodeCase c) { cs.push_back(std::move(c)); };
   // Recurrent: both head shapes, every rows_per_block, padding, z, every dt regime, G 1 and 8.
@@ -447,6 +453,13 @@ inline std::vector<Mamba2DecodeCase> decode_cases() {
     }
     c.rows_per_block = 0, c.N = 64, c.z_gate = false, c.name = "kvbuffer-P64-N64-C8-b3";
     add(c);
+    // One-warp blocks at C = 64: the block's 32 threads stage up to 63 keys and 2 x 63 scalars.
+    c.N = 128, c.capacity = 64, c.rows_per_block = 8, c.z_gate = true, c.name = "kvbuffer-C64-rows8-b3-z";
+    add(c);
+    c.rows_per_block = 0, c.G = 8, c.NH = 64, c.row_metadata = true, c.z_gate = false, c.cycles = 2;
+    c.name = "kvbuffer-nemotron-nano-shape-C32-b3-rowmeta";
+    c.capacity = 32;
+    add(c);
   }
   // Direct entry point: every request stateless (the fold creates the state), and mixed.
   for (int C : {4, 16, 64}) {
@@ -457,11 +470,28 @@ inline std::vector<Mamba2DecodeCase> decode_cases() {
   }
   {
     Mamba2DecodeCase c;
+    c.kernel = Kernel::Direct, c.capacity = 64, c.batch = 3, c.direct_every = 1, c.rows_per_block = 16, c.z_gate = true;
+    c.name = "direct-C64-rows16-b3-z";
+    add(c);
+  }
+  {
+    Mamba2DecodeCase c;
     c.kernel = Kernel::Direct, c.capacity = 16, c.batch = 64, c.pad_rows = 2, c.direct_every = 2, c.row_metadata = true,
     c.z_gate = true, c.name = "direct-C16-b64-mixed-rowmeta-z";
     add(c);
   }
-  return cs;
+  if (!quick) return cs;
+  // Quick: every kernel, both capacities' extremes, direct rows mixed in, extreme dt, the
+  // Nemotron-3 Nano head shape, one-warp blocks at C = 64.
+  const std::vector<std::string> keep{"recurrent-P64-N128-b3-z", "recurrent-dt-large-b1",
+                                      "recurrent-nemotron-nano-shape-b3-z", "kvbuffer-C1-b3", "kvbuffer-C16-b3-rowmeta-z",
+                                      "kvbuffer-C16-b64-mixed-direct-z", "kvbuffer-C8-dt-large-mixed-direct-b3",
+                                      "kvbuffer-nemotron-nano-shape-C16-b3-z", "kvbuffer-C64-rows8-b3-z",
+                                      "direct-C64-b3", "direct-C16-b64-mixed-rowmeta-z"};
+  std::vector<Mamba2DecodeCase> quick_cases;
+  for (const auto& c : cs)
+    if (std::find(keep.begin(), keep.end(), c.name) != keep.end()) quick_cases.push_back(c);
+  return quick_cases;
 }
 
 }  // namespace kvbuf::mamba2_check
