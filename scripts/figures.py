@@ -3,13 +3,15 @@
 Mamba-2 (Nemotron-3 Nano):
 
     scripts/figures.py [--results results] [--gpu h200] [--out results/figures_h200] [--kvbuf build/bench/kvbuf]
-                       [--only NAME,...] [--decode F] [--verify F] [--fla F] [--public-mamba2 F]
+                       [--only NAME,...] [--decode F] [--verify F] [--context F] [--fla F] [--public-mamba2 F]
                        [--capacity F,...] [--ncu F]
 
 Inputs, by default found in --results with the --gpu suffix (an input given by name must exist; a
 default one that is missing only skips what needs it):
   decode_GPU.csv          `kvbuf sweep --out` rows; Mamba-2 rows are those whose kernel starts with
                           mamba2-; rows with a positive `context_tokens` are the short-context sweep
+  context_GPU.csv         a short-context sweep run on its own (`kvbuf sweep --context ...`), read
+                          for the short-context figure in place of decode_GPU.csv's context rows
   verify_GPU.csv          `kvbuf sweep --verify-out` rows
   fla_GPU.csv             scripts/bench_fla.py (FLA's kernel timed with kvbuf's method)
   public_mamba2_GPU.csv   published Mamba-2 decode latencies, with their source
@@ -95,6 +97,8 @@ class Inputs:
 
         self.decode, self.decode_path = load(args.decode, f"decode_{gpu}.csv", load_decode)
         self.verify, self.verify_path = load(args.verify, f"verify_{gpu}.csv", load_verify)
+        # The short-context sweep (kvbuf sweep --context ...), where it ran apart from the decode sweep.
+        self.context, self.context_path = load(args.context, f"context_{gpu}.csv", load_decode)
         self.fla, self.fla_path = load(args.fla, f"fla_{gpu}.csv", load_fla)
         self.public, self.public_path = load(args.public_mamba2, f"public_mamba2_{gpu}.csv", load_public)
         self.ncu, self.ncu_path = load(args.ncu, f"ncu_bytes_{gpu}.csv", load_ncu)
@@ -249,8 +253,10 @@ def pick_batches(available, wanted=(1, 8, 64, 256, 512), most=5):
 
 
 def family_rows(inputs, fam, context=False):
-    """The family's measured decode rows of one model (the first named), regular or short-context."""
-    rows = [r for r in inputs.decode or [] if fam.owns(r["kernel"]) and bool(r.get("context_tokens")) == context]
+    """The family's measured decode rows of one model (the first named), regular or short-context
+    (from the context CSV where there is one)."""
+    source = inputs.context if context and inputs.context else inputs.decode
+    rows = [r for r in source or [] if fam.owns(r["kernel"]) and bool(r.get("context_tokens")) == context]
     if rows:
         model = rows[0]["model"]
         rows = [r for r in rows if r["model"] == model]
@@ -406,16 +412,15 @@ def fig_speedup_vs_chunk(inputs, fam):
 
 
 def fig_verify(inputs, fam):
-    if fam.name != "gdn":
-        raise Skip(f"{fam.title} has no verify kernels in kvbuf sweep (no {fam.title} rows in {inputs.verify_path})")
-    rows = inputs.verify or []
+    prefix = "mamba2-" if fam.name == "mamba2" else ""
+    rows = [r for r in inputs.verify or [] if fam.owns(r["method"])]
     if not rows:
-        raise Skip(f"no measured verify rows ({inputs.verify_path})")
-    classic = best_by([r for r in rows if r["method"] in ("verify-classic", "verify-classic-inplace")],
+        raise Skip(f"no measured {fam.title} verify rows ({inputs.verify_path})")
+    classic = best_by([r for r in rows if r["method"] in (prefix + "verify-classic", prefix + "verify-classic-inplace")],
                       lambda r: (r["batch"], r["drafts"]))
-    kvb = best_by([r for r in rows if r["method"] == "verify-kvbuffer"], lambda r: (r["batch"], r["drafts"]))
+    kvb = best_by([r for r in rows if r["method"] == prefix + "verify-kvbuffer"], lambda r: (r["batch"], r["drafts"]))
     if not classic or not kvb:
-        raise Skip(f"{inputs.verify_path} needs both classic and verify-kvbuffer rows")
+        raise Skip(f"{inputs.verify_path} needs both classic and {prefix}verify-kvbuffer rows")
     model = rows[0]["model"]
     acceptance = rows[0]["acceptance"]
     fig, (ax_step, ax_tok) = new_figure(2, f"{fam.title} speculative verify, {model}: classic vs KVBuffer vs drafts T")
@@ -583,7 +588,8 @@ def fig_short_context(inputs, fam):
     else:
         ax_mem.set_axis_off()
         note(ax_mem, "modelled memory: give --kvbuf")
-    caption(fig, (provenance(("kvbuf", inputs.decode_path, context_rows)) + "; " if context_rows else "") +
+    context_path = inputs.context_path if inputs.context else inputs.decode_path
+    caption(fig, (provenance(("kvbuf", context_path, context_rows)) + "; " if context_rows else "") +
             (f"memory: kvbuf capacity and kvbuf bytes (commit {mem['commit'][:12]}), fp32 state, bf16 entries; the "
              "full-attention KV, the same for every mode, is left out" if mem else ""))
     return fig
@@ -705,7 +711,7 @@ def parse_args(argv):
     ap.add_argument("--kvbuf", help="the kvbuf binary, for the modelled lines (kvbuf bytes, kvbuf capacity)")
     ap.add_argument("--only", help=f"comma-separated figure names: {', '.join(FIGURES)}")
     ap.add_argument("--formats", default="png,svg", help="comma-separated: png, svg")
-    for name in ("decode", "verify", "fla", "public-mamba2", "ncu"):
+    for name in ("decode", "verify", "context", "fla", "public-mamba2", "ncu"):
         ap.add_argument(f"--{name}", help=f"the {name} CSV instead of the default in --results")
     ap.add_argument("--capacity", help="comma-separated capacity CSVs instead of RESULTS/capacity_GPU*.csv")
     try:
