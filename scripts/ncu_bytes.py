@@ -50,7 +50,8 @@ DECODE_MODES = {"recurrent": "recurrent", "recurrent-oop": "recurrent", "kvbuffe
                 "direct-single": "direct", "direct-split": "direct", "mamba2-recurrent": "recurrent",
                 "mamba2-kvbuffer": "kvbuffer", "mamba2-kvbuffer-poolfill": "kvbuffer", "mamba2-direct": "direct"}
 VERIFY_MODES = {"verify-classic": "verify-classic", "verify-classic-inplace": "verify-classic",
-                "verify-kvbuffer": "verify-kvbuffer"}
+                "verify-kvbuffer": "verify-kvbuffer", "mamba2-verify-classic": "verify-classic",
+                "mamba2-verify-kvbuffer": "verify-kvbuffer"}
 MODES = {**DECODE_MODES, **VERIFY_MODES}
 UNBUFFERED = ("recurrent", "verify-classic")
 COLUMNS = ("model", "kernel", "mode", "batch", "chunk", "drafts", "layers", "steps", "dram_read_bytes_per_layer_step",

@@ -106,6 +106,15 @@ class NcuBytes(unittest.TestCase):
         self.assertNotIn("verify-kvbuffer_b64_c4_t5", r.stdout)
         self.assertTrue(all("--drafts" in line for line in profiles))
 
+    def test_dry_run_of_mamba2_verify_points(self):
+        r = run("--kvbuf", "/opt/kvbuf", "--model", "nemotron-3-nano-30b-a3b", "--kernels",
+                "mamba2-verify-classic,mamba2-verify-kvbuffer", "--batch", "64,256", "--chunk", "16", "--drafts", "4",
+                "--out", self.out, "--dry-run")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        profiles = [line for line in r.stdout.splitlines() if " sweep " in line]
+        self.assertEqual(len(profiles), 2 * 2, r.stdout)
+        self.assertTrue(all("--drafts 4" in line for line in profiles))
+
     def test_a_failing_point_is_a_row_with_the_reason(self):
         r = run("--kvbuf", "/opt/kvbuf", "--ncu", "/bin/false", "--kernels", "recurrent,kvbuffer", "--batch", "64",
                 "--chunk", "8", "--out", self.out, "--work", os.path.join(self.tmp.name, "work"))
