@@ -29,4 +29,19 @@ std::string gate_range_name(const ref::GateRange& gates) {
   return s.str();
 }
 
+const char* dt_regime_name(DtRegime regime) {
+  switch (regime) {
+    case DtRegime::Typical: return "typical";
+    case DtRegime::NearZero: return "near-zero";
+    case DtRegime::Large: return "large";
+    case DtRegime::Given: return "given";
+  }
+  return "?";
+}
+
+std::string result_line(bool passed, const std::string& name, const std::string& details,
+                        const std::string& message) {
+  return (passed ? "PASS " : "FAIL ") + name + ": " + details + (message.empty() ? "" : " -- " + message);
+}
+
 }  // namespace kvbuf::checks

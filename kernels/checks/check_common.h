@@ -1,6 +1,8 @@
-// Pieces shared by the GPU kernel check families (gdn_decode_checks, gdn_verify_checks).
+// Pieces shared by the GPU kernel check families (gdn_decode_checks, gdn_verify_checks,
+// mamba2_decode_checks, mamba2_verify_checks).
 #pragma once
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <string_view>
 
@@ -15,5 +17,35 @@ uint64_t case_seed(uint64_t base_seed, std::string_view case_name);
 
 // "typical", "mild" or "extreme" for the presets of ref::GateRange, else every bound.
 std::string gate_range_name(const ref::GateRange& gates);
+
+// The step sizes dt a Mamba-2 kernel computes from its raw input (dt_raw + dt_bias, then softplus),
+// and the decays A, per case (mamba2_decode_checks.h and mamba2_verify_checks.h give each family's
+// ranges of dt_raw + dt_bias).
+enum class DtRegime {
+  Typical,   // dt_raw + dt_bias a few units around 0; A in [-4, -0.5]
+  NearZero,  // dt_raw + dt_bias about -16: softplus output ~1e-7 (states barely decay)
+  Large,     // dt_raw + dt_bias >= 10 and A in [-16, -6]: dt A <= -60, every decay underflows
+  Given,     // dt_softplus off, no dt_bias: dt_raw itself in [0.01, 0.5]
+};
+// "typical", "near-zero", "large" or "given".
+const char* dt_regime_name(DtRegime regime);
+
+// describe()'s ` name=value` for the fields of a case that differ from their defaults:
+// `FieldsOffDefault field(s); field("cycles", c.cycles, d.cycles);`.
+class FieldsOffDefault {
+ public:
+  explicit FieldsOffDefault(std::ostream& s) : s_(s) {}
+  template <class T, class U>
+  void operator()(const char* name, const T& value, const U& default_value) {
+    if (value != default_value) s_ << " " << name << "=" << value;
+  }
+
+ private:
+  std::ostream& s_;
+};
+
+// A case result's line: "PASS|FAIL name: details -- message" (no " -- message" without one).
+std::string result_line(bool passed, const std::string& name, const std::string& details,
+                        const std::string& message);
 
 }  // namespace kvbuf::checks

@@ -65,9 +65,7 @@ std::string describe(const DecodeCase& c) {
   const DecodeCase d;  // fields left at their defaults are not listed
   std::ostringstream s;
   s << c.name << ": kernel=" << kernel_name(c.kernel) << " K=V=" << c.K << " batch=" << c.batch;
-  auto field = [&](const char* name, auto value, auto default_value) {
-    if (value != default_value) s << " " << name << "=" << value;
-  };
+  checks::FieldsOffDefault field(s);
   field("H", c.H, d.H), field("HV", c.HV, d.HV), field("pad_rows", c.pad_rows, d.pad_rows);
   const bool recurrent = c.kernel == Kernel::RecurrentInPlace || c.kernel == Kernel::RecurrentOutOfPlace;
   if (recurrent) {
@@ -92,10 +90,9 @@ void PrintTo(const DecodeCase& c, std::ostream* os) { *os << describe(c); }
 
 std::string CaseResult::line(const std::string& name) const {
   std::ostringstream s;
-  s << (passed ? "PASS " : "FAIL ") << name << ": out err " << max_out_err << " (tol " << tol_out << ", "
-    << outputs_checked << " token outputs), state err " << max_state_err << " (tol " << tol_state << ", "
-    << states_checked << " states)" << (message.empty() ? "" : " -- " + message);
-  return s.str();
+  s << "out err " << max_out_err << " (tol " << tol_out << ", " << outputs_checked << " token outputs), state err "
+    << max_state_err << " (tol " << tol_state << ", " << states_checked << " states)";
+  return checks::result_line(passed, name, s.str(), message);
 }
 
 namespace {

@@ -64,15 +64,14 @@ void PrintTo(const VerifyCase& c, std::ostream* os) { *os << describe(c); }
 std::string VerifyResult::line(const std::string& name) const {
   std::ostringstream s;
   s.precision(3);
-  s << (passed ? "PASS " : "FAIL ") << name << ": outputs " << out_err << " (tol " << tol_out << ", "
-    << outputs_checked << " node outputs), ";
+  s << "outputs " << out_err << " (tol " << tol_out << ", " << outputs_checked << " node outputs), ";
   if (method == VerifyMethod::KVBuffer)
     s << "states " << state_err << ", S0 after " << verify_folds << " verify folds + " << commit_folds
       << " commit folds " << fold_err;
   else
     s << "node states " << node_state_err << ", committed states " << state_err;
-  s << " (tol " << tol_state << ", " << states_checked << " states)" << (message.empty() ? "" : " -- " + message);
-  return s.str();
+  s << " (tol " << tol_state << ", " << states_checked << " states)";
+  return checks::result_line(passed, name, s.str(), message);
 }
 
 namespace {

@@ -107,16 +107,6 @@ const char* kernel_name(Kernel k) {
   return "?";
 }
 
-const char* dt_name(DtRegime r) {
-  switch (r) {
-    case DtRegime::Typical: return "typical";
-    case DtRegime::NearZero: return "near-zero";
-    case DtRegime::Large: return "large";
-    case DtRegime::Given: return "given";
-  }
-  return "?";
-}
-
 }  // namespace
 
 std::string describe(const Mamba2DecodeCase& c) {
@@ -124,9 +114,7 @@ std::string describe(const Mamba2DecodeCase& c) {
   std::ostringstream s;
   s << c.name << ": kernel=" << kernel_name(c.kernel) << " G=" << c.G << " NH=" << c.NH << " P=" << c.P
     << " N=" << c.N << " batch=" << c.batch;
-  auto field = [&](const char* name, auto value, auto default_value) {
-    if (value != default_value) s << " " << name << "=" << value;
-  };
+  checks::FieldsOffDefault field(s);
   field("pad_rows", c.pad_rows, d.pad_rows);
   if (c.kernel == Kernel::Recurrent) {
     field("recurrent_steps", c.recurrent_steps, d.recurrent_steps);
@@ -135,7 +123,7 @@ std::string describe(const Mamba2DecodeCase& c) {
     field("cycles", c.cycles, d.cycles), field("direct_every", c.direct_every, d.direct_every);
     field("row_metadata", c.row_metadata, d.row_metadata);
   }
-  field("dt", std::string(dt_name(c.dt)), std::string(dt_name(d.dt)));
+  field("dt", std::string(checks::dt_regime_name(c.dt)), std::string(checks::dt_regime_name(d.dt)));
   field("z_gate", c.z_gate, d.z_gate), field("rows_per_block", c.rows_per_block, d.rows_per_block);
   s << " (other fields at Mamba2DecodeCase's defaults)";
   return s.str();
@@ -145,10 +133,9 @@ void PrintTo(const Mamba2DecodeCase& c, std::ostream* os) { *os << describe(c); 
 
 std::string CaseResult::line(const std::string& name) const {
   std::ostringstream s;
-  s << (passed ? "PASS " : "FAIL ") << name << ": worst out err / tol " << max_out_ratio << " (" << outputs_checked
-    << " token outputs), worst state err / tol " << max_state_ratio << " (" << states_checked << " states)"
-    << (message.empty() ? "" : " -- " + message);
-  return s.str();
+  s << "worst out err / tol " << max_out_ratio << " (" << outputs_checked << " token outputs), worst state err / tol "
+    << max_state_ratio << " (" << states_checked << " states)";
+  return checks::result_line(passed, name, s.str(), message);
 }
 
 CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {

@@ -7,18 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "kernels/checks/check_common.h"
+
 namespace kvbuf::mamba2_check {
 
 enum class Kernel { Recurrent, KVBuffer, Direct };
 
-// The step sizes dt the kernel computes from its raw input (dt_raw + dt_bias, then softplus), and
-// the decays A, per case.
-enum class DtRegime {
-  Typical,   // dt_raw + dt_bias in about [-6, 3]: dt in about [0.0025, 3]; A in [-4, -0.5]
-  NearZero,  // dt_raw + dt_bias in about [-17, -15]: softplus output ~1e-7 (states barely decay)
-  Large,     // dt_raw + dt_bias >= 10 and A in [-16, -6]: dt A <= -60, every decay underflows
-  Given,     // dt_softplus off, no dt_bias: dt_raw itself in [0.01, 0.5]
-};
+using checks::DtRegime;
 
 struct Mamba2DecodeCase {
   std::string name;
@@ -29,6 +24,8 @@ struct Mamba2DecodeCase {
   int capacity = 4;
   int cycles = 3;           // full flush cycles every request runs
   int recurrent_steps = 6;
+  // Typical: dt_raw + dt_bias in about [-6, 3], dt in about [0.0025, 3]; NearZero: in about
+  // [-17, -15].
   DtRegime dt = DtRegime::Typical;
   bool z_gate = false;
   int direct_every = 0;     // request r starts in direct mode when direct_every && r % direct_every == 0

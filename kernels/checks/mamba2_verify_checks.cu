@@ -52,24 +52,12 @@ std::string qualified_name(const VerifyCase& c) {
   return (c.method == VerifyMethod::KVBuffer ? "mamba2-kvbuffer/" : "mamba2-classic/") + c.name;
 }
 
-namespace {
-const char* dt_name(DtRegime d) {
-  switch (d) {
-    case DtRegime::Typical: return "typical";
-    case DtRegime::NearZero: return "near-zero";
-    case DtRegime::Large: return "large";
-    case DtRegime::Given: return "given";
-  }
-  return "?";
-}
-}  // namespace
-
 std::string describe(const VerifyCase& c) {
   std::ostringstream s;
   s << qualified_name(c) << ": G=" << c.G << " NH=" << c.NH << " P=" << c.P << " N=" << c.N;
   if (c.method == VerifyMethod::KVBuffer) s << " C=" << c.C;
   s << " T=" << c.T << " " << (c.tree ? "tree" : "chain") << " batch=" << c.batch << " pad_rows=" << c.pad_rows
-    << " z=" << (c.z_gate ? "on" : "off") << " dt=" << dt_name(c.dt) << " rounds=" << c.rounds;
+    << " z=" << (c.z_gate ? "on" : "off") << " dt=" << checks::dt_regime_name(c.dt) << " rounds=" << c.rounds;
   return s.str();
 }
 
@@ -78,11 +66,11 @@ void PrintTo(const VerifyCase& c, std::ostream* os) { *os << describe(c); }
 std::string VerifyResult::line(const std::string& name) const {
   std::ostringstream s;
   s.precision(3);
-  s << (passed ? "PASS " : "FAIL ") << name << ": worst out err / tol " << max_out_ratio << " (" << outputs_checked
-    << " node outputs), worst state err / tol " << max_state_ratio << " (" << states_checked << " states";
+  s << "worst out err / tol " << max_out_ratio << " (" << outputs_checked << " node outputs), worst state err / tol "
+    << max_state_ratio << " (" << states_checked << " states";
   if (verify_folds + commit_folds > 0) s << ", " << verify_folds << " verify folds + " << commit_folds << " commit folds";
-  s << ")" << (message.empty() ? "" : " -- " + message);
-  return s.str();
+  s << ")";
+  return checks::result_line(passed, name, s.str(), message);
 }
 
 namespace {

@@ -8,17 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "kernels/checks/check_common.h"
+
 namespace kvbuf::mamba2_verify_check {
 
 enum class VerifyMethod { KVBuffer, Classic };
 
-// The step sizes the kernel computes from its raw dt (dt_raw + dt_bias, then softplus).
-enum class DtRegime {
-  Typical,   // dt_raw + dt_bias in about [-9, 6]: dt in about [1e-4, 6]; A in [-4, -0.5]
-  NearZero,  // dt_raw + dt_bias in [-16, -15]: softplus output ~1e-7
-  Large,     // dt_raw + dt_bias >= 10 and A in [-16, -6]: dt A <= -60, every decay underflows
-  Given,     // dt_softplus off, no dt_bias: dt_raw itself in [0.01, 0.5]
-};
+using checks::DtRegime;
 
 struct VerifyCase {
   std::string name;
@@ -30,6 +26,7 @@ struct VerifyCase {
   int pad_rows = 1;  // extra rows with slot -1
   bool tree = false;
   bool z_gate = false;
+  // Typical: dt_raw + dt_bias in about [-9, 6], dt in about [1e-4, 6]; NearZero: in [-16, -15].
   DtRegime dt = DtRegime::Typical;
   int rounds = 0;  // 0: enough for 3 flush cycles (KVBuffer) or 12 (classic)
 };

@@ -1,5 +1,6 @@
-// What the GPU check tests (test_gdn_decode.cu, test_gdn_verify.cu) share: the base seed, gtest
-// parameter names, and the reproduction note every failure carries.
+// What the GPU check tests (test_gdn_decode.cu, test_gdn_verify.cu, test_mamba2_decode.cu,
+// test_mamba2_verify.cu) share: the base seed, gtest parameter names, the reproduction note every
+// failure carries, running one case, and the case lists' checks.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -44,6 +45,24 @@ inline std::string gtest_param_name(const std::string& case_name) {
   return n;
 }
 
+// gtest's parameter name of a check case (INSTANTIATE_TEST_SUITE_P's name generator): its name
+// (unqualified: the suite says the method) as gtest_param_name.
+struct CaseParamName {
+  template <class Case>
+  std::string operator()(const ::testing::TestParamInfo<Case>& info) const {
+    return gtest_param_name(info.param.name);
+  }
+};
+
+// The cases of `all` with the given method (a verify family's KVBuffer or classic cases), in order.
+template <class Case, class Method>
+std::vector<Case> cases_of(const std::vector<Case>& all, Method method) {
+  std::vector<Case> r;
+  for (const auto& c : all)
+    if (c.method == method) r.push_back(c);
+  return r;
+}
+
 // The case, its seed and how to rerun just this test with the same inputs.
 inline std::string reproduction_note(const std::string& case_description, uint64_t case_seed, uint64_t base_seed) {
   const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -52,10 +71,10 @@ inline std::string reproduction_note(const std::string& case_description, uint64
          "." + t->name() + "'";
 }
 
-// One check case under gtest: runs it on its seed (case_seed of the base seed and its qualified
-// name), prints its line, and expects a pass with outputs and states checked; a case that throws
-// fails. Every failure carries the reproduction note. run_case(seed) returns a result with passed,
-// line(name), outputs_checked and states_checked (the verify check families).
+// One check case under gtest: runs it on its seed (case_seed of the base seed and `name`, the name
+// its family's seeds derive from), prints its line, and expects a pass with outputs and states
+// checked; a case that throws fails. Every failure carries the reproduction note. run_case(seed)
+// returns a result with passed, line(name), outputs_checked and states_checked (every family's).
 template <class RunCase>
 void expect_case_passes(const std::string& name, const std::string& description, RunCase run_case) {
   const uint64_t base_seed = test_base_seed();
@@ -73,8 +92,9 @@ void expect_case_passes(const std::string& name, const std::string& description,
   EXPECT_GT(r.states_checked, 0) << note;
 }
 
-// A family's case lists: qualified names (which `kvbuf check` prints and case seeds derive from)
-// unique, the quick subset `kvbuf check` runs non-empty, smaller than and part of the full list.
+// A family's case lists: the names name_of gives (which case seeds derive from: the verify
+// families' qualified names, the decode families' names) unique, the quick subset `kvbuf check`
+// runs non-empty, smaller than and part of the full list.
 template <class Case, class NameOf, class Describe>
 void expect_unique_names_quick_subset(const std::vector<Case>& all, const std::vector<Case>& quick, NameOf name_of,
                                       Describe describe) {

@@ -2,9 +2,7 @@
 // kernels/checks/gdn_decode_checks.h), plus the dispatch's refusals of unsupported shapes.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <exception>
-#include <set>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -20,36 +18,19 @@ class GdnDecode : public ::testing::TestWithParam<DecodeCase> {};
 
 TEST_P(GdnDecode, MatchesFloat64Reference) {
   const DecodeCase& cs = GetParam();
-  const uint64_t base_seed = checks::test_base_seed();
-  const uint64_t seed = checks::case_seed(base_seed, cs.name);
-  const std::string note = checks::reproduction_note(describe(cs), seed, base_seed);
-  CaseResult r;
-  try {
-    r = run_decode_case(cs, seed);
-  } catch (const std::exception& e) {
-    FAIL() << "threw: " << e.what() << note;
-  }
-  std::printf("%s (case seed %llu)\n", r.line(cs.name).c_str(), (unsigned long long)seed);
-  EXPECT_TRUE(r.passed) << r.line(cs.name) << note;
-  EXPECT_GT(r.outputs_checked, 0) << note;
-  EXPECT_GT(r.states_checked, 0) << note;
+  checks::expect_case_passes(cs.name, describe(cs), [&](uint64_t seed) { return run_decode_case(cs, seed); });
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GdnDecode, ::testing::ValuesIn(decode_cases(false)),
-                         [](const ::testing::TestParamInfo<DecodeCase>& info) {
-                           return checks::gtest_param_name(info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(Cases, GdnDecode, ::testing::ValuesIn(decode_cases(false)), checks::CaseParamName());
 
 // Host only (ctest GdnDecodeCases.host_only, which CI without a GPU runs; there gtest also aborts
-// the binary on an invalid or duplicate parameter name): the quick subset `kvbuf check` runs is
-// part of the full list, and case seeds depend on both the base seed and the name.
+// the binary on an invalid or duplicate parameter name): case names unique, the quick subset
+// `kvbuf check` runs part of the full list, and case seeds depend on both the base seed and the name.
 TEST(GdnDecodeCases, QuickIsASubset) {
-  std::set<std::string> names;
-  for (const auto& c : decode_cases(false)) names.insert(c.name);
   const auto quick = decode_cases(true);
-  EXPECT_FALSE(quick.empty());
-  EXPECT_LT(quick.size(), names.size());
-  for (const auto& c : quick) EXPECT_EQ(names.count(c.name), 1u) << describe(c);
+  checks::expect_unique_names_quick_subset(
+      decode_cases(false), quick, [](const DecodeCase& c) { return c.name; },
+      [](const DecodeCase& c) { return describe(c); });
 }
 
 TEST(GdnDecodeCases, CaseSeedDependsOnBaseAndName) {

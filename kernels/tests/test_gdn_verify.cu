@@ -16,34 +16,25 @@
 namespace kvbuf::verify_check {
 namespace {
 
-std::vector<VerifyCase> cases_of(VerifyMethod method) {
-  std::vector<VerifyCase> r;
-  for (const auto& c : verify_cases(false))
-    if (c.method == method) r.push_back(c);
-  return r;
-}
-
 void run_and_expect_pass(const VerifyCase& c) {
   checks::expect_case_passes(qualified_name(c), describe(c), [&](uint64_t seed) { return run_verify_case(c, seed); });
-}
-
-std::string case_name(const ::testing::TestParamInfo<VerifyCase>& info) {
-  return checks::gtest_param_name(info.param.name);
 }
 
 class GdnVerifyKVBufferTest : public ::testing::TestWithParam<VerifyCase> {};
 
 TEST_P(GdnVerifyKVBufferTest, MatchesRecurrentOfAcceptedTokens) { run_and_expect_pass(GetParam()); }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GdnVerifyKVBufferTest, ::testing::ValuesIn(cases_of(VerifyMethod::KVBuffer)),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, GdnVerifyKVBufferTest,
+                         ::testing::ValuesIn(checks::cases_of(verify_cases(false), VerifyMethod::KVBuffer)),
+                         checks::CaseParamName());
 
 class GdnVerifyClassicTest : public ::testing::TestWithParam<VerifyCase> {};
 
 TEST_P(GdnVerifyClassicTest, MatchesRecurrentOfAcceptedTokens) { run_and_expect_pass(GetParam()); }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GdnVerifyClassicTest, ::testing::ValuesIn(cases_of(VerifyMethod::Classic)),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, GdnVerifyClassicTest,
+                         ::testing::ValuesIn(checks::cases_of(verify_cases(false), VerifyMethod::Classic)),
+                         checks::CaseParamName());
 
 // Host only (ctest GdnVerifyCases.host_only, which CI without a GPU runs): qualified names, which
 // `kvbuf check` prints and case seeds derive from, are unique across methods, and the quick subset

@@ -4,9 +4,7 @@
 // them too).
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <exception>
-#include <set>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -22,35 +20,20 @@ class Mamba2Decode : public ::testing::TestWithParam<Mamba2DecodeCase> {};
 
 TEST_P(Mamba2Decode, MatchesFloat64Reference) {
   const Mamba2DecodeCase& cs = GetParam();
-  const uint64_t base_seed = checks::test_base_seed();
-  const uint64_t seed = checks::case_seed(base_seed, cs.name);
-  const std::string note = checks::reproduction_note(describe(cs), seed, base_seed);
-  CaseResult r;
-  try {
-    r = run_decode_case(cs, seed);
-  } catch (const std::exception& e) {
-    FAIL() << "threw: " << e.what() << note;
-  }
-  std::printf("%s (case seed %llu)\n", r.line(cs.name).c_str(), (unsigned long long)seed);
-  EXPECT_TRUE(r.passed) << r.line(cs.name) << note;
-  EXPECT_GT(r.outputs_checked, 0) << note;
-  EXPECT_GT(r.states_checked, 0) << note;
+  checks::expect_case_passes(cs.name, describe(cs), [&](uint64_t seed) { return run_decode_case(cs, seed); });
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, Mamba2Decode, ::testing::ValuesIn(decode_cases(false)),
-                         [](const ::testing::TestParamInfo<Mamba2DecodeCase>& info) {
-                           return checks::gtest_param_name(info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(Cases, Mamba2Decode, ::testing::ValuesIn(decode_cases(false)), checks::CaseParamName());
 
-// Host only: the quick subset `kvbuf check` runs is part of the full list (gtest aborts the binary
-// on an invalid or duplicate parameter name).
+// Host only: case names (which case seeds derive from) unique, and the quick subset `kvbuf check`
+// runs part of the full list (gtest also aborts the binary on an invalid or duplicate parameter
+// name).
 TEST(Mamba2DecodeCases, QuickIsASubset) {
-  std::set<std::string> names;
-  for (const auto& c : decode_cases(false)) names.insert(c.name);
   const auto quick = decode_cases(true);
+  checks::expect_unique_names_quick_subset(
+      decode_cases(false), quick, [](const Mamba2DecodeCase& c) { return c.name; },
+      [](const Mamba2DecodeCase& c) { return describe(c); });
   EXPECT_GE(quick.size(), 10u);
-  EXPECT_LT(quick.size(), names.size());
-  for (const auto& c : quick) EXPECT_EQ(names.count(c.name), 1u) << describe(c);
 }
 
 // Expects `run` to throw std::invalid_argument whose message contains `needle`.

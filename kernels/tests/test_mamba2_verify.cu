@@ -16,30 +16,21 @@
 namespace kvbuf::mamba2_verify_check {
 namespace {
 
-std::vector<VerifyCase> cases_of(VerifyMethod method) {
-  std::vector<VerifyCase> r;
-  for (const auto& c : verify_cases(false))
-    if (c.method == method) r.push_back(c);
-  return r;
-}
-
 void run_and_expect_pass(const VerifyCase& c) {
   checks::expect_case_passes(qualified_name(c), describe(c), [&](uint64_t seed) { return run_verify_case(c, seed); });
 }
 
-std::string case_name(const ::testing::TestParamInfo<VerifyCase>& info) {
-  return checks::gtest_param_name(info.param.name);
-}
-
 class Mamba2VerifyKVBufferTest : public ::testing::TestWithParam<VerifyCase> {};
 TEST_P(Mamba2VerifyKVBufferTest, MatchesRecurrentOfAcceptedTokens) { run_and_expect_pass(GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Cases, Mamba2VerifyKVBufferTest, ::testing::ValuesIn(cases_of(VerifyMethod::KVBuffer)),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, Mamba2VerifyKVBufferTest,
+                         ::testing::ValuesIn(checks::cases_of(verify_cases(false), VerifyMethod::KVBuffer)),
+                         checks::CaseParamName());
 
 class Mamba2VerifyClassicTest : public ::testing::TestWithParam<VerifyCase> {};
 TEST_P(Mamba2VerifyClassicTest, MatchesRecurrentOfAcceptedTokens) { run_and_expect_pass(GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Cases, Mamba2VerifyClassicTest, ::testing::ValuesIn(cases_of(VerifyMethod::Classic)),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, Mamba2VerifyClassicTest,
+                         ::testing::ValuesIn(checks::cases_of(verify_cases(false), VerifyMethod::Classic)),
+                         checks::CaseParamName());
 
 // Host only: qualified names unique across methods, the quick subset part of the full list.
 TEST(Mamba2VerifyCases, QualifiedNamesUniqueQuickSubset) {
