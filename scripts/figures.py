@@ -619,7 +619,7 @@ def fig_bytes_per_step(inputs, fam):
     modelled, model_source = modelled_bytes_per_request(inputs, fam, model, chunks, rows)
     if not modelled and not ncu:
         raise Skip(f"no bytes model for {model}: give --kvbuf, measured {fam.title} decode rows or an ncu CSV")
-    fig, (ax_b, ax_r) = new_figure(2, f"{fam.title}, {model}: bytes per layer per decode step, modelled vs measured")
+    fig, (ax_b, ax_r, ax_k) = new_figure(3, f"{fam.title}, {model}: bytes per layer per step, modelled vs measured")
     styles = {"recurrent": ("k", ":"), "kvbuffer": ("tab:blue", "--"), "direct": ("tab:green", "-.")}
     for mode, (color, ls) in styles.items():
         table = modelled.get(mode)
@@ -652,9 +652,46 @@ def fig_bytes_per_step(inputs, fam):
         print(f"bytes_per_step_{fam.name}: no ncu rows for {model}; drawn with the model only")
     legend(ax_b)
     legend(ax_r)
-    caption(fig, model_source + ("; " + provenance(("ncu", inputs.ncu_path, ncu)) if ncu else "") +
+    every = ratio_per_kernel(ax_k, [r for r in inputs.ncu or [] if r["model"] == model and fam.owns(r["kernel"])])
+    caption(fig, model_source + ("; " + provenance(("ncu", inputs.ncu_path, every)) if every else "") +
             ". Buffered modes averaged over a flush cycle of C steps with staggered fills; direct mode over fills 0..C-1.")
     return fig
+
+
+def ratio_per_kernel(ax, ncu):
+    """Measured / modelled bytes of every decode and verify kernel measured, one row per kernel, one marker per
+    batch and C (T drafts for verify rows). Returns the rows drawn."""
+    kernels = sorted({r["kernel"] for r in ncu}, key=lambda k: (r_is_verify(k), k))
+    batches = sorted({r["batch"] for r in ncu})
+    colors = dict(zip(batches, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")))
+    for y, kernel in enumerate(kernels):
+        pts = sorted((r["batch"], r["chunk"], r) for r in ncu if r["kernel"] == kernel)
+        for i, (b, c, r) in enumerate(pts):
+            ax.plot(r["ratio"], y + 0.12 * (i - (len(pts) - 1) / 2), "o", color=colors.get(b, "k"), ms=5,
+                    label=f"batch {b}" if y == 0 and not any(p[0] == b for p in pts[:i]) else None)
+            ax.annotate(f"C {c}" if c else "", (r["ratio"], y + 0.12 * (i - (len(pts) - 1) / 2)), fontsize=6,
+                        xytext=(4, -2), textcoords="offset points")
+    ax.set_yticks(range(len(kernels)), [k + (f" (T {ncu_drafts(ncu, k)})" if r_is_verify(k) else "") for k in kernels],
+                  fontsize=7)
+    ax.axvline(1.0, color="0.5", lw=1)
+    for edge in (0.9, 1.1):
+        ax.axvline(edge, color="0.5", lw=0.8, ls=":")
+    ax.set_xlabel("measured DRAM bytes / modelled bytes (dotted: +-10%)")
+    ax.set_title("every kernel measured (decode and verify)", fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+    if not ncu:
+        note(ax, "no measurement: run scripts/ncu_bytes.py on a GPU")
+    else:
+        ax.legend(fontsize=7, loc="lower right")
+    return ncu
+
+
+def r_is_verify(kernel):
+    return "verify" in kernel
+
+
+def ncu_drafts(ncu, kernel):
+    return "/".join(sorted({str(r.get("drafts") or "") for r in ncu if r["kernel"] == kernel}))
 
 
 # ---------------------------------------------------------------- 7. bandwidth, SM clock and power vs batch
