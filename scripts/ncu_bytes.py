@@ -12,7 +12,7 @@ A verify point's sweep replays one verify + commit step of all layers per graph 
 from the sweep's verify CSV (bytes per layer step at the acceptance rate the sweep draws).
 
 Each point runs `kvbuf sweep --kernels K --batch B --chunk C` under
-`ncu --clock-control none --graph-profiling graph --metrics dram__bytes_read.sum,dram__bytes_write.sum`:
+`ncu --clock-control none --graph-profiling graph --metrics dram__bytes_{read,write}.sum,lts__t_sectors_op_{read,write}.sum`:
 the sweep captures one decode step (all layers) in a CUDA graph and replays it over whole flush
 cycles, so each graph launch is one profiled workload (caches flushed before it, ncu's default).
 `--budget-s 0.001` keeps the sweep to its minimum samples; `--max-point-s 100000` stops it from
@@ -28,8 +28,9 @@ Without a GPU, --dry-run prints the commands, and --from-export joins a saved ra
     scripts/ncu_bytes.py --from-export raw.csv --sweep-csv sweep.csv --kernels kvbuffer --batch 64 --chunk 8 --out F
 
 Output CSV, one row per point: model, kernel, mode, batch, chunk, layers, steps, DRAM read / write /
-total bytes per layer step (whole batch), model_bytes_per_layer_step, ratio (measured / model),
-gpu, commit. Exit status 0, 1 when a run fails, 2 on bad arguments or a malformed input.
+total bytes per layer step (whole batch), model_bytes_per_layer_step, ratio (measured / model), the bytes
+the SMs asked of L2 (read, write; DRAM below them is L2 hits, L2 above the model is traffic the model does
+not count), gpu, commit. Exit status 0, 1 when a run fails, 2 on bad arguments or a malformed input.
 """
 import argparse
 import csv
@@ -41,8 +42,12 @@ import tempfile
 from results_csv import InputError, read_table, steady_state
 
 METRIC_READ, METRIC_WRITE = "dram__bytes_read.sum", "dram__bytes_write.sum"
+# What the SMs asked of L2 (32-byte sectors): next to the DRAM bytes, it tells L2 hits (DRAM below L2) from
+# bytes the model does not count (L2 above the model).
+METRIC_L2_READ, METRIC_L2_WRITE = "lts__t_sectors_op_read.sum", "lts__t_sectors_op_write.sum"
+SECTOR_BYTES = 32
 GRAPH_WORKLOAD = "graph"  # ncu's kernel name for a whole CUDA graph launch under --graph-profiling graph
-UNIT_SCALE = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
+UNIT_SCALE = {"sector": SECTOR_BYTES, "byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
               "kibyte": 2 ** 10, "mibyte": 2 ** 20, "gibyte": 2 ** 30}
 DECODE_MODES = {"recurrent": "recurrent", "recurrent-oop": "recurrent", "kvbuffer": "kvbuffer",
                 "kvbuffer-fp32": "kvbuffer", "kvbuffer-raw": "kvbuffer", "kvbuffer-poolfill": "kvbuffer",
@@ -56,7 +61,7 @@ MODES = {**DECODE_MODES, **VERIFY_MODES}
 UNBUFFERED = ("recurrent", "verify-classic")
 COLUMNS = ("model", "kernel", "mode", "batch", "chunk", "drafts", "layers", "steps", "dram_read_bytes_per_layer_step",
            "dram_write_bytes_per_layer_step", "dram_bytes_per_layer_step", "model_bytes_per_layer_step", "ratio",
-           "gpu", "commit", "note")
+           "l2_read_bytes_per_layer_step", "l2_write_bytes_per_layer_step", "gpu", "commit", "note")
 
 
 class RunError(Exception):
@@ -73,7 +78,8 @@ def number(text, where):
 
 def parse_ncu_raw(path):
     """The workloads of an `ncu --csv --page raw` export, in order: dicts with id, name, graph
-    (whether it is a whole graph launch), read and write (bytes). Lines
+    (whether it is a whole graph launch), read and write (DRAM bytes), l2_read and l2_write (bytes the SMs
+    asked of L2; None when the export lacks those metrics). Lines
     before the header (ncu's ==PROF== lines, comments) are skipped; a units row, if any, scales."""
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such file")
@@ -91,7 +97,10 @@ def parse_ncu_raw(path):
     col = {name: header.index(name) for name in header}
     body = table[1:]
     first_line = start + 2
-    scale = {METRIC_READ: 1.0, METRIC_WRITE: 1.0}
+    has_l2 = METRIC_L2_READ in col and METRIC_L2_WRITE in col
+    metrics = (METRIC_READ, METRIC_WRITE) + ((METRIC_L2_READ, METRIC_L2_WRITE) if has_l2 else ())
+    # Without a units row, ncu's base units: bytes for DRAM, sectors for L2.
+    scale = {m: (SECTOR_BYTES if m in (METRIC_L2_READ, METRIC_L2_WRITE) else 1.0) for m in metrics}
     if body and not body[0][col["ID"]].strip():
         for metric in scale:
             unit = body[0][col[metric]].strip().lower()
@@ -109,13 +118,17 @@ def parse_ncu_raw(path):
         name = cells[col["Kernel Name"]]
         workloads.append({"id": cells[col["ID"]], "name": name, "graph": name.strip() == GRAPH_WORKLOAD,
                           "read": number(cells[col[METRIC_READ]], f"{path}:{n}: {METRIC_READ}") * scale[METRIC_READ],
-                          "write": number(cells[col[METRIC_WRITE]], f"{path}:{n}: {METRIC_WRITE}") * scale[METRIC_WRITE]})
+                          "write": number(cells[col[METRIC_WRITE]], f"{path}:{n}: {METRIC_WRITE}") * scale[METRIC_WRITE],
+                          "l2_read": number(cells[col[METRIC_L2_READ]], f"{path}:{n}: {METRIC_L2_READ}") *
+                          scale[METRIC_L2_READ] if has_l2 else None,
+                          "l2_write": number(cells[col[METRIC_L2_WRITE]], f"{path}:{n}: {METRIC_L2_WRITE}") *
+                          scale[METRIC_L2_WRITE] if has_l2 else None})
     return workloads
 
 
 def timed_graph_bytes(workloads, cycle, where):
-    """(steps, read bytes, write bytes) over the whole cycles of `cycle` steps at the end of the
-    graph launches (one launch = one decode step of all layers)."""
+    """(steps, DRAM read, DRAM write, L2 read, L2 write bytes; the L2 ones None when not measured) over the whole
+    cycles of `cycle` steps at the end of the graph launches (one launch = one decode step of all layers)."""
     launches = [w for w in workloads if w["graph"]]
     if not launches:
         raise InputError(f"{where}: no CUDA graph workloads (was ncu run with --graph-profiling graph?)")
@@ -123,7 +136,8 @@ def timed_graph_bytes(workloads, cycle, where):
     if steps == 0:
         raise InputError(f"{where}: the graph ran {len(launches)} steps, less than one fill cycle of {cycle}")
     whole = launches[len(launches) - steps:]
-    return steps, sum(w["read"] for w in whole), sum(w["write"] for w in whole)
+    l2 = [None if any(w[k] is None for w in whole) else sum(w[k] for w in whole) for k in ("l2_read", "l2_write")]
+    return (steps, sum(w["read"] for w in whole), sum(w["write"] for w in whole), *l2)
 
 
 def sweep_row(path, kernel, batch, chunk, drafts):
@@ -144,7 +158,7 @@ def sweep_row(path, kernel, batch, chunk, drafts):
 def join(raw_path, sweep_path, kernel, batch, chunk, drafts=0):
     """One output row: the graph launches' DRAM bytes per layer step next to the sweep row's model."""
     row = sweep_row(sweep_path, kernel, batch, chunk, drafts)
-    steps, read, write = timed_graph_bytes(parse_ncu_raw(raw_path), max(chunk, 1), raw_path)
+    steps, read, write, l2_read, l2_write = timed_graph_bytes(parse_ncu_raw(raw_path), max(chunk, 1), raw_path)
     per_step = steps * row["layers"]
     measured = (read + write) / per_step
     model = row["bytes_per_layer_step"]
@@ -154,7 +168,9 @@ def join(raw_path, sweep_path, kernel, batch, chunk, drafts=0):
             "drafts": drafts,
             "layers": row["layers"], "steps": steps, "dram_read_bytes_per_layer_step": f"{read / per_step:.6g}",
             "dram_write_bytes_per_layer_step": f"{write / per_step:.6g}", "dram_bytes_per_layer_step": f"{measured:.6g}",
-            "model_bytes_per_layer_step": f"{model:.6g}", "ratio": f"{measured / model:.4f}", "gpu": row["gpu"],
+            "model_bytes_per_layer_step": f"{model:.6g}", "ratio": f"{measured / model:.4f}",
+            "l2_read_bytes_per_layer_step": "" if l2_read is None else f"{l2_read / per_step:.6g}",
+            "l2_write_bytes_per_layer_step": "" if l2_write is None else f"{l2_write / per_step:.6g}", "gpu": row["gpu"],
             "commit": row["commit"], "note": ""}
 
 
@@ -175,7 +191,7 @@ def points(kernels, batches, chunks, drafts):
 def commands(args, kernel, batch, chunk, drafts, work):
     stem = os.path.join(work, f"{kernel}_b{batch}_c{chunk}" + (f"_t{drafts}" if drafts else ""))
     profile = [args.ncu, "--clock-control", "none", "--graph-profiling", "graph", "--metrics",
-               f"{METRIC_READ},{METRIC_WRITE}", "--export", stem, "--force-overwrite",
+               f"{METRIC_READ},{METRIC_WRITE},{METRIC_L2_READ},{METRIC_L2_WRITE}", "--export", stem, "--force-overwrite",
                args.kvbuf, "sweep", "--model", args.model, "--kernels", kernel, "--batch", str(batch),
                "--chunk", str(max(chunk, 1)), "--budget-s", "0.001", "--max-point-s", "100000",
                "--out", stem + "_sweep.csv",

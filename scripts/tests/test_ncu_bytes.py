@@ -57,6 +57,27 @@ class NcuBytes(unittest.TestCase):
         self.assertAlmostEqual(float(row["ratio"]), (read + write) / 1.6e6, places=3)
         self.assertEqual((row["mode"], row["gpu"], row["commit"]), ("kvbuffer", "NVIDIA H200", "abcdef123456"))
 
+    def test_l2_sectors_next_to_the_dram_bytes(self):
+        # The fixture with the two L2 metrics appended (sectors of 32 bytes): each graph launch asks L2 for
+        # 5000 read and 1000 write sectors, so the row gives 14 x 2 x 5000 x 32 / (28 x 3) read bytes.
+        with open(RAW) as f:
+            lines = f.read().splitlines()
+        start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+        out = lines[:start] + [lines[start] + ',"lts__t_sectors_op_read.sum","lts__t_sectors_op_write.sum"',
+                               lines[start + 1] + ',"sector","sector"']
+        out += [line + (',"5,000","1000"' if '"graph"' in line else ',"7","3"') for line in lines[start + 2:] if line]
+        r = self.join(raw=self.write("l2.csv", "\n".join(out) + "\n"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.out) as f:
+            (row,) = list(csv.DictReader(f))
+        self.assertAlmostEqual(float(row["l2_read_bytes_per_layer_step"]), 28 * 5000 * 32 / 84, delta=1)
+        self.assertAlmostEqual(float(row["l2_write_bytes_per_layer_step"]), 28 * 1000 * 32 / 84, delta=1)
+        r = self.join()  # an export without them leaves the cells empty
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.out) as f:
+            (row,) = list(csv.DictReader(f))
+        self.assertEqual((row["l2_read_bytes_per_layer_step"], row["l2_write_bytes_per_layer_step"]), ("", ""))
+
     def test_real_h200_export(self):
         # ncu 2025.3's export of `kvbuf sweep --kernels recurrent --batch 64` (e3456c7, trimmed to the
         # identity columns and the two metrics): 30 graph launches of one 36-layer step; the recurrent
@@ -80,7 +101,7 @@ class NcuBytes(unittest.TestCase):
         self.assertEqual(len(profiles), 2 + 4, r.stdout)  # recurrent once per batch, direct per batch and C
         for line in profiles:
             self.assertIn("--clock-control none --graph-profiling graph", line)
-            self.assertIn("dram__bytes_read.sum,dram__bytes_write.sum", line)
+            self.assertIn("dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_read.sum", line)
             self.assertIn("--budget-s 0.001 --max-point-s 100000", line)  # profiling must not skip the point
         self.assertIn("--kernels direct --batch 64 --chunk 16", r.stdout)
         self.assertIn("--csv --page raw --print-units base", r.stdout)
