@@ -19,21 +19,25 @@
 // as mamba2_verify.h; scratch win_k [B, T, G, N], win_u [B, T, NH, P] bf16, win_gcum, win_beta
 // [B, T, NH] fp32, win_base [B, 2].
 // Block: rows_per_block (64 for P = 64: the whole head) rows of one head, the decode kernels' warp
-// rows (8 rows per warp, lane l holds columns [l N/32, (l+1) N/32)). Phases, marked in the body:
-//   1 issue: the window's B, C, x (cp.async), the slot, S0 rows into registers, the n buffer entries;
+// rows (8 rows per warp, lane l holds columns [l N/32, (l+1) N/32)), on the KVBuffer decode
+// kernel's skeleton (mamba2_decode_kvbuffer.cu): S0 in a shared-memory tile, not in registers.
+// Phases, marked in the body:
+//   1 issue: the window's B, C, x (cp.async) and warp 0's dt_t and parents, then the slot; then
+//     each warp's 8 S0 rows by one bulk copy on its own mbarrier (issue_warp_rows) together with
+//     fill and has_state; then the n buffer entries by cp.async: one round trip for everything after
+//     the fill;
 //   2 warp 0: the window's tree (ancestor masks, depth), the fold decision, dt_t and G_t, fold weights;
-//   3 fold into S0 when due, written back;
+//   3 fold into the tile when due, 4 rows at a time, written back to the pool;
 //   4 the (n_eff + T) x T dots C_t.B_j, one entry per warp at a time, reduced by halving
 //     exchanges, turned into the coefficients w[t][j];
-//   5 outputs: per token, the 8 rows' S0.C_t slices plus the lanes' share of sum_j w[t][j] x_j
-//     reduced together (9 shuffles), D x_t being the coefficient of the token itself;
+//   5 outputs, two tokens per pass over the tile: per token, the 8 rows' S0.C_t slices plus the
+//     lanes' share of sum_j w[t][j] x_j reduced together (9 shuffles), D x_t being the coefficient
+//     of the token itself;
 //   6 scratch for the commit: the window's B, x, G, dt and the row's base.
 // Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
 // scratch written (T (P + N) 2 + 8 T); a fold writes S0 once.
-// Measured (H200, Nemotron-3 Nano shapes, 23 layer pools in one CUDA graph, verify + commit per
-// layer, T = 5, commit a60e8adf74aa, results/verify_mamba2_h200.csv): 12.99 / 208.69 / 787.52 us at
-// batch 1 / 128 / 512 [C = 16], 42% of copy: bound by each block's chain of dependent round trips,
-// not by bytes (log and next step: kernels/notes/mamba2_verify.md).
+// Measured: see kernels/notes/mamba2_verify.md run 3 (the register kernel of run 2, commit
+// a60e8adf74aa: 12.99 / 208.69 / 787.52 us at batch 1 / 128 / 512, T = 5 [C = 16], 42% of copy).
 #include <stdexcept>
 #include <string>
 
@@ -47,28 +51,33 @@ namespace {
 
 constexpr int kTMax = kMamba2VerifyMaxTokens;
 constexpr int kMaxCapacity = 64;
-// Resident verify blocks per SM the register budget allows (64 registers a thread; ptxas spills
-// a few bytes at N = 128): the kernel is bound by its chain of dependent round trips (slot -> fill
-// -> buffer), so resident blocks, not bandwidth, set its pace (run 1: 2 blocks per SM at 128
-// registers, 27-45% of copy; kernels/notes/mamba2_verify.md).
-constexpr int kVerifyBlocksPerSM = 4;
+// Resident verify blocks per SM: the decode tile kernel's budget (48 registers, S0 in a shared-memory
+// tile, not in registers; kernels/notes/mamba2_decode.md run 3-4). The kernel is bound by how many
+// blocks' S0 copies are in flight per SM, not by its arithmetic (kernels/notes/mamba2_verify.md).
+constexpr int kVerifyBlocksPerSM = 5;
+// Tokens whose outputs one pass over the S0 tile accumulates (2 x 8 accumulators per lane): the
+// tile is read ceil(T / 2) times from shared memory instead of T times.
+constexpr int kTokensPerPass = 2;
 
-// Dynamic shared memory of the verify block in bytes (16-byte aligned pieces), for d_state N,
-// capacity C and `rows` rows per block.
+// Dynamic shared memory of the verify block in bytes, for d_state N, capacity C and `rows` rows per
+// block: the S0 tile [rows, N] fp32 first (128-byte aligned for the bulk copies), then 16-byte
+// aligned pieces, then one mbarrier per warp.
 struct VerifySmem {
   int n_dim, c, rows;
   __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
-  __host__ __device__ int b_buf() const { return 0; }                                // [C, N] bf16
+  __host__ __device__ int tile() const { return 0; }                                 // [rows, N] fp32
+  __host__ __device__ int b_buf() const { return tile() + rows * n_dim * 4; }        // [C, N] bf16
   __host__ __device__ int b_win() const { return b_buf() + up16(c * n_dim * 2); }    // [TMAX, N] bf16
   __host__ __device__ int c_win() const { return b_win() + kTMax * n_dim * 2; }      // [TMAX, N] bf16
-  __host__ __device__ int x_buf() const { return c_win() + kTMax * n_dim * 2; }      // [C, rows] bf16
-  __host__ __device__ int x_win() const { return x_buf() + up16(c * rows * 2); }     // [TMAX, rows] bf16
+  __host__ __device__ int x_buf() const { return c_win() + kTMax * n_dim * 2; }      // [warps, C] uint4: a warp's 8 rows
+  __host__ __device__ int x_win() const { return x_buf() + c * rows * 2; }           // [TMAX, rows] bf16
   __host__ __device__ int g_buf() const { return x_win() + kTMax * rows * 2; }       // [C] G_j
   __host__ __device__ int dt_buf() const { return g_buf() + up16(c * 4); }           // [C] dt_j
   __host__ __device__ int fold_w() const { return dt_buf() + up16(c * 4); }          // [C] fold weights
   __host__ __device__ int w_buf() const { return fold_w() + up16(c * 4); }           // [TMAX, C] coefficients
   __host__ __device__ int w_win() const { return w_buf() + kTMax * c * 4; }          // [TMAX, TMAX]
-  __host__ __device__ size_t bytes() const { return size_t(w_win() + kTMax * kTMax * 4); }
+  __host__ __device__ int bars() const { return w_win() + kTMax * kTMax * 4; }       // [warps] mbarriers
+  __host__ __device__ size_t bytes() const { return size_t(bars() + rows / kWarpRows * 8); }
 };
 
 template <int N>
@@ -79,20 +88,21 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
   const int tile = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G, g = h / (NH / G);
-  const int XC = rows / 8;  // 16-byte chunks of one entry's x over the block's rows
-  extern __shared__ float4 smem4[];
-  char* smem = reinterpret_cast<char*>(smem4);
+  const int XC = rows / 8;  // 16-byte chunks of one entry's x over the block's rows (one per warp)
+  extern __shared__ __align__(128) unsigned char smem[];
   const VerifySmem L{N, C, rows};
+  float* s_tile = reinterpret_cast<float*>(smem + L.tile());
   __nv_bfloat16* s_bbuf = reinterpret_cast<__nv_bfloat16*>(smem + L.b_buf());
   __nv_bfloat16* s_bwin = reinterpret_cast<__nv_bfloat16*>(smem + L.b_win());
   __nv_bfloat16* s_cwin = reinterpret_cast<__nv_bfloat16*>(smem + L.c_win());
-  __nv_bfloat16* s_xbuf = reinterpret_cast<__nv_bfloat16*>(smem + L.x_buf());
+  uint4* s_xbuf = reinterpret_cast<uint4*>(smem + L.x_buf());
   __nv_bfloat16* s_xwin = reinterpret_cast<__nv_bfloat16*>(smem + L.x_win());
   float* s_gbuf = reinterpret_cast<float*>(smem + L.g_buf());
   float* s_dtbuf = reinterpret_cast<float*>(smem + L.dt_buf());
   float* s_fw = reinterpret_cast<float*>(smem + L.fold_w());
   float* s_wbuf = reinterpret_cast<float*>(smem + L.w_buf());
   float* s_wwin = reinterpret_cast<float*>(smem + L.w_win());
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bars()) + warp;
   __shared__ float s_gwin[kTMax], s_dtwin[kTMax], s_egwin[kTMax];
   __shared__ unsigned s_path[kTMax];  // node t's root path (ancestors and t) as a bitmask
   __shared__ int s_fold, s_neff;
@@ -120,19 +130,14 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
     zero_padding_outputs(io, row, h, pb, rows);
     return;
   }
-  // S0 is issued together with fill and has_state (one round trip after the slot, not two) and
-  // dropped for a row in direct mode, whose slot holds no state.
-  float* state_rows = p.state + ((size_t(slot) * NH + h) * P + p0) * N + lane * NL;
-  float s[R][NL];
-#pragma unroll
-  for (int i = 0; i < R; ++i) load_row<N>(state_rows + size_t(i) * N, s[i]);
+  // The warp's 8 S0 rows by one bulk copy, issued with fill and has_state (one round trip after
+  // the slot, not two): a row in direct mode (no state) reads its slot's unused rows and ignores
+  // them. Every warp waits for its copy before the block ends (phase 5).
+  float* state_rows = p.state + ((size_t(slot) * NH + h) * P + p0) * N;
+  float* tile_rows = s_tile + warp * R * N;
+  issue_warp_rows<N>(tile_rows, state_rows, bar, lane);
   const int n = p.fill[slot];
   const bool has_state = p.has_state[slot] != 0;
-  if (!has_state)
-#pragma unroll
-    for (int i = 0; i < R; ++i)
-#pragma unroll
-      for (int e = 0; e < NL; ++e) s[i][e] = 0.f;
   const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + g) * N;          // B_j at + j G N
   const __nv_bfloat16* bx = p.buf_val + (size_t(slot) * C * NH + h) * P + pb;  // x_j at + j NH P
   for (int c = threadIdx.x; c < n * CH; c += blockDim.x) {
@@ -140,8 +145,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
     cp_async16(s_bbuf + j * N + e, bk + size_t(j) * G * N + e);
   }
   for (int c = threadIdx.x; c < n * XC; c += blockDim.x) {
-    const int j = c / XC, e = (c % XC) * 8;
-    cp_async16(s_xbuf + j * rows + e, bx + size_t(j) * NH * P + e);
+    const int j = c / XC, w = c % XC;
+    cp_async16(s_xbuf + w * C + j, bx + size_t(j) * NH * P + w * R);
   }
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
     cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * NH + h);
@@ -183,34 +188,50 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
   __syncthreads();
   const bool fold = s_fold;
   const int n_eff = s_neff;
+  const uint4* xw = s_xbuf + warp * C;  // x_j of the warp's 8 rows
 
-  // Phase 3, fold: S0 <- e^{G_{n-1}} S0 + sum_j w_j x_j B_j^T, written back once.
+  // Phase 3, fold: S0 <- e^{G_{n-1}} S0 + sum_j w_j x_j B_j^T from the tile and the staged entries,
+  // 4 rows at a time (the decode kernel's fold), written back to the pool once and to the tile for
+  // the outputs (each lane rewrites only its own columns).
   if (fold) {
     const float eGn = expf(s_gbuf[n - 1]);
+    gdn_detail::tile_wait(bar);
 #pragma unroll
-    for (int i = 0; i < R; ++i)
+    for (int half = 0; half < 2; ++half) {
+      constexpr int H = R / 2;
+      float s[H][NL];
 #pragma unroll
-      for (int e = 0; e < NL; ++e) s[i][e] *= eGn;
+      for (int i = 0; i < H; ++i) {
+        float s0[NL];
+        load_row<N>(tile_rows + (half * H + i) * N + lane * NL, s0);
+#pragma unroll
+        for (int e = 0; e < NL; ++e) s[i][e] = has_state ? eGn * s0[e] : 0.f;
+      }
 #pragma unroll 2
-    for (int j = 0; j < n; ++j) {
-      float Bj[NL], xj[R];
-      bf16_slice<N>(load_bf16_raw<N>(s_bbuf + j * N, lane), Bj);
-      bf16x8(*reinterpret_cast<const uint4*>(s_xbuf + j * rows + warp * R), xj);
-      const float w = s_fw[j];
+      for (int j = 0; j < n; ++j) {
+        float Bj[NL];
+        bf16_slice<N>(load_bf16_raw<N>(s_bbuf + j * N, lane), Bj);
+        const uint2 xr = reinterpret_cast<const uint2*>(xw + j)[half];
+        const float2 xa = bf16x2_to_float2(xr.x), xb = bf16x2_to_float2(xr.y);
+        const float xj[H] = {xa.x, xa.y, xb.x, xb.y};
+        const float w = s_fw[j];
 #pragma unroll
-      for (int i = 0; i < R; ++i) {
-        const float wx = w * xj[i];
+        for (int i = 0; i < H; ++i) {
+          const float wx = w * xj[i];
 #pragma unroll
-        for (int e = 0; e < NL; ++e) s[i][e] = fmaf(wx, Bj[e], s[i][e]);
+          for (int e = 0; e < NL; ++e) s[i][e] = fmaf(wx, Bj[e], s[i][e]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < H; ++i) {
+        store_row<N>(state_rows + size_t(half * H + i) * N + lane * NL, s[i]);
+        store_row<N>(tile_rows + (half * H + i) * N + lane * NL, s[i]);
       }
     }
-#pragma unroll
-    for (int i = 0; i < R; ++i) store_row<N>(state_rows + size_t(i) * N, s[i]);
   }
 
   // Phase 4, coefficients: entry j < n_eff is buffered entry j, entry n_eff + q window node q. The
-  // C_t slices are read from shared memory where used (kept in registers they cost the third block
-  // per SM).
+  // C_t slices are read from shared memory where used.
   auto c_slice = [&](int t, float* Cv) { bf16_slice<N>(load_bf16_raw<N>(s_cwin + t * N, lane), Cv); };
   for (int j = warp; j < n_eff + T; j += warps) {
     const bool win = j >= n_eff;
@@ -237,26 +258,53 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
   }
   __syncthreads();
 
-  // Phase 5, outputs.
+  // Phase 5, outputs, kTokensPerPass tokens per pass over the tile: per token, the 8 rows'
+  // e^{G_t} S0 . C_t slices plus the lanes' share of sum_j w[t][j] x_j, reduced together (9
+  // shuffles), D x_t being the coefficient of the token itself. S0 is zero without a state.
+  gdn_detail::tile_wait(bar);
+  const bool s0_live = has_state || fold;
+  for (int t0 = 0; t0 < T; t0 += kTokensPerPass) {
+    float y[kTokensPerPass][R];
+    float Cv[kTokensPerPass][NL];
 #pragma unroll
-  for (int t = 0; t < kTMax; ++t) {
-    if (t >= T) break;
-    float y8[R];
-    const float eG = s_egwin[t];
-    float Cv[NL];
-    c_slice(t, Cv);
+    for (int k = 0; k < kTokensPerPass; ++k) {
+      c_slice(min(t0 + k, T - 1), Cv[k]);
 #pragma unroll
-    for (int i = 0; i < R; ++i) y8[i] = eG * dot<NL>(s[i], Cv);
+      for (int i = 0; i < R; ++i) y[k][i] = 0.f;
+    }
+    if (s0_live) {
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        float s0[NL];
+        load_row<N>(tile_rows + i * N + lane * NL, s0);
+#pragma unroll
+        for (int k = 0; k < kTokensPerPass; ++k) y[k][i] = dot<NL>(s0, Cv[k]);
+      }
+#pragma unroll
+      for (int k = 0; k < kTokensPerPass; ++k) {
+        const float eG = s_egwin[min(t0 + k, T - 1)];
+#pragma unroll
+        for (int i = 0; i < R; ++i) y[k][i] *= eG;
+      }
+    }
     for (int j = lane; j < n_eff + T; j += 32) {
       const bool win = j >= n_eff;
       const int q = j - n_eff;
-      const float w = win ? s_wwin[t * kTMax + q] : s_wbuf[t * C + j];
       float xj[R];
-      bf16x8(*reinterpret_cast<const uint4*>((win ? s_xwin + q * rows : s_xbuf + j * rows) + warp * R), xj);
+      bf16x8(win ? *reinterpret_cast<const uint4*>(s_xwin + q * rows + warp * R) : xw[j], xj);
 #pragma unroll
-      for (int i = 0; i < R; ++i) y8[i] = fmaf(w, xj[i], y8[i]);
+      for (int k = 0; k < kTokensPerPass; ++k) {
+        const int t = min(t0 + k, T - 1);
+        const float w = win ? s_wwin[t * kTMax + q] : s_wbuf[t * C + j];
+#pragma unroll
+        for (int i = 0; i < R; ++i) y[k][i] = fmaf(w, xj[i], y[k][i]);
+      }
     }
-    write_verify_output(io, row, t, h, p0, lane, row_sums8(y8, lane));
+#pragma unroll
+    for (int k = 0; k < kTokensPerPass; ++k) {
+      const float out = row_sums8(y[k], lane);
+      if (t0 + k < T) write_verify_output(io, row, t0 + k, h, p0, lane, out);
+    }
   }
 
   // Phase 6, scratch for the commit.
