@@ -59,24 +59,26 @@ constexpr int kVerifyBlocksPerSM = 5;
 // tile is read ceil(T / 2) times from shared memory instead of T times.
 constexpr int kTokensPerPass = 2;
 
-// Dynamic shared memory of the verify block in bytes, for d_state N, capacity C and `rows` rows per
-// block: the S0 tile [rows, N] fp32 first (128-byte aligned for the bulk copies), then 16-byte
-// aligned pieces, then one mbarrier per warp.
+// Dynamic shared memory of the verify block in bytes, for d_state N, capacity C, `rows` rows per
+// block and T tokens: the S0 tile [rows, N] fp32 first (128-byte aligned for the bulk copies), then
+// 16-byte aligned pieces, then one mbarrier per warp. The window's pieces are sized by T, not by
+// the largest T, so that 5 blocks fit per SM at C = 16.
 struct VerifySmem {
-  int n_dim, c, rows;
+  int n_dim, c, rows, t;
   __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
   __host__ __device__ int tile() const { return 0; }                                 // [rows, N] fp32
   __host__ __device__ int b_buf() const { return tile() + rows * n_dim * 4; }        // [C, N] bf16
-  __host__ __device__ int b_win() const { return b_buf() + up16(c * n_dim * 2); }    // [TMAX, N] bf16
-  __host__ __device__ int c_win() const { return b_win() + kTMax * n_dim * 2; }      // [TMAX, N] bf16
-  __host__ __device__ int x_buf() const { return c_win() + kTMax * n_dim * 2; }      // [warps, C] uint4: a warp's 8 rows
-  __host__ __device__ int x_win() const { return x_buf() + c * rows * 2; }           // [TMAX, rows] bf16
-  __host__ __device__ int g_buf() const { return x_win() + kTMax * rows * 2; }       // [C] G_j
+  __host__ __device__ int b_win() const { return b_buf() + up16(c * n_dim * 2); }    // [T, N] bf16
+  __host__ __device__ int c_win() const { return b_win() + t * n_dim * 2; }          // [T, N] bf16
+  __host__ __device__ int x_buf() const { return c_win() + t * n_dim * 2; }          // [warps, C] uint4: a warp's 8 rows
+  __host__ __device__ int x_win() const { return x_buf() + c * rows * 2; }           // [T, rows] bf16
+  __host__ __device__ int z_win() const { return x_win() + t * rows * 2; }           // [T, rows] bf16 gate
+  __host__ __device__ int g_buf() const { return z_win() + t * rows * 2; }           // [C] G_j
   __host__ __device__ int dt_buf() const { return g_buf() + up16(c * 4); }           // [C] dt_j
   __host__ __device__ int fold_w() const { return dt_buf() + up16(c * 4); }          // [C] fold weights
-  __host__ __device__ int w_buf() const { return fold_w() + up16(c * 4); }           // [TMAX, C] coefficients
-  __host__ __device__ int w_win() const { return w_buf() + kTMax * c * 4; }          // [TMAX, TMAX]
-  __host__ __device__ int bars() const { return w_win() + kTMax * kTMax * 4; }       // [warps] mbarriers
+  __host__ __device__ int w_buf() const { return fold_w() + up16(c * 4); }           // [T, C] coefficients
+  __host__ __device__ int w_win() const { return w_buf() + up16(t * c * 4); }        // [T, TMAX]
+  __host__ __device__ int bars() const { return w_win() + t * kTMax * 4; }           // [warps] mbarriers
   __host__ __device__ size_t bytes() const { return size_t(bars() + rows / kWarpRows * 8); }
 };
 
@@ -90,13 +92,14 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G, g = h / (NH / G);
   const int XC = rows / 8;  // 16-byte chunks of one entry's x over the block's rows (one per warp)
   extern __shared__ __align__(128) unsigned char smem[];
-  const VerifySmem L{N, C, rows};
+  const VerifySmem L{N, C, rows, T};
   float* s_tile = reinterpret_cast<float*>(smem + L.tile());
   __nv_bfloat16* s_bbuf = reinterpret_cast<__nv_bfloat16*>(smem + L.b_buf());
   __nv_bfloat16* s_bwin = reinterpret_cast<__nv_bfloat16*>(smem + L.b_win());
   __nv_bfloat16* s_cwin = reinterpret_cast<__nv_bfloat16*>(smem + L.c_win());
   uint4* s_xbuf = reinterpret_cast<uint4*>(smem + L.x_buf());
   __nv_bfloat16* s_xwin = reinterpret_cast<__nv_bfloat16*>(smem + L.x_win());
+  __nv_bfloat16* s_zwin = reinterpret_cast<__nv_bfloat16*>(smem + L.z_win());
   float* s_gbuf = reinterpret_cast<float*>(smem + L.g_buf());
   float* s_dtbuf = reinterpret_cast<float*>(smem + L.dt_buf());
   float* s_fw = reinterpret_cast<float*>(smem + L.fold_w());
@@ -116,6 +119,13 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
     const int t = c / XC, e = (c % XC) * 8;
     cp_async16(s_xwin + t * rows + e, io.x + ((size_t(row) * T + t) * NH + h) * P + pb + e);
   }
+  // The gate too: read where the outputs are written, each token's z would be one more dependent
+  // round trip at the end of the block (the stores to out may alias z).
+  if (io.z)
+    for (int c = threadIdx.x; c < T * XC; c += blockDim.x) {
+      const int t = c / XC, e = (c % XC) * 8;
+      cp_async16(s_zwin + t * rows + e, io.z + ((size_t(row) * T + t) * NH + h) * P + pb + e);
+    }
   const float A = io.A[h], D = io.D[h];
   // Warp 0, lane t < T: node t's step size and parent, also independent of the pools.
   float dt_lane = 0.f;
@@ -303,7 +313,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
 #pragma unroll
     for (int k = 0; k < kTokensPerPass; ++k) {
       const float out = row_sums8(y[k], lane);
-      if (t0 + k < T) write_verify_output(io, row, t0 + k, h, p0, lane, out);
+      if (t0 + k < T)
+        write_verify_output(io, row, t0 + k, h, p0, lane, out, io.z ? s_zwin + (t0 + k) * rows + warp * R : nullptr);
     }
   }
 
@@ -350,13 +361,16 @@ constexpr int kCommitSlices = 8;
 __global__ void __launch_bounds__(kCommitThreads) mamba2_verify_kvbuffer_commit_kernel(const Mamba2VerifyKVBufferParams p) {
   const Mamba2VerifyIO& io = p.io;
   const int row = blockIdx.x, T = io.tokens, C = p.capacity;
+  // Every per-row value in one round trip (the accepted nodes of all T positions, used below m; a
+  // padding row's are read and dropped).
   const int slot = io.slot[row];
-  if (slot < 0) return;
-  __shared__ int s_node[kTMax];
   const int n0 = p.win_base[2 * row];
   const bool has_state = p.win_base[2 * row + 1] != 0;
   const int m = accepted_len(p, row);
-  if (threadIdx.x < m) s_node[threadIdx.x] = accepted_node(p, row, threadIdx.x);
+  const int node = threadIdx.x < T ? accepted_node(p, row, threadIdx.x) : 0;
+  if (slot < 0) return;
+  __shared__ int s_node[kTMax];
+  if (threadIdx.x < m) s_node[threadIdx.x] = node;
   __syncthreads();
   if (n0 + m >= C) {
     if (blockIdx.y == 0 && threadIdx.x == 0) p.fill[slot] = 0, p.has_state[slot] = 1;
@@ -486,7 +500,7 @@ void mamba2_verify_kvbuffer(const Mamba2VerifyKVBufferParams& p, cudaStream_t st
   validate(p, who);
   if (p.io.batch == 0) return;
   const int rows = verify_rows(p.io.P);
-  const size_t smem = VerifySmem{p.io.N, p.capacity, rows}.bytes();
+  const size_t smem = VerifySmem{p.io.N, p.capacity, rows, p.io.tokens}.bytes();
   const dim3 grid(unsigned(p.io.P / rows), unsigned(p.io.NH), unsigned(p.io.batch));
   dispatch_verify_dims(p.io, who, [&](auto n) {
     launch_kernel(mamba2_verify_kvbuffer_kernel<decltype(n)::value>, grid, decode_block(rows), smem, stream, false, p);
