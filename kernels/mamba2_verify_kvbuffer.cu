@@ -26,13 +26,14 @@
 //     each warp's 8 S0 rows by one bulk copy on its own mbarrier (issue_warp_rows) together with
 //     fill and has_state; then the n buffer entries by cp.async: one round trip for everything after
 //     the fill;
-//   2 warp 0: the window's tree (ancestor masks, depth), the fold decision, dt_t and G_t, fold weights;
+//   2 warp 0: the window's tree (ancestor masks, depth), the fold decision, dt_t and G_t, fold
+//     weights; the other warps convert the window's C to fp32;
 //   3 fold into the tile when due, 4 rows at a time, written back to the pool;
 //   4 the (n_eff + T) x T dots C_t.B_j, one entry per warp at a time, reduced by halving
 //     exchanges, turned into the coefficients w[t][j];
-//   5 outputs, two tokens per pass over the tile: per token, the 8 rows' S0.C_t slices plus the
-//     lanes' share of sum_j w[t][j] x_j reduced together (9 shuffles), D x_t being the coefficient
-//     of the token itself;
+//   5 outputs in their own layout (lane 4 r + q: row r, a quarter of its columns): all T tokens in
+//     one pass over the tile against the fp32 C_t, the row's entries, a 4-lane reduction, lane q
+//     writing tokens q and q + 4;
 //   6 scratch for the commit: the window's B, x, G, dt and the row's base.
 // Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
 // scratch written (T (P + N) 2 + 8 T); a fold writes S0 once.
@@ -51,13 +52,11 @@ namespace {
 
 constexpr int kTMax = kMamba2VerifyMaxTokens;
 constexpr int kMaxCapacity = 64;
-// Resident verify blocks per SM: the decode tile kernel's budget (48 registers, S0 in a shared-memory
-// tile, not in registers; kernels/notes/mamba2_decode.md run 3-4). The kernel is bound by how many
-// blocks' S0 copies are in flight per SM, not by its arithmetic (kernels/notes/mamba2_verify.md).
-constexpr int kVerifyBlocksPerSM = 5;
-// Tokens whose outputs one pass over the S0 tile accumulates (2 x 8 accumulators per lane): the
-// tile is read ceil(T / 2) times from shared memory instead of T times.
-constexpr int kTokensPerPass = 2;
+// Resident verify blocks per SM the register budget allows: 4 (64 registers, no spills) measured 3-4%
+// faster than the decode tile kernel's 5 (48 registers, 60 bytes of spills at N = 128): the kernel
+// is bound by its instructions per block, not by the S0 copies in flight (kernels/notes/
+// mamba2_verify.md runs 3-4).
+constexpr int kVerifyBlocksPerSM = 4;
 
 // Dynamic shared memory of the verify block in bytes, for d_state N, capacity C, `rows` rows per
 // block and T tokens: the S0 tile [rows, N] fp32 first (128-byte aligned for the bulk copies), then
@@ -70,7 +69,8 @@ struct VerifySmem {
   __host__ __device__ int b_buf() const { return tile() + rows * n_dim * 4; }        // [C, N] bf16
   __host__ __device__ int b_win() const { return b_buf() + up16(c * n_dim * 2); }    // [T, N] bf16
   __host__ __device__ int c_win() const { return b_win() + t * n_dim * 2; }          // [T, N] bf16
-  __host__ __device__ int x_buf() const { return c_win() + t * n_dim * 2; }          // [warps, C] uint4: a warp's 8 rows
+  __host__ __device__ int c32() const { return c_win() + t * n_dim * 2; }            // [T, N] fp32 (C_t converted once)
+  __host__ __device__ int x_buf() const { return c32() + t * n_dim * 4; }            // [warps, C] uint4: a warp's 8 rows
   __host__ __device__ int x_win() const { return x_buf() + c * rows * 2; }           // [T, rows] bf16
   __host__ __device__ int z_win() const { return x_win() + t * rows * 2; }           // [T, rows] bf16 gate
   __host__ __device__ int g_buf() const { return z_win() + t * rows * 2; }           // [C] G_j
@@ -90,13 +90,13 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
   const int tile = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G, g = h / (NH / G);
-  const int XC = rows / 8;  // 16-byte chunks of one entry's x over the block's rows (one per warp)
   extern __shared__ __align__(128) unsigned char smem[];
   const VerifySmem L{N, C, rows, T};
   float* s_tile = reinterpret_cast<float*>(smem + L.tile());
   __nv_bfloat16* s_bbuf = reinterpret_cast<__nv_bfloat16*>(smem + L.b_buf());
   __nv_bfloat16* s_bwin = reinterpret_cast<__nv_bfloat16*>(smem + L.b_win());
   __nv_bfloat16* s_cwin = reinterpret_cast<__nv_bfloat16*>(smem + L.c_win());
+  float* s_c32 = reinterpret_cast<float*>(smem + L.c32());
   uint4* s_xbuf = reinterpret_cast<uint4*>(smem + L.x_buf());
   __nv_bfloat16* s_xwin = reinterpret_cast<__nv_bfloat16*>(smem + L.x_win());
   __nv_bfloat16* s_zwin = reinterpret_cast<__nv_bfloat16*>(smem + L.z_win());
@@ -111,21 +111,19 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
   __shared__ int s_fold, s_neff;
 
   // Phase 1, issue: the window (independent of the pools), the slot, S0, the buffer entries.
+  // Every loop here and below divides only by constants: the kernel is bound by its instructions
+  // per block (kernels/notes/mamba2_verify.md run 4).
   for (int c = threadIdx.x; c < 2 * T * CH; c += blockDim.x) {
-    const int v = c / CH, e = (c % CH) * 8, t = v % T;
+    const int v = c / CH, e = (c % CH) * 8, t = v < T ? v : v - T;
     cp_async16((v < T ? s_bwin : s_cwin) + t * N + e, (v < T ? io.B : io.C) + ((size_t(row) * T + t) * G + g) * N + e);
   }
-  for (int c = threadIdx.x; c < T * XC; c += blockDim.x) {
-    const int t = c / XC, e = (c % XC) * 8;
-    cp_async16(s_xwin + t * rows + e, io.x + ((size_t(row) * T + t) * NH + h) * P + pb + e);
+  // Each warp its own 8 rows of the window's x, and of the gate: read where the outputs are
+  // written, each token's z would be one more dependent round trip (the stores to out may alias z).
+  for (int t = lane; t < T; t += 32) {
+    const size_t o = ((size_t(row) * T + t) * NH + h) * P + p0;
+    cp_async16(s_xwin + t * rows + warp * R, io.x + o);
+    if (io.z) cp_async16(s_zwin + t * rows + warp * R, io.z + o);
   }
-  // The gate too: read where the outputs are written, each token's z would be one more dependent
-  // round trip at the end of the block (the stores to out may alias z).
-  if (io.z)
-    for (int c = threadIdx.x; c < T * XC; c += blockDim.x) {
-      const int t = c / XC, e = (c % XC) * 8;
-      cp_async16(s_zwin + t * rows + e, io.z + ((size_t(row) * T + t) * NH + h) * P + pb + e);
-    }
   const float A = io.A[h], D = io.D[h];
   // Warp 0, lane t < T: node t's step size and parent, also independent of the pools.
   float dt_lane = 0.f;
@@ -154,10 +152,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
     const int j = c / CH, e = (c % CH) * 8;
     cp_async16(s_bbuf + j * N + e, bk + size_t(j) * G * N + e);
   }
-  for (int c = threadIdx.x; c < n * XC; c += blockDim.x) {
-    const int j = c / XC, w = c % XC;
-    cp_async16(s_xbuf + w * C + j, bx + size_t(j) * NH * P + w * R);
-  }
+  for (int j = lane; j < n; j += 32) cp_async16(s_xbuf + warp * C + j, bx + size_t(j) * NH * P + warp * R);
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
     cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * NH + h);
     cp_async4(s_dtbuf + j, p.buf_beta + (size_t(slot) * C + j) * NH + h);
@@ -194,6 +189,13 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
     if (fold)
       for (int j = lane; j < n; j += 32) s_fw[j] = expf(s_gbuf[n - 1] - s_gbuf[j]) * s_dtbuf[j];
     if (lane == 0) s_fold = fold, s_neff = n_eff;
+  }
+  if (warp > 0 || warps == 1) {
+    // The other warps meanwhile (a one-warp block after it) convert the window's C_t to fp32 once,
+    // for phases 4 and 5.
+    const int helpers = warps > 1 ? int(blockDim.x) - 32 : 32;
+    for (int i = int(threadIdx.x) - (warps > 1 ? 32 : 0); i < T * N / 2; i += helpers)
+      reinterpret_cast<float2*>(s_c32)[i] = bf16x2_to_float2(reinterpret_cast<const uint32_t*>(s_cwin)[i]);
   }
   __syncthreads();
   const bool fold = s_fold;
@@ -242,7 +244,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
 
   // Phase 4, coefficients: entry j < n_eff is buffered entry j, entry n_eff + q window node q. The
   // C_t slices are read from shared memory where used.
-  auto c_slice = [&](int t, float* Cv) { bf16_slice<N>(load_bf16_raw<N>(s_cwin + t * N, lane), Cv); };
+  auto c_slice = [&](int t, float* Cv) { load_row<N>(s_c32 + t * N + lane * NL, Cv); };
   for (int j = warp; j < n_eff + T; j += warps) {
     const bool win = j >= n_eff;
     const int q = j - n_eff;
@@ -251,9 +253,12 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
     float v[kTMax];
 #pragma unroll
     for (int t = 0; t < kTMax; ++t) {
-      float Cv[NL];
-      c_slice(t < T ? t : 0, Cv);
-      v[t] = t < T ? dot<NL>(Cv, Bj) : 0.f;
+      v[t] = 0.f;
+      if (t < T) {  // uniform: only the window's T dots are computed
+        float Cv[NL];
+        c_slice(t, Cv);
+        v[t] = dot<NL>(Cv, Bj);
+      }
     }
     const float d = row_sums8(v, lane);  // lanes 4 t .. 4 t + 3: C_t . B_j
     const int t = lane >> 2;
@@ -268,62 +273,69 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
   }
   __syncthreads();
 
-  // Phase 5, outputs, kTokensPerPass tokens per pass over the tile: per token, the 8 rows'
-  // e^{G_t} S0 . C_t slices plus the lanes' share of sum_j w[t][j] x_j, reduced together (9
-  // shuffles), D x_t being the coefficient of the token itself. S0 is zero without a state.
+  // Phase 5, outputs, in their own layout: lane 4 r + q owns row p0 + r and its columns
+  // [q N/4, (q+1) N/4), read from the tile in float4 chunks rotated by lane (no bank conflicts at
+  // N = 128); all T tokens in one pass over the tile (e^{G_t} S0 . C_t), the row's entries j = q,
+  // q + 4, ... (D x_t is the coefficient of the token itself), then a 4-lane reduction; lane q writes
+  // tokens q and q + 4. Against the decode layout (8 rows per lane, 9-shuffle reduction and a write
+  // per token) this takes about a third of the instructions.
   gdn_detail::tile_wait(bar);
-  const bool s0_live = has_state || fold;
-  for (int t0 = 0; t0 < T; t0 += kTokensPerPass) {
-    float y[kTokensPerPass][R];
-    float Cv[kTokensPerPass][NL];
+  {
+    constexpr int NQ = N / 4, KQ = NQ / 4;  // columns per lane, float4 chunks per lane
+    const int r = lane >> 2, q = lane & 3;
+    float acc[kTMax];
 #pragma unroll
-    for (int k = 0; k < kTokensPerPass; ++k) {
-      c_slice(min(t0 + k, T - 1), Cv[k]);
+    for (int t = 0; t < kTMax; ++t) acc[t] = 0.f;
+    if (has_state || fold) {  // else S0 = 0
+      const float* s0 = tile_rows + r * N + q * NQ;
+      const float* cq = s_c32 + q * NQ;
 #pragma unroll
-      for (int i = 0; i < R; ++i) y[k][i] = 0.f;
-    }
-    if (s0_live) {
+      for (int k = 0; k < KQ; ++k) {
+        const int c = ((k + lane) & (KQ - 1)) * 4;
+        const float4 sv = *reinterpret_cast<const float4*>(s0 + c);
 #pragma unroll
-      for (int i = 0; i < R; ++i) {
-        float s0[NL];
-        load_row<N>(tile_rows + i * N + lane * NL, s0);
-#pragma unroll
-        for (int k = 0; k < kTokensPerPass; ++k) y[k][i] = dot<NL>(s0, Cv[k]);
+        for (int t = 0; t < kTMax; ++t)
+          if (t < T) {
+            const float4 cv = *reinterpret_cast<const float4*>(cq + t * N + c);
+            acc[t] = fmaf(sv.x, cv.x, fmaf(sv.y, cv.y, fmaf(sv.z, cv.z, fmaf(sv.w, cv.w, acc[t]))));
+          }
       }
 #pragma unroll
-      for (int k = 0; k < kTokensPerPass; ++k) {
-        const float eG = s_egwin[min(t0 + k, T - 1)];
-#pragma unroll
-        for (int i = 0; i < R; ++i) y[k][i] *= eG;
-      }
+      for (int t = 0; t < kTMax; ++t)
+        if (t < T) acc[t] *= s_egwin[t];
     }
-    for (int j = lane; j < n_eff + T; j += 32) {
-      const bool win = j >= n_eff;
-      const int q = j - n_eff;
-      float xj[R];
-      bf16x8(win ? *reinterpret_cast<const uint4*>(s_xwin + q * rows + warp * R) : xw[j], xj);
+    const __nv_bfloat16* xr = reinterpret_cast<const __nv_bfloat16*>(xw) + r;  // x_j of row r at xr[8 j]
+    for (int j = q; j < n_eff; j += 4) {
+      const float xj = __bfloat162float(xr[8 * j]);
 #pragma unroll
-      for (int k = 0; k < kTokensPerPass; ++k) {
-        const int t = min(t0 + k, T - 1);
-        const float w = win ? s_wwin[t * kTMax + q] : s_wbuf[t * C + j];
+      for (int t = 0; t < kTMax; ++t)
+        if (t < T) acc[t] = fmaf(s_wbuf[t * C + j], xj, acc[t]);
+    }
+    for (int w = q; w < T; w += 4) {
+      const float xj = __bfloat162float(s_xwin[w * rows + warp * R + r]);
 #pragma unroll
-        for (int i = 0; i < R; ++i) y[k][i] = fmaf(w, xj[i], y[k][i]);
-      }
+      for (int t = 0; t < kTMax; ++t)
+        if (t < T) acc[t] = fmaf(s_wwin[t * kTMax + w], xj, acc[t]);
     }
 #pragma unroll
-    for (int k = 0; k < kTokensPerPass; ++k) {
-      const float out = row_sums8(y[k], lane);
-      if (t0 + k < T)
-        write_verify_output(io, row, t0 + k, h, p0, lane, out, io.z ? s_zwin + (t0 + k) * rows + warp * R : nullptr);
+    for (int t = 0; t < kTMax; ++t)
+      if (t < T) {
+        acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], 1);
+        acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], 2);
+      }
+#pragma unroll
+    for (int i = 0; i < kTMax / 4; ++i) {
+      const int t = 4 * i + q;
+      const float y = q == 0 ? acc[4 * i] : q == 1 ? acc[4 * i + 1] : q == 2 ? acc[4 * i + 2] : acc[4 * i + 3];
+      if (t < T)
+        store_verify_output(io, row, t, h, p0 + r, y, io.z ? s_zwin + t * rows + warp * R + r : nullptr);
     }
   }
 
   // Phase 6, scratch for the commit.
-  for (int c = threadIdx.x; c < T * XC; c += blockDim.x) {
-    const int t = c / XC, e = (c % XC) * 8;
-    *reinterpret_cast<uint4*>(p.win_u + ((size_t(row) * T + t) * NH + h) * P + pb + e) =
-        *reinterpret_cast<const uint4*>(s_xwin + t * rows + e);
-  }
+  for (int t = lane; t < T; t += 32)
+    *reinterpret_cast<uint4*>(p.win_u + ((size_t(row) * T + t) * NH + h) * P + p0) =
+        *reinterpret_cast<const uint4*>(s_xwin + t * rows + warp * R);
   if (tile == 0) {
     if (h % (NH / G) == 0)
       for (int c = threadIdx.x; c < T * CH; c += blockDim.x) {
