@@ -37,8 +37,11 @@
 //   6 scratch for the commit: the window's B, x, G, dt and the row's base.
 // Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
 // scratch written (T (P + N) 2 + 8 T); a fold writes S0 once.
-// Measured: see kernels/notes/mamba2_verify.md run 3 (the register kernel of run 2, commit
-// a60e8adf74aa: 12.99 / 208.69 / 787.52 us at batch 1 / 128 / 512, T = 5 [C = 16], 42% of copy).
+// Measured (commit 541567c99c53, H200, Nemotron-3 Nano shapes, 23 layer pools per CUDA graph,
+// verify + commit per layer, kernels/notes/mamba2_verify.md run 5): T = 5 [C = 16] 10.89 / 21.37 /
+// 97.81 / 181.49 / 346.25 / 683.57 us at batch 1 / 8 / 64 / 128 / 256 / 512 (47-50% of copy from
+// 128); T = 4 at 128 159.62 us = 2.20x classic, 2.02x the decode step. Bound by instructions per
+// block, not by the S0 stream (runs 3-5).
 #include <stdexcept>
 #include <string>
 
