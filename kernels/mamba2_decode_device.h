@@ -136,6 +136,25 @@ __device__ __forceinline__ void write_output(const Mamba2StepIO& io, size_t xo, 
   io.out[xo + i] = __float2bfloat16_rn(o);
 }
 
+// Lane 0 of each warp: the warp's 8 contiguous S0 rows into its part of a shared-memory tile by one
+// bulk copy on the warp's own mbarrier (wait with gdn_detail::tile_wait); the S0 bytes are then in
+// flight without holding registers. Used by the KVBuffer decode and verify kernels.
+template <int N>
+__device__ __forceinline__ void issue_warp_rows(float* tile_rows, const float* src, uint64_t* bar, int lane) {
+  using gdn_detail::smem_addr;
+  if (lane == 0) {
+    constexpr uint32_t kBytes = kWarpRows * N * sizeof(float);
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(kBytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(tile_rows)),
+                 "l"(src), "r"(kBytes), "r"(smem_addr(bar))
+                 : "memory");
+  }
+  __syncwarp();  // the barrier's initialisation before any lane waits on it
+}
+
 // Validation shared by the dispatch functions (throws std::invalid_argument naming `who`).
 void validate_step_io(const Mamba2StepIO& io, const char* who);
 // P rows per block: io.rows_per_block when set, else the largest power of 2 <= min(P, max_rows)

@@ -85,24 +85,6 @@ struct BlockSmem {
   }
 };
 
-// Phase 1b (lane 0 of each warp): the warp's 8 contiguous S0 rows into its part of the tile by one
-// bulk copy on the warp's own mbarrier; the S0 bytes are then in flight without holding registers.
-template <int N>
-__device__ __forceinline__ void issue_warp_rows(float* tile_rows, const float* src, uint64_t* bar, int lane) {
-  using gdn_detail::smem_addr;
-  if (lane == 0) {
-    constexpr uint32_t kBytes = kWarpRows * N * sizeof(float);
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(kBytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_addr(tile_rows)),
-                 "l"(src), "r"(kBytes), "r"(smem_addr(bar))
-                 : "memory");
-  }
-  __syncwarp();  // the barrier's initialisation before any lane waits on it
-}
-
 // Phase 1: every entry j < n of the request into shared memory, one cp.async round trip: the
 // keys B_j by the whole block, each warp the x_j of its own 8 rows (lane j), G_j and dt_j.
 template <int N, class Smem>

@@ -19,21 +19,29 @@
 // as mamba2_verify.h; scratch win_k [B, T, G, N], win_u [B, T, NH, P] bf16, win_gcum, win_beta
 // [B, T, NH] fp32, win_base [B, 2].
 // Block: rows_per_block (64 for P = 64: the whole head) rows of one head, the decode kernels' warp
-// rows (8 rows per warp, lane l holds columns [l N/32, (l+1) N/32)). Phases, marked in the body:
-//   1 issue: the window's B, C, x (cp.async), the slot, S0 rows into registers, the n buffer entries;
-//   2 warp 0: the window's tree (ancestor masks, depth), the fold decision, dt_t and G_t, fold weights;
-//   3 fold into S0 when due, written back;
+// rows (8 rows per warp, lane l holds columns [l N/32, (l+1) N/32)), on the KVBuffer decode
+// kernel's skeleton (mamba2_decode_kvbuffer.cu): S0 in a shared-memory tile, not in registers.
+// Phases, marked in the body:
+//   1 issue: the window's B, C, x (cp.async) and warp 0's dt_t and parents, then the slot; then
+//     each warp's 8 S0 rows by one bulk copy on its own mbarrier (issue_warp_rows) together with
+//     fill and has_state; then the n buffer entries by cp.async: one round trip for everything after
+//     the fill;
+//   2 warp 0: the window's tree (ancestor masks, depth), the fold decision, dt_t and G_t, fold
+//     weights; the other warps convert the window's C to fp32;
+//   3 fold into the tile when due, 4 rows at a time, written back to the pool;
 //   4 the (n_eff + T) x T dots C_t.B_j, one entry per warp at a time, reduced by halving
 //     exchanges, turned into the coefficients w[t][j];
-//   5 outputs: per token, the 8 rows' S0.C_t slices plus the lanes' share of sum_j w[t][j] x_j
-//     reduced together (9 shuffles), D x_t being the coefficient of the token itself;
+//   5 outputs in their own layout (lane 4 r + q: row r, a quarter of its columns): all T tokens in
+//     one pass over the tile against the fp32 C_t, the row's entries, a 4-lane reduction, lane q
+//     writing tokens q and q + 4;
 //   6 scratch for the commit: the window's B, x, G, dt and the row's base.
 // Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
 // scratch written (T (P + N) 2 + 8 T); a fold writes S0 once.
-// Measured (H200, Nemotron-3 Nano shapes, 23 layer pools in one CUDA graph, verify + commit per
-// layer, T = 5, commit a60e8adf74aa, results/verify_mamba2_h200.csv): 12.99 / 208.69 / 787.52 us at
-// batch 1 / 128 / 512 [C = 16], 42% of copy: bound by each block's chain of dependent round trips,
-// not by bytes (log and next step: kernels/notes/mamba2_verify.md).
+// Measured (commit 541567c99c53, H200, Nemotron-3 Nano shapes, 23 layer pools per CUDA graph,
+// verify + commit per layer, kernels/notes/mamba2_verify.md run 5): T = 5 [C = 16] 10.89 / 21.37 /
+// 97.81 / 181.49 / 346.25 / 683.57 us at batch 1 / 8 / 64 / 128 / 256 / 512 (47-50% of copy from
+// 128); T = 4 at 128 159.62 us = 2.20x classic, 2.02x the decode step. Bound by instructions per
+// block, not by the S0 stream (runs 3-5).
 #include <stdexcept>
 #include <string>
 
@@ -47,28 +55,34 @@ namespace {
 
 constexpr int kTMax = kMamba2VerifyMaxTokens;
 constexpr int kMaxCapacity = 64;
-// Resident verify blocks per SM the register budget allows (64 registers a thread; ptxas spills
-// a few bytes at N = 128): the kernel is bound by its chain of dependent round trips (slot -> fill
-// -> buffer), so resident blocks, not bandwidth, set its pace (run 1: 2 blocks per SM at 128
-// registers, 27-45% of copy; kernels/notes/mamba2_verify.md).
+// Resident verify blocks per SM the register budget allows: 4 (64 registers, no spills) measured 3-4%
+// faster than the decode tile kernel's 5 (48 registers, 60 bytes of spills at N = 128): the kernel
+// is bound by its instructions per block, not by the S0 copies in flight (kernels/notes/
+// mamba2_verify.md runs 3-4).
 constexpr int kVerifyBlocksPerSM = 4;
 
-// Dynamic shared memory of the verify block in bytes (16-byte aligned pieces), for d_state N,
-// capacity C and `rows` rows per block.
+// Dynamic shared memory of the verify block in bytes, for d_state N, capacity C, `rows` rows per
+// block and T tokens: the S0 tile [rows, N] fp32 first (128-byte aligned for the bulk copies), then
+// 16-byte aligned pieces, then one mbarrier per warp. The window's pieces are sized by T, not by
+// the largest T, so that 5 blocks fit per SM at C = 16.
 struct VerifySmem {
-  int n_dim, c, rows;
+  int n_dim, c, rows, t;
   __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
-  __host__ __device__ int b_buf() const { return 0; }                                // [C, N] bf16
-  __host__ __device__ int b_win() const { return b_buf() + up16(c * n_dim * 2); }    // [TMAX, N] bf16
-  __host__ __device__ int c_win() const { return b_win() + kTMax * n_dim * 2; }      // [TMAX, N] bf16
-  __host__ __device__ int x_buf() const { return c_win() + kTMax * n_dim * 2; }      // [C, rows] bf16
-  __host__ __device__ int x_win() const { return x_buf() + up16(c * rows * 2); }     // [TMAX, rows] bf16
-  __host__ __device__ int g_buf() const { return x_win() + kTMax * rows * 2; }       // [C] G_j
+  __host__ __device__ int tile() const { return 0; }                                 // [rows, N] fp32
+  __host__ __device__ int b_buf() const { return tile() + rows * n_dim * 4; }        // [C, N] bf16
+  __host__ __device__ int b_win() const { return b_buf() + up16(c * n_dim * 2); }    // [T, N] bf16
+  __host__ __device__ int c_win() const { return b_win() + t * n_dim * 2; }          // [T, N] bf16
+  __host__ __device__ int c32() const { return c_win() + t * n_dim * 2; }            // [T, N] fp32 (C_t converted once)
+  __host__ __device__ int x_buf() const { return c32() + t * n_dim * 4; }            // [warps, C] uint4: a warp's 8 rows
+  __host__ __device__ int x_win() const { return x_buf() + c * rows * 2; }           // [T, rows] bf16
+  __host__ __device__ int z_win() const { return x_win() + t * rows * 2; }           // [T, rows] bf16 gate
+  __host__ __device__ int g_buf() const { return z_win() + t * rows * 2; }           // [C] G_j
   __host__ __device__ int dt_buf() const { return g_buf() + up16(c * 4); }           // [C] dt_j
   __host__ __device__ int fold_w() const { return dt_buf() + up16(c * 4); }          // [C] fold weights
-  __host__ __device__ int w_buf() const { return fold_w() + up16(c * 4); }           // [TMAX, C] coefficients
-  __host__ __device__ int w_win() const { return w_buf() + kTMax * c * 4; }          // [TMAX, TMAX]
-  __host__ __device__ size_t bytes() const { return size_t(w_win() + kTMax * kTMax * 4); }
+  __host__ __device__ int w_buf() const { return fold_w() + up16(c * 4); }           // [T, C] coefficients
+  __host__ __device__ int w_win() const { return w_buf() + up16(t * c * 4); }        // [T, TMAX]
+  __host__ __device__ int bars() const { return w_win() + t * kTMax * 4; }           // [warps] mbarriers
+  __host__ __device__ size_t bytes() const { return size_t(bars() + rows / kWarpRows * 8); }
 };
 
 template <int N>
@@ -79,32 +93,39 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
   const int tile = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G, g = h / (NH / G);
-  const int XC = rows / 8;  // 16-byte chunks of one entry's x over the block's rows
-  extern __shared__ float4 smem4[];
-  char* smem = reinterpret_cast<char*>(smem4);
-  const VerifySmem L{N, C, rows};
+  extern __shared__ __align__(128) unsigned char smem[];
+  const VerifySmem L{N, C, rows, T};
+  float* s_tile = reinterpret_cast<float*>(smem + L.tile());
   __nv_bfloat16* s_bbuf = reinterpret_cast<__nv_bfloat16*>(smem + L.b_buf());
   __nv_bfloat16* s_bwin = reinterpret_cast<__nv_bfloat16*>(smem + L.b_win());
   __nv_bfloat16* s_cwin = reinterpret_cast<__nv_bfloat16*>(smem + L.c_win());
-  __nv_bfloat16* s_xbuf = reinterpret_cast<__nv_bfloat16*>(smem + L.x_buf());
+  float* s_c32 = reinterpret_cast<float*>(smem + L.c32());
+  uint4* s_xbuf = reinterpret_cast<uint4*>(smem + L.x_buf());
   __nv_bfloat16* s_xwin = reinterpret_cast<__nv_bfloat16*>(smem + L.x_win());
+  __nv_bfloat16* s_zwin = reinterpret_cast<__nv_bfloat16*>(smem + L.z_win());
   float* s_gbuf = reinterpret_cast<float*>(smem + L.g_buf());
   float* s_dtbuf = reinterpret_cast<float*>(smem + L.dt_buf());
   float* s_fw = reinterpret_cast<float*>(smem + L.fold_w());
   float* s_wbuf = reinterpret_cast<float*>(smem + L.w_buf());
   float* s_wwin = reinterpret_cast<float*>(smem + L.w_win());
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bars()) + warp;
   __shared__ float s_gwin[kTMax], s_dtwin[kTMax], s_egwin[kTMax];
   __shared__ unsigned s_path[kTMax];  // node t's root path (ancestors and t) as a bitmask
   __shared__ int s_fold, s_neff;
 
   // Phase 1, issue: the window (independent of the pools), the slot, S0, the buffer entries.
+  // Every loop here and below divides only by constants: the kernel is bound by its instructions
+  // per block (kernels/notes/mamba2_verify.md run 4).
   for (int c = threadIdx.x; c < 2 * T * CH; c += blockDim.x) {
-    const int v = c / CH, e = (c % CH) * 8, t = v % T;
+    const int v = c / CH, e = (c % CH) * 8, t = v < T ? v : v - T;
     cp_async16((v < T ? s_bwin : s_cwin) + t * N + e, (v < T ? io.B : io.C) + ((size_t(row) * T + t) * G + g) * N + e);
   }
-  for (int c = threadIdx.x; c < T * XC; c += blockDim.x) {
-    const int t = c / XC, e = (c % XC) * 8;
-    cp_async16(s_xwin + t * rows + e, io.x + ((size_t(row) * T + t) * NH + h) * P + pb + e);
+  // Each warp its own 8 rows of the window's x, and of the gate: read where the outputs are
+  // written, each token's z would be one more dependent round trip (the stores to out may alias z).
+  for (int t = lane; t < T; t += 32) {
+    const size_t o = ((size_t(row) * T + t) * NH + h) * P + p0;
+    cp_async16(s_xwin + t * rows + warp * R, io.x + o);
+    if (io.z) cp_async16(s_zwin + t * rows + warp * R, io.z + o);
   }
   const float A = io.A[h], D = io.D[h];
   // Warp 0, lane t < T: node t's step size and parent, also independent of the pools.
@@ -120,29 +141,21 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
     zero_padding_outputs(io, row, h, pb, rows);
     return;
   }
-  // S0 is issued together with fill and has_state (one round trip after the slot, not two) and
-  // dropped for a row in direct mode, whose slot holds no state.
-  float* state_rows = p.state + ((size_t(slot) * NH + h) * P + p0) * N + lane * NL;
-  float s[R][NL];
-#pragma unroll
-  for (int i = 0; i < R; ++i) load_row<N>(state_rows + size_t(i) * N, s[i]);
+  // The warp's 8 S0 rows by one bulk copy, issued with fill and has_state (one round trip after
+  // the slot, not two): a row in direct mode (no state) reads its slot's unused rows and ignores
+  // them. Every warp waits for its copy before the block ends (phase 5).
+  float* state_rows = p.state + ((size_t(slot) * NH + h) * P + p0) * N;
+  float* tile_rows = s_tile + warp * R * N;
+  issue_warp_rows<N>(tile_rows, state_rows, bar, lane);
   const int n = p.fill[slot];
   const bool has_state = p.has_state[slot] != 0;
-  if (!has_state)
-#pragma unroll
-    for (int i = 0; i < R; ++i)
-#pragma unroll
-      for (int e = 0; e < NL; ++e) s[i][e] = 0.f;
   const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + g) * N;          // B_j at + j G N
   const __nv_bfloat16* bx = p.buf_val + (size_t(slot) * C * NH + h) * P + pb;  // x_j at + j NH P
   for (int c = threadIdx.x; c < n * CH; c += blockDim.x) {
     const int j = c / CH, e = (c % CH) * 8;
     cp_async16(s_bbuf + j * N + e, bk + size_t(j) * G * N + e);
   }
-  for (int c = threadIdx.x; c < n * XC; c += blockDim.x) {
-    const int j = c / XC, e = (c % XC) * 8;
-    cp_async16(s_xbuf + j * rows + e, bx + size_t(j) * NH * P + e);
-  }
+  for (int j = lane; j < n; j += 32) cp_async16(s_xbuf + warp * C + j, bx + size_t(j) * NH * P + warp * R);
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
     cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * NH + h);
     cp_async4(s_dtbuf + j, p.buf_beta + (size_t(slot) * C + j) * NH + h);
@@ -180,38 +193,61 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
       for (int j = lane; j < n; j += 32) s_fw[j] = expf(s_gbuf[n - 1] - s_gbuf[j]) * s_dtbuf[j];
     if (lane == 0) s_fold = fold, s_neff = n_eff;
   }
+  if (warp > 0 || warps == 1) {
+    // The other warps meanwhile (a one-warp block after it) convert the window's C_t to fp32 once,
+    // for phases 4 and 5.
+    const int helpers = warps > 1 ? int(blockDim.x) - 32 : 32;
+    for (int i = int(threadIdx.x) - (warps > 1 ? 32 : 0); i < T * N / 2; i += helpers)
+      reinterpret_cast<float2*>(s_c32)[i] = bf16x2_to_float2(reinterpret_cast<const uint32_t*>(s_cwin)[i]);
+  }
   __syncthreads();
   const bool fold = s_fold;
   const int n_eff = s_neff;
+  const uint4* xw = s_xbuf + warp * C;  // x_j of the warp's 8 rows
 
-  // Phase 3, fold: S0 <- e^{G_{n-1}} S0 + sum_j w_j x_j B_j^T, written back once.
+  // Phase 3, fold: S0 <- e^{G_{n-1}} S0 + sum_j w_j x_j B_j^T from the tile and the staged entries,
+  // 4 rows at a time (the decode kernel's fold), written back to the pool once and to the tile for
+  // the outputs (each lane rewrites only its own columns).
   if (fold) {
     const float eGn = expf(s_gbuf[n - 1]);
+    gdn_detail::tile_wait(bar);
 #pragma unroll
-    for (int i = 0; i < R; ++i)
+    for (int half = 0; half < 2; ++half) {
+      constexpr int H = R / 2;
+      float s[H][NL];
 #pragma unroll
-      for (int e = 0; e < NL; ++e) s[i][e] *= eGn;
+      for (int i = 0; i < H; ++i) {
+        float s0[NL];
+        load_row<N>(tile_rows + (half * H + i) * N + lane * NL, s0);
+#pragma unroll
+        for (int e = 0; e < NL; ++e) s[i][e] = has_state ? eGn * s0[e] : 0.f;
+      }
 #pragma unroll 2
-    for (int j = 0; j < n; ++j) {
-      float Bj[NL], xj[R];
-      bf16_slice<N>(load_bf16_raw<N>(s_bbuf + j * N, lane), Bj);
-      bf16x8(*reinterpret_cast<const uint4*>(s_xbuf + j * rows + warp * R), xj);
-      const float w = s_fw[j];
+      for (int j = 0; j < n; ++j) {
+        float Bj[NL];
+        bf16_slice<N>(load_bf16_raw<N>(s_bbuf + j * N, lane), Bj);
+        const uint2 xr = reinterpret_cast<const uint2*>(xw + j)[half];
+        const float2 xa = bf16x2_to_float2(xr.x), xb = bf16x2_to_float2(xr.y);
+        const float xj[H] = {xa.x, xa.y, xb.x, xb.y};
+        const float w = s_fw[j];
 #pragma unroll
-      for (int i = 0; i < R; ++i) {
-        const float wx = w * xj[i];
+        for (int i = 0; i < H; ++i) {
+          const float wx = w * xj[i];
 #pragma unroll
-        for (int e = 0; e < NL; ++e) s[i][e] = fmaf(wx, Bj[e], s[i][e]);
+          for (int e = 0; e < NL; ++e) s[i][e] = fmaf(wx, Bj[e], s[i][e]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < H; ++i) {
+        store_row<N>(state_rows + size_t(half * H + i) * N + lane * NL, s[i]);
+        store_row<N>(tile_rows + (half * H + i) * N + lane * NL, s[i]);
       }
     }
-#pragma unroll
-    for (int i = 0; i < R; ++i) store_row<N>(state_rows + size_t(i) * N, s[i]);
   }
 
   // Phase 4, coefficients: entry j < n_eff is buffered entry j, entry n_eff + q window node q. The
-  // C_t slices are read from shared memory where used (kept in registers they cost the third block
-  // per SM).
-  auto c_slice = [&](int t, float* Cv) { bf16_slice<N>(load_bf16_raw<N>(s_cwin + t * N, lane), Cv); };
+  // C_t slices are read from shared memory where used.
+  auto c_slice = [&](int t, float* Cv) { load_row<N>(s_c32 + t * N + lane * NL, Cv); };
   for (int j = warp; j < n_eff + T; j += warps) {
     const bool win = j >= n_eff;
     const int q = j - n_eff;
@@ -220,9 +256,12 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
     float v[kTMax];
 #pragma unroll
     for (int t = 0; t < kTMax; ++t) {
-      float Cv[NL];
-      c_slice(t < T ? t : 0, Cv);
-      v[t] = t < T ? dot<NL>(Cv, Bj) : 0.f;
+      v[t] = 0.f;
+      if (t < T) {  // uniform: only the window's T dots are computed
+        float Cv[NL];
+        c_slice(t, Cv);
+        v[t] = dot<NL>(Cv, Bj);
+      }
     }
     const float d = row_sums8(v, lane);  // lanes 4 t .. 4 t + 3: C_t . B_j
     const int t = lane >> 2;
@@ -237,34 +276,69 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
   }
   __syncthreads();
 
-  // Phase 5, outputs.
+  // Phase 5, outputs, in their own layout: lane 4 r + q owns row p0 + r and its columns
+  // [q N/4, (q+1) N/4), read from the tile in float4 chunks rotated by lane (no bank conflicts at
+  // N = 128); all T tokens in one pass over the tile (e^{G_t} S0 . C_t), the row's entries j = q,
+  // q + 4, ... (D x_t is the coefficient of the token itself), then a 4-lane reduction; lane q writes
+  // tokens q and q + 4. Against the decode layout (8 rows per lane, 9-shuffle reduction and a write
+  // per token) this takes about a third of the instructions.
+  gdn_detail::tile_wait(bar);
+  {
+    constexpr int NQ = N / 4, KQ = NQ / 4;  // columns per lane, float4 chunks per lane
+    const int r = lane >> 2, q = lane & 3;
+    float acc[kTMax];
 #pragma unroll
-  for (int t = 0; t < kTMax; ++t) {
-    if (t >= T) break;
-    float y8[R];
-    const float eG = s_egwin[t];
-    float Cv[NL];
-    c_slice(t, Cv);
+    for (int t = 0; t < kTMax; ++t) acc[t] = 0.f;
+    if (has_state || fold) {  // else S0 = 0
+      const float* s0 = tile_rows + r * N + q * NQ;
+      const float* cq = s_c32 + q * NQ;
 #pragma unroll
-    for (int i = 0; i < R; ++i) y8[i] = eG * dot<NL>(s[i], Cv);
-    for (int j = lane; j < n_eff + T; j += 32) {
-      const bool win = j >= n_eff;
-      const int q = j - n_eff;
-      const float w = win ? s_wwin[t * kTMax + q] : s_wbuf[t * C + j];
-      float xj[R];
-      bf16x8(*reinterpret_cast<const uint4*>((win ? s_xwin + q * rows : s_xbuf + j * rows) + warp * R), xj);
+      for (int k = 0; k < KQ; ++k) {
+        const int c = ((k + lane) & (KQ - 1)) * 4;
+        const float4 sv = *reinterpret_cast<const float4*>(s0 + c);
 #pragma unroll
-      for (int i = 0; i < R; ++i) y8[i] = fmaf(w, xj[i], y8[i]);
+        for (int t = 0; t < kTMax; ++t)
+          if (t < T) {
+            const float4 cv = *reinterpret_cast<const float4*>(cq + t * N + c);
+            acc[t] = fmaf(sv.x, cv.x, fmaf(sv.y, cv.y, fmaf(sv.z, cv.z, fmaf(sv.w, cv.w, acc[t]))));
+          }
+      }
+#pragma unroll
+      for (int t = 0; t < kTMax; ++t)
+        if (t < T) acc[t] *= s_egwin[t];
     }
-    write_verify_output(io, row, t, h, p0, lane, row_sums8(y8, lane));
+    const __nv_bfloat16* xr = reinterpret_cast<const __nv_bfloat16*>(xw) + r;  // x_j of row r at xr[8 j]
+    for (int j = q; j < n_eff; j += 4) {
+      const float xj = __bfloat162float(xr[8 * j]);
+#pragma unroll
+      for (int t = 0; t < kTMax; ++t)
+        if (t < T) acc[t] = fmaf(s_wbuf[t * C + j], xj, acc[t]);
+    }
+    for (int w = q; w < T; w += 4) {
+      const float xj = __bfloat162float(s_xwin[w * rows + warp * R + r]);
+#pragma unroll
+      for (int t = 0; t < kTMax; ++t)
+        if (t < T) acc[t] = fmaf(s_wwin[t * kTMax + w], xj, acc[t]);
+    }
+#pragma unroll
+    for (int t = 0; t < kTMax; ++t)
+      if (t < T) {
+        acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], 1);
+        acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], 2);
+      }
+#pragma unroll
+    for (int i = 0; i < kTMax / 4; ++i) {
+      const int t = 4 * i + q;
+      const float y = q == 0 ? acc[4 * i] : q == 1 ? acc[4 * i + 1] : q == 2 ? acc[4 * i + 2] : acc[4 * i + 3];
+      if (t < T)
+        store_verify_output(io, row, t, h, p0 + r, y, io.z ? s_zwin + t * rows + warp * R + r : nullptr);
+    }
   }
 
   // Phase 6, scratch for the commit.
-  for (int c = threadIdx.x; c < T * XC; c += blockDim.x) {
-    const int t = c / XC, e = (c % XC) * 8;
-    *reinterpret_cast<uint4*>(p.win_u + ((size_t(row) * T + t) * NH + h) * P + pb + e) =
-        *reinterpret_cast<const uint4*>(s_xwin + t * rows + e);
-  }
+  for (int t = lane; t < T; t += 32)
+    *reinterpret_cast<uint4*>(p.win_u + ((size_t(row) * T + t) * NH + h) * P + p0) =
+        *reinterpret_cast<const uint4*>(s_xwin + t * rows + warp * R);
   if (tile == 0) {
     if (h % (NH / G) == 0)
       for (int c = threadIdx.x; c < T * CH; c += blockDim.x) {
@@ -302,13 +376,16 @@ constexpr int kCommitSlices = 8;
 __global__ void __launch_bounds__(kCommitThreads) mamba2_verify_kvbuffer_commit_kernel(const Mamba2VerifyKVBufferParams p) {
   const Mamba2VerifyIO& io = p.io;
   const int row = blockIdx.x, T = io.tokens, C = p.capacity;
+  // Every per-row value in one round trip (the accepted nodes of all T positions, used below m; a
+  // padding row's are read and dropped).
   const int slot = io.slot[row];
-  if (slot < 0) return;
-  __shared__ int s_node[kTMax];
   const int n0 = p.win_base[2 * row];
   const bool has_state = p.win_base[2 * row + 1] != 0;
   const int m = accepted_len(p, row);
-  if (threadIdx.x < m) s_node[threadIdx.x] = accepted_node(p, row, threadIdx.x);
+  const int node = threadIdx.x < T ? accepted_node(p, row, threadIdx.x) : 0;
+  if (slot < 0) return;
+  __shared__ int s_node[kTMax];
+  if (threadIdx.x < m) s_node[threadIdx.x] = node;
   __syncthreads();
   if (n0 + m >= C) {
     if (blockIdx.y == 0 && threadIdx.x == 0) p.fill[slot] = 0, p.has_state[slot] = 1;
@@ -438,7 +515,7 @@ void mamba2_verify_kvbuffer(const Mamba2VerifyKVBufferParams& p, cudaStream_t st
   validate(p, who);
   if (p.io.batch == 0) return;
   const int rows = verify_rows(p.io.P);
-  const size_t smem = VerifySmem{p.io.N, p.capacity, rows}.bytes();
+  const size_t smem = VerifySmem{p.io.N, p.capacity, rows, p.io.tokens}.bytes();
   const dim3 grid(unsigned(p.io.P / rows), unsigned(p.io.NH), unsigned(p.io.batch));
   dispatch_verify_dims(p.io, who, [&](auto n) {
     launch_kernel(mamba2_verify_kvbuffer_kernel<decltype(n)::value>, grid, decode_block(rows), smem, stream, false, p);
