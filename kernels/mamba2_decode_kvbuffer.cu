@@ -281,7 +281,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kTile ? 5 : 6) mamba2_de
   decode_row<N, kTile>(p, smem, c, slot, meta_fill, meta_has);
 }
 
-// ---- The split direct path (mamba2_decode_direct with scheduler metadata, P <= 64, C >= kSplitMinCapacity)
+// ---- The split direct path (mamba2_decode_direct with scheduler metadata, P <= 64, C >= kSplitMinCapacity, batch >=
+// kSplitMinBatch)
 // Kernel A, the buffer kernel: one block per (request row, group g, chunk of up to kSplitHeads heads of g), one
 // warp per head, for the stateless rows that do not fold at this step (every other row exits at once, padding
 // rows after writing their zero outputs): the 8 heads of a group share B and C, so the block computes the
@@ -298,6 +299,7 @@ constexpr int kSplitHeads = 8;                    // heads per kernel-A block, o
 constexpr int kSplitThreads = kSplitHeads * 32;   // 4 threads per c_j: n + 1 <= C <= 64 dots at once
 constexpr int kSplitMaxP = 64;                    // lane l owns the pair of rows 2l, 2l + 1
 constexpr int kSplitMinCapacity = 4;
+constexpr int kSplitMinBatch = 8;  // below it the second launch costs more than it saves (log run 5: 4.77 us at batch 1, C = 64, single 4.32)
 
 // Kernel A's dynamic shared memory: x_j [C-1][kSplitHeads * P] bf16, G_j and dt_j [C-1][kSplitHeads], c_j [C].
 struct SplitBufferSmem {
@@ -462,7 +464,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 4) mamba2_direct_state_k
 
 bool split_direct(const Mamba2KVBufferParams& p) {
   const bool possible = p.row_fill != nullptr && p.io.P <= kSplitMaxP;
-  return p.path == GdnDecodePath::Split || (p.path == GdnDecodePath::Auto && possible && p.capacity >= kSplitMinCapacity);
+  return p.path == GdnDecodePath::Split || (p.path == GdnDecodePath::Auto && possible && p.capacity >= kSplitMinCapacity &&
+                                          p.io.batch >= kSplitMinBatch);
 }
 
 template <int N>

@@ -378,7 +378,7 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
     add(r);
     r.z_gate = false, r.batch = 64, r.pad_rows = 3, r.recurrent_steps = 3, r.name = "recurrent-" + d + "-b64";
     add(r);
-    for (int rows : {16, 32, 64}) {
+    for (int rows : {8, 16, 32, 64}) {  // 8: the one-warp shape where Auto takes the pair shape
       r.rows_per_block = rows, r.batch = 3, r.pad_rows = 1, r.recurrent_steps = 4;
       r.name = "recurrent-" + d + "-rows" + std::to_string(rows) + "-b3";
       add(r);
@@ -397,6 +397,8 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
     r.G = 8, r.NH = 16, r.name = "recurrent-G8-NH16-b3-z";
     add(r);
     r.G = 8, r.NH = 64, r.z_gate = true, r.name = "recurrent-nemotron-nano-shape-b3-z";
+    add(r);
+    r.batch = 8, r.pad_rows = 2, r.name = "recurrent-nemotron-nano-shape-b8-z";  // the pair shape's largest batch
     add(r);
   }
   // KVBuffer: capacities, batches 1 / 3 / 64 with staggered fills over 3 flush cycles, pool
@@ -469,15 +471,15 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
     c.z_gate = true, c.name = "direct-C16-b64-mixed-rowmeta-z";
     add(c);
   }
-  // The split direct path (scheduler metadata, Auto from C = 4): kernel A for the stateless rows
-  // that do not fold, kernel B (compacted rows) for the folds and the rows that got a state at their
-  // first fold, so every case below mixes both after one cycle; heads per group not a multiple of
-  // kernel A's 8 (G = 1, NH = 12: chunks of 8 and 4), N = 64, several folds per step at batch 64,
-  // the Nemotron-3 Nano shape; the split forced below its capacity (C = 1, 2) and the single
-  // kernel forced where Auto would split.
+  // The split direct path (scheduler metadata; Auto from C = 4 and batch 8, forced at batch 3):
+  // kernel A for the stateless rows that do not fold, kernel B (compacted rows) for the folds and
+  // the rows that got a state at their first fold, so every case below mixes both after one cycle;
+  // heads per group not a multiple of kernel A's 8 (G = 1, NH = 12: chunks of 8 and 4), N = 64,
+  // several folds per step at batch 64, the Nemotron-3 Nano shape; the split forced below its
+  // capacity (C = 1, 2) and the single kernel forced where Auto would split.
   {
     Mamba2DecodeCase c;
-    c.kernel = Kernel::Direct, c.row_metadata = true, c.direct_every = 1, c.z_gate = true;
+    c.kernel = Kernel::Direct, c.row_metadata = true, c.direct_every = 1, c.z_gate = true, c.path = GdnDecodePath::Split;
     for (int C : {4, 64}) {
       c.capacity = C, c.name = "direct-split-C" + std::to_string(C) + "-b3-rowmeta-z";
       add(c);
@@ -486,6 +488,7 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
     add(c);
     c.G = 8, c.NH = 64, c.capacity = 64, c.cycles = 2, c.name = "direct-split-nemotron-nano-shape-C64-b3-rowmeta-z";
     add(c);
+    c.path = GdnDecodePath::Auto;  // batch 64 below: the dispatch's choice
     c.G = 2, c.NH = 4, c.N = 64, c.batch = 64, c.pad_rows = 2, c.capacity = 64, c.z_gate = false;
     c.name = "direct-split-P64-N64-C64-b64-rowmeta";
     add(c);
@@ -497,7 +500,7 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
       c.capacity = C, c.name = "direct-split-forced-C" + std::to_string(C) + "-b3-rowmeta-z";
       add(c);
     }
-    c.path = GdnDecodePath::Single, c.capacity = 64, c.name = "direct-single-forced-C64-b3-rowmeta-z";
+    c.path = GdnDecodePath::Single, c.capacity = 64, c.batch = 8, c.name = "direct-single-forced-C64-b8-rowmeta-z";
     add(c);
   }
   if (!quick) return cs;
