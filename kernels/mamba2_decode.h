@@ -72,8 +72,8 @@ struct Mamba2KVBufferParams {
   // mamba2_decode_direct's launch shape (mamba2_decode_kvbuffer.cu, "The split direct path"): Split
   // = a buffer kernel per (row, group) for the stateless rows that do not fold, then the single
   // kernel's body over compacted rows for the others (needs row_fill/row_has_state and P <= 64);
-  // Single = one kernel; Auto = Split where possible from C = 4 and batch 8. mamba2_decode_kvbuffer takes Auto
-  // or Single (one kernel).
+  // Single = one kernel; Auto = Split where possible from C = 4 and batch x C >= 256.
+  // mamba2_decode_kvbuffer takes Auto or Single (one kernel).
   GdnDecodePath path = GdnDecodePath::Auto;
 };
 void mamba2_decode_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream);

@@ -42,8 +42,9 @@
 // Current result (cdbc414, results/decode_mamba2_h200.csv, H200, Nemotron-3 Nano, 23 layer pools
 // per graph): KVBuffer at its best C 4.13 [C = 8] / 9.17 [8] / 42.97 [8] / 79.88 [8] / 154.70 [8] /
 // 320.91 [8] us at batch 1 / 8 / 64 / 128 / 256 / 512: 1.09x / 1.23x / 1.60x / 1.68x / 1.70x /
-// 1.63x the recurrent kernel, faster than ReplaySSM at every batch; direct at C = 64 0.60x / 0.58x /
-// 0.57x / 0.56x recurrent from batch 64 (the issue asks <= 0.5x).
+// 1.63x the recurrent kernel, faster than ReplaySSM at every batch. Direct at C = 64 (split path,
+// a631d6a, results/archive/mamba2_direct_split_h200.csv): 26.50 / 63.45 / 100.31 us at batch 64 /
+// 256 / 512, 0.38x / 0.24x / 0.19x recurrent (single kernel: 0.60x / 0.57x / 0.56x).
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -281,8 +282,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kTile ? 5 : 6) mamba2_de
   decode_row<N, kTile>(p, smem, c, slot, meta_fill, meta_has);
 }
 
-// ---- The split direct path (mamba2_decode_direct with scheduler metadata, P <= 64, C >= kSplitMinCapacity, batch >=
-// kSplitMinBatch)
+// ---- The split direct path (mamba2_decode_direct with scheduler metadata, P <= 64; Auto: below)
 // Kernel A, the buffer kernel: one block per (request row, group g, chunk of up to kSplitHeads heads of g), one
 // warp per head, for the stateless rows that do not fold at this step (every other row exits at once, padding
 // rows after writing their zero outputs): the 8 heads of a group share B and C, so the block computes the
@@ -298,8 +298,12 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kTile ? 5 : 6) mamba2_de
 constexpr int kSplitHeads = 8;                    // heads per kernel-A block, one warp each
 constexpr int kSplitThreads = kSplitHeads * 32;   // 4 threads per c_j: n + 1 <= C <= 64 dots at once
 constexpr int kSplitMaxP = 64;                    // lane l owns the pair of rows 2l, 2l + 1
+// Auto splits from C = 4 where batch x C >= kSplitMinRowEntries (log run 6, both forced: the
+// second launch and kernel A's per-block start lose below it, e.g. 7.59 against 6.35 us at batch
+// 8, C = 8 and 4.75 against 4.37 at batch 1, C = 64; they win at batch 8, C = 64 (7.14 / 8.18) and
+// batch 64, C = 4 (19.4 / 30.0); batch 4, C = 64 is even).
 constexpr int kSplitMinCapacity = 4;
-constexpr int kSplitMinBatch = 8;  // below it the second launch costs more than it saves (log run 5: 4.77 us at batch 1, C = 64, single 4.32)
+constexpr int kSplitMinRowEntries = 256;
 
 // Kernel A's dynamic shared memory: x_j [C-1][kSplitHeads * P] bf16, G_j and dt_j [C-1][kSplitHeads], c_j [C].
 struct SplitBufferSmem {
@@ -465,7 +469,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 4) mamba2_direct_state_k
 bool split_direct(const Mamba2KVBufferParams& p) {
   const bool possible = p.row_fill != nullptr && p.io.P <= kSplitMaxP;
   return p.path == GdnDecodePath::Split || (p.path == GdnDecodePath::Auto && possible && p.capacity >= kSplitMinCapacity &&
-                                          p.io.batch >= kSplitMinBatch);
+                                          long(p.io.batch) * p.capacity >= kSplitMinRowEntries);
 }
 
 template <int N>

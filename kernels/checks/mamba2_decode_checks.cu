@@ -471,7 +471,7 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
     c.z_gate = true, c.name = "direct-C16-b64-mixed-rowmeta-z";
     add(c);
   }
-  // The split direct path (scheduler metadata; Auto from C = 4 and batch 8, forced at batch 3):
+  // The split direct path (scheduler metadata; Auto from C = 4, batch x C >= 256; forced at batch 3):
   // kernel A for the stateless rows that do not fold, kernel B (compacted rows) for the folds and
   // the rows that got a state at their first fold, so every case below mixes both after one cycle;
   // heads per group not a multiple of kernel A's 8 (G = 1, NH = 12: chunks of 8 and 4), N = 64,
