@@ -67,6 +67,38 @@ int choose_rows_per_block(const Mamba2StepIO& io, RowsRule rule) {
 
 namespace {
 
+// The x values of a warp's R rows (8: one uint4 of bf16, 2: one bf16 pair) as fp32.
+__device__ __forceinline__ void warp_x(uint4 raw, float (&x)[kWarpRows]) { bf16x8(raw, x); }
+__device__ __forceinline__ void warp_x(uint32_t raw, float (&x)[2]) {
+  const float2 v = bf16x2_to_float2(raw);
+  x[0] = v.x, x[1] = v.y;
+}
+
+// A warp's R state rows (lane l's columns at `rows`, rows N apart): loaded at once, updated
+// S <- e^{dt A} S + (dt x) B, stored back; y[i] = this lane's part of row i's dot with C, and x
+// the rows' x as fp32.
+template <int N, int R, class XRaw>
+__device__ __forceinline__ void update_warp_rows(float* rows, XRaw xraw, float (&x)[R], typename RowVec<N>::H braw,
+                                                 typename RowVec<N>::H craw, float dt, float A, float (&y)[R]) {
+  constexpr int NL = N / 32;
+  float s[R][NL];
+#pragma unroll
+  for (int i = 0; i < R; ++i) load_row<N>(rows + size_t(i) * N, s[i]);
+  float Bv[NL], Cv[NL];
+  warp_x(xraw, x);
+  bf16_slice<N>(braw, Bv);
+  bf16_slice<N>(craw, Cv);
+  const float decay = expf(dt * A);
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const float dx = dt * x[i];
+#pragma unroll
+    for (int e = 0; e < NL; ++e) s[i][e] = fmaf(decay, s[i][e], dx * Bv[e]);
+    store_row<N>(rows + size_t(i) * N, s[i]);
+    y[i] = dot<NL>(s[i], Cv);
+  }
+}
+
 template <int N>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_recurrent_kernel(Mamba2RecurrentParams p) {
   constexpr int NL = N / 32, R = kWarpRows;
@@ -85,24 +117,9 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_recurrent_
     if (lane < R) io.out[xo + lane] = __float2bfloat16_rn(0.f);
     return;
   }
-  float* rows = p.state + ((size_t(slot) * io.NH + c.h) * io.P + c.p0) * N + lane * NL;
-  float s[R][NL];
-#pragma unroll
-  for (int i = 0; i < R; ++i) load_row<N>(rows + size_t(i) * N, s[i]);
-  float x[R], Bv[NL], Cv[NL];
-  bf16x8(xraw, x);
-  bf16_slice<N>(braw, Bv);
-  bf16_slice<N>(craw, Cv);
-  const float decay = expf(dt * A);
-  float y8[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const float dx = dt * x[i];
-#pragma unroll
-    for (int e = 0; e < NL; ++e) s[i][e] = fmaf(decay, s[i][e], dx * Bv[e]);
-    store_row<N>(rows + size_t(i) * N, s[i]);
-    y8[i] = dot<NL>(s[i], Cv);
-  }
+  float x[R], y8[R];
+  update_warp_rows<N, R>(p.state + ((size_t(slot) * io.NH + c.h) * io.P + c.p0) * N + lane * NL, xraw, x, braw, craw,
+                         dt, A, y8);
   const float y = row_sums8(y8, lane);
   // x of this lane's row (lane >> 2) & 7 without a dynamically indexed register array.
   const float x_own = __bfloat162float(io.x[xo + ((lane >> 2) & (R - 1))]);
@@ -135,25 +152,9 @@ __global__ void __launch_bounds__(kPairWarps * 32) mamba2_decode_recurrent_pair_
     if (lane == 0) *reinterpret_cast<uint32_t*>(io.out + xo) = 0u;
     return;
   }
-  float* rows = p.state + ((size_t(slot) * io.NH + h) * io.P + p0) * N + lane * NL;
-  float s[kPairRows][NL];
-#pragma unroll
-  for (int i = 0; i < kPairRows; ++i) load_row<N>(rows + size_t(i) * N, s[i]);
-  float Bv[NL], Cv[NL];
-  bf16_slice<N>(braw, Bv);
-  bf16_slice<N>(craw, Cv);
-  const float2 x = bf16x2_to_float2(xraw);
-  const float xs[kPairRows] = {x.x, x.y};
-  const float decay = expf(dt * A);
-  float y[kPairRows];
-#pragma unroll
-  for (int i = 0; i < kPairRows; ++i) {
-    const float dx = dt * xs[i];
-#pragma unroll
-    for (int e = 0; e < NL; ++e) s[i][e] = fmaf(decay, s[i][e], dx * Bv[e]);
-    store_row<N>(rows + size_t(i) * N, s[i]);
-    y[i] = dot<NL>(s[i], Cv);
-  }
+  float xs[kPairRows], y[kPairRows];
+  update_warp_rows<N, kPairRows>(p.state + ((size_t(slot) * io.NH + h) * io.P + p0) * N + lane * NL, xraw, xs, braw,
+                                 craw, dt, A, y);
 #pragma unroll
   for (int m = 16; m >= 1; m /= 2) {
     y[0] += __shfl_xor_sync(0xffffffffu, y[0], m);
