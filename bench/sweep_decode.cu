@@ -182,6 +182,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
       Mamba2KVBufferParams p;
       p.io = m2in->io;
       p.capacity = chunk;
+      p.path = kd.path;
       p.state = pools.at<float>(l, "state");
       if (!kd.buffered) return p;
       p.buf_k = pools.at<__nv_bfloat16>(l, "buf_k");

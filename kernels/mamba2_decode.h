@@ -4,12 +4,14 @@
 // instantiation for.
 //   mamba2_decode_recurrent  (mamba2_decode_recurrent.cu)  read S, update, write S in place
 //   mamba2_decode_kvbuffer   (mamba2_decode_kvbuffer.cu)   read S0 + buffer, append, fold when full
-//   mamba2_decode_direct     (mamba2_decode_kvbuffer.cu)   the same kernel for stateless requests
+//   mamba2_decode_direct     (mamba2_decode_kvbuffer.cu)   the same, for stateless requests (split path)
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "kernels/decode_path.h"
 
 namespace kvbuf {
 
@@ -67,12 +69,19 @@ struct Mamba2KVBufferParams {
   // caller advances its copy (fill + 1, or 0 and has_state = 1 after the fold at fill C - 1).
   const int32_t* row_fill = nullptr;
   const int32_t* row_has_state = nullptr;
+  // mamba2_decode_direct's launch shape (mamba2_decode_kvbuffer.cu, "The split direct path"): Split
+  // = a buffer kernel per (row, group) for the stateless rows that do not fold, then the single
+  // kernel's body over compacted rows for the others (needs row_fill/row_has_state and P <= 64);
+  // Single = one kernel; Auto = Split where possible from C = 4 and batch x C >= 256.
+  // mamba2_decode_kvbuffer takes Auto or Single (one kernel).
+  GdnDecodePath path = GdnDecodePath::Auto;
 };
 void mamba2_decode_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream);
 
 // Direct mode is a per-request property (has_state == 0): the kernel reads no state for such rows,
 // and their fold creates it, so one launch serves a batch mixing direct and buffered requests.
-// This entry point runs the same kernel, for batches of (mostly) stateless requests.
+// This entry point is for batches of (mostly) stateless requests: with scheduler metadata it
+// splits the step (path above), else it runs the same kernel without the S0 tile.
 void mamba2_decode_direct(const Mamba2KVBufferParams& p, cudaStream_t stream);
 
 // The P rows per thread block each dispatch uses for these parameters (the sweep's CSV reports them).

@@ -42,8 +42,9 @@
 // Current result (cdbc414, results/decode_mamba2_h200.csv, H200, Nemotron-3 Nano, 23 layer pools
 // per graph): KVBuffer at its best C 4.13 [C = 8] / 9.17 [8] / 42.97 [8] / 79.88 [8] / 154.70 [8] /
 // 320.91 [8] us at batch 1 / 8 / 64 / 128 / 256 / 512: 1.09x / 1.23x / 1.60x / 1.68x / 1.70x /
-// 1.63x the recurrent kernel, faster than ReplaySSM at every batch; direct at C = 64 0.60x / 0.58x /
-// 0.57x / 0.56x recurrent from batch 64 (the issue asks <= 0.5x).
+// 1.63x the recurrent kernel, faster than ReplaySSM at every batch. Direct at C = 64 (split path,
+// a631d6a, results/archive/mamba2_direct_split_h200.csv): 26.50 / 63.45 / 100.31 us at batch 64 /
+// 256 / 512, 0.38x / 0.24x / 0.19x recurrent (single kernel: 0.60x / 0.57x / 0.56x).
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -106,20 +107,17 @@ __device__ __forceinline__ void stage_entries(const Mamba2KVBufferParams& p, con
   }
 }
 
+// One request row's step (phases 0-4 above) for the block's rows of head c.h: slot and, with
+// scheduler metadata, meta_fill / meta_has were loaded by the caller; the token inputs are issued
+// here before the slot is first used.
 template <int N, bool kTile>
-__global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kTile ? 5 : 6) mamba2_decode_kvbuffer_kernel(Mamba2KVBufferParams p) {
+__device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsigned char* smem, const WarpCoords& c,
+                                           int slot, int meta_fill, int meta_has) {
   constexpr int NL = N / 32, R = kWarpRows;
-  extern __shared__ __align__(128) unsigned char smem[];
   const Mamba2StepIO& io = p.io;
-  const WarpCoords c = warp_coords(io);
   const int lane = c.lane, warps = blockDim.x >> 5;
   const int NH = io.NH, P = io.P, G = io.G, C = p.capacity;
   const bool row_meta = p.row_fill != nullptr;
-  // Phase 0: the slot with the scheduler's row metadata, and the token inputs (independent of
-  // the slot), all issued before the slot's round trip ends.
-  const int slot = io.slot[c.row];
-  const int meta_fill = row_meta ? p.row_fill[c.row] : 0;
-  const int meta_has = row_meta ? p.row_has_state[c.row] : 0;
   const size_t xo = (size_t(c.row) * NH + c.h) * P + c.p0;
   const uint4 xraw = *reinterpret_cast<const uint4*>(io.x + xo);
   const size_t bco = (size_t(c.row) * G + c.g) * N;
@@ -253,6 +251,224 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kTile ? 5 : 6) mamba2_de
   }
 }
 
+template <int N, bool kTile>
+__global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kTile ? 5 : 6) mamba2_decode_kvbuffer_kernel(Mamba2KVBufferParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const WarpCoords c = warp_coords(p.io);
+  const bool row_meta = p.row_fill != nullptr;
+  // Phase 0: the slot with the scheduler's row metadata, and the token inputs (independent of
+  // the slot), all issued before the slot's round trip ends.
+  const int slot = p.io.slot[c.row];
+  const int meta_fill = row_meta ? p.row_fill[c.row] : 0;
+  const int meta_has = row_meta ? p.row_has_state[c.row] : 0;
+  decode_row<N, kTile>(p, smem, c, slot, meta_fill, meta_has);
+}
+
+// ---- The split direct path (mamba2_decode_direct with scheduler metadata, P <= 64; Auto: below)
+// Kernel A, the buffer kernel: one block per (request row, group g, chunk of up to kSplitHeads heads of g), one
+// warp per head, for the stateless rows that do not fold at this step (every other row exits at once, padding
+// rows after writing their zero outputs): the 8 heads of a group share B and C, so the block computes the
+// n + 1 dots c_j = C_t . B_j (and c_t) once, 4 threads per entry straight from global memory, while the x_j of
+// all its heads (n contiguous runs of heads x P bf16), G_j and dt_j arrive by cp.async in one round trip.
+// Lane l of head h's warp owns rows 2l, 2l + 1: y = sum_j a_j x_j + (dt c_t + D) x_t, a_j = e^{G_t - G_j} dt_j c_j,
+// then appends entry n (B_t once per group).
+// Kernel B, the state kernel: decode_row (the single kernel's tile-less body) for the rows with a state or a
+// fold, over G_B row groups (gdn_decode_kvbuffer's COMPACT): every block ranks the rows that need it and takes
+// ranks z, z + G_B, ... of its own (head, P tile); G_B = one wave's worth of blocks. B reads nothing A writes
+// (other rows, other slots), so it starts early (programmatic launch) and waits for A only before it exits,
+// which orders everything after it behind both kernels.
+constexpr int kSplitHeads = 8;                    // heads per kernel-A block, one warp each
+constexpr int kSplitThreads = kSplitHeads * 32;   // 4 threads per c_j: n + 1 <= C <= 64 dots at once
+constexpr int kSplitMaxP = 64;                    // lane l owns the pair of rows 2l, 2l + 1
+// Auto splits from C = 4 where batch x C >= kSplitMinRowEntries (log run 6, both forced: the
+// second launch and kernel A's per-block start lose below it, e.g. 7.59 against 6.35 us at batch
+// 8, C = 8 and 4.75 against 4.37 at batch 1, C = 64; they win at batch 8, C = 64 (7.14 / 8.18) and
+// batch 64, C = 4 (19.4 / 30.0); batch 4, C = 64 is even).
+constexpr int kSplitMinCapacity = 4;
+constexpr int kSplitMinRowEntries = 256;
+
+// Kernel A's dynamic shared memory: x_j [C-1][kSplitHeads * P] bf16, G_j and dt_j [C-1][kSplitHeads], c_j [C].
+struct SplitBufferSmem {
+  __nv_bfloat16* x;
+  float *G, *dt, *c;
+  __device__ SplitBufferSmem(unsigned char* base, int entries, int P) {
+    x = reinterpret_cast<__nv_bfloat16*>(base);
+    G = reinterpret_cast<float*>(x + size_t(entries) * kSplitHeads * P);
+    dt = G + entries * kSplitHeads;
+    c = dt + entries * kSplitHeads;
+  }
+  static size_t bytes(int entries, int P, int C) {
+    return size_t(entries) * kSplitHeads * (size_t(P) * 2 + 8) + size_t(C) * 4;
+  }
+};
+
+template <int N>
+__global__ void __launch_bounds__(kSplitThreads, 4) mamba2_direct_buffer_kernel(Mamba2KVBufferParams p) {
+  constexpr int kQuarter = N / 4;  // columns per thread of a c_j dot
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  extern __shared__ __align__(16) unsigned char smem[];
+  const Mamba2StepIO& io = p.io;
+  const int NH = io.NH, P = io.P, G = io.G, C = p.capacity;
+  const int row = blockIdx.z, g = blockIdx.y, heads_per_group = NH / G;
+  const int h0 = g * heads_per_group + blockIdx.x * kSplitHeads;
+  const int heads = min(kSplitHeads, heads_per_group - int(blockIdx.x) * kSplitHeads);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const bool head_warp = warp < heads, pair = head_warp && lane < P / 2;
+  const int h = h0 + warp;
+  // Phase 0: slot and metadata, with every token input (independent of the slot).
+  const int slot = io.slot[row];
+  const int n = p.row_fill[row];
+  const int has_state = p.row_has_state[row];
+  const int q = threadIdx.x & 3, jd = threadIdx.x >> 2;  // this thread's quarter of dot c_jd
+  uint4 craw[kQuarter / 8];
+  const __nv_bfloat16* ct = io.C + (size_t(row) * G + g) * N + q * kQuarter;
+#pragma unroll
+  for (int i = 0; i < kQuarter / 8; ++i) craw[i] = reinterpret_cast<const uint4*>(ct)[i];
+  const size_t xo = (size_t(row) * NH + h) * P + 2 * lane;
+  uint32_t xt_raw = 0, z_raw = 0;
+  if (pair) {
+    xt_raw = *reinterpret_cast<const uint32_t*>(io.x + xo);
+    if (io.z) z_raw = *reinterpret_cast<const uint32_t*>(io.z + xo);
+  }
+  const float dt = head_warp ? token_dt(io, row, h) : 0.f;
+  const float A = head_warp ? io.A[h] : 0.f, D = head_warp ? io.D[h] : 0.f;
+  if (slot < 0) {
+    if (pair) *reinterpret_cast<uint32_t*>(io.out + xo) = 0u;
+    return;
+  }
+  if (has_state != 0 || n + 1 == C) return;  // kernel B's row
+
+  // Phase 1: x_j of the block's heads, G_j, dt_j (cp.async, one round trip); the dots' keys by plain loads.
+  const SplitBufferSmem st(smem, C - 1, P);
+  const int S = kSplitHeads * P, chunks = heads * P / 8;
+  const __nv_bfloat16* xg = p.buf_val + (size_t(slot) * C * NH + h0) * P;  // x_j at xg + j NH P
+  for (int i = threadIdx.x; i < n * chunks; i += kSplitThreads) {
+    const int j = i / chunks, k = i % chunks;
+    cp_async16(st.x + j * S + k * 8, xg + size_t(j) * NH * P + k * 8);
+  }
+  for (int i = threadIdx.x; i < 2 * n * heads; i += kSplitThreads) {
+    const bool second = i >= n * heads;
+    const int e = second ? i - n * heads : i, j = e / heads, w = e % heads;
+    cp_async4((second ? st.dt : st.G) + j * kSplitHeads + w,
+              (second ? p.buf_beta : p.buf_gcum) + (size_t(slot) * C + j) * NH + h0 + w);
+  }
+  cp_async_commit();
+  // Phase 2: c_j = C_t . B_j for j < n and c_n = c_t = C_t . B_t, a quarter of the columns per thread.
+  float part = 0.f;
+  if (jd <= n) {
+    const __nv_bfloat16* bj = (jd < n ? p.buf_k + ((size_t(slot) * C + jd) * G + g) * N : io.B + (size_t(row) * G + g) * N) +
+                              q * kQuarter;
+    uint4 braw[kQuarter / 8];
+#pragma unroll
+    for (int i = 0; i < kQuarter / 8; ++i) braw[i] = reinterpret_cast<const uint4*>(bj)[i];
+#pragma unroll
+    for (int i = 0; i < kQuarter / 8; ++i) {
+      float b8[8], c8[8];
+      bf16x8(braw[i], b8);
+      bf16x8(craw[i], c8);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) part = fmaf(c8[e], b8[e], part);
+    }
+  }
+  part += __shfl_xor_sync(0xffffffffu, part, 1);
+  part += __shfl_xor_sync(0xffffffffu, part, 2);
+  if (q == 0 && jd <= n) st.c[jd] = part;
+  cp_async_wait_all();
+  __syncthreads();
+  if (!head_warp) return;
+
+  // Phase 3: head h's weights a_j (lane j and j + 32), the outputs of rows 2 lane, 2 lane + 1.
+  const float G_t = (n > 0 ? st.G[(n - 1) * kSplitHeads + warp] : 0.f) + dt * A;
+  float a_lo = 0.f, a_hi = 0.f;
+  if (lane < n) a_lo = expf(G_t - st.G[lane * kSplitHeads + warp]) * st.dt[lane * kSplitHeads + warp] * st.c[lane];
+  if (lane + 32 < n)
+    a_hi = expf(G_t - st.G[(lane + 32) * kSplitHeads + warp]) * st.dt[(lane + 32) * kSplitHeads + warp] * st.c[lane + 32];
+  const uint32_t* xs = reinterpret_cast<const uint32_t*>(st.x + warp * P) + lane;
+  float y0 = 0.f, y1 = 0.f;
+#pragma unroll 4
+  for (int j = 0; j < n; ++j) {
+    const float a = __shfl_sync(0xffffffffu, j < 32 ? a_lo : a_hi, j & 31);
+    if (pair) {
+      const float2 xj = bf16x2_to_float2(xs[j * (S / 2)]);
+      y0 = fmaf(a, xj.x, y0), y1 = fmaf(a, xj.y, y1);
+    }
+  }
+  if (pair) {
+    const float2 xt = bf16x2_to_float2(xt_raw);
+    const float k = fmaf(dt, st.c[n], D);
+    float o0 = fmaf(k, xt.x, y0), o1 = fmaf(k, xt.y, y1);
+    if (io.z) {
+      const float2 z = bf16x2_to_float2(z_raw);
+      o0 *= silu(z.x), o1 *= silu(z.y);
+    }
+    *reinterpret_cast<__nv_bfloat162*>(io.out + xo) = __floats2bfloat162_rn(o0, o1);
+    // Phase 4: append entry n (x_t of the head's rows, its G_t and dt; B_t once per group).
+    *reinterpret_cast<uint32_t*>(p.buf_val + (size_t(slot) * C * NH + size_t(n) * NH + h) * P + 2 * lane) = xt_raw;
+  }
+  if (lane == 0) {
+    p.buf_gcum[(size_t(slot) * C + n) * NH + h] = G_t;
+    p.buf_beta[(size_t(slot) * C + n) * NH + h] = dt;
+  }
+  if (blockIdx.x == 0 && warp == 0)
+    reinterpret_cast<typename RowVec<N>::H*>(p.buf_k + ((size_t(slot) * C + n) * G + g) * N)[lane] =
+        load_bf16_raw<N>(io.B + (size_t(row) * G + g) * N, lane);
+}
+
+// Whether kernel B has work for a row: it exists and has a state or folds. Bitwise: ptxas turned
+// `slot < 0 || ...` into a slot exit followed by the metadata loads (gdn log v21).
+__device__ __forceinline__ bool state_kernel_row(int slot, int n, int has_state, int C) {
+  return (slot >= 0) & ((has_state != 0) | (n + 1 == C));
+}
+
+template <int N>
+__global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 4) mamba2_direct_state_kernel(Mamba2KVBufferParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ uint32_t need_mask[kMaxRowsPerBlock * 4 / 32];
+  const Mamba2StepIO& io = p.io;
+  WarpCoords c = warp_coords(io);  // c.row set per row below (blockIdx.z is the row group)
+  const int warps = blockDim.x >> 5, groups = int(gridDim.z), group = int(blockIdx.z);
+  int rank = 0;
+  for (int base = 0; base < io.batch; base += blockDim.x) {
+    const int r = base + threadIdx.x;
+    int slot = -1, n = 0, has_state = 0;
+    if (r < io.batch) slot = io.slot[r], n = p.row_fill[r], has_state = p.row_has_state[r];
+    const uint32_t mask = __ballot_sync(0xffffffffu, state_kernel_row(slot, n, has_state, p.capacity));
+    if (c.lane == 0) need_mask[c.warp] = mask;
+    __syncthreads();
+    for (int w = 0; w < warps; ++w) {
+      for (uint32_t m = need_mask[w]; m != 0; m &= m - 1, ++rank) {
+        if (rank % groups != group) continue;
+        c.row = base + w * 32 + __ffs(int(m)) - 1;
+        decode_row<N, false>(p, smem, c, io.slot[c.row], p.row_fill[c.row], p.row_has_state[c.row]);
+        __syncthreads();  // the shared memory of this row before the next one's copies
+      }
+    }
+    __syncthreads();  // need_mask before the next rows'
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // complete only after kernel A
+}
+
+bool split_direct(const Mamba2KVBufferParams& p) {
+  const bool possible = p.row_fill != nullptr && p.io.P <= kSplitMaxP;
+  return p.path == GdnDecodePath::Split || (p.path == GdnDecodePath::Auto && possible && p.capacity >= kSplitMinCapacity &&
+                                          long(p.io.batch) * p.capacity >= kSplitMinRowEntries);
+}
+
+template <int N>
+void launch_split_direct(const Mamba2KVBufferParams& p, cudaStream_t stream) {
+  const int heads_per_group = p.io.NH / p.io.G;
+  const dim3 grid_a(unsigned((heads_per_group + kSplitHeads - 1) / kSplitHeads), unsigned(p.io.G), unsigned(p.io.batch));
+  launch_kernel(mamba2_direct_buffer_kernel<N>, grid_a, dim3(kSplitThreads),
+                SplitBufferSmem::bytes(p.capacity - 1, p.io.P, p.capacity), stream, false, p);
+  const int rows = choose_rows_per_block(p.io, kKVBufferRows);
+  const size_t smem = BlockSmem<N, false>::bytes(p.capacity - 1, rows / kWarpRows);
+  dim3 grid_b = decode_grid(p.io, rows);
+  const long per_wave = long(gdn_detail::multiprocessor_count()) *
+                        resident_blocks(mamba2_direct_state_kernel<N>, int(decode_block(rows).x), smem);
+  grid_b.z = unsigned(std::clamp(per_wave / (long(grid_b.x) * grid_b.y), 1L, long(p.io.batch)));
+  launch_kernel(mamba2_direct_state_kernel<N>, grid_b, decode_block(rows), smem, stream, true, p);
+}
+
 template <bool kTile>
 void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char* who) {
   validate_step_io(p.io, who);
@@ -264,9 +480,13 @@ void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char
   if (bool(p.row_fill) != bool(p.row_has_state)) fail("give both row_fill and row_has_state, or neither");
   if (!p.row_fill && !(p.fill && p.has_state && p.done_count))
     fail("without row_fill/row_has_state, fill, has_state and done_count must be set");
+  if (kTile && p.path == GdnDecodePath::Split) fail("the split path is mamba2_decode_direct's");
+  if (!kTile && p.path == GdnDecodePath::Split && !(p.row_fill && p.io.P <= kSplitMaxP))
+    fail("the split path needs row_fill/row_has_state and P <= " + std::to_string(kSplitMaxP));
   if (p.io.batch == 0) return;
   dispatch_head_dims(p.io, who, [&](auto n) {
     constexpr int N = decltype(n)::value;
+    if (!kTile && split_direct(p)) return launch_split_direct<N>(p, stream);
     const int rows = choose_rows_per_block(p.io, kKVBufferRows);
     const size_t smem = BlockSmem<N, kTile>::bytes(p.capacity - 1, rows / kWarpRows);
     launch_kernel(mamba2_decode_kvbuffer_kernel<N, kTile>, decode_grid(p.io, rows), decode_block(rows), smem, stream, false,

@@ -16,7 +16,10 @@
 //   C reduced by halving exchanges (9 shuffles); lane 4 i writes row i's output.
 // Memory: the state is read and written once (2 P N 4 bytes per head and request); everything
 //   else is < 1% of that. Target: the copy bandwidth at batch >= 64.
-// rows_per_block (0 = chosen): 8 by default (one-warp blocks, log in kernels/notes/mamba2_decode.md).
+// rows_per_block (0 = chosen): 8 by default (one-warp blocks, log in kernels/notes/mamba2_decode.md);
+//   up to batch kPairMaxBatch the pair shape below (8-row blocks of 4 warps, 2 rows per warp):
+//   3.62 / 4.85 / 6.93 / 11.04 us at batch 1 / 2 / 4 / 8 against the one-warp shape's 4.62 / 5.50 /
+//   7.30 / 11.36 (5f7bc96, results/archive/mamba2_recurrent_*_h200.csv; vLLM 3.58 / 11.2 at 1 / 8).
 // Template parameter: d_state N in {64, 128}; P is a runtime multiple of rows_per_block.
 #include <algorithm>
 #include <stdexcept>
@@ -64,6 +67,38 @@ int choose_rows_per_block(const Mamba2StepIO& io, RowsRule rule) {
 
 namespace {
 
+// The x values of a warp's R rows (8: one uint4 of bf16, 2: one bf16 pair) as fp32.
+__device__ __forceinline__ void warp_x(uint4 raw, float (&x)[kWarpRows]) { bf16x8(raw, x); }
+__device__ __forceinline__ void warp_x(uint32_t raw, float (&x)[2]) {
+  const float2 v = bf16x2_to_float2(raw);
+  x[0] = v.x, x[1] = v.y;
+}
+
+// A warp's R state rows (lane l's columns at `rows`, rows N apart): loaded at once, updated
+// S <- e^{dt A} S + (dt x) B, stored back; y[i] = this lane's part of row i's dot with C, and x
+// the rows' x as fp32.
+template <int N, int R, class XRaw>
+__device__ __forceinline__ void update_warp_rows(float* rows, XRaw xraw, float (&x)[R], typename RowVec<N>::H braw,
+                                                 typename RowVec<N>::H craw, float dt, float A, float (&y)[R]) {
+  constexpr int NL = N / 32;
+  float s[R][NL];
+#pragma unroll
+  for (int i = 0; i < R; ++i) load_row<N>(rows + size_t(i) * N, s[i]);
+  float Bv[NL], Cv[NL];
+  warp_x(xraw, x);
+  bf16_slice<N>(braw, Bv);
+  bf16_slice<N>(craw, Cv);
+  const float decay = expf(dt * A);
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const float dx = dt * x[i];
+#pragma unroll
+    for (int e = 0; e < NL; ++e) s[i][e] = fmaf(decay, s[i][e], dx * Bv[e]);
+    store_row<N>(rows + size_t(i) * N, s[i]);
+    y[i] = dot<NL>(s[i], Cv);
+  }
+}
+
 template <int N>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_recurrent_kernel(Mamba2RecurrentParams p) {
   constexpr int NL = N / 32, R = kWarpRows;
@@ -82,33 +117,66 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_recurrent_
     if (lane < R) io.out[xo + lane] = __float2bfloat16_rn(0.f);
     return;
   }
-  float* rows = p.state + ((size_t(slot) * io.NH + c.h) * io.P + c.p0) * N + lane * NL;
-  float s[R][NL];
-#pragma unroll
-  for (int i = 0; i < R; ++i) load_row<N>(rows + size_t(i) * N, s[i]);
-  float x[R], Bv[NL], Cv[NL];
-  bf16x8(xraw, x);
-  bf16_slice<N>(braw, Bv);
-  bf16_slice<N>(craw, Cv);
-  const float decay = expf(dt * A);
-  float y8[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const float dx = dt * x[i];
-#pragma unroll
-    for (int e = 0; e < NL; ++e) s[i][e] = fmaf(decay, s[i][e], dx * Bv[e]);
-    store_row<N>(rows + size_t(i) * N, s[i]);
-    y8[i] = dot<NL>(s[i], Cv);
-  }
+  float x[R], y8[R];
+  update_warp_rows<N, R>(p.state + ((size_t(slot) * io.NH + c.h) * io.P + c.p0) * N + lane * NL, xraw, x, braw, craw,
+                         dt, A, y8);
   const float y = row_sums8(y8, lane);
   // x of this lane's row (lane >> 2) & 7 without a dynamically indexed register array.
   const float x_own = __bfloat162float(io.x[xo + ((lane >> 2) & (R - 1))]);
   write_output(io, xo, lane, y, D, x_own);
 }
 
+// Small batches (log run 6): one warp per 2 state rows, 4 warps per block, the shape of vLLM's
+// selective_state_update at d_state 128 (4 rows per 128-thread block): at batch 1 the 512 one-warp
+// blocks of the shape above leave ~4 warps per SM, each running an 8-row chain after its loads
+// (8 updates, 8 dots, the halving reduction); here 4x the warps run a quarter of it each.
+constexpr int kPairRows = 2, kPairWarps = 4;
+constexpr int kPairMaxBatch = 8;  // the pair shape up to this batch (rows_per_block 0)
+
+template <int N>
+__global__ void __launch_bounds__(kPairWarps * 32) mamba2_decode_recurrent_pair_kernel(Mamba2RecurrentParams p) {
+  constexpr int NL = N / 32;
+  const Mamba2StepIO& io = p.io;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row = blockIdx.z, h = blockIdx.y, g = h / (io.NH / io.G);
+  const int p0 = (blockIdx.x * kPairWarps + warp) * kPairRows;
+  const int slot = io.slot[row];
+  const size_t xo = (size_t(row) * io.NH + h) * io.P + p0;  // even: 4-byte aligned bf16 pairs
+  const uint32_t xraw = *reinterpret_cast<const uint32_t*>(io.x + xo);
+  const uint32_t zraw = io.z ? *reinterpret_cast<const uint32_t*>(io.z + xo) : 0u;
+  const size_t bco = (size_t(row) * io.G + g) * N;
+  const auto braw = load_bf16_raw<N>(io.B + bco, lane), craw = load_bf16_raw<N>(io.C + bco, lane);
+  const float dt = token_dt(io, row, h);
+  const float A = io.A[h], D = io.D[h];
+  if (slot < 0) {
+    if (lane == 0) *reinterpret_cast<uint32_t*>(io.out + xo) = 0u;
+    return;
+  }
+  float xs[kPairRows], y[kPairRows];
+  update_warp_rows<N, kPairRows>(p.state + ((size_t(slot) * io.NH + h) * io.P + p0) * N + lane * NL, xraw, xs, braw,
+                                 craw, dt, A, y);
+#pragma unroll
+  for (int m = 16; m >= 1; m /= 2) {
+    y[0] += __shfl_xor_sync(0xffffffffu, y[0], m);
+    y[1] += __shfl_xor_sync(0xffffffffu, y[1], m);
+  }
+  if (lane == 0) {
+    float o0 = fmaf(D, xs[0], y[0]), o1 = fmaf(D, xs[1], y[1]);
+    if (io.z) {
+      const float2 z = bf16x2_to_float2(zraw);
+      o0 *= silu(z.x), o1 *= silu(z.y);
+    }
+    *reinterpret_cast<__nv_bfloat162*>(io.out + xo) = __floats2bfloat162_rn(o0, o1);
+  }
+}
+
+bool pair_shape(const Mamba2StepIO& io) { return io.rows_per_block == 0 && io.batch <= kPairMaxBatch; }
+
 }  // namespace
 
-int recurrent_rows(const Mamba2StepIO& io) { return choose_rows_per_block(io, kRecurrentRows); }
+int recurrent_rows(const Mamba2StepIO& io) {
+  return pair_shape(io) ? kPairRows * kPairWarps : choose_rows_per_block(io, kRecurrentRows);
+}
 
 }  // namespace mamba2_detail
 
@@ -121,9 +189,12 @@ void mamba2_decode_recurrent(const Mamba2RecurrentParams& p, cudaStream_t stream
   if (!p.state) throw std::invalid_argument(std::string(who) + ": state must be set");
   if (p.io.batch == 0) return;
   dispatch_head_dims(p.io, who, [&](auto n) {
+    constexpr int N = decltype(n)::value;
     const int rows = recurrent_rows(p.io);
-    launch_kernel(mamba2_decode_recurrent_kernel<decltype(n)::value>, decode_grid(p.io, rows), decode_block(rows), 0,
-                  stream, false, p);
+    if (pair_shape(p.io))
+      return launch_kernel(mamba2_decode_recurrent_pair_kernel<N>, decode_grid(p.io, rows), dim3(kPairWarps * 32), 0,
+                           stream, false, p);
+    launch_kernel(mamba2_decode_recurrent_kernel<N>, decode_grid(p.io, rows), decode_block(rows), 0, stream, false, p);
   });
 }
 

@@ -29,6 +29,15 @@ std::string gate_range_name(const ref::GateRange& gates) {
   return s.str();
 }
 
+const char* path_name(GdnDecodePath path) {
+  switch (path) {
+    case GdnDecodePath::Auto: return "auto";
+    case GdnDecodePath::Single: return "single";
+    case GdnDecodePath::Split: return "split";
+  }
+  return "?";
+}
+
 const char* dt_regime_name(DtRegime regime) {
   switch (regime) {
     case DtRegime::Typical: return "typical";

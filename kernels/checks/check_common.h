@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "kernels/decode_path.h"
 #include "reference/random_inputs.h"
 
 namespace kvbuf::checks {
@@ -29,6 +30,8 @@ enum class DtRegime {
 };
 // "typical", "near-zero", "large" or "given".
 const char* dt_regime_name(DtRegime regime);
+// "auto", "single" or "split".
+const char* path_name(GdnDecodePath path);
 
 // describe()'s ` name=value` for the fields of a case that differ from their defaults:
 // `FieldsOffDefault field(s); field("cycles", c.cycles, d.cycles);`.

@@ -50,14 +50,6 @@ const char* kernel_name(Kernel k) {
   }
   return "?";
 }
-const char* path_name(GdnDecodePath p) {
-  switch (p) {
-    case GdnDecodePath::Auto: return "auto";
-    case GdnDecodePath::Single: return "single";
-    case GdnDecodePath::Split: return "split";
-  }
-  return "?";
-}
 
 }  // namespace
 
@@ -76,7 +68,7 @@ std::string describe(const DecodeCase& c) {
     field("cycles", c.cycles, d.cycles), field("direct_every", c.direct_every, d.direct_every);
     field("row_metadata", c.row_metadata, d.row_metadata);
     field("every_row_has_state", c.every_row_has_state, d.every_row_has_state);
-    field("path", path_name(c.path), std::string(path_name(d.path)));
+    field("path", checks::path_name(c.path), std::string(checks::path_name(d.path)));
     field("split_row_groups", c.split_row_groups, d.split_row_groups);
   }
   field("gates", checks::gate_range_name(c.gates), checks::gate_range_name(d.gates));

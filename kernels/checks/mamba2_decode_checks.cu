@@ -122,6 +122,7 @@ std::string describe(const Mamba2DecodeCase& c) {
     s << " capacity=" << c.capacity;
     field("cycles", c.cycles, d.cycles), field("direct_every", c.direct_every, d.direct_every);
     field("row_metadata", c.row_metadata, d.row_metadata);
+    field("path", checks::path_name(c.path), std::string(checks::path_name(d.path)));
   }
   field("dt", std::string(checks::dt_regime_name(c.dt)), std::string(checks::dt_regime_name(d.dt)));
   field("z_gate", c.z_gate, d.z_gate), field("rows_per_block", c.rows_per_block, d.rows_per_block);
@@ -272,6 +273,7 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
       p.io = io, p.capacity = C, p.state = pool.as<float>();
       p.buf_k = buf_k.as<__nv_bfloat16>(), p.buf_val = buf_val.as<__nv_bfloat16>();
       p.buf_gcum = buf_g.as<float>(), p.buf_beta = buf_dt.as<float>();
+      p.path = cs.path;
       if (cs.row_metadata) {
         p.row_fill = d_row_fill.as<int32_t>(), p.row_has_state = d_row_has.as<int32_t>();
       } else {
@@ -376,7 +378,7 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
     add(r);
     r.z_gate = false, r.batch = 64, r.pad_rows = 3, r.recurrent_steps = 3, r.name = "recurrent-" + d + "-b64";
     add(r);
-    for (int rows : {16, 32, 64}) {
+    for (int rows : {8, 16, 32, 64}) {  // 8: the one-warp shape where Auto takes the pair shape
       r.rows_per_block = rows, r.batch = 3, r.pad_rows = 1, r.recurrent_steps = 4;
       r.name = "recurrent-" + d + "-rows" + std::to_string(rows) + "-b3";
       add(r);
@@ -395,6 +397,8 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
     r.G = 8, r.NH = 16, r.name = "recurrent-G8-NH16-b3-z";
     add(r);
     r.G = 8, r.NH = 64, r.z_gate = true, r.name = "recurrent-nemotron-nano-shape-b3-z";
+    add(r);
+    r.batch = 8, r.pad_rows = 2, r.name = "recurrent-nemotron-nano-shape-b8-z";  // the pair shape's largest batch
     add(r);
   }
   // KVBuffer: capacities, batches 1 / 3 / 64 with staggered fills over 3 flush cycles, pool
@@ -467,6 +471,38 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
     c.z_gate = true, c.name = "direct-C16-b64-mixed-rowmeta-z";
     add(c);
   }
+  // The split direct path (scheduler metadata; Auto from C = 4, batch x C >= 256; forced at batch 3):
+  // kernel A for the stateless rows that do not fold, kernel B (compacted rows) for the folds and
+  // the rows that got a state at their first fold, so every case below mixes both after one cycle;
+  // heads per group not a multiple of kernel A's 8 (G = 1, NH = 12: chunks of 8 and 4), N = 64,
+  // several folds per step at batch 64, the Nemotron-3 Nano shape; the split forced below its
+  // capacity (C = 1, 2) and the single kernel forced where Auto would split.
+  {
+    Mamba2DecodeCase c;
+    c.kernel = Kernel::Direct, c.row_metadata = true, c.direct_every = 1, c.z_gate = true, c.path = GdnDecodePath::Split;
+    for (int C : {4, 64}) {
+      c.capacity = C, c.name = "direct-split-C" + std::to_string(C) + "-b3-rowmeta-z";
+      add(c);
+    }
+    c.capacity = 8, c.G = 1, c.NH = 12, c.name = "direct-split-G1-NH12-C8-b3-rowmeta-z";
+    add(c);
+    c.G = 8, c.NH = 64, c.capacity = 64, c.cycles = 2, c.name = "direct-split-nemotron-nano-shape-C64-b3-rowmeta-z";
+    add(c);
+    c.path = GdnDecodePath::Auto;  // batch 64 below: the dispatch's choice
+    c.G = 2, c.NH = 4, c.N = 64, c.batch = 64, c.pad_rows = 2, c.capacity = 64, c.z_gate = false;
+    c.name = "direct-split-P64-N64-C64-b64-rowmeta";
+    add(c);
+    c.G = 8, c.NH = 16, c.N = 128, c.capacity = 16, c.direct_every = 3, c.cycles = 3, c.z_gate = true;
+    c.name = "direct-split-G8-NH16-C16-b64-mixed-rowmeta-z";
+    add(c);
+    c.batch = 3, c.pad_rows = 1, c.G = 2, c.NH = 4, c.direct_every = 1, c.path = GdnDecodePath::Split;
+    for (int C : {1, 2}) {
+      c.capacity = C, c.name = "direct-split-forced-C" + std::to_string(C) + "-b3-rowmeta-z";
+      add(c);
+    }
+    c.path = GdnDecodePath::Single, c.capacity = 64, c.batch = 8, c.name = "direct-single-forced-C64-b8-rowmeta-z";
+    add(c);
+  }
   if (!quick) return cs;
   // Quick: every kernel, both capacities' extremes, direct rows mixed in, extreme dt, the
   // Nemotron-3 Nano head shape, one-warp blocks at C = 64.
@@ -474,7 +510,8 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
                                       "recurrent-nemotron-nano-shape-b3-z", "kvbuffer-C1-b3", "kvbuffer-C16-b3-rowmeta-z",
                                       "kvbuffer-C16-b64-mixed-direct-z", "kvbuffer-C8-dt-large-mixed-direct-b3",
                                       "kvbuffer-nemotron-nano-shape-C16-b3-z", "kvbuffer-C64-rows8-b3-z",
-                                      "direct-C64-b3", "direct-C16-b64-mixed-rowmeta-z"};
+                                      "direct-C64-b3", "direct-C16-b64-mixed-rowmeta-z",
+                                      "direct-split-C64-b3-rowmeta-z", "direct-split-G8-NH16-C16-b64-mixed-rowmeta-z"};
   std::vector<Mamba2DecodeCase> quick_cases;
   for (const auto& c : cs)
     if (std::find(keep.begin(), keep.end(), c.name) != keep.end()) quick_cases.push_back(c);

@@ -96,6 +96,11 @@ TEST(Mamba2DecodeDispatch, RefusesUnsupportedShapes) {
   expect_refusal([&] { mamba2_decode_kvbuffer(b, 0); }, "both row_fill and row_has_state");
   b.row_fill = nullptr, b.done_count = nullptr;
   expect_refusal([&] { mamba2_decode_kvbuffer(b, 0); }, "done_count must be set");
+  b.done_count = fake<int32_t>(), b.path = GdnDecodePath::Split;
+  expect_refusal([&] { mamba2_decode_kvbuffer(b, 0); }, "the split path is mamba2_decode_direct's");
+  expect_refusal([&] { mamba2_decode_direct(b, 0); }, "the split path needs row_fill/row_has_state");
+  b.row_fill = b.row_has_state = fake<const int32_t>(), b.io.P = 128;
+  expect_refusal([&] { mamba2_decode_direct(b, 0); }, "P <= 64");
 }
 
 }  // namespace
