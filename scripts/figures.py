@@ -278,7 +278,7 @@ def fig_decode_latency(inputs, fam):
         public = [(f"{r['kernel']} (public, same method)", r["batch"], r["latency_us_median"], r) for r in inputs.fla]
         public_source = ("FLA", inputs.fla_path, inputs.fla)
     elif fam.name == "mamba2" and inputs.public:
-        public = [(f"{r['kernel']}" + (f" C={r['chunk']}" if r.get("chunk") else "") + " (published: issue 16)",
+        public = [(f"{r['kernel']}" + (f" C={r['chunk']}" if r.get("chunk") else "") + " (published: issue 15)",
                    r["batch"], r["latency_us"], r) for r in inputs.public]
         public_source = ("published", inputs.public_path, inputs.public)
     if not rows and not public:
