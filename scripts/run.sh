@@ -74,11 +74,13 @@ gpu_main_job() {
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($NF)}')
   echo "== GPU kernel checks against the reference ($gpu)"
   "$kvbuf" check
+  elapsed "kernel checks"
   echo
   echo "== decode and verify sweep: the paper preset on $gpu"
   archive_other_commit "results/decode_$gpu.csv"
   archive_other_commit "results/verify_$gpu.csv"
   "$kvbuf" sweep --preset paper --out "results/decode_$gpu.csv" --verify-out "results/verify_$gpu.csv"
+  elapsed "paper preset"
   if python3 -c "import torch, fla" 2>/dev/null; then
     echo "== public baseline: FLA's fused recurrent decode, same method"
     python3 scripts/bench_fla.py --kvbuf "$kvbuf" --model "$model" --out "results/fla_$gpu.csv"
@@ -87,10 +89,14 @@ gpu_main_job() {
   fi
   if python3 -c "import matplotlib" 2>/dev/null; then
     python3 scripts/figures.py --results results --gpu "$gpu" --kvbuf "$kvbuf"
+    elapsed "figures"
   else
     echo "== figures skipped: python3 cannot import matplotlib (scripts/figures.py draws them from results/ anywhere)"
   fi
 }
+
+# One line per phase, so that a run cut short (a job's time limit) still says where the time went.
+elapsed() { echo "== $1 done, $(($(date +%s) - start_s)) s after the start"; }
 
 start_s=$(date +%s)
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
