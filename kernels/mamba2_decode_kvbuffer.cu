@@ -39,12 +39,12 @@
 // 8); the token's x waits in shared memory, not registers.
 // rows_per_block (0 = chosen): whole heads (64 rows: the c_j once per head) at every batch.
 // Template: d_state N in {64, 128}, kTile; P and C are runtime values.
-// Current result (cdbc414, results/decode_mamba2_h200.csv, H200, Nemotron-3 Nano, 23 layer pools
-// per graph): KVBuffer at its best C 4.13 [C = 8] / 9.17 [8] / 42.97 [8] / 79.88 [8] / 154.70 [8] /
-// 320.91 [8] us at batch 1 / 8 / 64 / 128 / 256 / 512: 1.09x / 1.23x / 1.60x / 1.68x / 1.70x /
-// 1.63x the recurrent kernel, faster than ReplaySSM at every batch. Direct at C = 64 (split path,
-// a631d6a, results/archive/mamba2_direct_split_h200.csv): 26.50 / 63.45 / 100.31 us at batch 64 /
-// 256 / 512, 0.38x / 0.24x / 0.19x recurrent (single kernel: 0.60x / 0.57x / 0.56x).
+// Current result (28cea4f, the paper preset, results/decode_h200.csv, H200, Nemotron-3 Nano, 23
+// layer pools per graph): KVBuffer at its best C (8) 4.24 / 9.25 / 43.30 / 80.04 / 155.31 / 305.00
+// us at batch 1 / 8 / 64 / 128 / 256 / 512: 0.89x / 1.18x / 1.60x / 1.68x / 1.70x / 1.72x the
+// recurrent kernel (at batch 1 its pair shape is faster), faster than ReplaySSM at every batch.
+// Direct at C = 64 (split path): 26.46 / 63.35 / 100.33 us at batch 64 / 256 / 512, 0.38x / 0.24x /
+// 0.19x recurrent (single kernel, a631d6a: 0.60x / 0.57x / 0.56x).
 #include <algorithm>
 #include <stdexcept>
 #include <string>

@@ -41,7 +41,9 @@
 // verify + commit per layer, kernels/notes/mamba2_verify.md run 5): T = 5 [C = 16] 10.89 / 21.37 /
 // 97.81 / 181.49 / 346.25 / 683.57 us at batch 1 / 8 / 64 / 128 / 256 / 512 (47-50% of copy from
 // 128); T = 4 at 128 159.62 us = 2.20x classic, 2.02x the decode step. Bound by instructions per
-// block, not by the S0 stream (runs 3-5).
+// block, not by the S0 stream (runs 3-5). The paper preset (28cea4f, results/verify_h200.csv)
+// reproduces these within 0.3%. Open: racecheck's warp-level warnings on the warps' mbarriers
+// (notes: "Racecheck warnings, diagnosed").
 #include <stdexcept>
 #include <string>
 
