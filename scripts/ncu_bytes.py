@@ -53,7 +53,8 @@ DECODE_MODES = {"recurrent": "recurrent", "recurrent-oop": "recurrent", "kvbuffe
                 "kvbuffer-fp32": "kvbuffer", "kvbuffer-raw": "kvbuffer", "kvbuffer-poolfill": "kvbuffer",
                 "kvbuffer-single": "kvbuffer", "kvbuffer-split": "kvbuffer", "direct": "direct",
                 "direct-single": "direct", "direct-split": "direct", "mamba2-recurrent": "recurrent",
-                "mamba2-kvbuffer": "kvbuffer", "mamba2-kvbuffer-poolfill": "kvbuffer", "mamba2-direct": "direct"}
+                "mamba2-kvbuffer": "kvbuffer", "mamba2-kvbuffer-poolfill": "kvbuffer", "mamba2-direct": "direct",
+                "mamba2-direct-single": "direct", "mamba2-direct-split": "direct"}
 VERIFY_MODES = {"verify-classic": "verify-classic", "verify-classic-inplace": "verify-classic",
                 "verify-kvbuffer": "verify-kvbuffer", "mamba2-verify-classic": "verify-classic",
                 "mamba2-verify-kvbuffer": "verify-kvbuffer"}
