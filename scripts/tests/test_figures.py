@@ -100,7 +100,8 @@ def synthetic_results(folder):
                 "ratio_linear": (1 + T) * 0.92, "measured_classic_max_requests": 1950 // (1 + T),
                 "measured_kvbuffer_max_requests": 1780, "measured_ratio": (1 + T) * 0.9, "gpu": "Synthetic GPU",
                 "commit": "feedbeef0004"} for T in (1, 2, 4)])
-    ncu_columns = ["model", "kernel", "mode", "batch", "chunk", "layers", "steps", "dram_read_bytes_per_layer_step",
+    ncu_columns = ["model", "kernel", "mode", "batch", "chunk", "drafts", "layers", "steps",
+                   "dram_read_bytes_per_layer_step",
                    "dram_write_bytes_per_layer_step", "dram_bytes_per_layer_step", "model_bytes_per_layer_step",
                    "ratio", "gpu", "commit"]
     write_csv(os.path.join(folder, "ncu_bytes_syn.csv"), ncu_columns,
@@ -111,7 +112,11 @@ def synthetic_results(folder):
                for model, prefix in (("qwen3-next-80b-a3b", ""), ("nemotron-3-nano-30b-a3b", "mamba2-"))
                for kernel, mode, chunks in ((prefix + "recurrent", "recurrent", (0,)), (prefix + "kvbuffer", "kvbuffer",
                                                                                       (2, 4, 8)))
-               for c in chunks])
+               for c in chunks] +
+              [{"model": "qwen3-next-80b-a3b", "kernel": "verify-kvbuffer", "mode": "verify-kvbuffer", "batch": 64,
+                "chunk": 16, "drafts": 4, "layers": 4, "steps": 16, "dram_read_bytes_per_layer_step": 1.4e8,
+                "dram_write_bytes_per_layer_step": 0.4e8, "dram_bytes_per_layer_step": 1.8e8,
+                "model_bytes_per_layer_step": 1.81e8, "ratio": 0.9945, "gpu": "Synthetic GPU", "commit": "feedbeef0005"}])
 
 
 PER_FAMILY = ("decode_latency", "speedup_vs_chunk", "short_context", "bytes_per_step", "telemetry")
@@ -143,8 +148,11 @@ class Figures(unittest.TestCase):
             self.assertIn("verify_mamba2", stems(self.out))
         else:
             self.assertIn("skip verify_mamba2:", r.stdout)
-        # The short-context sweep, run apart (context_h200.csv), feeds the measured latency panels.
-        if os.path.isfile(os.path.join(RESULTS, "context_h200.csv")):
+        # The context rows (the preset's, or a short-context sweep run apart as context_h200.csv) feed the
+        # measured latency panels.
+        with open(os.path.join(RESULTS, "decode_h200.csv")) as f:
+            has_context = any((row.get("context_tokens") or "0") != "0" for row in csv.DictReader(f))
+        if has_context or os.path.isfile(os.path.join(RESULTS, "context_h200.csv")):
             self.assertNotIn("no context_tokens rows", r.stdout)
 
     def test_synthetic_results_draw_every_figure(self):
@@ -158,6 +166,11 @@ class Figures(unittest.TestCase):
         with open(os.path.join(self.out, "decode_latency_gdn.svg")) as f:
             svg = f.read()
         self.assertIn("feedbeef0001", svg.replace("\n", ""))  # the caption names the commit (SVG keeps text)
+        # The bytes figure's last panel lists every kernel measured, verify kernels with their T.
+        with open(os.path.join(self.out, "bytes_per_step_gdn.svg")) as f:
+            svg = f.read()
+        self.assertIn("verify-kvbuffer (T 4)", svg)
+        self.assertIn("every kernel measured (decode and verify)", svg)
 
     def test_model_only_figures_need_no_gpu_csv(self):
         r = run("--results", self.tmp.name, "--kvbuf", KVBUF, "--out", self.out)
