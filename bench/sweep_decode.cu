@@ -195,6 +195,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
         p.done_count = pools.at<int32_t>(l, "done_count");
       } else {
         p.row_fill = row_fill.as<int32_t>(), p.row_has_state = row_has.as<int32_t>();
+        p.every_row_has_state = !stateless;  // as for GDN: at C = 1 the recurrent update runs
       }
       return p;
     };

@@ -75,6 +75,11 @@ struct Mamba2KVBufferParams {
   // Single = one kernel; Auto = Split where possible from C = 4 and batch x C >= 256.
   // mamba2_decode_kvbuffer takes Auto or Single (one kernel).
   GdnDecodePath path = GdnDecodePath::Auto;
+  // The scheduler's promise that every row has a state (a steady decode batch; with row_fill and
+  // row_has_state): at capacity 1 mamba2_decode_kvbuffer then runs the plain recurrent update on
+  // the state pool (every step folds its only token, so the buffer is never read). Refused by
+  // mamba2_decode_direct.
+  bool every_row_has_state = false;
 };
 void mamba2_decode_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream);
 

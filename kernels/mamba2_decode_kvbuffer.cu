@@ -469,6 +469,13 @@ void launch_split_direct(const Mamba2KVBufferParams& p, cudaStream_t stream) {
   launch_kernel(mamba2_direct_state_kernel<N>, grid_b, decode_block(rows), smem, stream, true, p);
 }
 
+// Capacity 1 with every row stateful (Mamba2KVBufferParams::every_row_has_state): the step is the
+// recurrent update, so the recurrent kernel runs it (its pair shape is 10% faster than this kernel
+// at batch 1: kernels/notes/mamba2_decode.md, the paper preset).
+bool capacity1_route(const Mamba2KVBufferParams& p) {
+  return p.capacity == 1 && p.every_row_has_state && p.row_fill && p.path == GdnDecodePath::Auto;
+}
+
 template <bool kTile>
 void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char* who) {
   validate_step_io(p.io, who);
@@ -483,7 +490,13 @@ void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char
   if (kTile && p.path == GdnDecodePath::Split) fail("the split path is mamba2_decode_direct's");
   if (!kTile && p.path == GdnDecodePath::Split && !(p.row_fill && p.io.P <= kSplitMaxP))
     fail("the split path needs row_fill/row_has_state and P <= " + std::to_string(kSplitMaxP));
+  if (!kTile && p.every_row_has_state) fail("every_row_has_state contradicts direct mode");
   if (p.io.batch == 0) return;
+  if (kTile && capacity1_route(p)) {
+    Mamba2RecurrentParams r;
+    r.io = p.io, r.state = p.state;
+    return mamba2_decode_recurrent(r, stream);
+  }
   dispatch_head_dims(p.io, who, [&](auto n) {
     constexpr int N = decltype(n)::value;
     if (!kTile && split_direct(p)) return launch_split_direct<N>(p, stream);
@@ -506,6 +519,7 @@ void mamba2_decode_direct(const Mamba2KVBufferParams& p, cudaStream_t stream) {
 }
 
 int mamba2_decode_kvbuffer_rows_per_block(const Mamba2KVBufferParams& p) {
+  if (mamba2_detail::capacity1_route(p)) return mamba2_decode_recurrent_rows_per_block(p.io);
   return mamba2_detail::choose_rows_per_block(p.io, mamba2_detail::kKVBufferRows);
 }
 

@@ -122,6 +122,7 @@ std::string describe(const Mamba2DecodeCase& c) {
     s << " capacity=" << c.capacity;
     field("cycles", c.cycles, d.cycles), field("direct_every", c.direct_every, d.direct_every);
     field("row_metadata", c.row_metadata, d.row_metadata);
+    field("every_row_has_state", c.every_row_has_state, d.every_row_has_state);
     field("path", checks::path_name(c.path), std::string(checks::path_name(d.path)));
   }
   field("dt", std::string(checks::dt_regime_name(c.dt)), std::string(checks::dt_regime_name(d.dt)));
@@ -273,7 +274,7 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
       p.io = io, p.capacity = C, p.state = pool.as<float>();
       p.buf_k = buf_k.as<__nv_bfloat16>(), p.buf_val = buf_val.as<__nv_bfloat16>();
       p.buf_gcum = buf_g.as<float>(), p.buf_beta = buf_dt.as<float>();
-      p.path = cs.path;
+      p.path = cs.path, p.every_row_has_state = cs.every_row_has_state;
       if (cs.row_metadata) {
         p.row_fill = d_row_fill.as<int32_t>(), p.row_has_state = d_row_has.as<int32_t>();
       } else {
@@ -412,6 +413,17 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
     c.row_metadata = false, c.z_gate = false, c.batch = 1, c.pad_rows = 0, c.name = "kvbuffer-C" + std::to_string(C) + "-b1";
     add(c);
   }
+  // Capacity 1, every row stateful by the scheduler's promise: the recurrent kernel's pair shape
+  // (batch <= 8) and one-warp shape.
+  {
+    Mamba2DecodeCase c;
+    c.capacity = 1, c.row_metadata = true, c.every_row_has_state = true, c.cycles = 4;
+    c.batch = 3, c.name = "kvbuffer-C1-every-row-stateful-b3";
+    add(c);
+    c.batch = 64, c.pad_rows = 2, c.G = 8, c.NH = 64, c.z_gate = true;
+    c.name = "kvbuffer-C1-every-row-stateful-nemotron-nano-shape-b64-z";
+    add(c);
+  }
   {
     Mamba2DecodeCase c;
     c.batch = 64, c.pad_rows = 2, c.capacity = 16, c.direct_every = 4, c.z_gate = true;
@@ -507,7 +519,8 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
   // Quick: every kernel, both capacities' extremes, direct rows mixed in, extreme dt, the
   // Nemotron-3 Nano head shape, one-warp blocks at C = 64.
   const std::vector<std::string> keep{"recurrent-P64-N128-b3-z", "recurrent-dt-large-b1",
-                                      "recurrent-nemotron-nano-shape-b3-z", "kvbuffer-C1-b3", "kvbuffer-C16-b3-rowmeta-z",
+                                      "recurrent-nemotron-nano-shape-b3-z", "kvbuffer-C1-b3", "kvbuffer-C1-every-row-stateful-b3",
+                                      "kvbuffer-C16-b3-rowmeta-z",
                                       "kvbuffer-C16-b64-mixed-direct-z", "kvbuffer-C8-dt-large-mixed-direct-b3",
                                       "kvbuffer-nemotron-nano-shape-C16-b3-z", "kvbuffer-C64-rows8-b3-z",
                                       "direct-C64-b3", "direct-C16-b64-mixed-rowmeta-z",

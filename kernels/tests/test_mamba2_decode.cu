@@ -98,6 +98,9 @@ TEST(Mamba2DecodeDispatch, RefusesUnsupportedShapes) {
   expect_refusal([&] { mamba2_decode_kvbuffer(b, 0); }, "done_count must be set");
   b.done_count = fake<int32_t>(), b.path = GdnDecodePath::Split;
   expect_refusal([&] { mamba2_decode_kvbuffer(b, 0); }, "the split path is mamba2_decode_direct's");
+  b.path = GdnDecodePath::Auto, b.every_row_has_state = true;  // a promise direct mode cannot keep
+  expect_refusal([&] { mamba2_decode_direct(b, 0); }, "every_row_has_state contradicts direct mode");
+  b.every_row_has_state = false, b.path = GdnDecodePath::Split;
   expect_refusal([&] { mamba2_decode_direct(b, 0); }, "the split path needs row_fill/row_has_state");
   b.row_fill = b.row_has_state = fake<const int32_t>(), b.io.P = 128;
   expect_refusal([&] { mamba2_decode_direct(b, 0); }, "P <= 64");
