@@ -1,5 +1,7 @@
 #include "kernels/checks/check_common.h"
 
+#include <algorithm>
+#include <numeric>
 #include <sstream>
 
 namespace kvbuf::checks {
@@ -51,6 +53,24 @@ const char* dt_regime_name(DtRegime regime) {
 std::string result_line(bool passed, const std::string& name, const std::string& details,
                         const std::string& message) {
   return (passed ? "PASS " : "FAIL ") + name + ": " + details + (message.empty() ? "" : " -- " + message);
+}
+
+DecodeSchedule decode_schedule(int batch, int rows, int slots, bool recurrent, int C, int cycles, int recurrent_steps,
+                               int direct_every, std::mt19937_64& rng) {
+  DecodeSchedule s;
+  s.slot_perm.resize(slots), s.row_perm.resize(rows);
+  std::iota(s.slot_perm.begin(), s.slot_perm.end(), 0);
+  std::iota(s.row_perm.begin(), s.row_perm.end(), 0);
+  std::shuffle(s.slot_perm.begin(), s.slot_perm.end(), rng);
+  std::shuffle(s.row_perm.begin(), s.row_perm.end(), rng);
+  s.start.resize(batch), s.own_steps.resize(batch), s.direct.resize(batch);
+  for (int r = 0; r < batch; ++r) {
+    s.start[r] = recurrent ? int(rng() % 2) : int(rng() % C);
+    s.own_steps[r] = recurrent ? recurrent_steps : cycles * C;
+    s.direct[r] = !recurrent && direct_every && r % direct_every == 0;
+    s.total_steps = std::max(s.total_steps, s.start[r] + s.own_steps[r]);
+  }
+  return s;
 }
 
 }  // namespace kvbuf::checks

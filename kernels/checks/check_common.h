@@ -3,8 +3,10 @@
 #pragma once
 #include <cstdint>
 #include <ostream>
+#include <random>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kernels/decode_path.h"
 #include "reference/random_inputs.h"
@@ -46,6 +48,20 @@ class FieldsOffDefault {
  private:
   std::ostream& s_;
 };
+
+// Where and when the requests of a decode check run (both families' decode checks): request r
+// lives in slot slot_perm[r] of `slots` and row row_perm[r] of `rows` (both shuffled), starts at
+// step start[r] (recurrent: 0 or 1; buffered: at fill offset 0..C-1) and runs own_steps[r] steps
+// (recurrent_steps, or `cycles` whole flush cycles of C); direct[r]: it starts in direct mode
+// (every direct_every-th request of a buffered case; the check clears it at the request's first
+// fold). Drawn from rng in that order.
+struct DecodeSchedule {
+  std::vector<int> slot_perm, row_perm, start, own_steps;
+  std::vector<bool> direct;
+  int total_steps = 0;  // until the last request ends
+};
+DecodeSchedule decode_schedule(int batch, int rows, int slots, bool recurrent, int C, int cycles, int recurrent_steps,
+                               int direct_every, std::mt19937_64& rng);
 
 // A case result's line: "PASS|FAIL name: details -- message" (no " -- message" without one).
 std::string result_line(bool passed, const std::string& name, const std::string& details,

@@ -123,21 +123,14 @@ CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
   const int slots = B + 2;  // two slots no row addresses: must stay untouched
   const size_t head_elems = size_t(V) * K, slot_elems = size_t(HV) * head_elems;
 
-  // Request r lives in slot slot_of[r], in row row_of[r]; it starts at step start[r].
-  std::vector<int> slot_perm(slots), row_perm(rows);
-  for (int i = 0; i < slots; ++i) slot_perm[i] = i;
-  for (int i = 0; i < rows; ++i) row_perm[i] = i;
-  std::shuffle(slot_perm.begin(), slot_perm.end(), rng);
-  std::shuffle(row_perm.begin(), row_perm.end(), rng);
-  std::vector<int> start(B), own_steps(B), fill(B, 0), folds(B, 0);
-  std::vector<bool> direct(B);
-  int total_steps = 0;
-  for (int r = 0; r < B; ++r) {
-    start[r] = recurrent ? int(rng() % 2) : int(rng() % C);
-    own_steps[r] = recurrent ? cs.recurrent_steps : cs.cycles * C;
-    direct[r] = !recurrent && cs.direct_every && r % cs.direct_every == 0;
-    total_steps = std::max(total_steps, start[r] + own_steps[r]);
-  }
+  // Request r lives in slot slot_perm[r], in row row_perm[r]; it starts at step start[r].
+  checks::DecodeSchedule plan =
+      checks::decode_schedule(B, rows, slots, recurrent, C, cs.cycles, cs.recurrent_steps, cs.direct_every, rng);
+  const std::vector<int>&slot_perm = plan.slot_perm, &row_perm = plan.row_perm, &start = plan.start,
+                        &own_steps = plan.own_steps;
+  std::vector<bool>& direct = plan.direct;
+  const int total_steps = plan.total_steps;
+  std::vector<int> fill(B, 0), folds(B, 0);
 
   // State pool(s): random N(0, 1); the reference states start as each request's slot (or zero).
   std::vector<float> pool_init(size_t(slots) * slot_elems);

@@ -163,21 +163,14 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
     for (int h = 0; h < NH; ++h) A[h] = a(rng), D[h] = d(rng), dt_bias[h] = b(rng);
   }
 
-  // Request r lives in slot slot_of[r], in row row_of[r]; it starts at step start[r].
-  std::vector<int> slot_perm(slots), row_perm(rows);
-  for (int i = 0; i < slots; ++i) slot_perm[i] = i;
-  for (int i = 0; i < rows; ++i) row_perm[i] = i;
-  std::shuffle(slot_perm.begin(), slot_perm.end(), rng);
-  std::shuffle(row_perm.begin(), row_perm.end(), rng);
-  std::vector<int> start(B), own_steps(B), fill(B, 0), folds(B, 0);
-  std::vector<bool> direct(B);
-  int total_steps = 0;
-  for (int r = 0; r < B; ++r) {
-    start[r] = recurrent ? int(rng() % 2) : int(rng() % C);
-    own_steps[r] = recurrent ? cs.recurrent_steps : cs.cycles * C;
-    direct[r] = !recurrent && cs.direct_every && r % cs.direct_every == 0;
-    total_steps = std::max(total_steps, start[r] + own_steps[r]);
-  }
+  // Request r lives in slot slot_perm[r], in row row_perm[r]; it starts at step start[r].
+  checks::DecodeSchedule plan =
+      checks::decode_schedule(B, rows, slots, recurrent, C, cs.cycles, cs.recurrent_steps, cs.direct_every, rng);
+  const std::vector<int>&slot_perm = plan.slot_perm, &row_perm = plan.row_perm, &start = plan.start,
+                        &own_steps = plan.own_steps;
+  std::vector<bool>& direct = plan.direct;
+  const int total_steps = plan.total_steps;
+  std::vector<int> fill(B, 0), folds(B, 0);
   std::vector<RequestTokens> req(B);
   for (int r = 0; r < B; ++r) req[r] = make_request_tokens(dims, own_steps[r], A, D, dt_bias, cs.dt, rng);
 
