@@ -2,6 +2,8 @@
 // bench/sweep_run.cu, on the timing library of bench/gpu_timing.h and the kernel table of
 // bench/sweep_kernels.h. Rows go to CSV row by row as measured; units in the column names.
 #pragma once
+#include <cuda_bf16.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -10,6 +12,7 @@
 #include "bench/csv.h"
 #include "bench/gpu_timing.h"
 #include "bench/sweep_kernels.h"
+#include "kernels/device_buffer.h"
 #include "sim/catalog.h"
 
 namespace kvbuf {
@@ -68,6 +71,40 @@ class VerifyRunner {
 
  private:
   std::unique_ptr<VerifySweep> impl_;
+};
+
+// The Mamba-2 token inputs of the decode and verify runners for `tokens` token rows (batch x T; G
+// = key heads, NH = value heads, N = head_k, P = head_v), random from `seed`: raw dt, dt_bias,
+// softplus and the z gate are left to the kernels, as serving engines call them. wire() points an
+// IO's tensors (Mamba2StepIO, Mamba2VerifyIO) at them.
+struct Mamba2TokenBuffers {
+  DeviceBuffer x, B, C, dt, z, dt_bias, A, D, out;
+  Mamba2TokenBuffers(const LayerShape& s, size_t tokens, uint64_t seed)
+      : x(tokens * s.value_heads * s.head_v * 2),
+        B(tokens * s.key_heads * s.head_k * 2),
+        C(B.bytes()),
+        dt(tokens * s.value_heads * 2),
+        z(x.bytes()),
+        dt_bias(size_t(s.value_heads) * 4),
+        A(dt_bias.bytes()),
+        D(dt_bias.bytes()),
+        out(x.bytes()) {
+    fill_uniform_bf16(x.as<void>(), x.bytes() / 2, seed + 1, -1.f, 1.f);
+    fill_uniform_bf16(B.as<void>(), B.bytes() / 2, seed + 2, -1.f, 1.f);
+    fill_uniform_bf16(C.as<void>(), C.bytes() / 2, seed + 3, -1.f, 1.f);
+    fill_uniform_bf16(dt.as<void>(), dt.bytes() / 2, seed + 4, -2.f, 1.f);
+    fill_uniform_bf16(z.as<void>(), z.bytes() / 2, seed + 5, -1.f, 1.f);
+    fill_uniform_f32(dt_bias.as<float>(), s.value_heads, seed + 6, -2.f, 0.f);
+    fill_uniform_f32(A.as<float>(), s.value_heads, seed + 7, -4.f, -0.5f);
+    fill_uniform_f32(D.as<float>(), s.value_heads, seed + 8, 0.5f, 1.5f);
+  }
+  template <class IO>
+  void wire(IO& io) const {
+    io.x = x.as<__nv_bfloat16>(), io.B = B.as<__nv_bfloat16>(), io.C = C.as<__nv_bfloat16>();
+    io.dt = dt.as<__nv_bfloat16>(), io.dt_bias = dt_bias.as<float>();
+    io.A = A.as<float>(), io.D = D.as<float>(), io.z = z.as<__nv_bfloat16>();
+    io.out = out.as<__nv_bfloat16>();
+  }
 };
 
 // Times one decode kernel point (all layers in one graph, whole flush cycles); the runner of

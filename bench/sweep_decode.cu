@@ -73,39 +73,18 @@ struct StepInputs {
   }
 };
 
-// Mamba-2 (G = key heads, NH = value heads, N = head_k, P = head_v): raw dt, dt_bias and softplus
-// and the z gate in the kernel, as serving engines call it.
+// Mamba-2: one slot per row and the token buffers of bench/sweep.h.
 struct Mamba2StepInputs {
-  DeviceBuffer slot, x, B, C, dt, z, dt_bias, A, D, out;
+  DeviceBuffer slot;
+  Mamba2TokenBuffers tokens;
   Mamba2StepIO io;
-  Mamba2StepInputs(const LayerShape& s, int batch, uint64_t seed)
-      : slot(size_t(batch) * 4),
-        x(size_t(batch) * s.value_heads * s.head_v * 2),
-        B(size_t(batch) * s.key_heads * s.head_k * 2),
-        C(B.bytes()),
-        dt(size_t(batch) * s.value_heads * 2),
-        z(x.bytes()),
-        dt_bias(size_t(s.value_heads) * 4),
-        A(dt_bias.bytes()),
-        D(dt_bias.bytes()),
-        out(x.bytes()) {
+  Mamba2StepInputs(const LayerShape& s, int batch, uint64_t seed) : slot(size_t(batch) * 4), tokens(s, batch, seed) {
     std::vector<int32_t> slots(batch);
     for (int i = 0; i < batch; ++i) slots[i] = i;
     slot.upload(slots);
-    fill_uniform_bf16(x.as<void>(), x.bytes() / 2, seed + 1, -1.f, 1.f);
-    fill_uniform_bf16(B.as<void>(), B.bytes() / 2, seed + 2, -1.f, 1.f);
-    fill_uniform_bf16(C.as<void>(), C.bytes() / 2, seed + 3, -1.f, 1.f);
-    fill_uniform_bf16(dt.as<void>(), dt.bytes() / 2, seed + 4, -2.f, 1.f);
-    fill_uniform_bf16(z.as<void>(), z.bytes() / 2, seed + 5, -1.f, 1.f);
-    fill_uniform_f32(dt_bias.as<float>(), s.value_heads, seed + 6, -2.f, 0.f);
-    fill_uniform_f32(A.as<float>(), s.value_heads, seed + 7, -4.f, -0.5f);
-    fill_uniform_f32(D.as<float>(), s.value_heads, seed + 8, 0.5f, 1.5f);
     io.batch = batch, io.G = s.key_heads, io.NH = s.value_heads, io.N = s.head_k, io.P = s.head_v;
     io.slot = slot.as<int32_t>();
-    io.x = x.as<__nv_bfloat16>(), io.B = B.as<__nv_bfloat16>(), io.C = C.as<__nv_bfloat16>();
-    io.dt = dt.as<__nv_bfloat16>(), io.dt_bias = dt_bias.as<float>();
-    io.A = A.as<float>(), io.D = D.as<float>(), io.z = z.as<__nv_bfloat16>();
-    io.out = out.as<__nv_bfloat16>();
+    tokens.wire(io);
   }
 };
 

@@ -128,38 +128,17 @@ struct Inputs {
   }
 };
 
-// Mamba-2 (G = key heads, NH = value heads, N = head_k, P = head_v): raw dt, dt_bias, softplus and
-// the z gate in the kernels, as the decode sweep's Mamba2StepInputs.
+// Mamba-2: the row metadata and the token buffers of bench/sweep.h (batch x T token rows).
 struct Mamba2Inputs {
   RowMeta rows;
-  DeviceBuffer x, B, C, dt, z, dt_bias, A, D, out;
+  Mamba2TokenBuffers tokens;
   Mamba2VerifyIO io;
   Mamba2Inputs(const LayerShape& s, int batch, int T, bool tree, const std::vector<int>& m, uint64_t seed)
-      : rows(batch, T, tree, m),
-        x(size_t(batch) * T * s.value_heads * s.head_v * 2),
-        B(size_t(batch) * T * s.key_heads * s.head_k * 2),
-        C(B.bytes()),
-        dt(size_t(batch) * T * s.value_heads * 2),
-        z(x.bytes()),
-        dt_bias(size_t(s.value_heads) * 4),
-        A(dt_bias.bytes()),
-        D(dt_bias.bytes()),
-        out(x.bytes()) {
-    fill_uniform_bf16(x.as<void>(), x.bytes() / 2, seed + 1, -1.f, 1.f);
-    fill_uniform_bf16(B.as<void>(), B.bytes() / 2, seed + 2, -1.f, 1.f);
-    fill_uniform_bf16(C.as<void>(), C.bytes() / 2, seed + 3, -1.f, 1.f);
-    fill_uniform_bf16(dt.as<void>(), dt.bytes() / 2, seed + 4, -2.f, 1.f);
-    fill_uniform_bf16(z.as<void>(), z.bytes() / 2, seed + 5, -1.f, 1.f);
-    fill_uniform_f32(dt_bias.as<float>(), s.value_heads, seed + 6, -2.f, 0.f);
-    fill_uniform_f32(A.as<float>(), s.value_heads, seed + 7, -4.f, -0.5f);
-    fill_uniform_f32(D.as<float>(), s.value_heads, seed + 8, 0.5f, 1.5f);
+      : rows(batch, T, tree, m), tokens(s, size_t(batch) * T, seed) {
     io.batch = batch, io.tokens = T, io.G = s.key_heads, io.NH = s.value_heads, io.N = s.head_k, io.P = s.head_v;
     io.slot = rows.slot.as<int32_t>();
-    io.x = x.as<__nv_bfloat16>(), io.B = B.as<__nv_bfloat16>(), io.C = C.as<__nv_bfloat16>();
-    io.dt = dt.as<__nv_bfloat16>(), io.dt_bias = dt_bias.as<float>();
-    io.A = A.as<float>(), io.D = D.as<float>(), io.z = z.as<__nv_bfloat16>();
     io.parents = tree ? rows.parents.as<int32_t>() : nullptr;
-    io.out = out.as<__nv_bfloat16>();
+    tokens.wire(io);
   }
 };
 
