@@ -661,18 +661,24 @@ def fig_bytes_per_step(inputs, fam):
 def ratio_per_kernel(ax, ncu):
     """Measured / modelled bytes of every decode and verify kernel measured, one row per kernel, one marker per
     batch and C (T drafts for verify rows). Returns the rows drawn."""
-    kernels = sorted({r["kernel"] for r in ncu}, key=lambda k: (r_is_verify(k), k))
-    batches = sorted({r["batch"] for r in ncu})
-    colors = dict(zip(batches, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")))
+    drafts = defaultdict(set)  # verify kernel -> its T values
+    for r in ncu:
+        if r["mode"].startswith("verify"):
+            drafts[r["kernel"]].add(str(r.get("drafts") or ""))
+    kernels = sorted({r["kernel"] for r in ncu}, key=lambda k: (k in drafts, k))
+    colors = dict(zip(sorted({r["batch"] for r in ncu}), ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")))
+    labelled = set()
     for y, kernel in enumerate(kernels):
-        pts = sorted((r["batch"], r["chunk"], r) for r in ncu if r["kernel"] == kernel)
-        for i, (b, c, r) in enumerate(pts):
-            ax.plot(r["ratio"], y + 0.12 * (i - (len(pts) - 1) / 2), "o", color=colors.get(b, "k"), ms=5,
-                    label=f"batch {b}" if y == 0 and not any(p[0] == b for p in pts[:i]) else None)
-            ax.annotate(f"C {c}" if c else "", (r["ratio"], y + 0.12 * (i - (len(pts) - 1) / 2)), fontsize=6,
-                        xytext=(4, -2), textcoords="offset points")
-    ax.set_yticks(range(len(kernels)), [k + (f" (T {ncu_drafts(ncu, k)})" if r_is_verify(k) else "") for k in kernels],
-                  fontsize=7)
+        pts = sorted((r for r in ncu if r["kernel"] == kernel), key=lambda r: (r["batch"], r["chunk"]))
+        for i, r in enumerate(pts):
+            at = (r["ratio"], y + 0.12 * (i - (len(pts) - 1) / 2))
+            ax.plot(*at, "o", color=colors.get(r["batch"], "k"), ms=5,
+                    label=None if r["batch"] in labelled else f"batch {r['batch']}")
+            labelled.add(r["batch"])
+            if r["chunk"]:
+                ax.annotate(f"C {r['chunk']}", at, fontsize=6, xytext=(4, -2), textcoords="offset points")
+    ax.set_yticks(range(len(kernels)),
+                  [k + (f" (T {'/'.join(sorted(drafts[k]))})" if k in drafts else "") for k in kernels], fontsize=7)
     ax.axvline(1.0, color="0.5", lw=1)
     for edge in (0.9, 1.1):
         ax.axvline(edge, color="0.5", lw=0.8, ls=":")
@@ -684,14 +690,6 @@ def ratio_per_kernel(ax, ncu):
     else:
         ax.legend(fontsize=7, loc="lower right")
     return ncu
-
-
-def r_is_verify(kernel):
-    return "verify" in kernel
-
-
-def ncu_drafts(ncu, kernel):
-    return "/".join(sorted({str(r.get("drafts") or "") for r in ncu if r["kernel"] == kernel}))
 
 
 # ---------------------------------------------------------------- 7. bandwidth, SM clock and power vs batch
