@@ -492,7 +492,7 @@ void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char
     fail("the split path needs row_fill/row_has_state and P <= " + std::to_string(kSplitMaxP));
   if (!kTile && p.every_row_has_state) fail("every_row_has_state contradicts direct mode");
   if (p.io.batch == 0) return;
-  if (kTile && capacity1_route(p)) {
+  if (capacity1_route(p)) {  // mamba2_decode_direct refused the promise above
     Mamba2RecurrentParams r;
     r.io = p.io, r.state = p.state;
     return mamba2_decode_recurrent(r, stream);
