@@ -21,7 +21,7 @@
 // scratch win_k [B, T, H, K] E, win_u [B, T, HV, V] E, win_gcum [B, T, HV] fp32, win_base [B, 2].
 // Block: 64 rows of one value head, 128 threads (4 lanes per row, 2 rows per thread: kernel
 // below). The key dot products, the row products S0^T [k | q], the fold and (bf16 entries) the
-// buffer terms run on the tensor cores (m16n8k8 TF32, fp32 operands split hi + lo: tf32_mma.h).
+// buffer terms run on the tensor cores (m16n8k8 TF32, fp32 operands split hi + lo: mma.h).
 // Candidates' u are rounded to E before later nodes use them, so a verified window rounds where
 // the same tokens would in successive decode steps. The commit kernels run as programmatic
 // dependents of the verify.
@@ -38,7 +38,7 @@
 #include "kernels/common.cuh"
 #include "kernels/gdn_verify.h"
 #include "kernels/gdn_verify_device.h"
-#include "kernels/tf32_mma.h"
+#include "kernels/mma.h"
 
 namespace kvbuf {
 namespace {

@@ -136,23 +136,34 @@ __device__ __forceinline__ void write_output(const Mamba2StepIO& io, size_t xo, 
   io.out[xo + i] = __float2bfloat16_rn(o);
 }
 
-// Lane 0 of each warp: the warp's 8 contiguous S0 rows into its part of a shared-memory tile by one
-// bulk copy on the warp's own mbarrier (wait with gdn_detail::tile_wait); the S0 bytes are then in
-// flight without holding registers. Used by the KVBuffer decode and verify kernels.
-template <int N>
+// The warp's 8 contiguous S0 rows into its part of a shared-memory tile by bulk copies on the
+// warp's own mbarrier (wait with gdn_detail::tile_wait); the S0 bytes are then in flight without
+// holding registers. Tile rows RS floats apart: RS == N, one copy by lane 0; else one copy per row
+// by lanes 0..7 (a padded tile, for bank-conflict-free fragment loads). Used by the KVBuffer decode
+// and verify kernels.
+template <int N, int RS = N>
 __device__ __forceinline__ void issue_warp_rows(float* tile_rows, const float* src, uint64_t* bar, int lane) {
   using gdn_detail::smem_addr;
+  constexpr uint32_t kRowBytes = N * sizeof(float);
+  static_assert(RS >= N && RS * sizeof(float) % 16 == 0, "bulk copies need 16-byte aligned rows");
+  auto copy = [&](int row0, int rows) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(tile_rows + row0 * RS)),
+                 "l"(src + size_t(row0) * N), "r"(rows * kRowBytes), "r"(smem_addr(bar))
+                 : "memory");
+  };
+  __syncwarp();  // the lanes' earlier shared-memory accesses before the barrier's initialisation
   if (lane == 0) {
-    constexpr uint32_t kBytes = kWarpRows * N * sizeof(float);
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(kBytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_addr(tile_rows)),
-                 "l"(src), "r"(kBytes), "r"(smem_addr(bar))
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+                 "r"(kWarpRows * kRowBytes)
                  : "memory");
+    if constexpr (RS == N) copy(0, kWarpRows);
   }
-  __syncwarp();  // the barrier's initialisation before any lane waits on it
+  __syncwarp();  // the barrier's initialisation before any lane copies to or waits on it
+  if constexpr (RS != N)
+    if (lane < kWarpRows) copy(lane, 1);
 }
 
 // Validation shared by the dispatch functions (throws std::invalid_argument naming `who`).

@@ -50,6 +50,7 @@
 #include "kernels/common.cuh"
 #include "kernels/mamba2_verify.h"
 #include "kernels/mamba2_verify_device.h"
+#include "kernels/mma.h"
 
 namespace kvbuf {
 namespace mamba2_detail {
@@ -64,42 +65,45 @@ constexpr int kMaxCapacity = 64;
 constexpr int kVerifyBlocksPerSM = 4;
 
 // Dynamic shared memory of the verify block in bytes, for d_state N, capacity C, `rows` rows per
-// block and T tokens: the S0 tile [rows, N] fp32 first (128-byte aligned for the bulk copies), then
-// 16-byte aligned pieces, then one mbarrier per warp. The window's pieces are sized by T, not by
-// the largest T, so that 5 blocks fit per SM at C = 16.
+// block and T tokens: the S0 tile [rows, RS] fp32 first (rows padded to RS = N + 4 floats, 16-byte
+// aligned for the bulk copies), then 16-byte aligned pieces, then one mbarrier per warp. The bf16
+// rows of B and C are padded to BS = N + 32 elements. With these strides every fragment load of
+// phases 4 and 5 (lane g + 4 c reads row g at column 8 c) is free of bank conflicts.
 struct VerifySmem {
   int n_dim, c, rows, t;
   __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
-  __host__ __device__ int tile() const { return 0; }                                 // [rows, N] fp32
-  __host__ __device__ int b_buf() const { return tile() + rows * n_dim * 4; }        // [C, N] bf16
-  __host__ __device__ int b_win() const { return b_buf() + up16(c * n_dim * 2); }    // [T, N] bf16
-  __host__ __device__ int c_win() const { return b_win() + t * n_dim * 2; }          // [T, N] bf16
-  __host__ __device__ int c32() const { return c_win() + t * n_dim * 2; }            // [T, N] fp32 (C_t converted once)
-  __host__ __device__ int x_buf() const { return c32() + t * n_dim * 4; }            // [warps, C] uint4: a warp's 8 rows
+  __host__ __device__ int rs() const { return n_dim + 4; }                           // fp32 row stride
+  __host__ __device__ int bs() const { return n_dim + 32; }                          // bf16 row stride
+  __host__ __device__ int ws() const { return (c + kTMax + 31) / 32 * 32 + 4; }      // coefficient row stride
+  __host__ __device__ int tile() const { return 0; }                                 // [rows, RS] fp32
+  __host__ __device__ int b_rows() const { return tile() + rows * rs() * 4; }        // [C + T, BS] bf16: buffer, then window
+  __host__ __device__ int c_win() const { return b_rows() + (c + t) * bs() * 2; }    // [T, BS] bf16
+  __host__ __device__ int c32() const { return c_win() + t * bs() * 2; }             // [T, RS] fp32 (C_t converted once)
+  __host__ __device__ int x_buf() const { return c32() + t * rs() * 4; }             // [warps, C] uint4: a warp's 8 rows
   __host__ __device__ int x_win() const { return x_buf() + c * rows * 2; }           // [T, rows] bf16
   __host__ __device__ int z_win() const { return x_win() + t * rows * 2; }           // [T, rows] bf16 gate
-  __host__ __device__ int g_buf() const { return z_win() + t * rows * 2; }           // [C] G_j
+  __host__ __device__ int g_buf() const { return z_win() + up16(t * rows * 2); }     // [C] G_j
   __host__ __device__ int dt_buf() const { return g_buf() + up16(c * 4); }           // [C] dt_j
   __host__ __device__ int fold_w() const { return dt_buf() + up16(c * 4); }          // [C] fold weights
-  __host__ __device__ int w_buf() const { return fold_w() + up16(c * 4); }           // [T, C] coefficients
-  __host__ __device__ int w_win() const { return w_buf() + up16(t * c * 4); }        // [T, TMAX]
-  __host__ __device__ int bars() const { return w_win() + t * kTMax * 4; }           // [warps] mbarriers
+  __host__ __device__ int w() const { return fold_w() + up16(c * 4); }               // [8, WS] coefficients W[t][e]
+  __host__ __device__ int bars() const { return w() + kTMax * ws() * 4; }            // [warps] mbarriers
   __host__ __device__ size_t bytes() const { return size_t(bars() + rows / kWarpRows * 8); }
 };
 
 template <int N>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamba2_verify_kvbuffer_kernel(const Mamba2VerifyKVBufferParams p) {
-  constexpr int NL = N / 32, R = kWarpRows, CH = N / 8;
+  constexpr int NL = N / 32, R = kWarpRows, CH = N / 8, RS = N + 4, BS = N + 32;
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
+  const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
   const int tile = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G, g = h / (NH / G);
   extern __shared__ __align__(128) unsigned char smem[];
   const VerifySmem L{N, C, rows, T};
+  const int WS = L.ws();
   float* s_tile = reinterpret_cast<float*>(smem + L.tile());
-  __nv_bfloat16* s_bbuf = reinterpret_cast<__nv_bfloat16*>(smem + L.b_buf());
-  __nv_bfloat16* s_bwin = reinterpret_cast<__nv_bfloat16*>(smem + L.b_win());
+  __nv_bfloat16* s_b = reinterpret_cast<__nv_bfloat16*>(smem + L.b_rows());  // B_j at j BS, window B_q at (C + q) BS
   __nv_bfloat16* s_cwin = reinterpret_cast<__nv_bfloat16*>(smem + L.c_win());
   float* s_c32 = reinterpret_cast<float*>(smem + L.c32());
   uint4* s_xbuf = reinterpret_cast<uint4*>(smem + L.x_buf());
@@ -108,19 +112,17 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
   float* s_gbuf = reinterpret_cast<float*>(smem + L.g_buf());
   float* s_dtbuf = reinterpret_cast<float*>(smem + L.dt_buf());
   float* s_fw = reinterpret_cast<float*>(smem + L.fold_w());
-  float* s_wbuf = reinterpret_cast<float*>(smem + L.w_buf());
-  float* s_wwin = reinterpret_cast<float*>(smem + L.w_win());
+  float* s_w = reinterpret_cast<float*>(smem + L.w());
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bars()) + warp;
   __shared__ float s_gwin[kTMax], s_dtwin[kTMax], s_egwin[kTMax];
   __shared__ unsigned s_path[kTMax];  // node t's root path (ancestors and t) as a bitmask
   __shared__ int s_fold, s_neff;
 
   // Phase 1, issue: the window (independent of the pools), the slot, S0, the buffer entries.
-  // Every loop here and below divides only by constants: the kernel is bound by its instructions
-  // per block (kernels/notes/mamba2_verify.md run 4).
+  // Every loop here and below divides only by constants.
   for (int c = threadIdx.x; c < 2 * T * CH; c += blockDim.x) {
     const int v = c / CH, e = (c % CH) * 8, t = v < T ? v : v - T;
-    cp_async16((v < T ? s_bwin : s_cwin) + t * N + e, (v < T ? io.B : io.C) + ((size_t(row) * T + t) * G + g) * N + e);
+    cp_async16((v < T ? s_b + (C + t) * BS : s_cwin + t * BS) + e, (v < T ? io.B : io.C) + ((size_t(row) * T + t) * G + g) * N + e);
   }
   // Each warp its own 8 rows of the window's x, and of the gate: read where the outputs are
   // written, each token's z would be one more dependent round trip (the stores to out may alias z).
@@ -143,19 +145,19 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
     zero_padding_outputs(io, row, h, pb, rows);
     return;
   }
-  // The warp's 8 S0 rows by one bulk copy, issued with fill and has_state (one round trip after
-  // the slot, not two): a row in direct mode (no state) reads its slot's unused rows and ignores
-  // them. Every warp waits for its copy before the block ends (phase 5).
+  // The warp's 8 S0 rows by bulk copies into the padded tile, issued with fill and has_state (one
+  // round trip after the slot, not two): a row in direct mode (no state) reads its slot's unused
+  // rows and ignores them. Every warp waits for its copies before the block ends (phase 5).
   float* state_rows = p.state + ((size_t(slot) * NH + h) * P + p0) * N;
-  float* tile_rows = s_tile + warp * R * N;
-  issue_warp_rows<N>(tile_rows, state_rows, bar, lane);
+  float* tile_rows = s_tile + warp * R * RS;
+  issue_warp_rows<N, RS>(tile_rows, state_rows, bar, lane);
   const int n = p.fill[slot];
   const bool has_state = p.has_state[slot] != 0;
   const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + g) * N;          // B_j at + j G N
   const __nv_bfloat16* bx = p.buf_val + (size_t(slot) * C * NH + h) * P + pb;  // x_j at + j NH P
   for (int c = threadIdx.x; c < n * CH; c += blockDim.x) {
     const int j = c / CH, e = (c % CH) * 8;
-    cp_async16(s_bbuf + j * N + e, bk + size_t(j) * G * N + e);
+    cp_async16(s_b + j * BS + e, bk + size_t(j) * G * N + e);
   }
   for (int j = lane; j < n; j += 32) cp_async16(s_xbuf + warp * C + j, bx + size_t(j) * NH * P + warp * R);
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
@@ -197,19 +199,22 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
   }
   if (warp > 0 || warps == 1) {
     // The other warps meanwhile (a one-warp block after it) convert the window's C_t to fp32 once,
-    // for phases 4 and 5.
+    // for phase 5's products.
     const int helpers = warps > 1 ? int(blockDim.x) - 32 : 32;
-    for (int i = int(threadIdx.x) - (warps > 1 ? 32 : 0); i < T * N / 2; i += helpers)
-      reinterpret_cast<float2*>(s_c32)[i] = bf16x2_to_float2(reinterpret_cast<const uint32_t*>(s_cwin)[i]);
+    for (int i = int(threadIdx.x) - (warps > 1 ? 32 : 0); i < T * N / 2; i += helpers) {
+      const int t = i / (N / 2), e = i % (N / 2) * 2;
+      *reinterpret_cast<float2*>(s_c32 + t * RS + e) =
+          bf16x2_to_float2(*reinterpret_cast<const uint32_t*>(s_cwin + t * BS + e));
+    }
   }
   __syncthreads();
   const bool fold = s_fold;
-  const int n_eff = s_neff;
-  const uint4* xw = s_xbuf + warp * C;  // x_j of the warp's 8 rows
+  const int n_eff = s_neff, ne = n_eff + T;  // entries: n_eff buffered, then the T window nodes
+  const uint4* xw = s_xbuf + warp * C;        // x_j of the warp's 8 rows
 
   // Phase 3, fold: S0 <- e^{G_{n-1}} S0 + sum_j w_j x_j B_j^T from the tile and the staged entries,
   // 4 rows at a time (the decode kernel's fold), written back to the pool once and to the tile for
-  // the outputs (each lane rewrites only its own columns).
+  // the outputs.
   if (fold) {
     const float eGn = expf(s_gbuf[n - 1]);
     gdn_detail::tile_wait(bar);
@@ -220,14 +225,14 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
 #pragma unroll
       for (int i = 0; i < H; ++i) {
         float s0[NL];
-        load_row<N>(tile_rows + (half * H + i) * N + lane * NL, s0);
+        load_row<N>(tile_rows + (half * H + i) * RS + lane * NL, s0);
 #pragma unroll
         for (int e = 0; e < NL; ++e) s[i][e] = has_state ? eGn * s0[e] : 0.f;
       }
 #pragma unroll 2
       for (int j = 0; j < n; ++j) {
         float Bj[NL];
-        bf16_slice<N>(load_bf16_raw<N>(s_bbuf + j * N, lane), Bj);
+        bf16_slice<N>(load_bf16_raw<N>(s_b + j * BS, lane), Bj);
         const uint2 xr = reinterpret_cast<const uint2*>(xw + j)[half];
         const float2 xa = bf16x2_to_float2(xr.x), xb = bf16x2_to_float2(xr.y);
         const float xj[H] = {xa.x, xa.y, xb.x, xb.y};
@@ -242,98 +247,94 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
 #pragma unroll
       for (int i = 0; i < H; ++i) {
         store_row<N>(state_rows + size_t(half * H + i) * N + lane * NL, s[i]);
-        store_row<N>(tile_rows + (half * H + i) * N + lane * NL, s[i]);
+        store_row<N>(tile_rows + (half * H + i) * RS + lane * NL, s[i]);
       }
     }
+    __syncwarp();  // phase 5 reads the rows across lanes
   }
 
-  // Phase 4, coefficients: entry j < n_eff is buffered entry j, entry n_eff + q window node q. The
-  // C_t slices are read from shared memory where used.
-  auto c_slice = [&](int t, float* Cv) { load_row<N>(s_c32 + t * N + lane * NL, Cv); };
-  for (int j = warp; j < n_eff + T; j += warps) {
-    const bool win = j >= n_eff;
-    const int q = j - n_eff;
-    float Bj[NL];
-    bf16_slice<N>(load_bf16_raw<N>(win ? s_bwin + q * N : s_bbuf + j * N, lane), Bj);
-    float v[kTMax];
+  // Phase 4, coefficients W[t][e] on the tensor cores (m16n8k16 bf16, fp32 sums): the dots
+  // C_t . B_e of the T tokens (A: the window's C rows, tokens in m, rows >= T zero) with 8 entries
+  // at a time (B: buffered B_e for e < n_eff, then the window's B), one 8-entry tile per warp.
+  // Columns map to k as 8 consecutive bf16 of lane c (mma.h: k pairs 2c and 2c + 8 of two steps).
+  // Lane (fg, fc) ends with token fg's dots with entries 8 k + 2 fc, + 1.
+  for (int et = warp; et * 8 < ne; et += warps) {
+    const int eb = et * 8 + fg;  // the entry whose B this lane holds
+    const bool a_ok = fg < T, b_ok = eb < ne;
+    const __nv_bfloat16* arow = s_cwin + (a_ok ? fg : 0) * BS + 8 * fc;
+    const __nv_bfloat16* brow = s_b + (eb < n_eff ? eb : b_ok ? C + eb - n_eff : 0) * BS + 8 * fc;
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int t = 0; t < kTMax; ++t) {
-      v[t] = 0.f;
-      if (t < T) {  // uniform: only the window's T dots are computed
-        float Cv[NL];
-        c_slice(t, Cv);
-        v[t] = dot<NL>(Cv, Bj);
-      }
+    for (int k = 0; k < N / 32; ++k) {
+      const uint4 a = a_ok ? *reinterpret_cast<const uint4*>(arow + 32 * k) : make_uint4(0u, 0u, 0u, 0u);
+      const uint4 b = b_ok ? *reinterpret_cast<const uint4*>(brow + 32 * k) : make_uint4(0u, 0u, 0u, 0u);
+      mma_bf16(d, a.x, 0u, a.y, 0u, b.x, b.y);
+      mma_bf16(d, a.z, 0u, a.w, 0u, b.z, b.w);
     }
-    const float d = row_sums8(v, lane);  // lanes 4 t .. 4 t + 3: C_t . B_j
-    const int t = lane >> 2;
-    if ((lane & 3) == 0 && t < T) {
-      if (!win) {
-        s_wbuf[t * C + j] = expf(s_gwin[t] - s_gbuf[j]) * s_dtbuf[j] * d;
-      } else {
-        const bool on_path = s_path[t] >> q & 1u;
-        s_wwin[t * kTMax + q] = on_path ? fmaf(expf(s_gwin[t] - s_gwin[q]) * s_dtwin[q], d, q == t ? D : 0.f) : 0.f;
+    if (a_ok) {
+      const int t = fg;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int e = et * 8 + 2 * fc + i;
+        if (e >= ne) continue;
+        float w;
+        if (e < n_eff) {
+          w = expf(s_gwin[t] - s_gbuf[e]) * s_dtbuf[e] * d[i];
+        } else {
+          const int q = e - n_eff;
+          w = s_path[t] >> q & 1u ? fmaf(expf(s_gwin[t] - s_gwin[q]) * s_dtwin[q], d[i], q == t ? D : 0.f) : 0.f;
+        }
+        s_w[t * WS + e] = w;
       }
     }
   }
   __syncthreads();
 
-  // Phase 5, outputs, in their own layout: lane 4 r + q owns row p0 + r and its columns
-  // [q N/4, (q+1) N/4), read from the tile in float4 chunks rotated by lane (no bank conflicts at
-  // N = 128); all T tokens in one pass over the tile (e^{G_t} S0 . C_t), the row's entries j = q,
-  // q + 4, ... (D x_t is the coefficient of the token itself), then a 4-lane reduction; lane q writes
-  // tokens q and q + 4. Against the decode layout (8 rows per lane, 9-shuffle reduction and a write
-  // per token) this takes about a third of the instructions.
+  // Phase 5, outputs on the tensor cores (m16n8k8 TF32, mma.h), tokens in m, the warp's 8 rows in
+  // n: D[t][r] = e^{G_t} sum_k C_t[k] S0[r][k] (A = C_t, exact in TF32; B = S0 split hi + lo), then
+  // + sum_e W[t][e] x_e[r] (A = W split, B = x exact; D x_t is the coefficient of the token
+  // itself). Column 32 q + 8 c + u is k = c of step (q, u) and 32 q + 8 c + 4 + u is k = c + 4.
+  // Lane (fg, fc) ends with token fg's outputs of rows 2 fc, 2 fc + 1 and writes them as a pair.
   gdn_detail::tile_wait(bar);
   {
-    constexpr int NQ = N / 4, KQ = NQ / 4;  // columns per lane, float4 chunks per lane
-    const int r = lane >> 2, q = lane & 3;
-    float acc[kTMax];
-#pragma unroll
-    for (int t = 0; t < kTMax; ++t) acc[t] = 0.f;
+    const int t = fg < T ? fg : 0;  // rows >= T of A compute outputs that are dropped
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
     if (has_state || fold) {  // else S0 = 0
-      const float* s0 = tile_rows + r * N + q * NQ;
-      const float* cq = s_c32 + q * NQ;
+      const float* srow = tile_rows + fg * RS + 8 * fc;
+      const float* crow = s_c32 + t * RS + 8 * fc;
 #pragma unroll
-      for (int k = 0; k < KQ; ++k) {
-        const int c = ((k + lane) & (KQ - 1)) * 4;
-        const float4 sv = *reinterpret_cast<const float4*>(s0 + c);
+      for (int q = 0; q < N / 32; ++q) {
+        const float4 s_lo = *reinterpret_cast<const float4*>(srow + 32 * q);
+        const float4 s_hi = *reinterpret_cast<const float4*>(srow + 32 * q + 4);
+        const float4 c_lo = *reinterpret_cast<const float4*>(crow + 32 * q);
+        const float4 c_hi = *reinterpret_cast<const float4*>(crow + 32 * q + 4);
+        const float sl[4] = {s_lo.x, s_lo.y, s_lo.z, s_lo.w}, sh[4] = {s_hi.x, s_hi.y, s_hi.z, s_hi.w};
+        const float cl[4] = {c_lo.x, c_lo.y, c_lo.z, c_lo.w}, ch[4] = {c_hi.x, c_hi.y, c_hi.z, c_hi.w};
 #pragma unroll
-        for (int t = 0; t < kTMax; ++t)
-          if (t < T) {
-            const float4 cv = *reinterpret_cast<const float4*>(cq + t * N + c);
-            acc[t] = fmaf(sv.x, cv.x, fmaf(sv.y, cv.y, fmaf(sv.z, cv.z, fmaf(sv.w, cv.w, acc[t]))));
-          }
+        for (int u = 0; u < 4; ++u)
+          mma_tf32x2_b(d, __float_as_uint(cl[u]), 0u, __float_as_uint(ch[u]), 0u, sl[u], sh[u]);
       }
-#pragma unroll
-      for (int t = 0; t < kTMax; ++t)
-        if (t < T) acc[t] *= s_egwin[t];
+      const float eg = s_egwin[t];
+      d[0] *= eg, d[1] *= eg;
     }
-    const __nv_bfloat16* xr = reinterpret_cast<const __nv_bfloat16*>(xw) + r;  // x_j of row r at xr[8 j]
-    for (int j = q; j < n_eff; j += 4) {
-      const float xj = __bfloat162float(xr[8 * j]);
-#pragma unroll
-      for (int t = 0; t < kTMax; ++t)
-        if (t < T) acc[t] = fmaf(s_wbuf[t * C + j], xj, acc[t]);
+    const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(xw) + fg;  // x_e of row fg at xb[8 e]
+    const float* wrow = s_w + t * WS;
+    auto entry_x = [&](int e) {
+      return e < n_eff ? __bfloat162float(xb[8 * e])
+                       : e < ne ? __bfloat162float(s_xwin[(e - n_eff) * rows + warp * R + fg]) : 0.f;
+    };
+    for (int k = 0; k < ne; k += 8) {
+      const int e0 = k + fc, e1 = e0 + 4;
+      mma_tf32x2(d, e0 < ne ? wrow[e0] : 0.f, 0.f, e1 < ne ? wrow[e1] : 0.f, 0.f, entry_x(e0), entry_x(e1));
     }
-    for (int w = q; w < T; w += 4) {
-      const float xj = __bfloat162float(s_xwin[w * rows + warp * R + r]);
-#pragma unroll
-      for (int t = 0; t < kTMax; ++t)
-        if (t < T) acc[t] = fmaf(s_wwin[t * kTMax + w], xj, acc[t]);
-    }
-#pragma unroll
-    for (int t = 0; t < kTMax; ++t)
-      if (t < T) {
-        acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], 1);
-        acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], 2);
+    if (fg < T) {
+      float y0 = d[0], y1 = d[1];
+      if (io.z) {
+        const float2 z = bf16x2_to_float2(*reinterpret_cast<const uint32_t*>(s_zwin + fg * rows + warp * R + 2 * fc));
+        y0 *= silu(z.x), y1 *= silu(z.y);
       }
-#pragma unroll
-    for (int i = 0; i < kTMax / 4; ++i) {
-      const int t = 4 * i + q;
-      const float y = q == 0 ? acc[4 * i] : q == 1 ? acc[4 * i + 1] : q == 2 ? acc[4 * i + 2] : acc[4 * i + 3];
-      if (t < T)
-        store_verify_output(io, row, t, h, p0 + r, y, io.z ? s_zwin + t * rows + warp * R + r : nullptr);
+      *reinterpret_cast<__nv_bfloat162*>(io.out + ((size_t(row) * T + fg) * NH + h) * P + p0 + 2 * fc) =
+          __floats2bfloat162_rn(y0, y1);
     }
   }
 
@@ -346,7 +347,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
       for (int c = threadIdx.x; c < T * CH; c += blockDim.x) {
         const int t = c / CH, e = (c % CH) * 8;
         *reinterpret_cast<uint4*>(p.win_k + ((size_t(row) * T + t) * G + g) * N + e) =
-            *reinterpret_cast<const uint4*>(s_bwin + t * N + e);
+            *reinterpret_cast<const uint4*>(s_b + (C + t) * BS + e);
       }
     if (threadIdx.x < T) {
       p.win_gcum[(size_t(row) * T + threadIdx.x) * NH + h] = s_gwin[threadIdx.x];
