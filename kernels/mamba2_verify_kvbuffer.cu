@@ -44,8 +44,6 @@
 // block, not by the S0 stream (runs 3-5). The paper preset (28cea4f, results/verify_h200.csv)
 // reproduces these within 0.3%. Open: racecheck's warp-level warnings on the warps' mbarriers
 // (notes: "Racecheck warnings, diagnosed").
-#include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -65,24 +63,21 @@ constexpr int kMaxCapacity = 64;
 // is bound by its instructions per block, not by the S0 copies in flight (kernels/notes/
 // mamba2_verify.md runs 3-4).
 constexpr int kVerifyBlocksPerSM = 4;
-// Warps per verify block: each takes chunks of 8 rows of the block's head in turn (the block's
-// fixed work, the window's dots and coefficients, is shared by fewer warps' worth of rows when
-// there are more warps).
-constexpr int kVerifyMaxWarps = 8;
 
 // Dynamic shared memory of the verify block in bytes, for d_state N, capacity C, `rows` rows per
-// block and T tokens: the S0 tile [rows, RS] fp32 first (rows padded to RS = N + 4 floats, 16-byte
-// aligned for the bulk copies), then 16-byte aligned pieces, then one mbarrier per warp. The bf16
-// rows of B and C are padded to BS = N + 32 elements. With these strides every fragment load of
-// phases 4 and 5 (lane g + 4 c reads row g at column 8 c) is free of bank conflicts.
+// block and T tokens: the S0 tile [rows, N] fp32 first (128-byte aligned for the bulk copies), then
+// 16-byte aligned pieces, then one mbarrier per warp. The fp32 rows of C are padded to RS = N + 4
+// floats and the bf16 rows of B and C to BS = N + 32 elements: with these strides the fragment
+// loads of phases 4 and 5 (lane 4 g + c reads row g at column 8 c) are free of bank conflicts; the
+// tile's rows are not padded (one bulk copy per warp), phase 5 orders its loads instead.
 struct VerifySmem {
   int n_dim, c, rows, t;
   __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
   __host__ __device__ int rs() const { return n_dim + 4; }                           // fp32 row stride
   __host__ __device__ int bs() const { return n_dim + 32; }                          // bf16 row stride
   __host__ __device__ int ws() const { return (c + kTMax + 31) / 32 * 32 + 4; }      // coefficient row stride
-  __host__ __device__ int tile() const { return 0; }                                 // [rows, RS] fp32
-  __host__ __device__ int b_rows() const { return tile() + rows * rs() * 4; }        // [C + T, BS] bf16: buffer, then window
+  __host__ __device__ int tile() const { return 0; }                                 // [rows, N] fp32
+  __host__ __device__ int b_rows() const { return tile() + rows * n_dim * 4; }       // [C + T, BS] bf16: buffer, then window
   __host__ __device__ int c_win() const { return b_rows() + (c + t) * bs() * 2; }    // [T, BS] bf16
   __host__ __device__ int c32() const { return c_win() + t * bs() * 2; }             // [T, RS] fp32 (C_t converted once)
   __host__ __device__ int x_buf() const { return c32() + t * rs() * 4; }             // [warps, C] uint4: a warp's 8 rows
@@ -97,14 +92,17 @@ struct VerifySmem {
 };
 
 template <int N>
-__global__ void __launch_bounds__(kVerifyMaxWarps * 32, kVerifyBlocksPerSM) mamba2_verify_kvbuffer_kernel(const Mamba2VerifyKVBufferParams p) {
+__global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamba2_verify_kvbuffer_kernel(const Mamba2VerifyKVBufferParams p) {
   constexpr int NL = N / 32, R = kWarpRows, CH = N / 8, RS = N + 4, BS = N + 32;
   const Mamba2VerifyIO& io = p.io;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
   const int tile = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
-  const int rows = io.P / gridDim.x, chunks = rows / R, pb = tile * rows;  // the block's rows, from pb
-  const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G, g = h / (NH / G);
+  const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
+  // Unsigned divisions (about half the instructions of signed ones).
+  const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G;
+  const unsigned heads_per_group = unsigned(NH) / unsigned(G);
+  const int g = int(unsigned(h) / heads_per_group), group_leader = h == g * int(heads_per_group);
   extern __shared__ __align__(128) unsigned char smem[];
   const VerifySmem L{N, C, rows, T};
   const int WS = L.ws();
@@ -119,7 +117,7 @@ __global__ void __launch_bounds__(kVerifyMaxWarps * 32, kVerifyBlocksPerSM) mamb
   float* s_dtbuf = reinterpret_cast<float*>(smem + L.dt_buf());
   float* s_fw = reinterpret_cast<float*>(smem + L.fold_w());
   float* s_w = reinterpret_cast<float*>(smem + L.w());
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bars());  // one per chunk of 8 rows
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bars()) + warp;
   __shared__ float s_gwin[kTMax], s_dtwin[kTMax], s_egwin[kTMax];
   __shared__ unsigned s_path[kTMax];  // node t's root path (ancestors and t) as a bitmask
   __shared__ int s_fold, s_neff;
@@ -130,13 +128,12 @@ __global__ void __launch_bounds__(kVerifyMaxWarps * 32, kVerifyBlocksPerSM) mamb
     const int v = c / CH, e = (c % CH) * 8, t = v < T ? v : v - T;
     cp_async16((v < T ? s_b + (C + t) * BS : s_cwin + t * BS) + e, (v < T ? io.B : io.C) + ((size_t(row) * T + t) * G + g) * N + e);
   }
-  // The window's x of the block's rows, and the gate: read where the outputs are written, each
-  // token's z would be one more dependent round trip (the stores to out may alias z).
-  for (int i = threadIdx.x; i < T * chunks; i += blockDim.x) {
-    const int t = i / chunks, r = i % chunks * R;
-    const size_t o = ((size_t(row) * T + t) * NH + h) * P + pb + r;
-    cp_async16(s_xwin + t * rows + r, io.x + o);
-    if (io.z) cp_async16(s_zwin + t * rows + r, io.z + o);
+  // Each warp its own 8 rows of the window's x, and of the gate: read where the outputs are
+  // written, each token's z would be one more dependent round trip (the stores to out may alias z).
+  for (int t = lane; t < T; t += 32) {
+    const size_t o = ((size_t(row) * T + t) * NH + h) * P + p0;
+    cp_async16(s_xwin + t * rows + warp * R, io.x + o);
+    if (io.z) cp_async16(s_zwin + t * rows + warp * R, io.z + o);
   }
   const float A = io.A[h], D = io.D[h];
   // Warp 0, lane t < T: node t's step size and parent, also independent of the pools.
@@ -152,13 +149,12 @@ __global__ void __launch_bounds__(kVerifyMaxWarps * 32, kVerifyBlocksPerSM) mamb
     zero_padding_outputs(io, row, h, pb, rows);
     return;
   }
-  // The warp's chunks of 8 S0 rows (chunks warp, warp + warps, ...) by bulk copies into the padded
-  // tile, each on its own mbarrier, issued with fill and has_state (one round trip after the slot,
-  // not two): a row in direct mode (no state) reads its slot's unused rows and ignores them. Every
-  // warp waits for its copies before the block ends (phase 5).
-  float* state_block = p.state + ((size_t(slot) * NH + h) * P + pb) * N;
-  for (int ck = warp; ck < chunks; ck += warps)
-    issue_warp_rows<N, RS>(s_tile + ck * R * RS, state_block + size_t(ck) * R * N, bars + ck, lane);
+  // The warp's 8 S0 rows by one bulk copy, issued with fill and has_state (one
+  // round trip after the slot, not two): a row in direct mode (no state) reads its slot's unused
+  // rows and ignores them. Every warp waits for its copies before the block ends (phase 5).
+  float* state_rows = p.state + ((size_t(slot) * NH + h) * P + p0) * N;
+  float* tile_rows = s_tile + warp * R * N;
+  issue_warp_rows<N>(tile_rows, state_rows, bar, lane);
   const int n = p.fill[slot];
   const bool has_state = p.has_state[slot] != 0;
   const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + g) * N;          // B_j at + j G N
@@ -167,8 +163,7 @@ __global__ void __launch_bounds__(kVerifyMaxWarps * 32, kVerifyBlocksPerSM) mamb
     const int j = c / CH, e = (c % CH) * 8;
     cp_async16(s_b + j * BS + e, bk + size_t(j) * G * N + e);
   }
-  for (int ck = warp; ck < chunks; ck += warps)
-    for (int j = lane; j < n; j += 32) cp_async16(s_xbuf + ck * C + j, bx + size_t(j) * NH * P + ck * R);
+  for (int j = lane; j < n; j += 32) cp_async16(s_xbuf + warp * C + j, bx + size_t(j) * NH * P + warp * R);
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
     cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * NH + h);
     cp_async4(s_dtbuf + j, p.buf_beta + (size_t(slot) * C + j) * NH + h);
@@ -219,6 +214,48 @@ __global__ void __launch_bounds__(kVerifyMaxWarps * 32, kVerifyBlocksPerSM) mamb
   __syncthreads();
   const bool fold = s_fold;
   const int n_eff = s_neff, ne = n_eff + T;  // entries: n_eff buffered, then the T window nodes
+  const uint4* xw = s_xbuf + warp * C;        // x_j of the warp's 8 rows
+
+  // Phase 3, fold: S0 <- e^{G_{n-1}} S0 + sum_j w_j x_j B_j^T from the tile and the staged entries,
+  // 4 rows at a time (the decode kernel's fold), written back to the pool once and to the tile for
+  // the outputs.
+  if (fold) {
+    const float eGn = expf(s_gbuf[n - 1]);
+    gdn_detail::tile_wait(bar);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      constexpr int H = R / 2;
+      float s[H][NL];
+#pragma unroll
+      for (int i = 0; i < H; ++i) {
+        float s0[NL];
+        load_row<N>(tile_rows + (half * H + i) * N + lane * NL, s0);
+#pragma unroll
+        for (int e = 0; e < NL; ++e) s[i][e] = has_state ? eGn * s0[e] : 0.f;
+      }
+#pragma unroll 2
+      for (int j = 0; j < n; ++j) {
+        float Bj[NL];
+        bf16_slice<N>(load_bf16_raw<N>(s_b + j * BS, lane), Bj);
+        const uint2 xr = reinterpret_cast<const uint2*>(xw + j)[half];
+        const float2 xa = bf16x2_to_float2(xr.x), xb = bf16x2_to_float2(xr.y);
+        const float xj[H] = {xa.x, xa.y, xb.x, xb.y};
+        const float w = s_fw[j];
+#pragma unroll
+        for (int i = 0; i < H; ++i) {
+          const float wx = w * xj[i];
+#pragma unroll
+          for (int e = 0; e < NL; ++e) s[i][e] = fmaf(wx, Bj[e], s[i][e]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < H; ++i) {
+        store_row<N>(state_rows + size_t(half * H + i) * N + lane * NL, s[i]);
+        store_row<N>(tile_rows + (half * H + i) * N + lane * NL, s[i]);
+      }
+    }
+    __syncwarp();  // phase 5 reads the rows across lanes
+  }
 
   // Phase 4, coefficients W[t][e] on the tensor cores (m16n8k16 bf16, fp32 sums): the dots
   // C_t . B_e of the T tokens (A: the window's C rows, tokens in m, rows >= T zero) with 8 entries
@@ -257,109 +294,64 @@ __global__ void __launch_bounds__(kVerifyMaxWarps * 32, kVerifyBlocksPerSM) mamb
   }
   __syncthreads();
 
-  // Phases 3, 5 and 6 per chunk of 8 rows, the warp's chunks warp, warp + warps, ...
-  const float eGn = fold ? expf(s_gbuf[n - 1]) : 0.f;
-  for (int ck = warp; ck < chunks; ck += warps) {
-    const int p0 = pb + ck * R;
-    float* tile_rows = s_tile + ck * R * RS;
-    float* state_rows = state_block + size_t(ck) * R * N;
-    const uint4* xw = s_xbuf + ck * C;  // x_j of the chunk's 8 rows
-    gdn_detail::tile_wait(bars + ck);
-    // Phase 3, fold: S0 <- e^{G_{n-1}} S0 + sum_j w_j x_j B_j^T from the tile and the staged
-    // entries, 4 rows at a time (the decode kernel's fold), written back to the pool once and to
-    // the tile for the outputs.
-    if (fold) {
+  // Phase 5, outputs on the tensor cores (m16n8k8 TF32, mma.h), tokens in m, the warp's 8 rows in
+  // n: D[t][r] = e^{G_t} sum_k C_t[k] S0[r][k] (A = C_t, exact in TF32; B = S0 split hi + lo), then
+  // + sum_e W[t][e] x_e[r] (A = W split, B = x exact; D x_t is the coefficient of the token
+  // itself). Column 32 q + 8 c + u is k = c of step (q, u) and 32 q + 8 c + 4 + u is k = c + 4.
+  // The lanes of odd rows load their second float4 of S0 first: the two rows of a quarter warp,
+  // N floats apart, then read different banks. Lane (fg, fc) ends with token fg's outputs of rows
+  // 2 fc, 2 fc + 1 and writes them as a pair.
+  gdn_detail::tile_wait(bar);
+  {
+    const int t = fg < T ? fg : 0;  // rows >= T of A compute outputs that are dropped
+    float d[4] = {0.f, 0.f, 0.f, 0.f}, d_odd[4] = {0.f, 0.f, 0.f, 0.f};  // two chains of products
+    if (has_state || fold) {  // else S0 = 0
+      const bool odd = fg & 1;
+      const float* srow = tile_rows + fg * N + 8 * fc;
+      const float* crow = s_c32 + t * RS + 8 * fc;
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        constexpr int H = R / 2;
-        float s[H][NL];
+      for (int q = 0; q < N / 32; ++q) {
+        const float4 first = *reinterpret_cast<const float4*>(srow + 32 * q + (odd ? 4 : 0));
+        const float4 second = *reinterpret_cast<const float4*>(srow + 32 * q + (odd ? 0 : 4));
+        const float4 s_lo = odd ? second : first, s_hi = odd ? first : second;
+        const float4 c_lo = *reinterpret_cast<const float4*>(crow + 32 * q);
+        const float4 c_hi = *reinterpret_cast<const float4*>(crow + 32 * q + 4);
+        const float sl[4] = {s_lo.x, s_lo.y, s_lo.z, s_lo.w}, sh[4] = {s_hi.x, s_hi.y, s_hi.z, s_hi.w};
+        const float cl[4] = {c_lo.x, c_lo.y, c_lo.z, c_lo.w}, ch[4] = {c_hi.x, c_hi.y, c_hi.z, c_hi.w};
 #pragma unroll
-        for (int i = 0; i < H; ++i) {
-          float s0[NL];
-          load_row<N>(tile_rows + (half * H + i) * RS + lane * NL, s0);
-#pragma unroll
-          for (int e = 0; e < NL; ++e) s[i][e] = has_state ? eGn * s0[e] : 0.f;
-        }
-#pragma unroll 2
-        for (int j = 0; j < n; ++j) {
-          float Bj[NL];
-          bf16_slice<N>(load_bf16_raw<N>(s_b + j * BS, lane), Bj);
-          const uint2 xr = reinterpret_cast<const uint2*>(xw + j)[half];
-          const float2 xa = bf16x2_to_float2(xr.x), xb = bf16x2_to_float2(xr.y);
-          const float xj[H] = {xa.x, xa.y, xb.x, xb.y};
-          const float w = s_fw[j];
-#pragma unroll
-          for (int i = 0; i < H; ++i) {
-            const float wx = w * xj[i];
-#pragma unroll
-            for (int e = 0; e < NL; ++e) s[i][e] = fmaf(wx, Bj[e], s[i][e]);
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < H; ++i) {
-          store_row<N>(state_rows + size_t(half * H + i) * N + lane * NL, s[i]);
-          store_row<N>(tile_rows + (half * H + i) * RS + lane * NL, s[i]);
-        }
+        for (int u = 0; u < 4; ++u)
+          mma_tf32x2_b(u % 2 ? d_odd : d, __float_as_uint(cl[u]), 0u, __float_as_uint(ch[u]), 0u, sl[u], sh[u]);
       }
-      __syncwarp();  // phase 5 reads the rows across lanes
+      const float eg = s_egwin[t];
+      d[0] = (d[0] + d_odd[0]) * eg, d[1] = (d[1] + d_odd[1]) * eg;
     }
-
-    // Phase 5, outputs on the tensor cores (m16n8k8 TF32, mma.h), tokens in m, the chunk's 8 rows in
-    // n: D[t][r] = e^{G_t} sum_k C_t[k] S0[r][k] (A = C_t, exact in TF32; B = S0 split hi + lo), then
-    // + sum_e W[t][e] x_e[r] (A = W split, B = x exact; D x_t is the coefficient of the token
-    // itself). Column 32 q + 8 c + u is k = c of step (q, u) and 32 q + 8 c + 4 + u is k = c + 4.
-    // Lane (fg, fc) ends with token fg's outputs of rows 2 fc, 2 fc + 1 and writes them as a pair.
-    {
-      const int t = fg < T ? fg : 0;  // rows >= T of A compute outputs that are dropped
-      float d[4] = {0.f, 0.f, 0.f, 0.f}, d_odd[4] = {0.f, 0.f, 0.f, 0.f};  // two chains of products
-      if (has_state || fold) {  // else S0 = 0
-        const float* srow = tile_rows + fg * RS + 8 * fc;
-        const float* crow = s_c32 + t * RS + 8 * fc;
-#pragma unroll
-        for (int q = 0; q < N / 32; ++q) {
-          const float4 s_lo = *reinterpret_cast<const float4*>(srow + 32 * q);
-          const float4 s_hi = *reinterpret_cast<const float4*>(srow + 32 * q + 4);
-          const float4 c_lo = *reinterpret_cast<const float4*>(crow + 32 * q);
-          const float4 c_hi = *reinterpret_cast<const float4*>(crow + 32 * q + 4);
-          const float sl[4] = {s_lo.x, s_lo.y, s_lo.z, s_lo.w}, sh[4] = {s_hi.x, s_hi.y, s_hi.z, s_hi.w};
-          const float cl[4] = {c_lo.x, c_lo.y, c_lo.z, c_lo.w}, ch[4] = {c_hi.x, c_hi.y, c_hi.z, c_hi.w};
-#pragma unroll
-          for (int u = 0; u < 4; ++u)
-            mma_tf32x2_b(u % 2 ? d_odd : d, __float_as_uint(cl[u]), 0u, __float_as_uint(ch[u]), 0u, sl[u], sh[u]);
-        }
-        const float eg = s_egwin[t];
-        d[0] = (d[0] + d_odd[0]) * eg, d[1] = (d[1] + d_odd[1]) * eg;
-      }
-      const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(xw) + fg;  // x_e of row fg at xb[8 e]
-      const float* wrow = s_w + t * WS;
-      auto entry_x = [&](int e) {
-        return e < n_eff ? __bfloat162float(xb[8 * e])
-                         : e < ne ? __bfloat162float(s_xwin[(e - n_eff) * rows + ck * R + fg]) : 0.f;
-      };
-      for (int k = 0; k < ne; k += 8) {
-        const int e0 = k + fc, e1 = e0 + 4;
-        mma_tf32x2(d, e0 < ne ? wrow[e0] : 0.f, 0.f, e1 < ne ? wrow[e1] : 0.f, 0.f, entry_x(e0), entry_x(e1));
-      }
-      if (fg < T) {
-        float y0 = d[0], y1 = d[1];
-        if (io.z) {
-          const float2 z = bf16x2_to_float2(*reinterpret_cast<const uint32_t*>(s_zwin + fg * rows + ck * R + 2 * fc));
-          y0 *= silu(z.x), y1 *= silu(z.y);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(io.out + ((size_t(row) * T + fg) * NH + h) * P + p0 + 2 * fc) =
-            __floats2bfloat162_rn(y0, y1);
-      }
+    const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(xw) + fg;  // x_e of row fg at xb[8 e]
+    const float* wrow = s_w + t * WS;
+    auto entry_x = [&](int e) {
+      return e < n_eff ? __bfloat162float(xb[8 * e])
+                       : e < ne ? __bfloat162float(s_xwin[(e - n_eff) * rows + warp * R + fg]) : 0.f;
+    };
+    for (int k = 0; k < ne; k += 8) {
+      const int e0 = k + fc, e1 = e0 + 4;
+      mma_tf32x2(d, e0 < ne ? wrow[e0] : 0.f, 0.f, e1 < ne ? wrow[e1] : 0.f, 0.f, entry_x(e0), entry_x(e1));
     }
-
-    // Phase 6 (the chunk's part), scratch for the commit: the window's x.
-    for (int t = lane; t < T; t += 32)
-      *reinterpret_cast<uint4*>(p.win_u + ((size_t(row) * T + t) * NH + h) * P + p0) =
-          *reinterpret_cast<const uint4*>(s_xwin + t * rows + ck * R);
+    if (fg < T) {
+      float y0 = d[0], y1 = d[1];
+      if (io.z) {
+        const float2 z = bf16x2_to_float2(*reinterpret_cast<const uint32_t*>(s_zwin + fg * rows + warp * R + 2 * fc));
+        y0 *= silu(z.x), y1 *= silu(z.y);
+      }
+      *reinterpret_cast<__nv_bfloat162*>(io.out + ((size_t(row) * T + fg) * NH + h) * P + p0 + 2 * fc) =
+          __floats2bfloat162_rn(y0, y1);
+    }
   }
 
-  // Phase 6, scratch for the commit (block-wide part).
+  // Phase 6, scratch for the commit.
+  for (int t = lane; t < T; t += 32)
+    *reinterpret_cast<uint4*>(p.win_u + ((size_t(row) * T + t) * NH + h) * P + p0) =
+        *reinterpret_cast<const uint4*>(s_xwin + t * rows + warp * R);
   if (tile == 0) {
-    if (h % (NH / G) == 0)
+    if (group_leader)
       for (int c = threadIdx.x; c < T * CH; c += blockDim.x) {
         const int t = c / CH, e = (c % CH) * 8;
         *reinterpret_cast<uint4*>(p.win_k + ((size_t(row) * T + t) * G + g) * N + e) =
@@ -536,13 +528,8 @@ void mamba2_verify_kvbuffer(const Mamba2VerifyKVBufferParams& p, cudaStream_t st
   const int rows = verify_rows(p.io.P);
   const size_t smem = VerifySmem{p.io.N, p.capacity, rows, p.io.tokens}.bytes();
   const dim3 grid(unsigned(p.io.P / rows), unsigned(p.io.NH), unsigned(p.io.batch));
-  static const int warps_ab = [] {
-    const char* v = std::getenv("KVBUF_VERIFY_WARPS");
-    return v ? std::atoi(v) : 2;
-  }();
-  const int warps = std::min(warps_ab, rows / kWarpRows);
   dispatch_verify_dims(p.io, who, [&](auto n) {
-    launch_kernel(mamba2_verify_kvbuffer_kernel<decltype(n)::value>, grid, dim3(unsigned(warps * 32)), smem, stream, false, p);
+    launch_kernel(mamba2_verify_kvbuffer_kernel<decltype(n)::value>, grid, decode_block(rows), smem, stream, false, p);
   });
 }
 
