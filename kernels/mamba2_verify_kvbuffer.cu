@@ -66,21 +66,22 @@ constexpr int kVerifyBlocksPerSM = 4;
 
 // Dynamic shared memory of the verify block in bytes, for d_state N, capacity C, `rows` rows per
 // block and T tokens: the S0 tile [rows, N] fp32 first (128-byte aligned for the bulk copies), then
-// 16-byte aligned pieces, then one mbarrier per warp. The fp32 rows of C are padded to RS = N + 4
-// floats and the bf16 rows of B and C to BS = N + 32 elements: with these strides the fragment
-// loads of phases 4 and 5 (lane 4 g + c reads row g at column 8 c) are free of bank conflicts; the
-// tile's rows are not padded (one bulk copy per warp), phase 5 orders its loads instead.
+// 16-byte aligned pieces, then one mbarrier per warp. The bf16 rows of B and C are padded to
+// BS = N + 32 elements, so that the fragment loads of phase 4 (lane 4 g + c reads row g at column
+// 8 c) are free of bank conflicts; the tile's rows are not padded (one bulk copy per warp), phase 5
+// orders its loads instead. C_t in fp32 is kept as phase 5's A operands, one float4 per lane and
+// step {C_t[k], 0, C_t[k + 4], 0} (mma.h's a0..a3 with the rows >= 8 zero): one load, no moves.
 struct VerifySmem {
   int n_dim, c, rows, t;
   __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
-  __host__ __device__ int rs() const { return n_dim + 4; }                           // fp32 row stride
+  __host__ __device__ int cqs() const { return n_dim / 2 + 4; }                      // A-operand float4s per token (64 B pad)
   __host__ __device__ int bs() const { return n_dim + 32; }                          // bf16 row stride
   __host__ __device__ int ws() const { return (c + kTMax + 31) / 32 * 32 + 4; }      // coefficient row stride
   __host__ __device__ int tile() const { return 0; }                                 // [rows, N] fp32
   __host__ __device__ int b_rows() const { return tile() + rows * n_dim * 4; }       // [C + T, BS] bf16: buffer, then window
   __host__ __device__ int c_win() const { return b_rows() + (c + t) * bs() * 2; }    // [T, BS] bf16
-  __host__ __device__ int c32() const { return c_win() + t * bs() * 2; }             // [T, RS] fp32 (C_t converted once)
-  __host__ __device__ int x_buf() const { return c32() + t * rs() * 4; }             // [warps, C] uint4: a warp's 8 rows
+  __host__ __device__ int c_quads() const { return c_win() + t * bs() * 2; }         // [T, cqs] float4: C_t as A operands
+  __host__ __device__ int x_buf() const { return c_quads() + t * cqs() * 16; }       // [warps, C] uint4: a warp's 8 rows
   __host__ __device__ int x_win() const { return x_buf() + c * rows * 2; }           // [T, rows] bf16
   __host__ __device__ int z_win() const { return x_win() + t * rows * 2; }           // [T, rows] bf16 gate
   __host__ __device__ int g_buf() const { return z_win() + up16(t * rows * 2); }     // [C] G_j
@@ -93,23 +94,24 @@ struct VerifySmem {
 
 template <int N>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamba2_verify_kvbuffer_kernel(const Mamba2VerifyKVBufferParams p) {
-  constexpr int NL = N / 32, R = kWarpRows, CH = N / 8, RS = N + 4, BS = N + 32;
+  constexpr int NL = N / 32, R = kWarpRows, CH = N / 8, BS = N + 32, CQS = N / 2 + 4;
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
   const int tile = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
-  // Unsigned divisions (about half the instructions of signed ones).
+  // The head's group by fast float divisions, exact here: (a + 0.5) / b is >= 0.5 / b from an
+  // integer and its error is ~2^-22 relative, for head counts far below 2^10.
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G;
-  const unsigned heads_per_group = unsigned(NH) / unsigned(G);
-  const int g = int(unsigned(h) / heads_per_group), group_leader = h == g * int(heads_per_group);
+  const int heads_per_group = int(__fdividef(float(NH) + 0.5f, float(G)));
+  const int g = int(__fdividef(float(h) + 0.5f, float(heads_per_group))), group_leader = h == g * heads_per_group;
   extern __shared__ __align__(128) unsigned char smem[];
   const VerifySmem L{N, C, rows, T};
   const int WS = L.ws();
   float* s_tile = reinterpret_cast<float*>(smem + L.tile());
   __nv_bfloat16* s_b = reinterpret_cast<__nv_bfloat16*>(smem + L.b_rows());  // B_j at j BS, window B_q at (C + q) BS
   __nv_bfloat16* s_cwin = reinterpret_cast<__nv_bfloat16*>(smem + L.c_win());
-  float* s_c32 = reinterpret_cast<float*>(smem + L.c32());
+  float4* s_cq = reinterpret_cast<float4*>(smem + L.c_quads());
   uint4* s_xbuf = reinterpret_cast<uint4*>(smem + L.x_buf());
   __nv_bfloat16* s_xwin = reinterpret_cast<__nv_bfloat16*>(smem + L.x_win());
   __nv_bfloat16* s_zwin = reinterpret_cast<__nv_bfloat16*>(smem + L.z_win());
@@ -130,7 +132,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
   }
   // Each warp its own 8 rows of the window's x, and of the gate: read where the outputs are
   // written, each token's z would be one more dependent round trip (the stores to out may alias z).
-  for (int t = lane; t < T; t += 32) {
+  if (lane < T) {
+    const int t = lane;
     const size_t o = ((size_t(row) * T + t) * NH + h) * P + p0;
     cp_async16(s_xwin + t * rows + warp * R, io.x + o);
     if (io.z) cp_async16(s_zwin + t * rows + warp * R, io.z + o);
@@ -202,13 +205,13 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
     if (lane == 0) s_fold = fold, s_neff = n_eff;
   }
   if (warp > 0 || warps == 1) {
-    // The other warps meanwhile (a one-warp block after it) convert the window's C_t to fp32 once,
-    // for phase 5's products.
+    // The other warps meanwhile (a one-warp block after it) lay out the window's C_t as phase 5's
+    // A operands: float4 (q 4 + u) 4 + c of token t holds columns 32 q + 8 c + u and its + 4.
     const int helpers = warps > 1 ? int(blockDim.x) - 32 : 32;
     for (int i = int(threadIdx.x) - (warps > 1 ? 32 : 0); i < T * N / 2; i += helpers) {
-      const int t = i / (N / 2), e = i % (N / 2) * 2;
-      *reinterpret_cast<float2*>(s_c32 + t * RS + e) =
-          bf16x2_to_float2(*reinterpret_cast<const uint32_t*>(s_cwin + t * BS + e));
+      const int t = i / (N / 2), r = i % (N / 2), col = (r >> 4) * 32 + (r & 3) * 8 + (r >> 2 & 3);
+      s_cq[t * CQS + r] = make_float4(__bfloat162float(s_cwin[t * BS + col]), 0.f,
+                                      __bfloat162float(s_cwin[t * BS + col + 4]), 0.f);
     }
   }
   __syncthreads();
@@ -308,19 +311,19 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
     if (has_state || fold) {  // else S0 = 0
       const bool odd = fg & 1;
       const float* srow = tile_rows + fg * N + 8 * fc;
-      const float* crow = s_c32 + t * RS + 8 * fc;
+      const float4* cq = s_cq + t * CQS + fc;
 #pragma unroll
       for (int q = 0; q < N / 32; ++q) {
         const float4 first = *reinterpret_cast<const float4*>(srow + 32 * q + (odd ? 4 : 0));
         const float4 second = *reinterpret_cast<const float4*>(srow + 32 * q + (odd ? 0 : 4));
         const float4 s_lo = odd ? second : first, s_hi = odd ? first : second;
-        const float4 c_lo = *reinterpret_cast<const float4*>(crow + 32 * q);
-        const float4 c_hi = *reinterpret_cast<const float4*>(crow + 32 * q + 4);
         const float sl[4] = {s_lo.x, s_lo.y, s_lo.z, s_lo.w}, sh[4] = {s_hi.x, s_hi.y, s_hi.z, s_hi.w};
-        const float cl[4] = {c_lo.x, c_lo.y, c_lo.z, c_lo.w}, ch[4] = {c_hi.x, c_hi.y, c_hi.z, c_hi.w};
 #pragma unroll
-        for (int u = 0; u < 4; ++u)
-          mma_tf32x2_b(u % 2 ? d_odd : d, __float_as_uint(cl[u]), 0u, __float_as_uint(ch[u]), 0u, sl[u], sh[u]);
+        for (int u = 0; u < 4; ++u) {
+          const float4 a = cq[(q * 4 + u) * 4];
+          mma_tf32x2_b(u % 2 ? d_odd : d, __float_as_uint(a.x), __float_as_uint(a.y), __float_as_uint(a.z),
+                       __float_as_uint(a.w), sl[u], sh[u]);
+        }
       }
       const float eg = s_egwin[t];
       d[0] = (d[0] + d_odd[0]) * eg, d[1] = (d[1] + d_odd[1]) * eg;
@@ -347,9 +350,9 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
   }
 
   // Phase 6, scratch for the commit.
-  for (int t = lane; t < T; t += 32)
-    *reinterpret_cast<uint4*>(p.win_u + ((size_t(row) * T + t) * NH + h) * P + p0) =
-        *reinterpret_cast<const uint4*>(s_xwin + t * rows + warp * R);
+  if (lane < T)
+    *reinterpret_cast<uint4*>(p.win_u + ((size_t(row) * T + lane) * NH + h) * P + p0) =
+        *reinterpret_cast<const uint4*>(s_xwin + lane * rows + warp * R);
   if (tile == 0) {
     if (group_leader)
       for (int c = threadIdx.x; c < T * CH; c += blockDim.x) {
