@@ -44,7 +44,6 @@
 // block, not by the S0 stream (runs 3-5). The paper preset (28cea4f, results/verify_h200.csv)
 // reproduces these within 0.3%. Open: racecheck's warp-level warnings on the warps' mbarriers
 // (notes: "Racecheck warnings, diagnosed").
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -516,11 +515,7 @@ void validate(const Mamba2VerifyKVBufferParams& p, const char* who) {
 // Rows per block: the whole head up to 64 rows (the largest of 64, 32, 16, 8 dividing P), as the
 // KVBuffer decode kernel's measured rule: the block's warps share the dots and coefficients.
 int verify_rows(int P) {
-  static const int max_rows = [] {
-    const char* v = std::getenv("KVBUF_VERIFY_ROWS");
-    return v ? std::atoi(v) : kMaxRowsPerBlock;
-  }();
-  int rows = max_rows;
+  int rows = kMaxRowsPerBlock;
   while (P % rows != 0) rows /= 2;
   return rows;
 }
