@@ -19,7 +19,8 @@
 // rows_per_block (0 = chosen): 8 by default (one-warp blocks, log in kernels/notes/mamba2_decode.md);
 //   up to batch kPairMaxBatch the pair shape below (8-row blocks of 4 warps, 2 rows per warp):
 //   3.62 / 4.85 / 6.93 / 11.04 us at batch 1 / 2 / 4 / 8 against the one-warp shape's 4.62 / 5.50 /
-//   7.30 / 11.36 (5f7bc96, results/archive/mamba2_recurrent_*_h200.csv; vLLM 3.58 / 11.2 at 1 / 8).
+//   7.30 / 11.36 (5f7bc96, results/archive/mamba2_recurrent_*_h200.csv; vLLM 3.58 / 11.2 at 1 / 8);
+//   in the paper preset's Mamba-2 rows (f0e8dce, results/decode_h200.csv) 3.53 / 10.91 at 1 / 8.
 // Template parameter: d_state N in {64, 128}; P is a runtime multiple of rows_per_block.
 #include <algorithm>
 #include <stdexcept>

@@ -27,23 +27,23 @@
 //     fill and has_state; then the n buffer entries by cp.async: one round trip for everything after
 //     the fill;
 //   2 warp 0: the window's tree (ancestor masks, depth), the fold decision, dt_t and G_t, fold
-//     weights; the other warps convert the window's C to fp32;
+//     weights; the other warps lay out the window's C in fp32 as phase 5's A operands;
 //   3 fold into the tile when due, 4 rows at a time, written back to the pool;
-//   4 the (n_eff + T) x T dots C_t.B_j, one entry per warp at a time, reduced by halving
-//     exchanges, turned into the coefficients w[t][j];
-//   5 outputs in their own layout (lane 4 r + q: row r, a quarter of its columns): all T tokens in
-//     one pass over the tile against the fp32 C_t, the row's entries, a 4-lane reduction, lane q
-//     writing tokens q and q + 4;
+//   4 on the tensor cores (m16n8k16 bf16): the (n_eff + T) x T dots C_t.B_e, 8 entries per warp,
+//     turned into the coefficients W[t][e];
+//   5 on the tensor cores (m16n8k8 TF32, tokens in m, the warp's 8 rows in n): e^{G_t} S0 C_t with
+//     S0 split hi + lo (fp32 accuracy, mma.h), plus W on the entries' x; each lane writes one
+//     token's outputs of two rows;
 //   6 scratch for the commit: the window's B, x, G, dt and the row's base.
 // Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
 // scratch written (T (P + N) 2 + 8 T); a fold writes S0 once.
-// Measured (commit 541567c99c53, H200, Nemotron-3 Nano shapes, 23 layer pools per CUDA graph,
-// verify + commit per layer, kernels/notes/mamba2_verify.md run 5): T = 5 [C = 16] 10.89 / 21.37 /
-// 97.81 / 181.49 / 346.25 / 683.57 us at batch 1 / 8 / 64 / 128 / 256 / 512 (47-50% of copy from
-// 128); T = 4 at 128 159.62 us = 2.20x classic, 2.02x the decode step. Bound by instructions per
-// block, not by the S0 stream (runs 3-5). The paper preset (28cea4f, results/verify_h200.csv)
-// reproduces these within 0.3%. Open: racecheck's warp-level warnings on the warps' mbarriers
-// (notes: "Racecheck warnings, diagnosed").
+// Measured (the paper preset's Mamba-2 rows, commit f0e8dce8b91b, H200, Nemotron-3 Nano shapes, 23
+// layer pools per CUDA graph, verify + commit per layer, results/verify_h200.csv): T = 5 [best C]
+// 9.22 / 17.53 / 75.86 / 137.63 / 261.77 / 519.45 us at batch 1 / 8 / 64 / 128 / 256 / 512; T = 4
+// at 128 131.12 us = 2.68x classic, 1.64x the decode step (1.21x faster than 28cea4f's kernel).
+// Bound by the block's fixed work and its dependent round trips at 4 blocks per SM (48% of the
+// DRAM bandwidth), not by the S0 stream (kernels/notes/mamba2_verify.md runs 3-6). Open:
+// racecheck's warp-level warnings on the warps' mbarriers (notes, run 6).
 #include <stdexcept>
 #include <string>
 
