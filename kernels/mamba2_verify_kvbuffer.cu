@@ -40,7 +40,7 @@
 // Measured (the paper preset's Mamba-2 rows, commit f0e8dce8b91b, H200, Nemotron-3 Nano shapes, 23
 // layer pools per CUDA graph, verify + commit per layer, results/verify_h200.csv): T = 5 [best C]
 // 9.22 / 17.53 / 75.86 / 137.63 / 261.77 / 519.45 us at batch 1 / 8 / 64 / 128 / 256 / 512; T = 4
-// at 128 131.12 us = 2.68x classic, 1.64x the decode step (1.21x faster than 28cea4f's kernel).
+// at 128 131.12 us = 2.68x classic, 1.64x the decode step (1.22x / 1.32x faster at T = 4 / 5 than 28cea4f's).
 // Bound by the block's fixed work and its dependent round trips at 4 blocks per SM (48% of the
 // DRAM bandwidth), not by the S0 stream (kernels/notes/mamba2_verify.md runs 3-6). Open:
 // racecheck's warp-level warnings on the warps' mbarriers (notes, run 6).
