@@ -14,7 +14,8 @@ default one that is missing only skips what needs it):
                           for the short-context figure in place of decode_GPU.csv's context rows
   verify_GPU.csv          `kvbuf sweep --verify-out` rows
   fla_GPU.csv             scripts/bench_fla.py (FLA's kernel timed with kvbuf's method)
-  public_mamba2_GPU.csv   published Mamba-2 decode latencies, with their source
+  public_mamba2_GPU.csv   published Mamba-2 decode and verify latencies (a verify row has its T in drafts),
+                          with their source
   capacity_GPU*.csv       `kvbuf capacity --measure --csv`
   ncu_bytes_GPU.csv       scripts/ncu_bytes.py (DRAM bytes measured by Nsight Compute)
 With --kvbuf, the modelled lines come from that binary (`kvbuf bytes`, `kvbuf capacity`); then the
@@ -168,7 +169,9 @@ def load_fla(p):
 
 
 def load_public(p):
-    return read_table(p, required=("model", "kernel", "gpu", "source"), ints=("batch",), floats=("latency_us",))
+    # A verify figure has its T in the drafts column; a decode one none (or no such column).
+    return read_table(p, required=("model", "kernel", "gpu", "source"), ints=("batch",), floats=("latency_us",),
+                      optional_floats=("drafts",))
 
 
 def load_capacity(p):
@@ -278,9 +281,10 @@ def fig_decode_latency(inputs, fam):
         public = [(f"{r['kernel']} (public, same method)", r["batch"], r["latency_us_median"], r) for r in inputs.fla]
         public_source = ("FLA", inputs.fla_path, inputs.fla)
     elif fam.name == "mamba2" and inputs.public:
+        decode_public = [r for r in inputs.public if r["drafts"] is None]
         public = [(f"{r['kernel']}" + (f" C={r['chunk']}" if r.get("chunk") else "") + " (published: issue 15)",
-                   r["batch"], r["latency_us"], r) for r in inputs.public]
-        public_source = ("published", inputs.public_path, inputs.public)
+                   r["batch"], r["latency_us"], r) for r in decode_public]
+        public_source = ("published", inputs.public_path, decode_public)
     if not rows and not public:
         raise Skip(f"no measured {fam.title} decode rows in {inputs.decode_path} and no public baseline")
     model = rows[0]["model"] if rows else public[0][3]["model"]
@@ -423,7 +427,10 @@ def fig_verify(inputs, fam):
         raise Skip(f"{inputs.verify_path} needs both classic and {prefix}verify-kvbuffer rows")
     model = rows[0]["model"]
     acceptance = rows[0]["acceptance"]
-    fig, (ax_step, ax_tok) = new_figure(2, f"{fam.title} speculative verify, {model}: classic vs KVBuffer vs drafts T")
+    published = [r for r in inputs.public or [] if r["drafts"] is not None and r["model"] == model] \
+        if fam.name == "mamba2" else []
+    fig, axes = new_figure(3 if published else 2, f"{fam.title} speculative verify, {model}: classic vs KVBuffer vs drafts T")
+    ax_step, ax_tok = axes[:2]
     batches = pick_batches({b for b, _ in kvb}, wanted=(1, 64, 256), most=3)
     colors = plt.get_cmap("tab10")
     for i, b in enumerate(batches):
@@ -446,9 +453,32 @@ def fig_verify(inputs, fam):
         ax.set_title(title, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         legend(ax, ncol=2, loc="upper left")
-    caption(fig, provenance(("kvbuf", inputs.verify_path, rows)) +
+    sources = [("kvbuf", inputs.verify_path, rows)]
+    if published:
+        verify_vs_published(axes[2], classic, kvb, published)
+        sources.append(("published", inputs.public_path, published))
+    caption(fig, provenance(*sources) +
             ". Verify + commit of a chain of T tokens; classic writes a state per token, KVBuffer writes T entries.")
     return fig
+
+
+def verify_vs_published(ax, classic, kvb, published):
+    """Latency per verify step against batch at the published figures' T: ours (classic, KVBuffer at its
+    best C) next to each published kernel."""
+    T = int(published[0]["drafts"])
+    for table, style, label in ((classic, "s--", "classic (ours, fastest)"), (kvb, "o-", "KVBuffer at its best C (ours)")):
+        pts = sorted((b, r["latency_us_median"]) for (b, t), r in table.items() if t == T)
+        ax.plot([b for b, _ in pts], [v for _, v in pts], style, ms=4, label=label)
+    for kernel in sorted({r["kernel"] for r in published if int(r["drafts"]) == T}):
+        pts = sorted((r["batch"], r["latency_us"]) for r in published if r["kernel"] == kernel and int(r["drafts"]) == T)
+        ax.plot([b for b, _ in pts], [v for _, v in pts], "^:", ms=5, label=f"{kernel} (published: issue 15)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch (requests)")
+    ax.set_ylabel("latency per layer per verify step (us, median)")
+    ax.set_title(f"T = {T} against batch, with the published figures", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    legend(ax, loc="upper left")
 
 
 # ---------------------------------------------------------------- 4. capacity vs T, every catalog model

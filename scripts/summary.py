@@ -9,6 +9,8 @@ model family (Gated DeltaNet: Qwen3-Next; Mamba-2: Nemotron-3 Nano).
   fla_GPU.csv, vLLM's selective_state_update of public_mamba2_GPU.csv), named in the last column
   (the paper: up to 45.17%);
 - verify: KVBuffer verify at its best C against the fastest classic verify row, T = 4, per batch;
+  and, where public_mamba2_GPU.csv has published verify figures (a drafts column), Mamba-2 at their
+  T against them (ReplaySSM's buffered verify, vLLM's classic) and against our classic;
 - capacity: concurrent requests at T = 4 drafts, KVBuffer over classic, linear-attention pool,
   measured (model) (the paper: 5x).
 A family or table without rows prints "no measurement". Exit status 2 on a malformed CSV.
@@ -55,18 +57,46 @@ def decode_lines(rows, recurrents, kvbuffer):
     return out
 
 
+def published_mamba2(results, gpu):
+    """The published Mamba-2 figures (public_mamba2_GPU.csv: latency_us, the source in place of a
+    commit; a verify figure has its T in the drafts column, a decode one none)."""
+    published = os.path.join(results, f"public_mamba2_{gpu}.csv")
+    if not os.path.isfile(published):
+        return []
+    return [{**r, "latency_us_median": r["latency_us"], "commit": "published"}
+            for r in read_table(published, required=("model", "kernel", "source"), ints=("batch",),
+                                floats=("latency_us",), optional_floats=("drafts",))]
+
+
 def public_decode(results, gpu):
     """The public recurrent decode kernels measured with kvbuf's method: FLA's (fla_GPU.csv) and the
-    published Mamba-2 figures (public_mamba2_GPU.csv, latency_us; source in place of a commit)."""
+    published Mamba-2 decode figures."""
     rows = []
     fla = os.path.join(results, f"fla_{gpu}.csv")
     if os.path.isfile(fla):
         rows += read_table(fla, required=("model", "kernel", "commit"), ints=("batch",), floats=("latency_us_median",))
-    published = os.path.join(results, f"public_mamba2_{gpu}.csv")
-    if os.path.isfile(published):
-        for r in read_table(published, required=("model", "kernel", "source"), ints=("batch",), floats=("latency_us",)):
-            rows.append({**r, "latency_us_median": r["latency_us"], "commit": "published"})
-    return rows
+    return rows + [r for r in published_mamba2(results, gpu) if r["drafts"] is None]
+
+
+def published_verify_lines(rows, published):
+    """Mamba-2 KVBuffer verify at its best C against each published verify figure at the same batch
+    and T, with our fastest classic row beside it."""
+    out = []
+    figures = [r for r in published if r["drafts"] is not None]
+    for T in sorted({int(r["drafts"]) for r in figures}):
+        ours = [r for r in rows if r["method"].startswith("mamba2-verify-") and not r["method"].endswith("-tree")
+                and r["drafts"] == T]
+        for batch in sorted({r["batch"] for r in figures if int(r["drafts"]) == T}):
+            k = fastest(ours, method="mamba2-verify-kvbuffer", batch=batch)
+            c = fastest([r for r in ours if r["method"].startswith("mamba2-verify-classic")], batch=batch)
+            if not k:
+                continue
+            for p in sorted((r for r in figures if int(r["drafts"]) == T and r["batch"] == batch),
+                            key=lambda r: r["kernel"]):
+                ratio = p["latency_us_median"] / k["latency_us_median"]
+                out.append((T, batch, f"{k['latency_us_median']:.2f} [C {k['chunk']}]", f"{p['latency_us_median']:.2f}",
+                            p["kernel"], f"{ratio:.2f}x", f"{c['latency_us_median']:.2f}" if c else "-", k["commit"]))
+    return out
 
 
 def verify_lines(rows, prefix):
@@ -120,6 +150,7 @@ def main(argv):
         verify = load(os.path.join(args.results, f"verify_{args.gpu}.csv"), ("model", "method", "gpu", "commit"),
                       ("batch", "chunk", "drafts"), ("latency_us_median",)) or []
         public = public_decode(args.results, args.gpu)
+        published = published_mamba2(args.results, args.gpu)
         capacity_path = os.path.join(args.results, f"capacity_{args.gpu}.csv")
         capacity = read_table(capacity_path, required=("model", "gpu", "commit"), ints=("drafts", "chunk", "tp"),
                               floats=("ratio_linear",), optional_floats=("measured_ratio",)) \
@@ -137,6 +168,9 @@ def main(argv):
               decode_lines(decode + public, recurrents, kvbuffer))
         table(f"{title} speculative verify, T = {VERIFY_DRAFTS}: KVBuffer against the fastest classic",
               ("batch", "classic", "kvbuffer [C]", "speedup", "commit"), verify_lines(verify, prefix))
+    table("Mamba-2 speculative verify against the published figures (ratio > 1: KVBuffer faster)",
+          ("T", "batch", "kvbuffer [C]", "published", "kernel", "ratio", "our classic", "commit"),
+          published_verify_lines(verify, published))
     table(f"Concurrent requests at T = {CAPACITY_DRAFTS}, KVBuffer over classic, linear-attention pool "
           f"(paper: {PAPER_CAPACITY_RATIO:g}x)", ("model", "config", "measured", "model", "commit"),
           capacity_lines(capacity))

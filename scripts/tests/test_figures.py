@@ -171,6 +171,41 @@ class Figures(unittest.TestCase):
         self.assertIn("verify-kvbuffer (T 4)", svg)
         self.assertIn("every kernel measured (decode and verify)", svg)
 
+    def test_published_verify_figures_get_their_own_panel(self):
+        # Published verify figures (public_mamba2 rows with a T in the drafts column) are drawn against
+        # batch next to ours at that T, and stay out of the decode figure.
+        synthetic_results(self.tmp.name)
+        verify_path = os.path.join(self.tmp.name, "verify_syn.csv")
+        with open(verify_path, newline="") as f:
+            verify = list(csv.DictReader(f))
+        columns = list(verify[0].keys())
+        for method in ("mamba2-verify-classic", "mamba2-verify-kvbuffer"):
+            for b in (1, 8, 64):
+                for T in (1, 4, 5):
+                    lat = (3 if method.endswith("classic") else 1.5) * b * (1 + T / 4)
+                    verify.append(dict(verify[0], model="nemotron-3-nano-30b-a3b", method=method, batch=b, drafts=T,
+                                       chunk=16 if method.endswith("kvbuffer") else 0, latency_us_median=lat,
+                                       latency_us_per_token=lat / (1 + T / 2), commit="feedbeef0006"))
+        write_csv(verify_path, columns, verify)
+        public = [{"model": "nemotron-3-nano-30b-a3b", "kernel": "published-decode", "chunk": "", "batch": b,
+                   "drafts": "", "latency_us": 2.2 * b, "gpu": "H200", "source": "a test"} for b in (1, 8, 64)]
+        public += [{"model": "nemotron-3-nano-30b-a3b", "kernel": "published-verify", "chunk": "", "batch": b,
+                    "drafts": 5, "latency_us": 2.0 * b * 2.25, "gpu": "H200", "source": "a test"} for b in (1, 8, 64)]
+        write_csv(os.path.join(self.tmp.name, "public_mamba2_syn.csv"),
+                  ["model", "kernel", "chunk", "batch", "drafts", "latency_us", "gpu", "source"], public)
+        r = run("--results", self.tmp.name, "--gpu", "syn", "--kvbuf", KVBUF, "--out", self.out,
+                "--only", "verify,decode_latency")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("verify_mamba2", stems(self.out), r.stdout)
+        with open(os.path.join(self.out, "verify_mamba2.svg")) as f:
+            svg = f.read()
+        self.assertIn("T = 5 against batch, with the published figures", svg)
+        self.assertIn("published-verify (published: issue 15)", svg)
+        with open(os.path.join(self.out, "decode_latency_mamba2.svg")) as f:
+            svg = f.read()
+        self.assertIn("published-decode", svg)
+        self.assertNotIn("published-verify", svg)
+
     def test_model_only_figures_need_no_gpu_csv(self):
         r = run("--results", self.tmp.name, "--kvbuf", KVBUF, "--out", self.out)
         self.assertEqual(r.returncode, 0, r.stderr)

@@ -96,6 +96,31 @@ class Summary(unittest.TestCase):
             self.assertEqual(b64.split()[1], "70.00")  # ours, faster than vLLM there; ReplaySSM is not recurrent
             self.assertIn("mamba2-recurrent (abc)", b64)
 
+    def test_published_verify_figures(self):
+        # A published verify figure (a T in the drafts column) is compared with KVBuffer verify at that
+        # T and batch, and is not a recurrent decode baseline.
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "decode_h200.csv"), "w") as f:
+                f.write("model,kernel,batch,chunk,latency_us_median,gpu,commit\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-recurrent,64,0,70.0,NVIDIA H200,abc\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,8,35.0,NVIDIA H200,abc\n")
+            with open(os.path.join(tmp, "verify_h200.csv"), "w") as f:
+                f.write("model,method,batch,drafts,chunk,latency_us_median,gpu,commit\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-verify-classic,64,5,0,200.0,NVIDIA H200,abc\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-verify-kvbuffer,64,5,8,90.0,NVIDIA H200,abc\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-verify-kvbuffer,64,5,16,80.0,NVIDIA H200,abc\n")
+            with open(os.path.join(tmp, "public_mamba2_h200.csv"), "w") as f:
+                f.write("model,kernel,chunk,batch,drafts,latency_us,gpu,source\n"
+                        "nemotron-3-nano-30b-a3b,vllm-selective-state-update,,64,,71.0,H200,issue\n"
+                        "nemotron-3-nano-30b-a3b,replayssm-verify,,64,5,60.0,H200,issue\n")
+            r = run("--results", tmp)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            (decode_line,) = section(r.stdout, "Mamba-2 decode")[1:]
+            self.assertIn("mamba2-recurrent (abc)", decode_line)  # the 60 us verify figure is no decode baseline
+            (line,) = section(r.stdout, "Mamba-2 speculative verify against the published")[1:]
+            self.assertEqual(line.split(), ["5", "64", "80.00", "[C", "16]", "60.00", "replayssm-verify", "0.75x",
+                                            "200.00", "abc"])
+
     def test_malformed_csv_exits_2(self):
         with tempfile.TemporaryDirectory() as tmp:
             with open(os.path.join(tmp, "decode_h200.csv"), "w") as f:
