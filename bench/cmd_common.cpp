@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
 
 namespace kvbuf::cli {
 
@@ -145,8 +148,16 @@ void require_positive(const std::string& option, const std::vector<int>& values)
 }
 
 std::string source_commit() {
-  const char* c = std::getenv("KVBUF_COMMIT");
-  return c && *c ? c : "unknown";
+  if (const char* c = std::getenv("KVBUF_COMMIT"); c && *c) return c;
+  // A bundle of scripts/gpu_bundle.sh: BUNDLE/bin/kvbuf beside BUNDLE/COMMIT.
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    std::ifstream in(exe.parent_path().parent_path() / "COMMIT");
+    std::string commit;
+    if (in >> commit) return commit;
+  }
+  return "unknown";
 }
 
 std::string format_bytes(double bytes) {

@@ -71,7 +71,9 @@ const CLI::Validator& positive_number();
 void require_positive(const std::string& option, long value);
 void require_positive(const std::string& option, const std::vector<int>& values);
 
-// $KVBUF_COMMIT (set by scripts/run.sh and scripts/gpu_bundle.sh), else "unknown".
+// The commit of the binaries, for every row and file written: $KVBUF_COMMIT (scripts/run.sh sets
+// it), else the COMMIT file of the bundle the executable runs from (BUNDLE/bin/kvbuf and
+// BUNDLE/COMMIT, written by scripts/gpu_bundle.sh), else "unknown".
 std::string source_commit();
 
 // Human-readable bytes: "2.00 MiB".

@@ -105,6 +105,32 @@ TEST(KvbufCli, BytesTableAndCsv) {
   EXPECT_NE(summary.out.find("1.789x"), std::string::npos) << summary.out;
 }
 
+// A bundle's binary names the bundle's commit when $KVBUF_COMMIT is unset (a GPU run without
+// scripts/run.sh), and $KVBUF_COMMIT wins when set.
+TEST(KvbufCli, CommitFromTheBundleOrTheEnvironment) {
+  const fs::path bundle = scratch_dir("bundle");
+  fs::create_directories(bundle / "bin");
+  fs::copy_file(KVBUF_CLI_PATH, bundle / "bin" / "kvbuf");
+  std::ofstream(bundle / "COMMIT") << "feedc0de1234-dirty";
+  auto commit_column = [&](const std::string& env) {
+    const fs::path csv = bundle / "bytes.csv";
+    const std::string cmd = env + " " + (bundle / "bin" / "kvbuf").string() +
+                            " bytes --model qwen3-next-80b-a3b --batch 1 --chunk 4 --summary --csv " + csv.string() +
+                            " >/dev/null 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::ifstream in(csv);
+    std::string header, line;
+    std::getline(in, header);
+    std::getline(in, line);
+    EXPECT_EQ(header.substr(header.rfind(',') + 1), "commit");
+    return line.substr(line.rfind(',') + 1);
+  };
+  EXPECT_EQ(commit_column("env -u KVBUF_COMMIT"), "feedc0de1234-dirty");
+  EXPECT_EQ(commit_column("env KVBUF_COMMIT=0123456789ab"), "0123456789ab");
+  fs::remove(bundle / "COMMIT");
+  EXPECT_EQ(commit_column("env -u KVBUF_COMMIT"), "unknown");
+}
+
 TEST(KvbufCli, CapacityModelled) {
   const fs::path csv = scratch_dir("capacity") / "capacity.csv";
   const CliRun r = kvbuf(
