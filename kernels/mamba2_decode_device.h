@@ -138,6 +138,23 @@ __device__ __forceinline__ void write_output(const Mamba2StepIO& io, size_t xo, 
   io.out[xo + i] = __float2bfloat16_rn(o);
 }
 
+// One selective-state step of a warp's R rows held in registers (lane l's N / 32 columns each):
+// S <- decay S + (dt x) B, each row stored to `dst` (rows N apart) and y[i] = this lane's part of
+// row i's dot with C. Used by the recurrent decode and the classic verify kernels.
+template <int N, int R>
+__device__ __forceinline__ void step_warp_rows(float (&s)[R][N / 32], const float (&x)[R], const float* Bv, const float* Cv,
+                                               float dt, float decay, float* dst, float (&y)[R]) {
+  constexpr int NL = N / 32;
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const float dx = dt * x[i];
+#pragma unroll
+    for (int e = 0; e < NL; ++e) s[i][e] = fmaf(decay, s[i][e], dx * Bv[e]);
+    store_row<N>(dst + size_t(i) * N, s[i]);
+    y[i] = dot<NL>(s[i], Cv);
+  }
+}
+
 // Lane 0 of each warp: the warp's 8 contiguous S0 rows into its part of a shared-memory tile by one
 // bulk copy on the warp's own mbarrier (wait with gdn_detail::tile_wait); the S0 bytes are then in
 // flight without holding registers. Used by the KVBuffer decode and verify kernels.

@@ -89,15 +89,7 @@ __device__ __forceinline__ void update_warp_rows(float* rows, XRaw xraw, float (
   warp_x(xraw, x);
   bf16_slice<N>(braw, Bv);
   bf16_slice<N>(craw, Cv);
-  const float decay = expf(dt * A);
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const float dx = dt * x[i];
-#pragma unroll
-    for (int e = 0; e < NL; ++e) s[i][e] = fmaf(decay, s[i][e], dx * Bv[e]);
-    store_row<N>(rows + size_t(i) * N, s[i]);
-    y[i] = dot<NL>(s[i], Cv);
-  }
+  step_warp_rows<N, R>(s, x, Bv, Cv, dt, expf(dt * A), rows, y);
 }
 
 template <int N>

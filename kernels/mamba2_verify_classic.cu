@@ -79,14 +79,7 @@ __global__ void __launch_bounds__(32) mamba2_verify_classic_kernel(const Mamba2V
     bf16x8(*reinterpret_cast<const uint4*>(s_x[t]), x);
     float* dst = rows_of(__shfl_sync(0xffffffffu, node_slot, t));
     float y8[R];
-#pragma unroll
-    for (int i = 0; i < R; ++i) {
-      const float dx = dt * x[i];
-#pragma unroll
-      for (int e = 0; e < NL; ++e) s[i][e] = fmaf(decay, s[i][e], dx * Bv[e]);
-      store_row<N>(dst + size_t(i) * N, s[i]);
-      y8[i] = dot<NL>(s[i], Cv);
-    }
+    step_warp_rows<N, R>(s, x, Bv, Cv, dt, decay, dst, y8);
     const float y = row_sums8(y8, lane);
     const float x_own = __bfloat162float(s_x[t][(lane >> 2) & (R - 1)]);
     write_verify_output(io, row, t, h, p0, lane, fmaf(D, x_own, y));
