@@ -104,7 +104,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
   // integer and its error is ~2^-22 relative, for head counts far below 2^10.
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G;
   const int heads_per_group = int(__fdividef(float(NH) + 0.5f, float(G)));
-  const int g = int(__fdividef(float(h) + 0.5f, float(heads_per_group))), group_leader = h == g * heads_per_group;
+  const int g = int(__fdividef(float(h) + 0.5f, float(heads_per_group)));
+  const bool group_leader = h == g * heads_per_group;
   extern __shared__ __align__(128) unsigned char smem[];
   const VerifySmem L{N, C, rows, T};
   const int WS = L.ws();
@@ -152,9 +153,9 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
     zero_padding_outputs(io, row, h, pb, rows);
     return;
   }
-  // The warp's 8 S0 rows by one bulk copy, issued with fill and has_state (one
-  // round trip after the slot, not two): a row in direct mode (no state) reads its slot's unused
-  // rows and ignores them. Every warp waits for its copies before the block ends (phase 5).
+  // The warp's 8 S0 rows by one bulk copy, issued with fill and has_state (one round trip after
+  // the slot, not two): a row in direct mode (no state) reads its slot's unused rows and ignores
+  // them. Every warp waits for its copy before the block ends (phase 5).
   float* state_rows = p.state + ((size_t(slot) * NH + h) * P + p0) * N;
   float* tile_rows = s_tile + warp * R * N;
   issue_warp_rows<N>(tile_rows, state_rows, bar, lane);

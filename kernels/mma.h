@@ -19,6 +19,8 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
 }
+// a truncated to TF32 (exact in TF32): the hi part of the split below.
+__device__ __forceinline__ float tf32_hi(float a) { return __uint_as_float(__float_as_uint(a) & 0xffffe000u); }
 // The hi / lo split of four A values (hi[i] exact in TF32, lo[i] = a[i] - hi[i]).
 struct Tf32Split {
   uint32_t hi[4], lo[4];
@@ -28,7 +30,7 @@ __device__ __forceinline__ Tf32Split tf32_split(float a0, float a1, float a2, fl
   Tf32Split s;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    s.hi[i] = __float_as_uint(a[i]) & 0xffffe000u;
+    s.hi[i] = __float_as_uint(tf32_hi(a[i]));
     s.lo[i] = __float_as_uint(a[i] - __uint_as_float(s.hi[i]));
   }
   return s;
@@ -45,7 +47,7 @@ __device__ __forceinline__ void mma_tf32x2(float (&d)[4], float a0, float a1, fl
 // products, the small one first).
 __device__ __forceinline__ void mma_tf32x2_b(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, float b0,
                                              float b1) {
-  const float h0 = __uint_as_float(__float_as_uint(b0) & 0xffffe000u), h1 = __uint_as_float(__float_as_uint(b1) & 0xffffe000u);
+  const float h0 = tf32_hi(b0), h1 = tf32_hi(b1);
   mma_tf32(d, a0, a1, a2, a3, b0 - h0, b1 - h1);
   mma_tf32(d, a0, a1, a2, a3, h0, h1);
 }
