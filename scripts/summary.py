@@ -68,14 +68,14 @@ def published_mamba2(results, gpu):
                                 floats=("latency_us",), optional_floats=("drafts",))]
 
 
-def public_decode(results, gpu):
+def public_decode(results, gpu, published):
     """The public recurrent decode kernels measured with kvbuf's method: FLA's (fla_GPU.csv) and the
-    published Mamba-2 decode figures."""
+    published Mamba-2 decode figures (those of `published` without a T)."""
     rows = []
     fla = os.path.join(results, f"fla_{gpu}.csv")
     if os.path.isfile(fla):
         rows += read_table(fla, required=("model", "kernel", "commit"), ints=("batch",), floats=("latency_us_median",))
-    return rows + [r for r in published_mamba2(results, gpu) if r["drafts"] is None]
+    return rows + [r for r in published if r["drafts"] is None]
 
 
 def published_verify_lines(rows, published):
@@ -149,8 +149,8 @@ def main(argv):
                       ("batch", "chunk"), ("latency_us_median",)) or []
         verify = load(os.path.join(args.results, f"verify_{args.gpu}.csv"), ("model", "method", "gpu", "commit"),
                       ("batch", "chunk", "drafts"), ("latency_us_median",)) or []
-        public = public_decode(args.results, args.gpu)
         published = published_mamba2(args.results, args.gpu)
+        public = public_decode(args.results, args.gpu, published)
         capacity_path = os.path.join(args.results, f"capacity_{args.gpu}.csv")
         capacity = read_table(capacity_path, required=("model", "gpu", "commit"), ints=("drafts", "chunk", "tp"),
                               floats=("ratio_linear",), optional_floats=("measured_ratio",)) \
