@@ -47,6 +47,17 @@ void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t 
   KVB_CUDA_CHECK_LAUNCH();
 }
 
+// Host: the current device's multiprocessor count (read once).
+inline int multiprocessor_count() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    KVB_CUDA_CHECK(cudaGetDevice(&dev));
+    KVB_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  return sms;
+}
+
 // Host: how many blocks of `threads` threads and smem bytes of dynamic shared memory fit on one
 // multiprocessor (raising the kernel's limit as launch_kernel does).
 template <class... KernelArgs>

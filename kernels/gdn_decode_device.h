@@ -289,8 +289,6 @@ struct RowsRule {
   int max_rows, min_blocks_per_sm;
 };
 int choose_rows_per_block(const GdnStepIO& io, RowsRule rule);
-// The current device's multiprocessor count (read once).
-int multiprocessor_count();
 // The rules, measured on the H200 (notes/gdn_decode_kvbuffer.md v10, v12):
 //  * recurrent: 16 KiB tiles (32 rows) beat 32 KiB ones (in place at batch 64: 70.8 against
 //    71.1 us, out of place at 256: 266.3 against 268.4), and batch 8 runs 6% faster at 4 blocks

@@ -58,16 +58,6 @@ void validate_step_io(const GdnStepIO& io, const char* who, bool warp_rows_allow
   }
 }
 
-int multiprocessor_count() {
-  static int sms = [] {
-    int dev = 0, n = 0;
-    KVB_CUDA_CHECK(cudaGetDevice(&dev));
-    KVB_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
-}
-
 int choose_rows_per_block(const GdnStepIO& io, RowsRule rule) {
   if (io.rows_per_block) return io.rows_per_block;
   const int sms = multiprocessor_count();

@@ -463,7 +463,7 @@ void launch_split_direct(const Mamba2KVBufferParams& p, cudaStream_t stream) {
   const int rows = choose_rows_per_block(p.io, kKVBufferRows);
   const size_t smem = BlockSmem<N, false>::bytes(p.capacity - 1, rows / kWarpRows);
   dim3 grid_b = decode_grid(p.io, rows);
-  const long per_wave = long(gdn_detail::multiprocessor_count()) *
+  const long per_wave = long(multiprocessor_count()) *
                         resident_blocks(mamba2_direct_state_kernel<N>, int(decode_block(rows).x), smem);
   grid_b.z = unsigned(std::clamp(per_wave / (long(grid_b.x) * grid_b.y), 1L, long(p.io.batch)));
   launch_kernel(mamba2_direct_state_kernel<N>, grid_b, decode_block(rows), smem, stream, true, p);

@@ -53,12 +53,7 @@ void validate_step_io(const Mamba2StepIO& io, const char* who) {
 
 int choose_rows_per_block(const Mamba2StepIO& io, RowsRule rule) {
   if (io.rows_per_block) return io.rows_per_block;
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    KVB_CUDA_CHECK(cudaGetDevice(&dev));
-    KVB_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
+  const int sms = multiprocessor_count();
   int rows = kWarpRows;
   while (rows * 2 <= std::min(io.P, rule.max_rows) && io.P % (rows * 2) == 0) rows *= 2;
   const long heads = long(io.batch) * io.NH;

@@ -69,6 +69,9 @@ void mamba2_verify_classic(const Mamba2VerifyClassicParams& p, cudaStream_t stre
 struct Mamba2VerifyKVBufferParams {
   Mamba2VerifyIO io;
   int capacity = 16;
+  // Heads per verify block (they share the staging, the tree and the dots): 0 = chosen from the
+  // batch; else 1, 2, 4 or 8, dividing NH / G.
+  int heads_per_block = 0;
   float* state = nullptr;            // [slots, NH, P, N] fp32
   __nv_bfloat16* buf_k = nullptr;    // B  [slots, C, G, N]
   __nv_bfloat16* buf_val = nullptr;  // x  [slots, C, NH, P]

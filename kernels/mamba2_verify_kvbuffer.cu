@@ -18,32 +18,24 @@
 // buf_val = x [slots, C, NH, P] bf16; buf_gcum = G, buf_beta = dt [slots, C, NH] fp32; token I/O
 // as mamba2_verify.h; scratch win_k [B, T, G, N], win_u [B, T, NH, P] bf16, win_gcum, win_beta
 // [B, T, NH] fp32, win_base [B, 2].
-// Block: rows_per_block (64 for P = 64: the whole head) rows of one head, the decode kernels' warp
-// rows (8 rows per warp, lane l holds columns [l N/32, (l+1) N/32)), on the KVBuffer decode
-// kernel's skeleton (mamba2_decode_kvbuffer.cu): S0 in a shared-memory tile, not in registers.
-// Phases, marked in the body:
-//   1 issue: the window's B, C, x (cp.async) and warp 0's dt_t and parents, then the slot; then
-//     each warp's 8 S0 rows by one bulk copy on its own mbarrier (issue_warp_rows) together with
-//     fill and has_state; then the n buffer entries by cp.async: one round trip for everything after
-//     the fill;
-//   2 warp 0: the window's tree (ancestor masks, depth), the fold decision, dt_t and G_t, fold
-//     weights; the other warps lay out the window's C in fp32 as phase 5's A operands;
-//   3 fold into the tile when due, 4 rows at a time, written back to the pool;
-//   4 on the tensor cores (m16n8k16 bf16): the (n_eff + T) x T dots C_t.B_e, 8 entries per warp,
-//     turned into the coefficients W[t][e];
-//   5 on the tensor cores (m16n8k8 TF32, tokens in m, the warp's 8 rows in n): e^{G_t} S0 C_t with
-//     S0 split hi + lo (fp32 accuracy, mma.h), plus W on the entries' x; each lane writes one
-//     token's outputs of two rows;
-//   6 scratch for the commit: the window's B, x, G, dt and the row's base.
+// Two kernels, chosen by heads per SM (verify_heads_per_block; Params::heads_per_block forces one):
+// * mamba2_verify_kvbuffer_kernel, one head per block (small batches): rows_per_block (64 for
+//   P = 64: the whole head) rows, the decode kernels' warp rows (8 per warp), on the KVBuffer decode
+//   kernel's skeleton (mamba2_decode_kvbuffer.cu): S0 in a shared-memory tile, each warp's 8 rows by
+//   one bulk copy issued with fill and has_state, 4 blocks per SM.
+// * mamba2_verify_kvbuffer_group_kernel, heads_per_block (up to 8) heads of one group per block
+//   (from kGroupMinHeadsPerSM heads per SM): the heads share the staging of B, C and the entries,
+//   the tree, the dots and the coefficients; each warp streams its 8 rows of the heads' S0 through a
+//   2-stage ring of bulk copies, no block barrier between heads; 2 blocks per SM.
+// Phases, marked in the bodies: issue (the window, the slot, S0, the buffer); warp 0's tree (root
+// paths, depth, fold decision) while the others lay out C_t as A operands; the dots C_t . B_e on
+// the tensor cores (m16n8k16 bf16) turned into coefficients W[t][e]; the fold when due (CUDA cores,
+// written to the pool once); the outputs on the tensor cores (m16n8k8 TF32, tokens in m, a warp's
+// 8 rows in n): e^{G_t} S0 C_t with S0 split hi + lo (fp32 accuracy, mma.h), plus W on the entries'
+// x; the scratch for the commit.
 // Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
 // scratch written (T (P + N) 2 + 8 T); a fold writes S0 once.
-// Measured (the paper preset's Mamba-2 rows, commit f0e8dce8b91b, H200, Nemotron-3 Nano shapes, 23
-// layer pools per CUDA graph, verify + commit per layer, results/verify_h200.csv): T = 5 [best C]
-// 9.22 / 17.53 / 75.86 / 137.63 / 261.77 / 519.45 us at batch 1 / 8 / 64 / 128 / 256 / 512; T = 4
-// at 128 131.12 us = 2.68x classic, 1.64x the decode step (1.22x / 1.32x faster at T = 4 / 5 than 28cea4f's).
-// Bound by the block's fixed work and its dependent round trips at 4 blocks per SM (48% of the
-// DRAM bandwidth), not by the S0 stream (kernels/notes/mamba2_verify.md runs 3-6). Open:
-// racecheck's warp-level warnings on the warps' mbarriers (notes, run 6).
+// Measured: see kernels/notes/mamba2_verify.md run 7 (results/verify_h200.csv names the commit).
 #include <stdexcept>
 #include <string>
 
@@ -58,19 +50,180 @@ namespace {
 
 constexpr int kTMax = kMamba2VerifyMaxTokens;
 constexpr int kMaxCapacity = 64;
-// Resident verify blocks per SM the register budget allows: 4 (64 registers, no spills) measured 3-4%
-// faster than the decode tile kernel's 5 (48 registers, 60 bytes of spills at N = 128): the kernel
-// is bound by its instructions per block, not by the S0 copies in flight (kernels/notes/
-// mamba2_verify.md runs 3-4).
-constexpr int kVerifyBlocksPerSM = 4;
+constexpr int kMaxHeadsPerBlock = 8;
+// Resident blocks per SM the launch bounds ask for: the one-head kernel at 4 (64 registers, no
+// spills, measured 3-4% faster than 5 with spills: kernels/notes/mamba2_verify.md runs 3-4), the
+// head-group kernel at 2 (its stages take ~64 KiB of shared memory per block).
+constexpr int kOneHeadBlocksPerSM = 4;
+constexpr int kGroupBlocksPerSM = 2;
+// The head-group kernel's warps stream S0 rows through a ring of kStages stages: head hh + 1's copy
+// flies while head hh is computed.
+constexpr int kStages = 2;
+// The head-group kernel from this many heads (request rows x NH x row tiles) per SM on: measured
+// crossover between batch 64 (31 Nemotron-3 Nano heads per SM, the one-head kernel 5-10% faster)
+// and 128 (62, the head-group kernel 2%, and 10-13% from batch 256) (kernels/notes/
+// mamba2_verify.md run 7).
+constexpr int kGroupMinHeadsPerSM = 48;
 
-// Dynamic shared memory of the verify block in bytes, for d_state N, capacity C, `rows` rows per
+// ---- Pieces shared by the two verify kernels.
+
+// Lane 0: the warp's 8 S0 rows at src into `dst` by one bulk copy on `bar` (initialised by the
+// block before a block barrier). The proxy fence orders the warp's earlier reads and writes of dst
+// (a previous head's) before the copy's writes.
+template <int N>
+__device__ __forceinline__ void issue_s0_rows(float* dst, const float* src, uint64_t* bar) {
+  using gdn_detail::smem_addr;
+  constexpr uint32_t kBytes = kWarpRows * N * sizeof(float);
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(kBytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(kBytes), "r"(smem_addr(bar))
+               : "memory");
+}
+// Thread 0: `count` mbarriers for one bulk copy each.
+__device__ __forceinline__ void init_copy_barriers(uint64_t* bars, int count) {
+  for (int i = 0; i < count; ++i) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(gdn_detail::smem_addr(bars + i)));
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// Warp 0, lane t = node t: its root path (its ancestors and t) as a bitmask, and in every lane the
+// window's depth (the longest root path, nodes t < T). par: lane t's parent (-1: the checkpoint).
+__device__ __forceinline__ unsigned node_path(int par, int T, int lane, int& depth) {
+  unsigned anc = 0u;
+  int up = par;
+#pragma unroll
+  for (int it = 0; it < kTMax - 1; ++it) {  // one generation per step
+    if (up >= 0) anc |= 1u << up;
+    const int next = __shfl_sync(0xffffffffu, par, up < 0 ? 0 : up);
+    up = up < 0 ? -1 : next;
+  }
+  depth = __reduce_max_sync(0xffffffffu, lane < T ? __popc(anc) + 1 : 0);
+  return anc | 1u << lane;
+}
+
+// The window's C_t (bf16 rows of stride N + 32) in fp32 as the outputs' A operands, items first,
+// first + stride, ...: float4 (q 4 + u) 4 + c of token t holds columns 32 q + 8 c + u and its + 4,
+// the other two zero (mma.h's a0..a3 with the rows >= 8 zero).
+template <int N>
+__device__ __forceinline__ void layout_c_quads(float4* s_cq, const __nv_bfloat16* s_cwin, int T, int first, int stride) {
+  constexpr int BS = N + 32, CQS = N / 2 + 4;
+  for (int i = first; i < T * N / 2; i += stride) {
+    const int t = i / (N / 2), r = i % (N / 2), col = (r >> 4) * 32 + (r & 3) * 8 + (r >> 2 & 3);
+    s_cq[t * CQS + r] = make_float4(__bfloat162float(s_cwin[t * BS + col]), 0.f, __bfloat162float(s_cwin[t * BS + col + 4]), 0.f);
+  }
+}
+
+// Lane (fg, fc)'s dots C_fg . B_e with entries e = 8 et + 2 fc, + 1 (d[0], d[1]) on the tensor cores
+// (m16n8k16 bf16, fp32 sums; A: the window's C rows, tokens in m, rows >= T zero; B: 8 entries,
+// buffered B_e (row e) for e < n_eff, then the window's B (row C + e - n_eff)). Columns map to k as
+// 8 consecutive bf16 of lane c (mma.h: k pairs 2c and 2c + 8 of two steps).
+template <int N>
+__device__ __forceinline__ void entry_dots(const __nv_bfloat16* s_cwin, const __nv_bfloat16* s_b, int C, int n_eff,
+                                           int ne, int T, int et, int fg, int fc, float (&d)[4]) {
+  constexpr int BS = N + 32;
+  const int eb = et * 8 + fg;  // the entry whose B this lane holds
+  const bool a_ok = fg < T, b_ok = eb < ne;
+  const __nv_bfloat16* arow = s_cwin + (a_ok ? fg : 0) * BS + 8 * fc;
+  const __nv_bfloat16* brow = s_b + (eb < n_eff ? eb : b_ok ? C + eb - n_eff : 0) * BS + 8 * fc;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) d[i] = 0.f;
+#pragma unroll
+  for (int k = 0; k < N / 32; ++k) {
+    const uint4 a = a_ok ? *reinterpret_cast<const uint4*>(arow + 32 * k) : make_uint4(0u, 0u, 0u, 0u);
+    const uint4 b = b_ok ? *reinterpret_cast<const uint4*>(brow + 32 * k) : make_uint4(0u, 0u, 0u, 0u);
+    mma_bf16(d, a.x, 0u, a.y, 0u, b.x, b.y);
+    mma_bf16(d, a.z, 0u, a.w, 0u, b.z, b.w);
+  }
+}
+
+// d = e^{G_t} sum_k C_t[k] S0[r][k] on the tensor cores (m16n8k8 TF32, mma.h), tokens in m, the
+// warp's 8 rows in n (A = C_t from the quads, exact in TF32; B = S0 split hi + lo): lane (fg, fc)
+// ends with token fg's rows 2 fc, 2 fc + 1 in d[0], d[1]. Column 32 q + 8 c + u is k = c of step
+// (q, u) and 32 q + 8 c + 4 + u is k = c + 4. The lanes of odd rows load their second float4 of S0
+// first: the two rows of a quarter warp, N floats apart, then read different banks (one load order
+// with the 2-way conflicts measured 6-9% slower overall). cq: the lane's token's quads + fc.
+template <int N>
+__device__ __forceinline__ void s0_product(const float* tile_rows, const float4* cq, int fg, int fc, float eg, float (&d)[4]) {
+  float d_odd[4] = {0.f, 0.f, 0.f, 0.f};  // a second chain of products
+#pragma unroll
+  for (int i = 0; i < 4; ++i) d[i] = 0.f;
+  const bool odd = fg & 1;
+  const float* srow = tile_rows + fg * N + 8 * fc;
+#pragma unroll
+  for (int q = 0; q < N / 32; ++q) {
+    const float4 first = *reinterpret_cast<const float4*>(srow + 32 * q + (odd ? 4 : 0));
+    const float4 second = *reinterpret_cast<const float4*>(srow + 32 * q + (odd ? 0 : 4));
+    const float4 s_lo = odd ? second : first, s_hi = odd ? first : second;
+    const float sl[4] = {s_lo.x, s_lo.y, s_lo.z, s_lo.w}, sh[4] = {s_hi.x, s_hi.y, s_hi.z, s_hi.w};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const float4 a = cq[(q * 4 + u) * 4];
+      mma_tf32x2_b(u % 2 ? d_odd : d, __float_as_uint(a.x), __float_as_uint(a.y), __float_as_uint(a.z), __float_as_uint(a.w),
+                   sl[u], sh[u]);
+    }
+  }
+  d[0] = (d[0] + d_odd[0]) * eg, d[1] = (d[1] + d_odd[1]) * eg;
+}
+
+// The fold of a warp's 8 rows, S[r] <- e^{G_{n-1}} S0[r] + sum_j (w_j x_j[r]) B_j, 4 rows at a time
+// (lane l holds columns [l N/32, (l+1) N/32)), written to the pool and back to the tile. xw: the
+// entries' x, a uint4 of the 8 rows each. On the tensor cores (m = columns, n = rows, k = entries)
+// it measured 13% slower overall (127 registers, scattered stores).
+template <int N>
+__device__ __forceinline__ void fold_warp_rows(float* tile_rows, float* state_rows, const __nv_bfloat16* s_b, const uint4* xw,
+                                               const float* fw, float eGn, bool has_state, int n, int lane) {
+  constexpr int NL = N / 32, R = kWarpRows, H = R / 2, BS = N + 32;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float sv[H][NL];
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      float s0[NL];
+      load_row<N>(tile_rows + (half * H + i) * N + lane * NL, s0);  // copied even without a state: ignored then
+#pragma unroll
+      for (int e = 0; e < NL; ++e) sv[i][e] = has_state ? eGn * s0[e] : 0.f;
+    }
+#pragma unroll 2
+    for (int j = 0; j < n; ++j) {
+      float Bj[NL];
+      bf16_slice<N>(load_bf16_raw<N>(s_b + j * BS, lane), Bj);
+      const uint2 xr = reinterpret_cast<const uint2*>(xw + j)[half];
+      const float2 xa = bf16x2_to_float2(xr.x), xb = bf16x2_to_float2(xr.y);
+      const float xj[H] = {xa.x, xa.y, xb.x, xb.y};
+      const float w = fw[j];
+#pragma unroll
+      for (int i = 0; i < H; ++i) {
+        const float wx = w * xj[i];
+#pragma unroll
+        for (int e = 0; e < NL; ++e) sv[i][e] = fmaf(wx, Bj[e], sv[i][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      store_row<N>(state_rows + size_t(half * H + i) * N + lane * NL, sv[i]);
+      store_row<N>(tile_rows + (half * H + i) * N + lane * NL, sv[i]);
+    }
+  }
+  __syncwarp();  // the outputs read the rows across lanes
+}
+
+// W[t][e] = e^{G_t - G_e} dt_e (C_t . B_e) for entry e of node t (dot = C_t . B_e): buffered
+// entries (e < n_eff) always, window node q = e - n_eff when on t's root path, + D for t itself.
+__device__ __forceinline__ float entry_coefficient(float dot, int e, int n_eff, int t, unsigned path_t, float G_t,
+                                                   const float* g_buf, const float* dt_buf, const float* g_win,
+                                                   const float* dt_win, float D) {
+  if (e < n_eff) return expf(G_t - g_buf[e]) * dt_buf[e] * dot;
+  const int q = e - n_eff;
+  return path_t >> q & 1u ? fmaf(expf(G_t - g_win[q]) * dt_win[q], dot, q == t ? D : 0.f) : 0.f;
+}
+
+// ---- The one-head kernel: a block verifies rows_per_block rows of one head.
+
+// Dynamic shared memory of the one-head block in bytes, for d_state N, capacity C, `rows` rows per
 // block and T tokens: the S0 tile [rows, N] fp32 first (128-byte aligned for the bulk copies), then
 // 16-byte aligned pieces, then one mbarrier per warp. The bf16 rows of B and C are padded to
-// BS = N + 32 elements, so that the fragment loads of phase 4 (lane 4 g + c reads row g at column
-// 8 c) are free of bank conflicts; the tile's rows are not padded (one bulk copy per warp), phase 5
-// orders its loads instead. C_t in fp32 is kept as phase 5's A operands, one float4 per lane and
-// step {C_t[k], 0, C_t[k + 4], 0} (mma.h's a0..a3 with the rows >= 8 zero): one load, no moves.
+// BS = N + 32 elements (conflict-free fragment loads of the dots).
 struct VerifySmem {
   int n_dim, c, rows, t;
   __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
@@ -93,8 +246,9 @@ struct VerifySmem {
 };
 
 template <int N>
-__global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamba2_verify_kvbuffer_kernel(const Mamba2VerifyKVBufferParams p) {
-  constexpr int NL = N / 32, R = kWarpRows, CH = N / 8, BS = N + 32, CQS = N / 2 + 4;
+__global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
+    mamba2_verify_kvbuffer_kernel(const Mamba2VerifyKVBufferParams p) {
+  constexpr int R = kWarpRows, CH = N / 8, BS = N + 32, CQS = N / 2 + 4;
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
@@ -125,8 +279,12 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
   __shared__ unsigned s_path[kTMax];  // node t's root path (ancestors and t) as a bitmask
   __shared__ int s_fold, s_neff;
 
-  // Phase 1, issue: the window (independent of the pools), the slot, S0, the buffer entries.
-  // Every loop here and below divides only by constants.
+  // Phase 1, issue: the warps' mbarriers (thread 0; the block barrier below publishes them, no
+  // memory round trip), then the window (independent of the pools), the slot, and at once each
+  // warp's 8 S0 rows by one bulk copy, issued with fill and has_state (one round trip after the
+  // slot, not two: a row in direct mode reads its slot's unused rows and ignores them); then the n
+  // buffer entries by cp.async. Every loop here and below divides only by constants.
+  if (threadIdx.x == 0) init_copy_barriers(bar - warp, warps);
   for (int c = threadIdx.x; c < 2 * T * CH; c += blockDim.x) {
     const int v = c / CH, e = (c % CH) * 8, t = v < T ? v : v - T;
     cp_async16((v < T ? s_b + (C + t) * BS : s_cwin + t * BS) + e, (v < T ? io.B : io.C) + ((size_t(row) * T + t) * G + g) * N + e);
@@ -140,7 +298,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
     if (io.z) cp_async16(s_zwin + t * rows + warp * R, io.z + o);
   }
   const float A = io.A[h], D = io.D[h];
-  // Warp 0, lane t < T: node t's step size and parent, also independent of the pools.
+  // Warp 0, lane t < T: node t's step size and parent, also independent of the pools (in registers:
+  // the block barrier below does not wait for them).
   float dt_lane = 0.f;
   int par_lane = -1;
   if (warp == 0 && lane < T) {
@@ -153,12 +312,10 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
     zero_padding_outputs(io, row, h, pb, rows);
     return;
   }
-  // The warp's 8 S0 rows by one bulk copy, issued with fill and has_state (one round trip after
-  // the slot, not two): a row in direct mode (no state) reads its slot's unused rows and ignores
-  // them. Every warp waits for its copy before the block ends (phase 5).
+  __syncthreads();  // the barriers' initialisation before any copy
   float* state_rows = p.state + ((size_t(slot) * NH + h) * P + p0) * N;
   float* tile_rows = s_tile + warp * R * N;
-  issue_warp_rows<N>(tile_rows, state_rows, bar, lane);
+  if (lane == 0) issue_s0_rows<N>(tile_rows, state_rows, bar);
   const int n = p.fill[slot];
   const bool has_state = p.has_state[slot] != 0;
   const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + g) * N;          // B_j at + j G N
@@ -175,160 +332,63 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
   cp_async_wait_all();
   __syncthreads();
 
-  // Phase 2, warp 0, lane t = node t: root path, depth, fold decision, dt_t, G_t, fold weights.
+  // Phase 2, warp 0, lane t = node t: root path, depth, fold decision, dt_t, G_t, fold weights. The
+  // other warps meanwhile (a one-warp block after it) lay out the window's C_t as phase 5's A operands.
   if (warp == 0) {
-    const int t = lane, par = par_lane;
-    unsigned anc = 0u;
-    int up = par;
-#pragma unroll
-    for (int it = 0; it < kTMax - 1; ++it) {  // one generation per step
-      if (up >= 0) anc |= 1u << up;
-      const int next = __shfl_sync(0xffffffffu, par, up < 0 ? 0 : up);
-      up = up < 0 ? -1 : next;
-    }
-    const int depth = __reduce_max_sync(0xffffffffu, t < T ? __popc(anc) + 1 : 0);
+    const int t = lane;
+    int depth;
+    const unsigned path = node_path(par_lane, T, lane, depth);
     const bool fold = n > 0 && n + depth >= C;
     const int n_eff = fold ? 0 : n;
-    const float dt = dt_lane;
-    const unsigned path = t < T ? anc | 1u << t : 0u;
     float gsum = 0.f;
 #pragma unroll
     for (int q = 0; q < kTMax; ++q) {
-      const float a = __shfl_sync(0xffffffffu, dt * A, q);
+      const float a = __shfl_sync(0xffffffffu, dt_lane * A, q);
       if (path >> q & 1u) gsum += a;
     }
     const float G_t = (n_eff > 0 ? s_gbuf[n_eff - 1] : 0.f) + gsum;
-    if (t < T) {
-      s_gwin[t] = G_t, s_dtwin[t] = dt, s_egwin[t] = expf(G_t), s_path[t] = path;
-    }
+    if (t < T) s_gwin[t] = G_t, s_dtwin[t] = dt_lane, s_egwin[t] = expf(G_t), s_path[t] = path;
     if (fold)
       for (int j = lane; j < n; j += 32) s_fw[j] = expf(s_gbuf[n - 1] - s_gbuf[j]) * s_dtbuf[j];
     if (lane == 0) s_fold = fold, s_neff = n_eff;
   }
-  if (warp > 0 || warps == 1) {
-    // The other warps meanwhile (a one-warp block after it) lay out the window's C_t as phase 5's
-    // A operands: float4 (q 4 + u) 4 + c of token t holds columns 32 q + 8 c + u and its + 4.
-    const int helpers = warps > 1 ? int(blockDim.x) - 32 : 32;
-    for (int i = int(threadIdx.x) - (warps > 1 ? 32 : 0); i < T * N / 2; i += helpers) {
-      const int t = i / (N / 2), r = i % (N / 2), col = (r >> 4) * 32 + (r & 3) * 8 + (r >> 2 & 3);
-      s_cq[t * CQS + r] = make_float4(__bfloat162float(s_cwin[t * BS + col]), 0.f,
-                                      __bfloat162float(s_cwin[t * BS + col + 4]), 0.f);
-    }
-  }
+  if (warp > 0 || warps == 1)
+    layout_c_quads<N>(s_cq, s_cwin, T, int(threadIdx.x) - (warps > 1 ? 32 : 0), warps > 1 ? int(blockDim.x) - 32 : 32);
   __syncthreads();
   const bool fold = s_fold;
   const int n_eff = s_neff, ne = n_eff + T;  // entries: n_eff buffered, then the T window nodes
   const uint4* xw = s_xbuf + warp * C;        // x_j of the warp's 8 rows
 
-  // Phase 3, fold: S0 <- e^{G_{n-1}} S0 + sum_j w_j x_j B_j^T from the tile and the staged entries,
-  // 4 rows at a time (the decode kernel's fold), written back to the pool once and to the tile for
-  // the outputs.
+  // Phase 3, fold when due, written back to the pool once and to the tile for the outputs.
   if (fold) {
-    const float eGn = expf(s_gbuf[n - 1]);
     gdn_detail::tile_wait(bar);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      constexpr int H = R / 2;
-      float s[H][NL];
-#pragma unroll
-      for (int i = 0; i < H; ++i) {
-        float s0[NL];
-        load_row<N>(tile_rows + (half * H + i) * N + lane * NL, s0);
-#pragma unroll
-        for (int e = 0; e < NL; ++e) s[i][e] = has_state ? eGn * s0[e] : 0.f;
-      }
-#pragma unroll 2
-      for (int j = 0; j < n; ++j) {
-        float Bj[NL];
-        bf16_slice<N>(load_bf16_raw<N>(s_b + j * BS, lane), Bj);
-        const uint2 xr = reinterpret_cast<const uint2*>(xw + j)[half];
-        const float2 xa = bf16x2_to_float2(xr.x), xb = bf16x2_to_float2(xr.y);
-        const float xj[H] = {xa.x, xa.y, xb.x, xb.y};
-        const float w = s_fw[j];
-#pragma unroll
-        for (int i = 0; i < H; ++i) {
-          const float wx = w * xj[i];
-#pragma unroll
-          for (int e = 0; e < NL; ++e) s[i][e] = fmaf(wx, Bj[e], s[i][e]);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < H; ++i) {
-        store_row<N>(state_rows + size_t(half * H + i) * N + lane * NL, s[i]);
-        store_row<N>(tile_rows + (half * H + i) * N + lane * NL, s[i]);
-      }
-    }
-    __syncwarp();  // phase 5 reads the rows across lanes
+    fold_warp_rows<N>(tile_rows, state_rows, s_b, xw, s_fw, expf(s_gbuf[n - 1]), has_state, n, lane);
   }
 
-  // Phase 4, coefficients W[t][e] on the tensor cores (m16n8k16 bf16, fp32 sums): the dots
-  // C_t . B_e of the T tokens (A: the window's C rows, tokens in m, rows >= T zero) with 8 entries
-  // at a time (B: buffered B_e for e < n_eff, then the window's B), one 8-entry tile per warp.
-  // Columns map to k as 8 consecutive bf16 of lane c (mma.h: k pairs 2c and 2c + 8 of two steps).
-  // Lane (fg, fc) ends with token fg's dots with entries 8 k + 2 fc, + 1.
+  // Phase 4, the coefficients W[t][e] from the dots (entry_dots), 8 entries per warp.
   for (int et = warp; et * 8 < ne; et += warps) {
-    const int eb = et * 8 + fg;  // the entry whose B this lane holds
-    const bool a_ok = fg < T, b_ok = eb < ne;
-    const __nv_bfloat16* arow = s_cwin + (a_ok ? fg : 0) * BS + 8 * fc;
-    const __nv_bfloat16* brow = s_b + (eb < n_eff ? eb : b_ok ? C + eb - n_eff : 0) * BS + 8 * fc;
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int k = 0; k < N / 32; ++k) {
-      const uint4 a = a_ok ? *reinterpret_cast<const uint4*>(arow + 32 * k) : make_uint4(0u, 0u, 0u, 0u);
-      const uint4 b = b_ok ? *reinterpret_cast<const uint4*>(brow + 32 * k) : make_uint4(0u, 0u, 0u, 0u);
-      mma_bf16(d, a.x, 0u, a.y, 0u, b.x, b.y);
-      mma_bf16(d, a.z, 0u, a.w, 0u, b.z, b.w);
-    }
-    if (a_ok) {
+    float d[4];
+    entry_dots<N>(s_cwin, s_b, C, n_eff, ne, T, et, fg, fc, d);
+    if (fg < T) {
       const int t = fg;
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int e = et * 8 + 2 * fc + i;
-        if (e >= ne) continue;
-        float w;
-        if (e < n_eff) {
-          w = expf(s_gwin[t] - s_gbuf[e]) * s_dtbuf[e] * d[i];
-        } else {
-          const int q = e - n_eff;
-          w = s_path[t] >> q & 1u ? fmaf(expf(s_gwin[t] - s_gwin[q]) * s_dtwin[q], d[i], q == t ? D : 0.f) : 0.f;
-        }
-        s_w[t * WS + e] = w;
+        if (e < ne)
+          s_w[t * WS + e] = entry_coefficient(d[i], e, n_eff, t, s_path[t], s_gwin[t], s_gbuf, s_dtbuf, s_gwin, s_dtwin, D);
       }
     }
   }
   __syncthreads();
 
-  // Phase 5, outputs on the tensor cores (m16n8k8 TF32, mma.h), tokens in m, the warp's 8 rows in
-  // n: D[t][r] = e^{G_t} sum_k C_t[k] S0[r][k] (A = C_t, exact in TF32; B = S0 split hi + lo), then
-  // + sum_e W[t][e] x_e[r] (A = W split, B = x exact; D x_t is the coefficient of the token
-  // itself). Column 32 q + 8 c + u is k = c of step (q, u) and 32 q + 8 c + 4 + u is k = c + 4.
-  // The lanes of odd rows load their second float4 of S0 first: the two rows of a quarter warp,
-  // N floats apart, then read different banks. Lane (fg, fc) ends with token fg's outputs of rows
-  // 2 fc, 2 fc + 1 and writes them as a pair.
+  // Phase 5, outputs: s0_product, then + sum_e W[t][e] x_e[r] (m16n8k8 TF32, A = W split, B = x
+  // exact; D x_t is the coefficient of the token itself). Lane (fg, fc) writes token fg's outputs
+  // of rows 2 fc, 2 fc + 1 as a pair.
   gdn_detail::tile_wait(bar);
   {
     const int t = fg < T ? fg : 0;  // rows >= T of A compute outputs that are dropped
-    float d[4] = {0.f, 0.f, 0.f, 0.f}, d_odd[4] = {0.f, 0.f, 0.f, 0.f};  // two chains of products
-    if (has_state || fold) {  // else S0 = 0
-      const bool odd = fg & 1;
-      const float* srow = tile_rows + fg * N + 8 * fc;
-      const float4* cq = s_cq + t * CQS + fc;
-#pragma unroll
-      for (int q = 0; q < N / 32; ++q) {
-        const float4 first = *reinterpret_cast<const float4*>(srow + 32 * q + (odd ? 4 : 0));
-        const float4 second = *reinterpret_cast<const float4*>(srow + 32 * q + (odd ? 0 : 4));
-        const float4 s_lo = odd ? second : first, s_hi = odd ? first : second;
-        const float sl[4] = {s_lo.x, s_lo.y, s_lo.z, s_lo.w}, sh[4] = {s_hi.x, s_hi.y, s_hi.z, s_hi.w};
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const float4 a = cq[(q * 4 + u) * 4];
-          mma_tf32x2_b(u % 2 ? d_odd : d, __float_as_uint(a.x), __float_as_uint(a.y), __float_as_uint(a.z),
-                       __float_as_uint(a.w), sl[u], sh[u]);
-        }
-      }
-      const float eg = s_egwin[t];
-      d[0] = (d[0] + d_odd[0]) * eg, d[1] = (d[1] + d_odd[1]) * eg;
-    }
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    if (has_state || fold) s0_product<N>(tile_rows, s_cq + t * CQS + fc, fg, fc, s_egwin[t], d);  // else S0 = 0
     const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(xw) + fg;  // x_e of row fg at xb[8 e]
     const float* wrow = s_w + t * WS;
     auto entry_x = [&](int e) {
@@ -366,6 +426,253 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kVerifyBlocksPerSM) mamb
       p.win_beta[(size_t(row) * T + threadIdx.x) * NH + h] = s_dtwin[threadIdx.x];
     }
     if (h == 0 && threadIdx.x == 0) {
+      p.win_base[2 * row] = n_eff;
+      p.win_base[2 * row + 1] = has_state || fold ? 1 : 0;
+    }
+  }
+}
+
+// ---- The head-group kernel: a block verifies rows_per_block rows of heads_per_block heads of one
+// group; the heads share the staging, the tree and the dots, and each warp streams its rows of
+// the heads' S0 through its stage ring.
+
+// Dynamic shared memory of the head-group block in bytes, for d_state N, capacity C, `rows` rows
+// per block, T tokens and `heads` heads per block. First the S0 stages, [ring][warps], each a warp's
+// 8 rows [8, N] fp32 (one bulk copy); then 16-byte aligned pieces; then the mbarriers, one per
+// stage. The entries' x are kept per head and warp as a uint4 of the warp's 8 rows: the n buffered
+// ones at 0.., the window's at C.. B and C rows and the C quads as in VerifySmem. The coefficients
+// W[t][e] are kept per head as each lane's A operand pair of each 8-entry step.
+struct GroupSmem {
+  int n_dim, c, rows, t, heads;
+  __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
+  __host__ __device__ int warps() const { return rows / kWarpRows; }
+  __host__ __device__ int ring() const { return heads < kStages ? heads : kStages; }  // stages per warp in use
+  __host__ __device__ int s0_bytes() const { return kWarpRows * n_dim * 4; }
+  __host__ __device__ int cqs() const { return n_dim / 2 + 4; }                      // A-operand float4s per token (64 B pad)
+  __host__ __device__ int bs() const { return n_dim + 32; }                          // bf16 row stride
+  __host__ __device__ int ws() const { return (c + kTMax + 31) / 32 * 32 + 4; }      // dot row stride
+  __host__ __device__ int ksteps() const { return (c + t + 7) / 8; }                 // 8-entry steps, at most
+  __host__ __device__ int stages() const { return 0; }                               // [ring, warps] S0 rows
+  __host__ __device__ int x_all() const { return stages() + ring() * warps() * s0_bytes(); }  // [heads, warps, C + T] uint4
+  __host__ __device__ int z_all() const { return x_all() + heads * warps() * (c + t) * 16; }  // [heads, warps, T] uint4
+  __host__ __device__ int b_rows() const { return z_all() + heads * warps() * t * 16; }      // [C + T, BS] bf16
+  __host__ __device__ int c_win() const { return b_rows() + (c + t) * bs() * 2; }    // [T, BS] bf16
+  __host__ __device__ int c_quads() const { return c_win() + t * bs() * 2; }         // [T, cqs] float4
+  __host__ __device__ int dots() const { return c_quads() + t * cqs() * 16; }        // [T, WS] C_t . B_e
+  __host__ __device__ int w_frags() const { return dots() + t * ws() * 4; }          // [heads, ksteps, 32] float2
+  __host__ __device__ int g_buf() const { return w_frags() + heads * ksteps() * 32 * 8; }  // [heads, C] G_j
+  __host__ __device__ int dt_buf() const { return g_buf() + up16(heads * c * 4); }   // [heads, C] dt_j
+  __host__ __device__ int fold_w() const { return dt_buf() + up16(heads * c * 4); }  // [heads, C] fold weights
+  __host__ __device__ int bars() const { return fold_w() + up16(heads * c * 4); }    // [ring, warps] mbarriers
+  __host__ __device__ size_t bytes() const { return size_t(bars() + ring() * warps() * 8); }
+};
+
+template <int N>
+__global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
+    mamba2_verify_kvbuffer_group_kernel(const Mamba2VerifyKVBufferParams p, const int heads_per_block) {
+  constexpr int R = kWarpRows, CH = N / 8, CQS = N / 2 + 4;
+  const Mamba2VerifyIO& io = p.io;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
+  const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
+  const int tile = blockIdx.x, HB = heads_per_block, h0 = blockIdx.y * HB, row = blockIdx.z;
+  const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
+  const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G;
+  const int heads_per_group = NH / G, g = h0 / heads_per_group;  // the block's heads share group g
+  constexpr int BS = N + 32;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const GroupSmem L{N, C, rows, T, HB};
+  const int WS = L.ws(), KS = L.ksteps(), CT = C + T;
+  float* s_stages = reinterpret_cast<float*>(smem + L.stages());
+  uint4* s_x = reinterpret_cast<uint4*>(smem + L.x_all());
+  uint4* s_z = reinterpret_cast<uint4*>(smem + L.z_all());
+  __nv_bfloat16* s_b = reinterpret_cast<__nv_bfloat16*>(smem + L.b_rows());  // B_j at j BS, window B_q at (C + q) BS
+  __nv_bfloat16* s_cwin = reinterpret_cast<__nv_bfloat16*>(smem + L.c_win());
+  float4* s_cq = reinterpret_cast<float4*>(smem + L.c_quads());
+  float* s_dot = reinterpret_cast<float*>(smem + L.dots());
+  float2* s_wf = reinterpret_cast<float2*>(smem + L.w_frags());
+  float* s_gbuf = reinterpret_cast<float*>(smem + L.g_buf());
+  float* s_dtbuf = reinterpret_cast<float*>(smem + L.dt_buf());
+  float* s_fw = reinterpret_cast<float*>(smem + L.fold_w());
+  uint64_t* s_bars = reinterpret_cast<uint64_t*>(smem + L.bars());
+  __shared__ float s_gwin[kMaxHeadsPerBlock][kTMax], s_dtwin[kMaxHeadsPerBlock][kTMax], s_egwin[kMaxHeadsPerBlock][kTMax];
+  __shared__ float s_A[kMaxHeadsPerBlock], s_D[kMaxHeadsPerBlock];
+  __shared__ unsigned s_path[kTMax];  // node t's root path (ancestors and t) as a bitmask
+  __shared__ int s_fold;
+
+  // Phase 1, issue: the stages' mbarriers (thread 0, published by the block barrier below), then by
+  // cp.async what does not depend on the pools: the window's B and C (the group's), x and z (the
+  // heads'); warp 0's parents; the slot. Then at once each warp's S0 rows of the first heads by bulk
+  // copies, issued with fill and has_state (one round trip after the slot, not two: a row in direct
+  // mode reads its slot's unused rows and ignores them); then the heads' A, D and window dt, and the
+  // n buffered entries' B (the group's), x (the heads'), G_j and dt_j (the heads').
+  if (threadIdx.x == 0) init_copy_barriers(s_bars, L.ring() * warps);
+  for (int c = threadIdx.x; c < 2 * T * CH; c += blockDim.x) {
+    const int v = c / CH, e = (c % CH) * 8, t = v < T ? v : v - T;
+    cp_async16((v < T ? s_b + (C + t) * BS : s_cwin + t * BS) + e, (v < T ? io.B : io.C) + ((size_t(row) * T + t) * G + g) * N + e);
+  }
+  for (int i = threadIdx.x; i < T * HB * warps; i += blockDim.x) {  // warps fastest: 16-byte pieces in order
+    const int t = i / (HB * warps), hh = i / warps % HB, w = i % warps;
+    const size_t o = ((size_t(row) * T + t) * NH + h0 + hh) * P + pb + w * R;
+    cp_async16(s_x + (hh * warps + w) * CT + C + t, io.x + o);
+    if (io.z) cp_async16(s_z + (hh * warps + w) * T + t, io.z + o);
+  }
+  int par_lane = -1;
+  if (warp == 0 && lane < T) par_lane = node_parent(io.parents ? io.parents + size_t(row) * T : nullptr, lane);
+  const int slot = io.slot[row];
+  if (slot < 0) {
+    cp_async_wait_all();
+    for (int hh = 0; hh < HB; ++hh) zero_padding_outputs(io, row, h0 + hh, pb, rows);
+    return;
+  }
+  __syncthreads();  // the barriers' initialisation before any copy
+  auto stage = [&](int hh) { return s_stages + ((hh % kStages) * warps + warp) * R * N; };
+  auto stage_bar = [&](int hh) { return s_bars + (hh % kStages) * warps + warp; };
+  auto s0_rows = [&](int hh) { return p.state + ((size_t(slot) * NH + h0 + hh) * P + p0) * N; };
+  if (lane == 0)
+    for (int hh = 0; hh < HB && hh < kStages; ++hh) issue_s0_rows<N>(stage(hh), s0_rows(hh), stage_bar(hh));
+  const int n = p.fill[slot];
+  const bool has_state = p.has_state[slot] != 0;
+  for (int i = threadIdx.x; i < HB * T; i += blockDim.x) s_dtwin[i / T][i % T] = verify_token_dt(io, row, i % T, h0 + i / T);
+  if (threadIdx.x < HB) s_A[threadIdx.x] = io.A[h0 + threadIdx.x], s_D[threadIdx.x] = io.D[h0 + threadIdx.x];
+  const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + g) * N;  // B_j at + j G N
+  for (int c = threadIdx.x; c < n * CH; c += blockDim.x) {
+    const int j = c / CH, e = (c % CH) * 8;
+    cp_async16(s_b + j * BS + e, bk + size_t(j) * G * N + e);
+  }
+  for (int i = threadIdx.x; i < n * HB * warps; i += blockDim.x) {
+    const int j = i / (HB * warps), hh = i / warps % HB, w = i % warps;
+    cp_async16(s_x + (hh * warps + w) * CT + j, p.buf_val + ((size_t(slot) * C + j) * NH + h0 + hh) * P + pb + w * R);
+  }
+  for (int i = threadIdx.x; i < n * HB; i += blockDim.x) {
+    const int j = i / HB, hh = i % HB;
+    const size_t src = (size_t(slot) * C + j) * NH + h0 + hh;
+    cp_async4(s_gbuf + hh * C + j, p.buf_gcum + src);
+    cp_async4(s_dtbuf + hh * C + j, p.buf_beta + src);
+  }
+  cp_async_wait_all();
+  __syncthreads();
+
+  // Phase 2, warp 0: the root paths, the depth and the fold decision (the same for every head). The
+  // other warps meanwhile (a one-warp block after it) lay out the window's C_t as the outputs' A
+  // operands.
+  if (warp == 0) {
+    int depth;
+    const unsigned path = node_path(par_lane, T, lane, depth);
+    if (lane < T) s_path[lane] = path;
+    if (lane == 0) s_fold = n > 0 && n + depth >= C;
+  }
+  if (warp > 0 || warps == 1)
+    layout_c_quads<N>(s_cq, s_cwin, T, int(threadIdx.x) - (warps > 1 ? 32 : 0), warps > 1 ? int(blockDim.x) - 32 : 32);
+  __syncthreads();
+  const bool fold = s_fold;
+  const int n_eff = fold ? 0 : n, ne = n_eff + T;  // entries: n_eff buffered, then the T window nodes
+
+  // Phase 3, per head: G_t = G_base + sum over t's root path of dt_s A (G_base = G_{n_eff - 1}, 0
+  // after a fold), e^{G_t}, the fold weights e^{G_{n-1} - G_j} dt_j. Meanwhile the warps compute the
+  // dots C_t . B_e (entry_dots), shared by the heads of the group.
+  for (int i = threadIdx.x; i < HB * T; i += blockDim.x) {
+    const int hh = i / T, t = i % T;
+    const unsigned path = s_path[t];
+    const float A = s_A[hh];
+    float gsum = 0.f;
+    for (int q = 0; q < T; ++q)
+      if (path >> q & 1u) gsum += s_dtwin[hh][q] * A;
+    const float G_t = (n_eff > 0 ? s_gbuf[hh * C + n_eff - 1] : 0.f) + gsum;
+    s_gwin[hh][t] = G_t, s_egwin[hh][t] = expf(G_t);
+  }
+  if (fold)
+    for (int i = threadIdx.x; i < HB * n; i += blockDim.x) {
+      const int hh = i / n, j = i % n;
+      s_fw[hh * C + j] = expf(s_gbuf[hh * C + n - 1] - s_gbuf[hh * C + j]) * s_dtbuf[hh * C + j];
+    }
+  for (int et = warp; et * 8 < ne; et += warps) {
+    float d[4];
+    entry_dots<N>(s_cwin, s_b, C, n_eff, ne, T, et, fg, fc, d);
+    if (fg < T) {
+      const int e = et * 8 + 2 * fc;
+      if (e < ne) s_dot[fg * WS + e] = d[0];
+      if (e + 1 < ne) s_dot[fg * WS + e + 1] = d[1];
+    }
+  }
+  __syncthreads();
+
+  // Phase 4, the coefficients of every head (entry_coefficient) as lane (fg, fc)'s A pair of 8-entry
+  // step k: W[fg][8 k + fc], W[fg][8 k + fc + 4] (rows fg >= T: zero, dropped outputs).
+  const int ks_used = (ne + 7) / 8;
+  for (int i = threadIdx.x; i < HB * ks_used * 32; i += blockDim.x) {
+    const int hh = i / (ks_used * 32), k = i / 32 % ks_used, l = i % 32, t = l >> 2;
+    float w[2] = {0.f, 0.f};
+    if (t < T)
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int e = 8 * k + (l & 3) + 4 * u;
+        if (e < ne)
+          w[u] = entry_coefficient(s_dot[t * WS + e], e, n_eff, t, s_path[t], s_gwin[hh][t], s_gbuf + hh * C,
+                                   s_dtbuf + hh * C, s_gwin[hh], s_dtwin[hh], s_D[hh]);
+      }
+    s_wf[(hh * KS + k) * 32 + l] = make_float2(w[0], w[1]);
+  }
+  __syncthreads();
+
+  // Phases 5-6, per head hh, each warp on its own rows (no block barrier): S0 rows from the stage
+  // ring, the next head's copy issued as soon as the warp has read the stage.
+  const int t_lane = fg < T ? fg : 0;  // rows >= T of the outputs' A compute outputs that are dropped
+  for (int hh = 0; hh < HB; ++hh) {
+    const int h = h0 + hh;
+    float* tile_rows = stage(hh);
+    const uint4* xw = s_x + (hh * warps + warp) * CT;  // x_j of the warp's rows at j, window x_t at C + t
+    gdn_detail::tile_wait(stage_bar(hh), (hh / kStages) & 1);
+
+    // Phase 5, fold when due, written to the pool once and to the stage for the outputs.
+    if (fold)
+      fold_warp_rows<N>(tile_rows, p.state + ((size_t(slot) * NH + h) * P + p0) * N, s_b, xw, s_fw + hh * C,
+                        expf(s_gbuf[hh * C + n - 1]), has_state, n, lane);
+
+    // Phase 6, outputs: s0_product, then + sum_e W[t][e] x_e[r] (m16n8k8 TF32, A = W split, B = x
+    // exact). Lane (fg, fc) writes token fg's outputs of rows 2 fc, 2 fc + 1 as a pair.
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    if (has_state || fold) s0_product<N>(tile_rows, s_cq + t_lane * CQS + fc, fg, fc, s_egwin[hh][t_lane], d);  // else S0 = 0
+    __syncwarp();  // every lane's reads of the stage before its refill
+    if (lane == 0 && hh + kStages < HB) issue_s0_rows<N>(tile_rows, s0_rows(hh + kStages), stage_bar(hh));
+    const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(xw) + fg;  // x_e of row fg at xb[8 e]
+    const float2* wf = s_wf + hh * KS * 32 + lane;
+    for (int k = 0; k < ks_used; ++k) {
+      const int e0 = 8 * k + fc, e1 = e0 + 4;
+      const float x0 = e0 < n_eff ? __bfloat162float(xb[8 * e0]) : e0 < ne ? __bfloat162float(xb[8 * (C + e0 - n_eff)]) : 0.f;
+      const float x1 = e1 < n_eff ? __bfloat162float(xb[8 * e1]) : e1 < ne ? __bfloat162float(xb[8 * (C + e1 - n_eff)]) : 0.f;
+      const float2 w = wf[k * 32];
+      mma_tf32x2(d, w.x, 0.f, w.y, 0.f, x0, x1);
+    }
+    if (fg < T) {
+      float y0 = d[0], y1 = d[1];
+      if (io.z) {
+        const uint4* zw = s_z + (hh * warps + warp) * T;
+        const float2 z = bf16x2_to_float2(reinterpret_cast<const uint32_t*>(zw + fg)[fc]);
+        y0 *= silu(z.x), y1 *= silu(z.y);
+      }
+      *reinterpret_cast<__nv_bfloat162*>(io.out + ((size_t(row) * T + fg) * NH + h) * P + p0 + 2 * fc) =
+          __floats2bfloat162_rn(y0, y1);
+    }
+    if (lane < T)  // scratch for the commit: the window's x of the warp's rows
+      *reinterpret_cast<uint4*>(p.win_u + ((size_t(row) * T + lane) * NH + h) * P + p0) = xw[C + lane];
+  }
+
+  // Phase 7, scratch for the commit: the window's B (the group's first head), G and dt per head,
+  // the row's base.
+  if (tile == 0) {
+    if (h0 % heads_per_group == 0)
+      for (int c = threadIdx.x; c < T * CH; c += blockDim.x) {
+        const int t = c / CH, e = (c % CH) * 8;
+        *reinterpret_cast<uint4*>(p.win_k + ((size_t(row) * T + t) * G + g) * N + e) =
+            *reinterpret_cast<const uint4*>(s_b + (C + t) * BS + e);
+      }
+    for (int i = threadIdx.x; i < HB * T; i += blockDim.x) {
+      const int hh = i / T, t = i % T;
+      const size_t o = (size_t(row) * T + t) * NH + h0 + hh;
+      p.win_gcum[o] = s_gwin[hh][t];
+      p.win_beta[o] = s_dtwin[hh][t];
+    }
+    if (h0 == 0 && threadIdx.x == 0) {
       p.win_base[2 * row] = n_eff;
       p.win_base[2 * row + 1] = has_state || fold ? 1 : 0;
     }
@@ -506,6 +813,9 @@ __global__ void __launch_bounds__(32) mamba2_verify_kvbuffer_commit_fold_kernel(
 void validate(const Mamba2VerifyKVBufferParams& p, const char* who) {
   validate_verify_io(p.io, who);
   auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(who) + ": " + m); };
+  if (p.heads_per_block != 0 && (p.heads_per_block > kMaxHeadsPerBlock || (p.heads_per_block & (p.heads_per_block - 1)) ||
+                              (p.io.NH / p.io.G) % p.heads_per_block != 0))
+    fail("unsupported heads_per_block " + std::to_string(p.heads_per_block) + " (1, 2, 4 or 8, dividing NH / G)");
   if (p.capacity < p.io.tokens || p.capacity > kMaxCapacity)
     fail("unsupported capacity C = " + std::to_string(p.capacity) + " (T <= C <= 64)");
   if (p.io.batch > 0 && (!p.state || !p.buf_k || !p.buf_val || !p.buf_gcum || !p.buf_beta || !p.fill || !p.has_state ||
@@ -521,6 +831,23 @@ int verify_rows(int P) {
   return rows;
 }
 
+// Heads per block: p.heads_per_block when set; else 1 (the one-head kernel) below
+// kGroupMinHeadsPerSM heads per SM, and otherwise the most (up to 8, dividing NH / G) with which two
+// head-group blocks fit on an SM.
+template <class Kernel>
+int verify_heads_per_block(const Mamba2VerifyKVBufferParams& p, int rows, Kernel group_kernel) {
+  if (p.heads_per_block) return p.heads_per_block;
+  const long heads_total = long(p.io.batch) * p.io.NH * (p.io.P / rows);
+  if (heads_total < long(kGroupMinHeadsPerSM) * multiprocessor_count()) return 1;
+  int heads = kMaxHeadsPerBlock;
+  while ((p.io.NH / p.io.G) % heads != 0) heads /= 2;
+  const int threads = int(decode_block(rows).x);
+  while (heads > 1 && resident_blocks(group_kernel, threads, GroupSmem{p.io.N, p.capacity, rows, p.io.tokens, heads}.bytes()) <
+                          kGroupBlocksPerSM)
+    heads /= 2;
+  return heads;
+}
+
 }  // namespace
 }  // namespace mamba2_detail
 
@@ -530,10 +857,18 @@ void mamba2_verify_kvbuffer(const Mamba2VerifyKVBufferParams& p, cudaStream_t st
   validate(p, who);
   if (p.io.batch == 0) return;
   const int rows = verify_rows(p.io.P);
-  const size_t smem = VerifySmem{p.io.N, p.capacity, rows, p.io.tokens}.bytes();
-  const dim3 grid(unsigned(p.io.P / rows), unsigned(p.io.NH), unsigned(p.io.batch));
   dispatch_verify_dims(p.io, who, [&](auto n) {
-    launch_kernel(mamba2_verify_kvbuffer_kernel<decltype(n)::value>, grid, decode_block(rows), smem, stream, false, p);
+    constexpr int N = decltype(n)::value;
+    const int heads = verify_heads_per_block(p, rows, mamba2_verify_kvbuffer_group_kernel<N>);
+    if (heads == 1) {
+      const dim3 grid(unsigned(p.io.P / rows), unsigned(p.io.NH), unsigned(p.io.batch));
+      launch_kernel(mamba2_verify_kvbuffer_kernel<N>, grid, decode_block(rows),
+                    VerifySmem{p.io.N, p.capacity, rows, p.io.tokens}.bytes(), stream, false, p);
+    } else {
+      const dim3 grid(unsigned(p.io.P / rows), unsigned(p.io.NH / heads), unsigned(p.io.batch));
+      launch_kernel(mamba2_verify_kvbuffer_group_kernel<N>, grid, decode_block(rows),
+                    GroupSmem{p.io.N, p.capacity, rows, p.io.tokens, heads}.bytes(), stream, false, p, heads);
+    }
   });
 }
 

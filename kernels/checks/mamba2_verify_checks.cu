@@ -55,7 +55,7 @@ std::string qualified_name(const VerifyCase& c) {
 std::string describe(const VerifyCase& c) {
   std::ostringstream s;
   s << qualified_name(c) << ": G=" << c.G << " NH=" << c.NH << " P=" << c.P << " N=" << c.N;
-  if (c.method == VerifyMethod::KVBuffer) s << " C=" << c.C;
+  if (c.method == VerifyMethod::KVBuffer) s << " C=" << c.C << " heads_per_block=" << c.heads_per_block;
   s << " T=" << c.T << " " << (c.tree ? "tree" : "chain") << " batch=" << c.batch << " pad_rows=" << c.pad_rows
     << " z=" << (c.z_gate ? "on" : "off") << " dt=" << checks::dt_regime_name(c.dt) << " rounds=" << c.rounds;
   return s.str();
@@ -409,6 +409,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   Mamba2VerifyKVBufferParams p;
   p.io = rb.io(c, rows);
   p.capacity = C;
+  p.heads_per_block = c.heads_per_block;
   p.state = state.as<float>();
   p.buf_k = buf_k.as<__nv_bfloat16>(), p.buf_val = buf_x.as<__nv_bfloat16>();
   p.buf_gcum = buf_g.as<float>(), p.buf_beta = buf_dt.as<float>();
@@ -614,7 +615,8 @@ std::vector<VerifyCase> verify_cases(bool quick) {
     for (int T = 1; T <= std::min(C, 8); ++T) {
       VerifyCase v;
       v.method = K, v.C = C, v.T = T;
-      v.name = "C" + std::to_string(C) + "-T" + std::to_string(T) + "-b3";
+      v.heads_per_block = T % 2 == 0 ? 2 : 0;  // both of the group's heads in one block, or the kernel's choice (1 here)
+      v.name = "C" + std::to_string(C) + "-T" + std::to_string(T) + "-b3" + (T % 2 == 0 ? "-h2" : "");
       add(v, (C == 16 && T == 5) || (C == 4 && T == 4));
     }
   {
@@ -624,28 +626,33 @@ std::vector<VerifyCase> verify_cases(bool quick) {
     add(v, false);
     v.batch = 64, v.pad_rows = 3, v.z_gate = true, v.G = 8, v.NH = 8, v.name = "G8-NH8-C16-T5-b64-z";
     add(v, true);
-    v.G = 1, v.NH = 4, v.batch = 3, v.pad_rows = 1, v.C = 8, v.T = 3, v.name = "G1-C8-T3-b3-z";
+    v.G = 1, v.NH = 4, v.batch = 3, v.pad_rows = 1, v.C = 8, v.T = 3, v.heads_per_block = 4, v.name = "G1-C8-T3-b3-z-h4";
     add(v, false);
-    v.G = 8, v.NH = 64, v.C = 16, v.T = 4, v.name = "nemotron-nano-shape-C16-T4-b3-z";
+    // Nemotron-3 Nano's heads: one per block, then a group's 8 in one block (4 uses of each stage).
+    v.G = 8, v.NH = 64, v.C = 16, v.T = 4, v.heads_per_block = 1, v.name = "nemotron-nano-shape-C16-T4-b3-z";
     add(v, false);
-    v.G = 2, v.NH = 4, v.z_gate = false, v.P = 64, v.N = 64, v.C = 8, v.T = 5, v.name = "P64-N64-C8-T5-b3";
+    v.heads_per_block = 8, v.name = "nemotron-nano-shape-C16-T4-b3-z-h8";
+    add(v, true);
+    v.C = 4, v.T = 3, v.z_gate = false, v.name = "nemotron-nano-shape-C4-T3-b3-h8";
     add(v, false);
-    v.P = 128, v.N = 64, v.name = "P128-N64-C8-T5-b3";
+    v.G = 2, v.NH = 4, v.P = 64, v.N = 64, v.C = 8, v.T = 5, v.heads_per_block = 2, v.name = "P64-N64-C8-T5-b3-h2";
     add(v, false);
-    v.P = 48, v.N = 128, v.C = 4, v.T = 3, v.name = "P48-N128-C4-T3-b3";
+    v.P = 128, v.N = 64, v.name = "P128-N64-C8-T5-b3-h2";
     add(v, false);
-    v.P = 64;
+    v.P = 48, v.N = 128, v.C = 4, v.T = 3, v.name = "P48-N128-C4-T3-b3-h2";
+    add(v, false);
+    v.P = 64, v.heads_per_block = 0;
     for (auto [regime, tag] : {std::pair{DtRegime::NearZero, "dt-near-zero"}, std::pair{DtRegime::Large, "dt-large"},
                                std::pair{DtRegime::Given, "dt-given"}}) {
       v.dt = regime, v.C = 8, v.T = 4, v.name = std::string("C8-T4-") + tag + "-b3";
       add(v, regime == DtRegime::Large);
     }
     v.dt = DtRegime::Typical;
-    v.tree = true, v.C = 16, v.T = 6, v.z_gate = true, v.name = "tree-C16-T6-b3-z";
+    v.tree = true, v.C = 16, v.T = 6, v.z_gate = true, v.heads_per_block = 2, v.name = "tree-C16-T6-b3-z-h2";
     add(v, true);
-    v.C = 8, v.T = 8, v.z_gate = false, v.name = "tree-C8-T8-b3";
+    v.C = 8, v.T = 8, v.z_gate = false, v.heads_per_block = 0, v.name = "tree-C8-T8-b3";
     add(v, false);
-    v.C = 64, v.T = 8, v.name = "tree-C64-T8-b3";
+    v.C = 64, v.T = 8, v.heads_per_block = 2, v.name = "tree-C64-T8-b3-h2";
     add(v, false);
   }
   // Classic: every T, batches 1 / 3 / 64, trees, z, dt regimes, G, head shapes.

@@ -84,6 +84,11 @@ TEST(Mamba2VerifyBadInput, UnsupportedShapesThrow) {
   k.capacity = 65;
   EXPECT_THROW(mamba2_verify_kvbuffer(k, 0), std::invalid_argument);
   k.capacity = 16;
+  for (int heads : {3, 4, 16, -1}) {  // not a power of 2, not dividing NH / G = 2, over 8, negative
+    k.heads_per_block = heads;
+    EXPECT_THROW(mamba2_verify_kvbuffer(k, 0), std::invalid_argument) << "heads_per_block " << heads;
+  }
+  k.heads_per_block = 0;
   EXPECT_THROW(mamba2_verify_kvbuffer_commit(k, 0), std::invalid_argument);  // no accept_len
   k.io.N = 32;
   EXPECT_THROW(mamba2_verify_kvbuffer(k, 0), std::invalid_argument);
