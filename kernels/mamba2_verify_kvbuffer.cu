@@ -77,14 +77,8 @@ constexpr int kGroupMinHeadsPerSM = 48;
 // (a previous head's) before the copy's writes.
 template <int N>
 __device__ __forceinline__ void issue_s0_rows(float* dst, const float* src, uint64_t* bar) {
-  using gdn_detail::smem_addr;
-  constexpr uint32_t kBytes = kWarpRows * N * sizeof(float);
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(kBytes) : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(kBytes), "r"(smem_addr(bar))
-               : "memory");
+  copy_warp_rows<N>(dst, src, bar);
 }
 // Thread 0: `count` mbarriers for one bulk copy each.
 __device__ __forceinline__ void init_copy_barriers(uint64_t* bars, int count) {
