@@ -209,21 +209,7 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
 #pragma unroll
         for (int e = 0; e < NL; ++e) s[i][e] = fmaf(dx, Bv[e], has_state ? eG * s0[e] : 0.f);
       }
-#pragma unroll 2
-      for (int j = 0; j < n; ++j) {
-        float Bj[NL];
-        bf16_slice<N>(reinterpret_cast<const typename RowVec<N>::H*>(st.keys + j * N)[lane], Bj);
-        const uint2 xr = reinterpret_cast<const uint2*>(xw + j)[half];
-        const float2 xa = bf16x2_to_float2(xr.x), xb = bf16x2_to_float2(xr.y);
-        const float xj[H] = {xa.x, xa.y, xb.x, xb.y};
-        const float w = st.w[j];
-#pragma unroll
-        for (int i = 0; i < H; ++i) {
-          const float wx = w * xj[i];
-#pragma unroll
-          for (int e = 0; e < NL; ++e) s[i][e] = fmaf(wx, Bj[e], s[i][e]);
-        }
-      }
+      add_buffered_entries<N>(s, st.keys, N, xw, st.w, n, half, lane);
 #pragma unroll
       for (int i = 0; i < H; ++i) store_row<N>(rows + size_t(half * H + i) * N + lane * NL, s[i]);
     }

@@ -86,6 +86,38 @@ __device__ __forceinline__ void init_copy_barriers(uint64_t* bars, int count) {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
+// The block's 16-byte cp.async pieces of group g's rows of bf16 B and C (stride N + 32): the
+// window's T rows of B at s_b row C + t and of C at s_cwin row t.
+template <int N>
+__device__ __forceinline__ void stage_window_bc(__nv_bfloat16* s_b, __nv_bfloat16* s_cwin, const Mamba2VerifyIO& io,
+                                                int row, int g, int C, int T, int G) {
+  constexpr int CH = N / 8, BS = N + 32;
+  for (int c = threadIdx.x; c < 2 * T * CH; c += blockDim.x) {
+    const int v = c / CH, e = (c % CH) * 8, t = v < T ? v : v - T;
+    cp_async16((v < T ? s_b + (C + t) * BS : s_cwin + t * BS) + e, (v < T ? io.B : io.C) + ((size_t(row) * T + t) * G + g) * N + e);
+  }
+}
+// The same for the n buffered entries' B (bk: B_0 of the group, B_j at + j G N) at s_b rows 0..n-1.
+template <int N>
+__device__ __forceinline__ void stage_buffer_b(__nv_bfloat16* s_b, const __nv_bfloat16* bk, int n, int G) {
+  constexpr int CH = N / 8, BS = N + 32;
+  for (int c = threadIdx.x; c < n * CH; c += blockDim.x) {
+    const int j = c / CH, e = (c % CH) * 8;
+    cp_async16(s_b + j * BS + e, bk + size_t(j) * G * N + e);
+  }
+}
+// Scratch for the commit, by the block: the window's B rows (s_b rows C..C+T-1) of group g.
+template <int N>
+__device__ __forceinline__ void write_window_b(const Mamba2VerifyKVBufferParams& p, const __nv_bfloat16* s_b, int row,
+                                               int g, int C, int T, int G) {
+  constexpr int CH = N / 8, BS = N + 32;
+  for (int c = threadIdx.x; c < T * CH; c += blockDim.x) {
+    const int t = c / CH, e = (c % CH) * 8;
+    *reinterpret_cast<uint4*>(p.win_k + ((size_t(row) * T + t) * G + g) * N + e) =
+        *reinterpret_cast<const uint4*>(s_b + (C + t) * BS + e);
+  }
+}
+
 // Warp 0, lane t = node t: its root path (its ancestors and t) as a bitmask, and in every lane the
 // window's depth (the longest root path, nodes t < T). par: lane t's parent (-1: the checkpoint).
 __device__ __forceinline__ unsigned node_path(int par, int T, int lane, int& depth) {
@@ -183,21 +215,7 @@ __device__ __forceinline__ void fold_warp_rows(float* tile_rows, float* state_ro
 #pragma unroll
       for (int e = 0; e < NL; ++e) sv[i][e] = has_state ? eGn * s0[e] : 0.f;
     }
-#pragma unroll 2
-    for (int j = 0; j < n; ++j) {
-      float Bj[NL];
-      bf16_slice<N>(load_bf16_raw<N>(s_b + j * BS, lane), Bj);
-      const uint2 xr = reinterpret_cast<const uint2*>(xw + j)[half];
-      const float2 xa = bf16x2_to_float2(xr.x), xb = bf16x2_to_float2(xr.y);
-      const float xj[H] = {xa.x, xa.y, xb.x, xb.y};
-      const float w = fw[j];
-#pragma unroll
-      for (int i = 0; i < H; ++i) {
-        const float wx = w * xj[i];
-#pragma unroll
-        for (int e = 0; e < NL; ++e) sv[i][e] = fmaf(wx, Bj[e], sv[i][e]);
-      }
-    }
+    add_buffered_entries<N>(sv, s_b, BS, xw, fw, n, half, lane);
 #pragma unroll
     for (int i = 0; i < H; ++i) {
       store_row<N>(state_rows + size_t(half * H + i) * N + lane * NL, sv[i]);
@@ -247,7 +265,7 @@ struct VerifySmem {
 template <int N>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
     mamba2_verify_kvbuffer_kernel(const Mamba2VerifyKVBufferParams p) {
-  constexpr int R = kWarpRows, CH = N / 8, BS = N + 32, CQS = N / 2 + 4;
+  constexpr int R = kWarpRows, CQS = N / 2 + 4;
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
@@ -284,10 +302,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   // slot, not two: a row in direct mode reads its slot's unused rows and ignores them); then the n
   // buffer entries by cp.async. Every loop here and below divides only by constants.
   if (threadIdx.x == 0) init_copy_barriers(bar - warp, warps);
-  for (int c = threadIdx.x; c < 2 * T * CH; c += blockDim.x) {
-    const int v = c / CH, e = (c % CH) * 8, t = v < T ? v : v - T;
-    cp_async16((v < T ? s_b + (C + t) * BS : s_cwin + t * BS) + e, (v < T ? io.B : io.C) + ((size_t(row) * T + t) * G + g) * N + e);
-  }
+  stage_window_bc<N>(s_b, s_cwin, io, row, g, C, T, G);
   // Each warp its own 8 rows of the window's x, and of the gate: read where the outputs are
   // written, each token's z would be one more dependent round trip (the stores to out may alias z).
   if (lane < T) {
@@ -319,10 +334,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   const bool has_state = p.has_state[slot] != 0;
   const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + g) * N;          // B_j at + j G N
   const __nv_bfloat16* bx = p.buf_val + (size_t(slot) * C * NH + h) * P + pb;  // x_j at + j NH P
-  for (int c = threadIdx.x; c < n * CH; c += blockDim.x) {
-    const int j = c / CH, e = (c % CH) * 8;
-    cp_async16(s_b + j * BS + e, bk + size_t(j) * G * N + e);
-  }
+  stage_buffer_b<N>(s_b, bk, n, G);
   for (int j = lane; j < n; j += 32) cp_async16(s_xbuf + warp * C + j, bx + size_t(j) * NH * P + warp * R);
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
     cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * NH + h);
@@ -414,12 +426,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
     *reinterpret_cast<uint4*>(p.win_u + ((size_t(row) * T + lane) * NH + h) * P + p0) =
         *reinterpret_cast<const uint4*>(s_xwin + lane * rows + warp * R);
   if (tile == 0) {
-    if (group_leader)
-      for (int c = threadIdx.x; c < T * CH; c += blockDim.x) {
-        const int t = c / CH, e = (c % CH) * 8;
-        *reinterpret_cast<uint4*>(p.win_k + ((size_t(row) * T + t) * G + g) * N + e) =
-            *reinterpret_cast<const uint4*>(s_b + (C + t) * BS + e);
-      }
+    if (group_leader) write_window_b<N>(p, s_b, row, g, C, T, G);
     if (threadIdx.x < T) {
       p.win_gcum[(size_t(row) * T + threadIdx.x) * NH + h] = s_gwin[threadIdx.x];
       p.win_beta[(size_t(row) * T + threadIdx.x) * NH + h] = s_dtwin[threadIdx.x];
@@ -469,7 +476,7 @@ struct GroupSmem {
 template <int N>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     mamba2_verify_kvbuffer_group_kernel(const Mamba2VerifyKVBufferParams p, const int heads_per_block) {
-  constexpr int R = kWarpRows, CH = N / 8, CQS = N / 2 + 4;
+  constexpr int R = kWarpRows, CQS = N / 2 + 4;
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
@@ -477,7 +484,6 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G;
   const int heads_per_group = NH / G, g = h0 / heads_per_group;  // the block's heads share group g
-  constexpr int BS = N + 32;
   extern __shared__ __align__(128) unsigned char smem[];
   const GroupSmem L{N, C, rows, T, HB};
   const int WS = L.ws(), KS = L.ksteps(), CT = C + T;
@@ -505,10 +511,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   // mode reads its slot's unused rows and ignores them); then the heads' A, D and window dt, and the
   // n buffered entries' B (the group's), x (the heads'), G_j and dt_j (the heads').
   if (threadIdx.x == 0) init_copy_barriers(s_bars, L.ring() * warps);
-  for (int c = threadIdx.x; c < 2 * T * CH; c += blockDim.x) {
-    const int v = c / CH, e = (c % CH) * 8, t = v < T ? v : v - T;
-    cp_async16((v < T ? s_b + (C + t) * BS : s_cwin + t * BS) + e, (v < T ? io.B : io.C) + ((size_t(row) * T + t) * G + g) * N + e);
-  }
+  stage_window_bc<N>(s_b, s_cwin, io, row, g, C, T, G);
   for (int i = threadIdx.x; i < T * HB * warps; i += blockDim.x) {  // warps fastest: 16-byte pieces in order
     const int t = i / (HB * warps), hh = i / warps % HB, w = i % warps;
     const size_t o = ((size_t(row) * T + t) * NH + h0 + hh) * P + pb + w * R;
@@ -534,10 +537,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   for (int i = threadIdx.x; i < HB * T; i += blockDim.x) s_dtwin[i / T][i % T] = verify_token_dt(io, row, i % T, h0 + i / T);
   if (threadIdx.x < HB) s_A[threadIdx.x] = io.A[h0 + threadIdx.x], s_D[threadIdx.x] = io.D[h0 + threadIdx.x];
   const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + g) * N;  // B_j at + j G N
-  for (int c = threadIdx.x; c < n * CH; c += blockDim.x) {
-    const int j = c / CH, e = (c % CH) * 8;
-    cp_async16(s_b + j * BS + e, bk + size_t(j) * G * N + e);
-  }
+  stage_buffer_b<N>(s_b, bk, n, G);
   for (int i = threadIdx.x; i < n * HB * warps; i += blockDim.x) {
     const int j = i / (HB * warps), hh = i / warps % HB, w = i % warps;
     cp_async16(s_x + (hh * warps + w) * CT + j, p.buf_val + ((size_t(slot) * C + j) * NH + h0 + hh) * P + pb + w * R);
@@ -659,12 +659,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   // Phase 7, scratch for the commit: the window's B (the group's first head), G and dt per head,
   // the row's base.
   if (tile == 0) {
-    if (h0 % heads_per_group == 0)
-      for (int c = threadIdx.x; c < T * CH; c += blockDim.x) {
-        const int t = c / CH, e = (c % CH) * 8;
-        *reinterpret_cast<uint4*>(p.win_k + ((size_t(row) * T + t) * G + g) * N + e) =
-            *reinterpret_cast<const uint4*>(s_b + (C + t) * BS + e);
-      }
+    if (h0 % heads_per_group == 0) write_window_b<N>(p, s_b, row, g, C, T, G);
     for (int i = threadIdx.x; i < HB * T; i += blockDim.x) {
       const int hh = i / T, t = i % T;
       const size_t o = (size_t(row) * T + t) * NH + h0 + hh;
