@@ -12,12 +12,22 @@
 
 namespace kvbuf::mamba2_detail {
 
-// The step size of head h for token t of request row `row` (token_dt's rule on the [B, T, NH] layout).
+// The step size of head h for token t of request row `row` (token_dt's rule on the [B, T, NH]
+// layout), in two halves: the loads (a kernel can issue them early and hold them in registers past
+// a barrier) and the arithmetic.
+struct RawTokenDt {
+  __nv_bfloat16 dt;
+  float bias;
+};
+__device__ __forceinline__ RawTokenDt load_token_dt(const Mamba2VerifyIO& io, int row, int t, int h) {
+  return {io.dt[(size_t(row) * io.tokens + t) * io.NH + h], io.dt_bias ? io.dt_bias[h] : 0.f};
+}
+__device__ __forceinline__ float token_step(const Mamba2VerifyIO& io, RawTokenDt raw) {
+  const float d = __bfloat162float(raw.dt) + raw.bias;
+  return io.dt_softplus && d <= 20.f ? log1pf(expf(d)) : d;
+}
 __device__ __forceinline__ float verify_token_dt(const Mamba2VerifyIO& io, int row, int t, int h) {
-  float d = __bfloat162float(io.dt[(size_t(row) * io.tokens + t) * io.NH + h]);
-  if (io.dt_bias) d += io.dt_bias[h];
-  if (io.dt_softplus) d = d > 20.f ? d : log1pf(expf(d));
-  return d;
+  return token_step(io, load_token_dt(io, row, t, h));
 }
 
 // Output of row p of head h for token t of request row `row`: y (the D x term folded in by the
@@ -43,11 +53,15 @@ __device__ __forceinline__ void zero_padding_outputs(const Mamba2VerifyIO& io, i
 }
 
 // The parent of node t (0-based; -1 = the committed state) from the 1-based parents of a row
-// (null: a chain); out-of-range entries read as 0.
-__device__ __forceinline__ int node_parent(const int32_t* row_parents, int t) {
-  if (!row_parents) return t - 1;
-  const int par = row_parents[t] - 1;
+// (null: a chain); out-of-range entries read as 0. In two halves as the step size: the raw 1-based
+// entry (t for a chain), then the parent.
+__device__ __forceinline__ int load_node_parent(const int32_t* row_parents, int t) { return row_parents ? row_parents[t] : t; }
+__device__ __forceinline__ int parent_of(int raw, int t) {
+  const int par = raw - 1;
   return par < -1 || par >= t ? -1 : par;
+}
+__device__ __forceinline__ int node_parent(const int32_t* row_parents, int t) {
+  return parent_of(load_node_parent(row_parents, t), t);
 }
 
 // Checks shared by every verify entry point (throws std::invalid_argument naming `who`).

@@ -312,13 +312,14 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
     if (io.z) cp_async16(s_zwin + t * rows + warp * R, io.z + o);
   }
   const float A = io.A[h], D = io.D[h];
-  // Warp 0, lane t < T: node t's step size and parent, also independent of the pools (in registers:
-  // the block barrier below does not wait for them).
-  float dt_lane = 0.f;
-  int par_lane = -1;
+  // Warp 0, lane t < T: node t's step size and parent, also independent of the pools, loaded into
+  // registers and used only after the S0 copies are issued (the block barrier does not wait for
+  // loads whose values are not used yet).
+  RawTokenDt dt_raw{};
+  int par_raw = 0;
   if (warp == 0 && lane < T) {
-    dt_lane = verify_token_dt(io, row, lane, h);
-    par_lane = node_parent(io.parents ? io.parents + size_t(row) * T : nullptr, lane);
+    dt_raw = load_token_dt(io, row, lane, h);
+    par_raw = load_node_parent(io.parents ? io.parents + size_t(row) * T : nullptr, lane);
   }
   const int slot = io.slot[row];
   if (slot < 0) {
@@ -330,6 +331,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   float* state_rows = p.state + ((size_t(slot) * NH + h) * P + p0) * N;
   float* tile_rows = s_tile + warp * R * N;
   if (lane == 0) issue_s0_rows<N>(tile_rows, state_rows, bar);
+  const float dt_lane = warp == 0 && lane < T ? token_step(io, dt_raw) : 0.f;
+  const int par_lane = warp == 0 && lane < T ? parent_of(par_raw, lane) : -1;
   const int n = p.fill[slot];
   const bool has_state = p.has_state[slot] != 0;
   const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + g) * N;          // B_j at + j G N
@@ -518,8 +521,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     cp_async16(s_x + (hh * warps + w) * CT + C + t, io.x + o);
     if (io.z) cp_async16(s_z + (hh * warps + w) * T + t, io.z + o);
   }
-  int par_lane = -1;
-  if (warp == 0 && lane < T) par_lane = node_parent(io.parents ? io.parents + size_t(row) * T : nullptr, lane);
+  int par_raw = 0;  // used after the S0 copies are issued (the one-head kernel's reason)
+  if (warp == 0 && lane < T) par_raw = load_node_parent(io.parents ? io.parents + size_t(row) * T : nullptr, lane);
   const int slot = io.slot[row];
   if (slot < 0) {
     cp_async_wait_all();
@@ -532,6 +535,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   auto s0_rows = [&](int hh) { return p.state + ((size_t(slot) * NH + h0 + hh) * P + p0) * N; };
   if (lane == 0)
     for (int hh = 0; hh < HB && hh < kStages; ++hh) issue_s0_rows<N>(stage(hh), s0_rows(hh), stage_bar(hh));
+  const int par_lane = warp == 0 && lane < T ? parent_of(par_raw, lane) : -1;
   const int n = p.fill[slot];
   const bool has_state = p.has_state[slot] != 0;
   for (int i = threadIdx.x; i < HB * T; i += blockDim.x) s_dtwin[i / T][i % T] = verify_token_dt(io, row, i % T, h0 + i / T);
