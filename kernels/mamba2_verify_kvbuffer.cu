@@ -271,6 +271,9 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
   const int tile = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
+  // The commit kernels are programmatic dependents: they start while this grid's last blocks run
+  // and wait (griddepcontrol.wait) for its completion before reading the scratch.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   // The head's group by fast float divisions, exact here: (a + 0.5) / b is >= 0.5 / b from an
   // integer and its error is ~2^-22 relative, for head counts far below 2^10.
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G;
@@ -485,6 +488,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
   const int tile = blockIdx.x, HB = heads_per_block, h0 = blockIdx.y * HB, row = blockIdx.z;
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // the commit, as the one-head kernel
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G;
   const int heads_per_group = NH / G, g = h0 / heads_per_group;  // the block's heads share group g
   extern __shared__ __align__(128) unsigned char smem[];
@@ -696,14 +700,16 @@ constexpr int kCommitSlices = 8;
 __global__ void __launch_bounds__(kCommitThreads) mamba2_verify_kvbuffer_commit_kernel(const Mamba2VerifyKVBufferParams p) {
   const Mamba2VerifyIO& io = p.io;
   const int row = blockIdx.x, T = io.tokens, C = p.capacity;
-  // Every per-row value in one round trip (the accepted nodes of all T positions, used below m; a
-  // padding row's are read and dropped).
+  // The inputs the verify does not write in one round trip before waiting for the verify's grid (a
+  // programmatic dependent: launched while the verify's last blocks run), then its scratch: the
+  // accepted nodes of all T positions (used below m; a padding row's are read and dropped).
   const int slot = io.slot[row];
-  const int n0 = p.win_base[2 * row];
-  const bool has_state = p.win_base[2 * row + 1] != 0;
   const int m = accepted_len(p, row);
   const int node = threadIdx.x < T ? accepted_node(p, row, threadIdx.x) : 0;
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   if (slot < 0) return;
+  const int n0 = p.win_base[2 * row];
+  const bool has_state = p.win_base[2 * row + 1] != 0;
   __shared__ int s_node[kTMax];
   if (threadIdx.x < m) s_node[threadIdx.x] = node;
   __syncthreads();
@@ -764,10 +770,11 @@ __global__ void __launch_bounds__(32) mamba2_verify_kvbuffer_commit_fold_kernel(
   const int lane = threadIdx.x, h = blockIdx.y, row = blockIdx.z, p0 = blockIdx.x * R;
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G, g = h / (NH / G);
   const int slot = io.slot[row];
+  const int m = accepted_len(p, row);
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the verify's scratch is complete
   if (slot < 0) return;
   const int n0 = p.win_base[2 * row];
   const bool has_state = p.win_base[2 * row + 1] != 0;
-  const int m = accepted_len(p, row);
   if (n0 + m < C) return;
   // Entry j: buffered (j < n0) or accepted node accepted_node(j - n0) of the scratch.
   auto entry_scalar = [&](const float* buf, const float* win, int j) {
@@ -881,11 +888,13 @@ void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams& p, cudaStre
   if (p.io.tokens == p.capacity) {
     const dim3 grid(unsigned(p.io.P / kWarpRows), unsigned(p.io.NH), unsigned(p.io.batch));
     dispatch_verify_dims(p.io, who, [&](auto n) {
-      launch_kernel(mamba2_verify_kvbuffer_commit_fold_kernel<decltype(n)::value>, grid, dim3(32), 0, stream, false, p);
+      launch_kernel(mamba2_verify_kvbuffer_commit_fold_kernel<decltype(n)::value>, grid, dim3(32), 0, stream, true, p);
     });
   }
+  // Programmatic dependent of the verify (or of the fold kernel just above, which never triggers
+  // early, so the copy still starts after the fold has finished).
   launch_kernel(mamba2_verify_kvbuffer_commit_kernel, dim3(unsigned(p.io.batch), kCommitSlices), dim3(kCommitThreads), 0,
-                stream, false, p);
+                stream, true, p);
 }
 
 }  // namespace kvbuf
