@@ -58,12 +58,14 @@ constexpr int kMaxCapacity = 64;
 constexpr int kMaxHeadsPerBlock = 8;
 // Resident blocks per SM the launch bounds ask for: the one-head kernel at 4 (64 registers, no
 // spills, measured 3-4% faster than 5 with spills: kernels/notes/mamba2_verify.md runs 3-4), the
-// head-group kernel at 2 (its stages take ~64 KiB of shared memory per block).
+// head-group kernel at 3 (80 registers; shared memory fits 3 blocks of 8 heads up to C = 16).
 constexpr int kOneHeadBlocksPerSM = 4;
-constexpr int kGroupBlocksPerSM = 2;
-// The head-group kernel's warps stream S0 rows through a ring of kStages stages: head hh + 1's copy
-// flies while head hh is computed.
-constexpr int kStages = 2;
+constexpr int kGroupBlocksPerSM = 3;
+// The head-group kernel's warps stream S0 rows through a ring of kStages stages per warp, refilled
+// as soon as the warp has read one. One stage and 3 blocks per SM measured 1-8% faster than two
+// stages and 2 blocks (the kernel is bound by issue with few warps, not by copies in flight;
+// kernels/notes/mamba2_verify.md run 8).
+constexpr int kStages = 1;
 // The head-group kernel from this many heads (request rows x NH x row tiles) per SM on: measured
 // crossover between batch 64 (31 Nemotron-3 Nano heads per SM, the one-head kernel 5-10% faster)
 // and 128 (62, the head-group kernel 2%, and 10-13% from batch 256) (kernels/notes/
@@ -453,7 +455,9 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
 // 8 rows [8, N] fp32 (one bulk copy); then 16-byte aligned pieces; then the mbarriers, one per
 // stage. The entries' x are kept per head and warp as a uint4 of the warp's 8 rows: the n buffered
 // ones at 0.., the window's at C.. B and C rows and the C quads as in VerifySmem. The coefficients
-// W[t][e] are kept per head as each lane's A operand pair of each 8-entry step.
+// W[t][e] are kept per head as each lane's A operand pair of each 8-entry step, written after the
+// dots, in a region that holds the window's C rows until then (shared memory bounds the resident
+// blocks). The gate z is not staged: each lane loads its pair one head ahead.
 struct GroupSmem {
   int n_dim, c, rows, t, heads;
   __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
@@ -466,13 +470,16 @@ struct GroupSmem {
   __host__ __device__ int ksteps() const { return (c + t + 7) / 8; }                 // 8-entry steps, at most
   __host__ __device__ int stages() const { return 0; }                               // [ring, warps] S0 rows
   __host__ __device__ int x_all() const { return stages() + ring() * warps() * s0_bytes(); }  // [heads, warps, C + T] uint4
-  __host__ __device__ int z_all() const { return x_all() + heads * warps() * (c + t) * 16; }  // [heads, warps, T] uint4
-  __host__ __device__ int b_rows() const { return z_all() + heads * warps() * t * 16; }      // [C + T, BS] bf16
-  __host__ __device__ int c_win() const { return b_rows() + (c + t) * bs() * 2; }    // [T, BS] bf16
-  __host__ __device__ int c_quads() const { return c_win() + t * bs() * 2; }         // [T, cqs] float4
+  __host__ __device__ int b_rows() const { return x_all() + heads * warps() * (c + t) * 16; }  // [C + T, BS] bf16
+  __host__ __device__ int c_quads() const { return b_rows() + (c + t) * bs() * 2; }  // [T, cqs] float4
   __host__ __device__ int dots() const { return c_quads() + t * cqs() * 16; }        // [T, WS] C_t . B_e
   __host__ __device__ int w_frags() const { return dots() + t * ws() * 4; }          // [heads, ksteps, 32] float2
-  __host__ __device__ int g_buf() const { return w_frags() + heads * ksteps() * 32 * 8; }  // [heads, C] G_j
+  __host__ __device__ int c_win() const { return w_frags(); }                        // [T, BS] bf16, until the dots
+  __host__ __device__ int w_bytes() const {
+    const int w = heads * ksteps() * 32 * 8, cw = t * bs() * 2;
+    return w > cw ? w : cw;
+  }
+  __host__ __device__ int g_buf() const { return w_frags() + w_bytes(); }            // [heads, C] G_j
   __host__ __device__ int dt_buf() const { return g_buf() + up16(heads * c * 4); }   // [heads, C] dt_j
   __host__ __device__ int fold_w() const { return dt_buf() + up16(heads * c * 4); }  // [heads, C] fold weights
   __host__ __device__ int bars() const { return fold_w() + up16(heads * c * 4); }    // [ring, warps] mbarriers
@@ -496,7 +503,6 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   const int WS = L.ws(), KS = L.ksteps(), CT = C + T;
   float* s_stages = reinterpret_cast<float*>(smem + L.stages());
   uint4* s_x = reinterpret_cast<uint4*>(smem + L.x_all());
-  uint4* s_z = reinterpret_cast<uint4*>(smem + L.z_all());
   __nv_bfloat16* s_b = reinterpret_cast<__nv_bfloat16*>(smem + L.b_rows());  // B_j at j BS, window B_q at (C + q) BS
   __nv_bfloat16* s_cwin = reinterpret_cast<__nv_bfloat16*>(smem + L.c_win());
   float4* s_cq = reinterpret_cast<float4*>(smem + L.c_quads());
@@ -521,10 +527,14 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   stage_window_bc<N>(s_b, s_cwin, io, row, g, C, T, G);
   for (int i = threadIdx.x; i < T * HB * warps; i += blockDim.x) {  // warps fastest: 16-byte pieces in order
     const int t = i / (HB * warps), hh = i / warps % HB, w = i % warps;
-    const size_t o = ((size_t(row) * T + t) * NH + h0 + hh) * P + pb + w * R;
-    cp_async16(s_x + (hh * warps + w) * CT + C + t, io.x + o);
-    if (io.z) cp_async16(s_z + (hh * warps + w) * T + t, io.z + o);
+    cp_async16(s_x + (hh * warps + w) * CT + C + t, io.x + ((size_t(row) * T + t) * NH + h0 + hh) * P + pb + w * R);
   }
+  // Lane (fg, fc)'s gate pair of token fg, rows 2 fc, 2 fc + 1 of head h0 + hh (bf16x2; 0 when unused).
+  auto load_gate = [&](int hh) {
+    return io.z && fg < T ? *reinterpret_cast<const uint32_t*>(io.z + ((size_t(row) * T + fg) * NH + h0 + hh) * P + p0 + 2 * fc)
+                          : 0u;
+  };
+  uint32_t gate_next = load_gate(0);
   int par_raw = 0;  // used after the S0 copies are issued (the one-head kernel's reason)
   if (warp == 0 && lane < T) par_raw = load_node_parent(io.parents ? io.parents + size_t(row) * T : nullptr, lane);
   const int slot = io.slot[row];
@@ -626,6 +636,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   const int t_lane = fg < T ? fg : 0;  // rows >= T of the outputs' A compute outputs that are dropped
   for (int hh = 0; hh < HB; ++hh) {
     const int h = h0 + hh;
+    const uint32_t gate = gate_next;
+    if (hh + 1 < HB) gate_next = load_gate(hh + 1);
     float* tile_rows = stage(hh);
     const uint4* xw = s_x + (hh * warps + warp) * CT;  // x_j of the warp's rows at j, window x_t at C + t
     gdn_detail::tile_wait(stage_bar(hh), (hh / kStages) & 1);
@@ -653,8 +665,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     if (fg < T) {
       float y0 = d[0], y1 = d[1];
       if (io.z) {
-        const uint4* zw = s_z + (hh * warps + warp) * T;
-        const float2 z = bf16x2_to_float2(reinterpret_cast<const uint32_t*>(zw + fg)[fc]);
+        const float2 z = bf16x2_to_float2(gate);
         y0 *= silu(z.x), y1 *= silu(z.y);
       }
       *reinterpret_cast<__nv_bfloat162*>(io.out + ((size_t(row) * T + fg) * NH + h) * P + p0 + 2 * fc) =
