@@ -71,6 +71,11 @@ constexpr int kStages = 1;
 // and 128 (62, the head-group kernel 2%, and 10-13% from batch 256) (kernels/notes/
 // mamba2_verify.md run 7).
 constexpr int kGroupMinHeadsPerSM = 48;
+// The head-group kernel's blocks vary in length (a row that folds takes longer), so the last of few
+// waves leaves SMs idle: fewer heads per block when the grid would fill fewer than this many waves
+// (measured at batch 128: 8 heads per block, 2.6 waves, 7% slower than 4 heads, 5.2 waves; at 256
+// the two alike; kernels/notes/mamba2_verify.md run 8).
+constexpr int kGroupMinWaves = 4;
 
 // ---- Pieces shared by the two verify kernels.
 
@@ -848,19 +853,23 @@ int verify_rows(int P) {
 }
 
 // Heads per block: p.heads_per_block when set; else 1 (the one-head kernel) below
-// kGroupMinHeadsPerSM heads per SM, and otherwise the most (up to 8, dividing NH / G) with which two
-// head-group blocks fit on an SM.
+// kGroupMinHeadsPerSM heads per SM, and otherwise the most (up to 8, dividing NH / G) with which
+// kGroupBlocksPerSM head-group blocks fit on an SM and the grid still fills kGroupMinWaves waves of
+// them.
 template <class Kernel>
 int verify_heads_per_block(const Mamba2VerifyKVBufferParams& p, int rows, Kernel group_kernel) {
   if (p.heads_per_block) return p.heads_per_block;
   const long heads_total = long(p.io.batch) * p.io.NH * (p.io.P / rows);
-  if (heads_total < long(kGroupMinHeadsPerSM) * multiprocessor_count()) return 1;
+  const long sms = multiprocessor_count();
+  if (heads_total < kGroupMinHeadsPerSM * sms) return 1;
   int heads = kMaxHeadsPerBlock;
   while ((p.io.NH / p.io.G) % heads != 0) heads /= 2;
   const int threads = int(decode_block(rows).x);
-  while (heads > 1 && resident_blocks(group_kernel, threads, GroupSmem{p.io.N, p.capacity, rows, p.io.tokens, heads}.bytes()) <
-                          kGroupBlocksPerSM)
-    heads /= 2;
+  auto fits = [&](int hb) {
+    return resident_blocks(group_kernel, threads, GroupSmem{p.io.N, p.capacity, rows, p.io.tokens, hb}.bytes()) >=
+           kGroupBlocksPerSM;
+  };
+  while (heads > 1 && (!fits(heads) || heads_total / heads < kGroupMinWaves * kGroupBlocksPerSM * sms)) heads /= 2;
   return heads;
 }
 
