@@ -79,13 +79,37 @@ constexpr int kGroupMinWaves = 4;
 
 // ---- Pieces shared by the two verify kernels.
 
-// Lane 0: the warp's 8 S0 rows at src into `dst` by one bulk copy on `bar` (initialised by the
-// block before a block barrier). The proxy fence orders the warp's earlier reads and writes of dst
-// (a previous head's) before the copy's writes.
+// A warp's 8 S0 rows in shared memory (its tile): rows 0-3, then rows 4-7 kTileSkew floats further,
+// so that the two rows a quarter warp reads in s0_product (tile rows i and i + 4, fragment_row)
+// are 16 bytes apart in the banks and every lane loads its columns in one order (the unskewed tile
+// needed per-lane load orders: 2 x 32 register selects per head and S0 product).
+constexpr int kTileSkew = 4;
+template <int N>
+__host__ __device__ constexpr int warp_tile_floats() { return kWarpRows * N + kTileSkew; }
+template <int N, class F>
+__device__ __forceinline__ F* tile_row(F* tile, int r) {
+  return tile + r * N + (r >= kWarpRows / 2 ? kTileSkew : 0);
+}
+// The tile row that fragment row g (mma.h's lane / 4) holds: rows 2 i and 2 i + 1 are tile rows i
+// and i + 4.
+__device__ __forceinline__ int fragment_row(int g) { return (g >> 1) + (g & 1) * (kWarpRows / 2); }
+
+// Lane 0: the warp's 8 S0 rows at src into its tile `dst` by two bulk copies (the halves) on `bar`
+// (initialised by the block before a block barrier). The proxy fence orders the warp's earlier
+// reads and writes of dst (a previous head's) before the copies' writes.
 template <int N>
 __device__ __forceinline__ void issue_s0_rows(float* dst, const float* src, uint64_t* bar) {
+  using gdn_detail::smem_addr;
+  constexpr int kHalfRows = kWarpRows / 2;
+  constexpr uint32_t kHalfBytes = kHalfRows * N * sizeof(float);
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  copy_warp_rows<N>(dst, src, bar);
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(2 * kHalfBytes) : "memory");
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(dst + half * (kHalfRows * N + kTileSkew))),
+                 "l"(src + half * kHalfRows * N), "r"(kHalfBytes), "r"(smem_addr(bar))
+                 : "memory");
 }
 // Thread 0: `count` mbarriers for one bulk copy each.
 __device__ __forceinline__ void init_copy_barriers(uint64_t* bars, int count) {
@@ -140,15 +164,16 @@ __device__ __forceinline__ unsigned node_path(int par, int T, int lane, int& dep
   return anc | 1u << lane;
 }
 
-// The window's C_t (bf16 rows of stride N + 32) in fp32 as the outputs' A operands, items first,
-// first + stride, ...: float4 (q 4 + u) 4 + c of token t holds columns 32 q + 8 c + u and its + 4,
-// the other two zero (mma.h's a0..a3 with the rows >= 8 zero).
+// The window's C_t (bf16 rows of stride N + 32) in fp32 as the S0 products' B operands, items
+// first, first + stride, ...: float2 (q 4 + u) 4 + c of token t holds columns 32 q + 8 c + u and its
+// + 4 (mma.h's b0, b1 of lane (t, c)). A token's N / 2 pairs are padded by 4 (32 bytes): the loads
+// of 4 tokens by a half warp then hit distinct banks.
 template <int N>
-__device__ __forceinline__ void layout_c_quads(float4* s_cq, const __nv_bfloat16* s_cwin, int T, int first, int stride) {
-  constexpr int BS = N + 32, CQS = N / 2 + 4;
+__device__ __forceinline__ void layout_c_pairs(float2* s_cp, const __nv_bfloat16* s_cwin, int T, int first, int stride) {
+  constexpr int BS = N + 32, CPS = N / 2 + 4;
   for (int i = first; i < T * N / 2; i += stride) {
     const int t = i / (N / 2), r = i % (N / 2), col = (r >> 4) * 32 + (r & 3) * 8 + (r >> 2 & 3);
-    s_cq[t * CQS + r] = make_float4(__bfloat162float(s_cwin[t * BS + col]), 0.f, __bfloat162float(s_cwin[t * BS + col + 4]), 0.f);
+    s_cp[t * CPS + r] = make_float2(__bfloat162float(s_cwin[t * BS + col]), __bfloat162float(s_cwin[t * BS + col + 4]));
   }
 }
 
@@ -175,33 +200,28 @@ __device__ __forceinline__ void entry_dots(const __nv_bfloat16* s_cwin, const __
   }
 }
 
-// d = e^{G_t} sum_k C_t[k] S0[r][k] on the tensor cores (m16n8k8 TF32, mma.h), tokens in m, the
-// warp's 8 rows in n (A = C_t from the quads, exact in TF32; B = S0 split hi + lo): lane (fg, fc)
-// ends with token fg's rows 2 fc, 2 fc + 1 in d[0], d[1]. Column 32 q + 8 c + u is k = c of step
-// (q, u) and 32 q + 8 c + 4 + u is k = c + 4. The lanes of odd rows load their second float4 of S0
-// first: the two rows of a quarter warp, N floats apart, then read different banks (one load order
-// with the 2-way conflicts measured 6-9% slower overall). cq: the lane's token's quads + fc.
+// sum_k S0[r][k] C_t[k] on the tensor cores (m16n8k8 TF32, mma.h's mma_tf32_split_rows): the
+// warp's 8 rows in m, each S0 value as hi (rows 0-7) + lo (rows 8-15), so one product per 8 columns
+// keeps fp32 accuracy; tokens in n (B = C_t, exact in TF32; columns n >= T are dropped by the
+// caller). Lane (fg, fc) gets the sums of tile row fragment_row(fg) for tokens 2 fc and 2 fc + 1.
+// Column 32 q + 8 c + u is k = c of step (q, u) and 32 q + 8 c + 4 + u is k = c + 4. cp: the C pairs
+// (layout_c_pairs) of the token whose B the lane supplies, + fc.
 template <int N>
-__device__ __forceinline__ void s0_product(const float* tile_rows, const float4* cq, int fg, int fc, float eg, float (&d)[4]) {
-  float d_odd[4] = {0.f, 0.f, 0.f, 0.f};  // a second chain of products
-#pragma unroll
-  for (int i = 0; i < 4; ++i) d[i] = 0.f;
-  const bool odd = fg & 1;
-  const float* srow = tile_rows + fg * N + 8 * fc;
+__device__ __forceinline__ float2 s0_product(const float* tile, const float2* cp, int fg, int fc) {
+  float d[4] = {0.f, 0.f, 0.f, 0.f}, d_odd[4] = {0.f, 0.f, 0.f, 0.f};  // two chains of products
+  const float* srow = tile_row<N>(tile, fragment_row(fg)) + 8 * fc;
 #pragma unroll
   for (int q = 0; q < N / 32; ++q) {
-    const float4 first = *reinterpret_cast<const float4*>(srow + 32 * q + (odd ? 4 : 0));
-    const float4 second = *reinterpret_cast<const float4*>(srow + 32 * q + (odd ? 0 : 4));
-    const float4 s_lo = odd ? second : first, s_hi = odd ? first : second;
+    const float4 s_lo = *reinterpret_cast<const float4*>(srow + 32 * q);
+    const float4 s_hi = *reinterpret_cast<const float4*>(srow + 32 * q + 4);
     const float sl[4] = {s_lo.x, s_lo.y, s_lo.z, s_lo.w}, sh[4] = {s_hi.x, s_hi.y, s_hi.z, s_hi.w};
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      const float4 a = cq[(q * 4 + u) * 4];
-      mma_tf32x2_b(u % 2 ? d_odd : d, __float_as_uint(a.x), __float_as_uint(a.y), __float_as_uint(a.z), __float_as_uint(a.w),
-                   sl[u], sh[u]);
+      const float2 b = cp[(q * 4 + u) * 4];
+      mma_tf32_split_rows(u % 2 ? d_odd : d, sl[u], sh[u], b.x, b.y);
     }
   }
-  d[0] = (d[0] + d_odd[0]) * eg, d[1] = (d[1] + d_odd[1]) * eg;
+  return make_float2((d[0] + d[2]) + (d_odd[0] + d_odd[2]), (d[1] + d[3]) + (d_odd[1] + d_odd[3]));
 }
 
 // The fold of a warp's 8 rows, S[r] <- e^{G_{n-1}} S0[r] + sum_j (w_j x_j[r]) B_j, 4 rows at a time
@@ -218,7 +238,7 @@ __device__ __forceinline__ void fold_warp_rows(float* tile_rows, float* state_ro
 #pragma unroll
     for (int i = 0; i < H; ++i) {
       float s0[NL];
-      load_row<N>(tile_rows + (half * H + i) * N + lane * NL, s0);  // copied even without a state: ignored then
+      load_row<N>(tile_row<N>(tile_rows, half * H + i) + lane * NL, s0);  // copied even without a state: ignored then
 #pragma unroll
       for (int e = 0; e < NL; ++e) sv[i][e] = has_state ? eGn * s0[e] : 0.f;
     }
@@ -226,7 +246,7 @@ __device__ __forceinline__ void fold_warp_rows(float* tile_rows, float* state_ro
 #pragma unroll
     for (int i = 0; i < H; ++i) {
       store_row<N>(state_rows + size_t(half * H + i) * N + lane * NL, sv[i]);
-      store_row<N>(tile_rows + (half * H + i) * N + lane * NL, sv[i]);
+      store_row<N>(tile_row<N>(tile_rows, half * H + i) + lane * NL, sv[i]);
     }
   }
   __syncwarp();  // the outputs read the rows across lanes
@@ -251,14 +271,14 @@ __device__ __forceinline__ float entry_coefficient(float dot, int e, int n_eff, 
 struct VerifySmem {
   int n_dim, c, rows, t;
   __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
-  __host__ __device__ int cqs() const { return n_dim / 2 + 4; }                      // A-operand float4s per token (64 B pad)
+  __host__ __device__ int cps() const { return n_dim / 2 + 4; }                      // B-operand float2s per token (32 B pad)
   __host__ __device__ int bs() const { return n_dim + 32; }                          // bf16 row stride
   __host__ __device__ int ws() const { return (c + kTMax + 31) / 32 * 32 + 4; }      // coefficient row stride
-  __host__ __device__ int tile() const { return 0; }                                 // [rows, N] fp32
-  __host__ __device__ int b_rows() const { return tile() + rows * n_dim * 4; }       // [C + T, BS] bf16: buffer, then window
+  __host__ __device__ int tile() const { return 0; }  // [warps] warp tiles (kTileSkew), fp32
+  __host__ __device__ int b_rows() const { return tile() + rows / kWarpRows * (kWarpRows * n_dim + kTileSkew) * 4; }  // [C + T, BS] bf16
   __host__ __device__ int c_win() const { return b_rows() + (c + t) * bs() * 2; }    // [T, BS] bf16
-  __host__ __device__ int c_quads() const { return c_win() + t * bs() * 2; }         // [T, cqs] float4: C_t as A operands
-  __host__ __device__ int x_buf() const { return c_quads() + t * cqs() * 16; }       // [warps, C] uint4: a warp's 8 rows
+  __host__ __device__ int c_pairs() const { return c_win() + t * bs() * 2; }         // [T, cps] float2: C_t as B operands
+  __host__ __device__ int x_buf() const { return c_pairs() + t * cps() * 8; }        // [warps, C] uint4: a warp's 8 rows
   __host__ __device__ int x_win() const { return x_buf() + c * rows * 2; }           // [T, rows] bf16
   __host__ __device__ int z_win() const { return x_win() + t * rows * 2; }           // [T, rows] bf16 gate
   __host__ __device__ int g_buf() const { return z_win() + up16(t * rows * 2); }     // [C] G_j
@@ -272,7 +292,7 @@ struct VerifySmem {
 template <int N>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
     mamba2_verify_kvbuffer_kernel(const Mamba2VerifyKVBufferParams p) {
-  constexpr int R = kWarpRows, CQS = N / 2 + 4;
+  constexpr int R = kWarpRows, CPS = N / 2 + 4;
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
@@ -293,7 +313,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   float* s_tile = reinterpret_cast<float*>(smem + L.tile());
   __nv_bfloat16* s_b = reinterpret_cast<__nv_bfloat16*>(smem + L.b_rows());  // B_j at j BS, window B_q at (C + q) BS
   __nv_bfloat16* s_cwin = reinterpret_cast<__nv_bfloat16*>(smem + L.c_win());
-  float4* s_cq = reinterpret_cast<float4*>(smem + L.c_quads());
+  float2* s_cp = reinterpret_cast<float2*>(smem + L.c_pairs());
   uint4* s_xbuf = reinterpret_cast<uint4*>(smem + L.x_buf());
   __nv_bfloat16* s_xwin = reinterpret_cast<__nv_bfloat16*>(smem + L.x_win());
   __nv_bfloat16* s_zwin = reinterpret_cast<__nv_bfloat16*>(smem + L.z_win());
@@ -339,7 +359,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   }
   __syncthreads();  // the barriers' initialisation before any copy
   float* state_rows = p.state + ((size_t(slot) * NH + h) * P + p0) * N;
-  float* tile_rows = s_tile + warp * R * N;
+  float* tile_rows = s_tile + warp * warp_tile_floats<N>();
   if (lane == 0) issue_s0_rows<N>(tile_rows, state_rows, bar);
   const float dt_lane = warp == 0 && lane < T ? token_step(io, dt_raw) : 0.f;
   const int par_lane = warp == 0 && lane < T ? parent_of(par_raw, lane) : -1;
@@ -377,7 +397,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
     if (lane == 0) s_fold = fold, s_neff = n_eff;
   }
   if (warp > 0 || warps == 1)
-    layout_c_quads<N>(s_cq, s_cwin, T, int(threadIdx.x) - (warps > 1 ? 32 : 0), warps > 1 ? int(blockDim.x) - 32 : 32);
+    layout_c_pairs<N>(s_cp, s_cwin, T, int(threadIdx.x) - (warps > 1 ? 32 : 0), warps > 1 ? int(blockDim.x) - 32 : 32);
   __syncthreads();
   const bool fold = s_fold;
   const int n_eff = s_neff, ne = n_eff + T;  // entries: n_eff buffered, then the T window nodes
@@ -405,32 +425,35 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   }
   __syncthreads();
 
-  // Phase 5, outputs: s0_product, then + sum_e W[t][e] x_e[r] (m16n8k8 TF32, A = W split, B = x
-  // exact; D x_t is the coefficient of the token itself). Lane (fg, fc) writes token fg's outputs
-  // of rows 2 fc, 2 fc + 1 as a pair.
+  // Phase 5, outputs: e^{G_t} s0_product, then + sum_e x_e[r] W[t][e] (m16n8k8 TF32, A = x exact,
+  // rows >= 8 zero; B = W split; D x_t is the coefficient of the token itself). Lane (fg, fc)
+  // supplies token fg's C and W (a valid token's when fg >= T: those columns are dropped) and
+  // writes row r = fragment_row(fg)'s outputs of tokens 2 fc and 2 fc + 1.
   gdn_detail::tile_wait(bar);
   {
-    const int t = fg < T ? fg : 0;  // rows >= T of A compute outputs that are dropped
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
-    if (has_state || fold) s0_product<N>(tile_rows, s_cq + t * CQS + fc, fg, fc, s_egwin[t], d);  // else S0 = 0
-    const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(xw) + fg;  // x_e of row fg at xb[8 e]
-    const float* wrow = s_w + t * WS;
+    const int tok = fg < T ? fg : 0, t0 = 2 * fc, r = fragment_row(fg);
+    float2 s0c = make_float2(0.f, 0.f);
+    if (has_state || fold) s0c = s0_product<N>(tile_rows, s_cp + tok * CPS + fc, fg, fc);  // else S0 = 0
+    float d[4] = {t0 < T ? s0c.x * s_egwin[t0] : 0.f, t0 + 1 < T ? s0c.y * s_egwin[t0 + 1] : 0.f, 0.f, 0.f};
+    const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(xw) + r;  // x_e of row r at xb[8 e]
+    const float* wrow = s_w + tok * WS;
     auto entry_x = [&](int e) {
       return e < n_eff ? __bfloat162float(xb[8 * e])
-                       : e < ne ? __bfloat162float(s_xwin[(e - n_eff) * rows + warp * R + fg]) : 0.f;
+                       : e < ne ? __bfloat162float(s_xwin[(e - n_eff) * rows + warp * R + r]) : 0.f;
     };
     for (int k = 0; k < ne; k += 8) {
       const int e0 = k + fc, e1 = e0 + 4;
-      mma_tf32x2(d, e0 < ne ? wrow[e0] : 0.f, 0.f, e1 < ne ? wrow[e1] : 0.f, 0.f, entry_x(e0), entry_x(e1));
+      mma_tf32x2_b(d, __float_as_uint(entry_x(e0)), 0u, __float_as_uint(entry_x(e1)), 0u, e0 < ne ? wrow[e0] : 0.f,
+                   e1 < ne ? wrow[e1] : 0.f);
     }
-    if (fg < T) {
-      float y0 = d[0], y1 = d[1];
-      if (io.z) {
-        const float2 z = bf16x2_to_float2(*reinterpret_cast<const uint32_t*>(s_zwin + fg * rows + warp * R + 2 * fc));
-        y0 *= silu(z.x), y1 *= silu(z.y);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int t = t0 + i;
+      if (t < T) {
+        float y = d[i];
+        if (io.z) y *= silu(__bfloat162float(s_zwin[t * rows + warp * R + r]));
+        io.out[((size_t(row) * T + t) * NH + h) * P + p0 + r] = __float2bfloat16_rn(y);
       }
-      *reinterpret_cast<__nv_bfloat162*>(io.out + ((size_t(row) * T + fg) * NH + h) * P + p0 + 2 * fc) =
-          __floats2bfloat162_rn(y0, y1);
     }
   }
 
@@ -460,7 +483,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
 // 8 rows [8, N] fp32 (one bulk copy); then 16-byte aligned pieces; then the mbarriers, one per
 // stage. The entries' x are kept per head and warp as a uint4 of the warp's 8 rows: the n buffered
 // ones at 0.., the window's at C.. B and C rows and the C quads as in VerifySmem. The coefficients
-// W[t][e] are kept per head as each lane's A operand pair of each 8-entry step, written after the
+// W[t][e] are kept per head as each lane's B operand pair of each 8-entry step, written after the
 // dots, in a region that holds the window's C rows until then (shared memory bounds the resident
 // blocks). The gate z is not staged: each lane loads its pair one head ahead.
 struct GroupSmem {
@@ -468,16 +491,16 @@ struct GroupSmem {
   __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
   __host__ __device__ int warps() const { return rows / kWarpRows; }
   __host__ __device__ int ring() const { return heads < kStages ? heads : kStages; }  // stages per warp in use
-  __host__ __device__ int s0_bytes() const { return kWarpRows * n_dim * 4; }
-  __host__ __device__ int cqs() const { return n_dim / 2 + 4; }                      // A-operand float4s per token (64 B pad)
+  __host__ __device__ int s0_bytes() const { return (kWarpRows * n_dim + kTileSkew) * 4; }  // a warp tile
+  __host__ __device__ int cps() const { return n_dim / 2 + 4; }                      // B-operand float2s per token (32 B pad)
   __host__ __device__ int bs() const { return n_dim + 32; }                          // bf16 row stride
   __host__ __device__ int ws() const { return (c + kTMax + 31) / 32 * 32 + 4; }      // dot row stride
   __host__ __device__ int ksteps() const { return (c + t + 7) / 8; }                 // 8-entry steps, at most
   __host__ __device__ int stages() const { return 0; }                               // [ring, warps] S0 rows
   __host__ __device__ int x_all() const { return stages() + ring() * warps() * s0_bytes(); }  // [heads, warps, C + T] uint4
   __host__ __device__ int b_rows() const { return x_all() + heads * warps() * (c + t) * 16; }  // [C + T, BS] bf16
-  __host__ __device__ int c_quads() const { return b_rows() + (c + t) * bs() * 2; }  // [T, cqs] float4
-  __host__ __device__ int dots() const { return c_quads() + t * cqs() * 16; }        // [T, WS] C_t . B_e
+  __host__ __device__ int c_pairs() const { return b_rows() + (c + t) * bs() * 2; }  // [T, cps] float2
+  __host__ __device__ int dots() const { return c_pairs() + t * cps() * 8; }         // [T, WS] C_t . B_e
   __host__ __device__ int w_frags() const { return dots() + t * ws() * 4; }          // [heads, ksteps, 32] float2
   __host__ __device__ int c_win() const { return w_frags(); }                        // [T, BS] bf16, until the dots
   __host__ __device__ int w_bytes() const {
@@ -494,7 +517,7 @@ struct GroupSmem {
 template <int N>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     mamba2_verify_kvbuffer_group_kernel(const Mamba2VerifyKVBufferParams p, const int heads_per_block) {
-  constexpr int R = kWarpRows, CQS = N / 2 + 4;
+  constexpr int R = kWarpRows, CPS = N / 2 + 4;
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
@@ -510,7 +533,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   uint4* s_x = reinterpret_cast<uint4*>(smem + L.x_all());
   __nv_bfloat16* s_b = reinterpret_cast<__nv_bfloat16*>(smem + L.b_rows());  // B_j at j BS, window B_q at (C + q) BS
   __nv_bfloat16* s_cwin = reinterpret_cast<__nv_bfloat16*>(smem + L.c_win());
-  float4* s_cq = reinterpret_cast<float4*>(smem + L.c_quads());
+  float2* s_cp = reinterpret_cast<float2*>(smem + L.c_pairs());
   float* s_dot = reinterpret_cast<float*>(smem + L.dots());
   float2* s_wf = reinterpret_cast<float2*>(smem + L.w_frags());
   float* s_gbuf = reinterpret_cast<float*>(smem + L.g_buf());
@@ -534,10 +557,18 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     const int t = i / (HB * warps), hh = i / warps % HB, w = i % warps;
     cp_async16(s_x + (hh * warps + w) * CT + C + t, io.x + ((size_t(row) * T + t) * NH + h0 + hh) * P + pb + w * R);
   }
-  // Lane (fg, fc)'s gate pair of token fg, rows 2 fc, 2 fc + 1 of head h0 + hh (bf16x2; 0 when unused).
+  // Lane (fg, fc)'s gates of row fragment_row(fg), tokens 2 fc and 2 fc + 1, of head h0 + hh
+  // (bf16x2, the first token low; 0 where unused).
+  const int r = fragment_row(fg);
   auto load_gate = [&](int hh) {
-    return io.z && fg < T ? *reinterpret_cast<const uint32_t*>(io.z + ((size_t(row) * T + fg) * NH + h0 + hh) * P + p0 + 2 * fc)
-                          : 0u;
+    uint32_t gate = 0u;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int t = 2 * fc + i;
+      if (io.z && t < T)
+        gate |= uint32_t(__bfloat16_as_ushort(io.z[((size_t(row) * T + t) * NH + h0 + hh) * P + p0 + r])) << (16 * i);
+    }
+    return gate;
   };
   uint32_t gate_next = load_gate(0);
   int par_raw = 0;  // used after the S0 copies are issued (the one-head kernel's reason)
@@ -549,7 +580,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     return;
   }
   __syncthreads();  // the barriers' initialisation before any copy
-  auto stage = [&](int hh) { return s_stages + ((hh % kStages) * warps + warp) * R * N; };
+  auto stage = [&](int hh) { return s_stages + ((hh % kStages) * warps + warp) * warp_tile_floats<N>(); };
   auto stage_bar = [&](int hh) { return s_bars + (hh % kStages) * warps + warp; };
   auto s0_rows = [&](int hh) { return p.state + ((size_t(slot) * NH + h0 + hh) * P + p0) * N; };
   if (lane == 0)
@@ -584,7 +615,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     if (lane == 0) s_fold = n > 0 && n + depth >= C;
   }
   if (warp > 0 || warps == 1)
-    layout_c_quads<N>(s_cq, s_cwin, T, int(threadIdx.x) - (warps > 1 ? 32 : 0), warps > 1 ? int(blockDim.x) - 32 : 32);
+    layout_c_pairs<N>(s_cp, s_cwin, T, int(threadIdx.x) - (warps > 1 ? 32 : 0), warps > 1 ? int(blockDim.x) - 32 : 32);
   __syncthreads();
   const bool fold = s_fold;
   const int n_eff = fold ? 0 : n, ne = n_eff + T;  // entries: n_eff buffered, then the T window nodes
@@ -618,7 +649,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   }
   __syncthreads();
 
-  // Phase 4, the coefficients of every head (entry_coefficient) as lane (fg, fc)'s A pair of 8-entry
+  // Phase 4, the coefficients of every head (entry_coefficient) as lane (fg, fc)'s B pair of 8-entry
   // step k: W[fg][8 k + fc], W[fg][8 k + fc + 4] (rows fg >= T: zero, dropped outputs).
   const int ks_used = (ne + 7) / 8;
   for (int i = threadIdx.x; i < HB * ks_used * 32; i += blockDim.x) {
@@ -638,7 +669,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
 
   // Phases 5-6, per head hh, each warp on its own rows (no block barrier): S0 rows from the stage
   // ring, the next head's copy issued as soon as the warp has read the stage.
-  const int t_lane = fg < T ? fg : 0;  // rows >= T of the outputs' A compute outputs that are dropped
+  const int tok = fg < T ? fg : 0, t0 = 2 * fc;  // the token whose C and W the lane supplies; its outputs' first
   for (int hh = 0; hh < HB; ++hh) {
     const int h = h0 + hh;
     const uint32_t gate = gate_next;
@@ -652,29 +683,30 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
       fold_warp_rows<N>(tile_rows, p.state + ((size_t(slot) * NH + h) * P + p0) * N, s_b, xw, s_fw + hh * C,
                         expf(s_gbuf[hh * C + n - 1]), has_state, n, lane);
 
-    // Phase 6, outputs: s0_product, then + sum_e W[t][e] x_e[r] (m16n8k8 TF32, A = W split, B = x
-    // exact). Lane (fg, fc) writes token fg's outputs of rows 2 fc, 2 fc + 1 as a pair.
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
-    if (has_state || fold) s0_product<N>(tile_rows, s_cq + t_lane * CQS + fc, fg, fc, s_egwin[hh][t_lane], d);  // else S0 = 0
+    // Phase 6, outputs: e^{G_t} s0_product, then + sum_e x_e[r] W[t][e] (m16n8k8 TF32, A = x exact,
+    // rows >= 8 zero; B = W split). Lane (fg, fc) writes row r's outputs of tokens 2 fc, 2 fc + 1.
+    float2 s0c = make_float2(0.f, 0.f);
+    if (has_state || fold) s0c = s0_product<N>(tile_rows, s_cp + tok * CPS + fc, fg, fc);  // else S0 = 0
     __syncwarp();  // every lane's reads of the stage before its refill
     if (lane == 0 && hh + kStages < HB) issue_s0_rows<N>(tile_rows, s0_rows(hh + kStages), stage_bar(hh));
-    const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(xw) + fg;  // x_e of row fg at xb[8 e]
+    float d[4] = {t0 < T ? s0c.x * s_egwin[hh][t0] : 0.f, t0 + 1 < T ? s0c.y * s_egwin[hh][t0 + 1] : 0.f, 0.f, 0.f};
+    const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(xw) + r;  // x_e of row r at xb[8 e]
     const float2* wf = s_wf + hh * KS * 32 + lane;
     for (int k = 0; k < ks_used; ++k) {
       const int e0 = 8 * k + fc, e1 = e0 + 4;
       const float x0 = e0 < n_eff ? __bfloat162float(xb[8 * e0]) : e0 < ne ? __bfloat162float(xb[8 * (C + e0 - n_eff)]) : 0.f;
       const float x1 = e1 < n_eff ? __bfloat162float(xb[8 * e1]) : e1 < ne ? __bfloat162float(xb[8 * (C + e1 - n_eff)]) : 0.f;
       const float2 w = wf[k * 32];
-      mma_tf32x2(d, w.x, 0.f, w.y, 0.f, x0, x1);
+      mma_tf32x2_b(d, __float_as_uint(x0), 0u, __float_as_uint(x1), 0u, w.x, w.y);
     }
-    if (fg < T) {
-      float y0 = d[0], y1 = d[1];
-      if (io.z) {
-        const float2 z = bf16x2_to_float2(gate);
-        y0 *= silu(z.x), y1 *= silu(z.y);
+    const float2 z = bf16x2_to_float2(gate);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int t = t0 + i;
+      if (t < T) {
+        const float y = io.z ? d[i] * silu(i ? z.y : z.x) : d[i];
+        io.out[((size_t(row) * T + t) * NH + h) * P + p0 + r] = __float2bfloat16_rn(y);
       }
-      *reinterpret_cast<__nv_bfloat162*>(io.out + ((size_t(row) * T + fg) * NH + h) * P + p0 + 2 * fc) =
-          __floats2bfloat162_rn(y0, y1);
     }
     if (lane < T)  // scratch for the commit: the window's x of the warp's rows
       *reinterpret_cast<uint4*>(p.win_u + ((size_t(row) * T + lane) * NH + h) * P + p0) = xw[C + lane];

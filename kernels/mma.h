@@ -51,6 +51,14 @@ __device__ __forceinline__ void mma_tf32x2_b(float (&d)[4], uint32_t a0, uint32_
   mma_tf32(d, a0, a1, a2, a3, b0 - h0, b1 - h1);
   mma_tf32(d, a0, a1, a2, a3, h0, h1);
 }
+// d += A B with A's 8 rows given in fp32 and split across the two row halves: rows g hold hi(a) and
+// rows g + 8 lo(a) = a - hi(a) (a0 = A[g][t], a2 = A[g][t + 4]), so one product accumulates the hi
+// sums in d0, d1 and the lo sums in d2, d3, whose sum has fp32 accuracy (as mma_tf32x2's two
+// products); B exact in TF32.
+__device__ __forceinline__ void mma_tf32_split_rows(float (&d)[4], float a0, float a2, float b0, float b1) {
+  const float h0 = tf32_hi(a0), h2 = tf32_hi(a2);
+  mma_tf32(d, __float_as_uint(h0), __float_as_uint(a0 - h0), __float_as_uint(h2), __float_as_uint(a2 - h2), b0, b1);
+}
 // A operand exact in TF32 (bf16 values held as fp32): one product; otherwise the hi + lo split.
 template <bool EXACT>
 __device__ __forceinline__ void mma_tf32_a(float (&d)[4], float a0, float a1, float a2, float a3, float b0, float b1) {
