@@ -427,11 +427,11 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
 
   // Phase 5, outputs: e^{G_t} s0_product, then + sum_e x_e[r] W[t][e] (m16n8k8 TF32, A = x exact,
   // rows >= 8 zero; B = W split; D x_t is the coefficient of the token itself). Lane (fg, fc)
-  // supplies token fg's C and W (a valid token's when fg >= T: those columns are dropped) and
+  // supplies token fg's C and W (token T - 1's when fg >= T: those columns are dropped, and the reads are broadcasts) and
   // writes row r = fragment_row(fg)'s outputs of tokens 2 fc and 2 fc + 1.
   gdn_detail::tile_wait(bar);
   {
-    const int tok = fg < T ? fg : 0, t0 = 2 * fc, r = fragment_row(fg);
+    const int tok = min(fg, T - 1), t0 = 2 * fc, r = fragment_row(fg);
     float2 s0c = make_float2(0.f, 0.f);
     if (has_state || fold) s0c = s0_product<N>(tile_rows, s_cp + tok * CPS + fc, fg, fc);  // else S0 = 0
     float d[4] = {t0 < T ? s0c.x * s_egwin[t0] : 0.f, t0 + 1 < T ? s0c.y * s_egwin[t0 + 1] : 0.f, 0.f, 0.f};
@@ -669,7 +669,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
 
   // Phases 5-6, per head hh, each warp on its own rows (no block barrier): S0 rows from the stage
   // ring, the next head's copy issued as soon as the warp has read the stage.
-  const int tok = fg < T ? fg : 0, t0 = 2 * fc;  // the token whose C and W the lane supplies; its outputs' first
+  const int tok = min(fg, T - 1), t0 = 2 * fc;  // the token whose C and W the lane supplies; its outputs' first
   for (int hh = 0; hh < HB; ++hh) {
     const int h = h0 + hh;
     const uint32_t gate = gate_next;
