@@ -427,8 +427,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
 
   // Phase 5, outputs: e^{G_t} s0_product, then + sum_e x_e[r] W[t][e] (m16n8k8 TF32, A = x exact,
   // rows >= 8 zero; B = W split; D x_t is the coefficient of the token itself). Lane (fg, fc)
-  // supplies token fg's C and W (token T - 1's when fg >= T: those columns are dropped, and the reads are broadcasts) and
-  // writes row r = fragment_row(fg)'s outputs of tokens 2 fc and 2 fc + 1.
+  // supplies token fg's C and W (token T - 1's when fg >= T: those columns are dropped, and the
+  // reads are broadcasts) and writes row r = fragment_row(fg)'s outputs of tokens 2 fc and 2 fc + 1.
   gdn_detail::tile_wait(bar);
   {
     const int tok = min(fg, T - 1), t0 = 2 * fc, r = fragment_row(fg);
@@ -557,20 +557,21 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     const int t = i / (HB * warps), hh = i / warps % HB, w = i % warps;
     cp_async16(s_x + (hh * warps + w) * CT + C + t, io.x + ((size_t(row) * T + t) * NH + h0 + hh) * P + pb + w * R);
   }
-  // Lane (fg, fc)'s gates of row fragment_row(fg), tokens 2 fc and 2 fc + 1, of head h0 + hh
-  // (bf16x2, the first token low; 0 where unused).
+  // Lane (fg, fc)'s gates of row fragment_row(fg), tokens 2 fc and 2 fc + 1, of head h0 + hh (0
+  // where unused), kept as loaded: combining them at once would wait for the loads.
   const int r = fragment_row(fg);
+  struct GatePair {
+    __nv_bfloat16 z[2];
+  };
+  const __nv_bfloat16* z_lane = io.z ? io.z + ((size_t(row) * T + 2 * fc) * NH + h0) * P + p0 + r : nullptr;
   auto load_gate = [&](int hh) {
-    uint32_t gate = 0u;
+    GatePair gate{};
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int t = 2 * fc + i;
-      if (io.z && t < T)
-        gate |= uint32_t(__bfloat16_as_ushort(io.z[((size_t(row) * T + t) * NH + h0 + hh) * P + p0 + r])) << (16 * i);
-    }
+    for (int i = 0; i < 2; ++i)
+      if (z_lane && 2 * fc + i < T) gate.z[i] = z_lane[(i * NH + hh) * P];
     return gate;
   };
-  uint32_t gate_next = load_gate(0);
+  GatePair gate_next = load_gate(0);
   int par_raw = 0;  // used after the S0 copies are issued (the one-head kernel's reason)
   if (warp == 0 && lane < T) par_raw = load_node_parent(io.parents ? io.parents + size_t(row) * T : nullptr, lane);
   const int slot = io.slot[row];
@@ -672,7 +673,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   const int tok = min(fg, T - 1), t0 = 2 * fc;  // the token whose C and W the lane supplies; its outputs' first
   for (int hh = 0; hh < HB; ++hh) {
     const int h = h0 + hh;
-    const uint32_t gate = gate_next;
+    const GatePair gate = gate_next;
     if (hh + 1 < HB) gate_next = load_gate(hh + 1);
     float* tile_rows = stage(hh);
     const uint4* xw = s_x + (hh * warps + warp) * CT;  // x_j of the warp's rows at j, window x_t at C + t
@@ -699,12 +700,11 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
       const float2 w = wf[k * 32];
       mma_tf32x2_b(d, __float_as_uint(x0), 0u, __float_as_uint(x1), 0u, w.x, w.y);
     }
-    const float2 z = bf16x2_to_float2(gate);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int t = t0 + i;
       if (t < T) {
-        const float y = io.z ? d[i] * silu(i ? z.y : z.x) : d[i];
+        const float y = io.z ? d[i] * silu(__bfloat162float(gate.z[i])) : d[i];
         io.out[((size_t(row) * T + t) * NH + h) * P + p0 + r] = __float2bfloat16_rn(y);
       }
     }
