@@ -22,25 +22,28 @@
 // * mamba2_verify_kvbuffer_kernel, one head per block (small batches): rows_per_block (64 for
 //   P = 64: the whole head) rows, the decode kernels' warp rows (8 per warp), on the KVBuffer decode
 //   kernel's skeleton (mamba2_decode_kvbuffer.cu): S0 in a shared-memory tile, each warp's 8 rows by
-//   one bulk copy issued with fill and has_state, 4 blocks per SM.
+//   two bulk copies (warp tiles with a 16-byte skew, kTileSkew) issued with fill and has_state, 4
+//   blocks per SM.
 // * mamba2_verify_kvbuffer_group_kernel, heads_per_block (up to 8) heads of one group per block
-//   (from kGroupMinHeadsPerSM heads per SM): the heads share the staging of B, C and the entries,
-//   the tree, the dots and the coefficients; each warp streams its 8 rows of the heads' S0 through a
-//   2-stage ring of bulk copies, no block barrier between heads; 2 blocks per SM.
+//   (from kGroupMinHeadsPerSM heads per SM, fewer heads while the grid fills under kGroupMinWaves
+//   waves): the heads share the staging of B, C and the entries, the tree, the dots and the
+//   coefficients; each warp streams its 8 rows of the heads' S0 through its own stage, refilled as
+//   soon as it is read, no block barrier between heads; 3 blocks per SM.
 // Phases, marked in the bodies: issue (the window, the slot, S0, the buffer); warp 0's tree (root
-// paths, depth, fold decision) while the others lay out C_t as A operands; the dots C_t . B_e on
-// the tensor cores (m16n8k16 bf16) turned into coefficients W[t][e]; the fold when due (CUDA cores,
-// written to the pool once); the outputs on the tensor cores (m16n8k8 TF32, tokens in m, a warp's
-// 8 rows in n): e^{G_t} S0 C_t with S0 split hi + lo (fp32 accuracy, mma.h), plus W on the entries'
-// x; the scratch for the commit.
+// paths, depth, fold decision) while the others lay out C_t as B pairs; the dots C_t . B_e on the
+// tensor cores (m16n8k16 bf16) turned into coefficients W[t][e]; the fold when due (CUDA cores,
+// written to the pool once); the outputs on the tensor cores (m16n8k8 TF32, a warp's 8 rows in m
+// with each S0 value's hi and lo parts in the two row halves (fp32 accuracy, one product per 8
+// columns), tokens in n): e^{G_t} S0 C_t, plus the entries' x times W (W split hi + lo); the
+// scratch for the commit. The commit kernels are programmatic dependents of the verify.
 // Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
 // scratch written (T (P + N) 2 + 8 T); a fold writes S0 once.
-// Measured (the paper preset, commit b3545826e0d7, H200, Nemotron-3 Nano shapes, 23 layer pools per
-// CUDA graph, verify + commit per layer, results/verify_h200.csv): T = 5 [best C] 9.74 / 18.34 /
-// 79.02 / 139.51 / 245.95 / 489.64 us at batch 1 / 8 / 64 / 128 / 256 / 512; T = 4 at 128 132.99 us
-// = 2.64x classic, at 512 3.10x. The one-head kernel is bound by the block's fixed work and its
-// dependent round trips; from batch 256 both run at the 700 W cap, where the head-group kernel's
-// fewer instructions per byte make it 11-15% faster (kernels/notes/mamba2_verify.md run 7).
+// Measured (the paper preset, commit 7dff9853f0cb, H200, Nemotron-3 Nano shapes, 23 layer pools per
+// CUDA graph, verify + commit per layer, results/verify_h200.csv): T = 5 [best C] 8.63 / 16.66 /
+// 73.87 / 125.25 / 230.52 / 427.10 us at batch 1 / 8 / 64 / 128 / 256 / 512; T = 4 at 128 120.39 us
+// = 2.92x classic (70% of copy), at 512 3.37x. Both kernels are bound by instruction issue with
+// few resident warps (the head-group kernel at 0.6 issued per scheduler and cycle); from batch 256
+// they run at the 700 W cap (kernels/notes/mamba2_verify.md runs 7-8).
 #include <stdexcept>
 #include <string>
 
@@ -377,7 +380,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   __syncthreads();
 
   // Phase 2, warp 0, lane t = node t: root path, depth, fold decision, dt_t, G_t, fold weights. The
-  // other warps meanwhile (a one-warp block after it) lay out the window's C_t as phase 5's A operands.
+  // other warps meanwhile (a one-warp block after it) lay out the window's C_t as phase 5's B pairs.
   if (warp == 0) {
     const int t = lane;
     int depth;
@@ -482,7 +485,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
 // per block, T tokens and `heads` heads per block. First the S0 stages, [ring][warps], each a warp's
 // 8 rows [8, N] fp32 (one bulk copy); then 16-byte aligned pieces; then the mbarriers, one per
 // stage. The entries' x are kept per head and warp as a uint4 of the warp's 8 rows: the n buffered
-// ones at 0.., the window's at C.. B and C rows and the C quads as in VerifySmem. The coefficients
+// ones at 0.., the window's at C.. B and C rows and the C pairs as in VerifySmem. The coefficients
 // W[t][e] are kept per head as each lane's B operand pair of each 8-entry step, written after the
 // dots, in a region that holds the window's C rows until then (shared memory bounds the resident
 // blocks). The gate z is not staged: each lane loads its pair one head ahead.
@@ -607,8 +610,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   __syncthreads();
 
   // Phase 2, warp 0: the root paths, the depth and the fold decision (the same for every head). The
-  // other warps meanwhile (a one-warp block after it) lay out the window's C_t as the outputs' A
-  // operands.
+  // other warps meanwhile (a one-warp block after it) lay out the window's C_t as the outputs' B
+  // pairs.
   if (warp == 0) {
     int depth;
     const unsigned path = node_path(par_lane, T, lane, depth);
