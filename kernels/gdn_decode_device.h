@@ -210,6 +210,19 @@ __device__ __forceinline__ void tile_init(int chunks, uint64_t* bars) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bars + c)));
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
+// One thread: arms initialised barrier `bar` for `bytes` of bulk copies (this thread's arrival);
+// the barrier's phase completes when they have all landed.
+__device__ __forceinline__ void expect_copy_bytes(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+// One thread: `bytes` (a multiple of 16, both ends 16-byte aligned) from global `src` into shared
+// `dst` by one bulk copy, counted against `bar` (armed by expect_copy_bytes).
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
 // Thread 0 only: start the copies of rows [0, 16 * chunks) of `src` (rows of K floats) into
 // `tile` on initialised barriers. The block must pass a __syncthreads() after the initialisation
 // and before any wait.
@@ -217,14 +230,8 @@ template <int K>
 __device__ __forceinline__ void tile_copy(float* tile, const float* src, int chunks, uint64_t* bars) {
   constexpr uint32_t kChunkBytes = kGroups * K * sizeof(float);
   for (int c = 0; c < chunks; ++c) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bars + c)),
-                 "r"(kChunkBytes)
-                 : "memory");
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            smem_addr(tile + size_t(c) * kGroups * K)),
-        "l"(src + size_t(c) * kGroups * K), "r"(kChunkBytes), "r"(smem_addr(bars + c))
-        : "memory");
+    expect_copy_bytes(bars + c, kChunkBytes);
+    bulk_copy(tile + size_t(c) * kGroups * K, src + size_t(c) * kGroups * K, kChunkBytes, bars + c);
   }
 }
 // Both, for a block that fills its tile once.

@@ -181,29 +181,16 @@ __device__ __forceinline__ void add_buffered_entries(float (&s)[kWarpRows / 2][N
   }
 }
 
-// One thread: the warp's 8 contiguous S0 rows at src into `dst` (shared memory) by one bulk copy
-// on an initialised mbarrier, armed here with the copy's bytes.
-template <int N>
-__device__ __forceinline__ void copy_warp_rows(float* dst, const float* src, uint64_t* bar) {
-  using gdn_detail::smem_addr;
-  constexpr uint32_t kBytes = kWarpRows * N * sizeof(float);
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(kBytes) : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(kBytes), "r"(smem_addr(bar))
-               : "memory");
-}
-
 // Lane 0 of each warp: the warp's 8 contiguous S0 rows into its part of a shared-memory tile by one
 // bulk copy on the warp's own mbarrier (wait with gdn_detail::tile_wait); the S0 bytes are then in
 // flight without holding registers. Used by the KVBuffer decode kernel.
 template <int N>
 __device__ __forceinline__ void issue_warp_rows(float* tile_rows, const float* src, uint64_t* bar, int lane) {
-  using gdn_detail::smem_addr;
+  constexpr uint32_t kBytes = kWarpRows * N * sizeof(float);
   if (lane == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    copy_warp_rows<N>(tile_rows, src, bar);
+    gdn_detail::tile_init(1, bar);
+    gdn_detail::expect_copy_bytes(bar, kBytes);
+    gdn_detail::bulk_copy(tile_rows, src, kBytes, bar);
   }
   __syncwarp();  // the barrier's initialisation before any lane waits on it
 }

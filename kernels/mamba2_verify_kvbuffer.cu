@@ -102,22 +102,13 @@ __device__ __forceinline__ int fragment_row(int g) { return (g >> 1) + (g & 1) *
 // reads and writes of dst (a previous head's) before the copies' writes.
 template <int N>
 __device__ __forceinline__ void issue_s0_rows(float* dst, const float* src, uint64_t* bar) {
-  using gdn_detail::smem_addr;
   constexpr int kHalfRows = kWarpRows / 2;
   constexpr uint32_t kHalfBytes = kHalfRows * N * sizeof(float);
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(2 * kHalfBytes) : "memory");
+  gdn_detail::expect_copy_bytes(bar, 2 * kHalfBytes);
 #pragma unroll
   for (int half = 0; half < 2; ++half)
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_addr(dst + half * (kHalfRows * N + kTileSkew))),
-                 "l"(src + half * kHalfRows * N), "r"(kHalfBytes), "r"(smem_addr(bar))
-                 : "memory");
-}
-// Thread 0: `count` mbarriers for one bulk copy each.
-__device__ __forceinline__ void init_copy_barriers(uint64_t* bars, int count) {
-  for (int i = 0; i < count; ++i) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(gdn_detail::smem_addr(bars + i)));
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    gdn_detail::bulk_copy(dst + half * (kHalfRows * N + kTileSkew), src + half * kHalfRows * N, kHalfBytes, bar);
 }
 
 // The block's 16-byte cp.async pieces of group g's rows of bf16 B and C (stride N + 32): the
@@ -334,7 +325,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   // warp's 8 S0 rows by one bulk copy, issued with fill and has_state (one round trip after the
   // slot, not two: a row in direct mode reads its slot's unused rows and ignores them); then the n
   // buffer entries by cp.async. Every loop here and below divides only by constants.
-  if (threadIdx.x == 0) init_copy_barriers(bar - warp, warps);
+  if (threadIdx.x == 0) gdn_detail::tile_init(warps, bar - warp);
   stage_window_bc<N>(s_b, s_cwin, io, row, g, C, T, G);
   // Each warp its own 8 rows of the window's x, and of the gate: read where the outputs are
   // written, each token's z would be one more dependent round trip (the stores to out may alias z).
@@ -554,7 +545,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   // copies, issued with fill and has_state (one round trip after the slot, not two: a row in direct
   // mode reads its slot's unused rows and ignores them); then the heads' A, D and window dt, and the
   // n buffered entries' B (the group's), x (the heads'), G_j and dt_j (the heads').
-  if (threadIdx.x == 0) init_copy_barriers(s_bars, L.ring() * warps);
+  if (threadIdx.x == 0) gdn_detail::tile_init(L.ring() * warps, s_bars);
   stage_window_bc<N>(s_b, s_cwin, io, row, g, C, T, G);
   for (int i = threadIdx.x; i < T * HB * warps; i += blockDim.x) {  // warps fastest: 16-byte pieces in order
     const int t = i / (HB * warps), hh = i / warps % HB, w = i % warps;
