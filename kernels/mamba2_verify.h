@@ -72,6 +72,10 @@ struct Mamba2VerifyKVBufferParams {
   // Heads per verify block (they share the staging, the tree and the dots): 0 = chosen from the
   // batch; else 1, 2, 4 or 8, dividing NH / G.
   int heads_per_block = 0;
+  // Optional launch order of the rows, a permutation of 0..B-1 (null: 0..B-1): the verify's blocks
+  // start in this order. mamba2_verify_kvbuffer_order puts the rows that fold first: their blocks
+  // take about twice as long, and started first they leave the short ones for the last wave.
+  const int32_t* row_order = nullptr;
   float* state = nullptr;            // [slots, NH, P, N] fp32
   __nv_bfloat16* buf_k = nullptr;    // B  [slots, C, G, N]
   __nv_bfloat16* buf_val = nullptr;  // x  [slots, C, NH, P]
@@ -88,6 +92,10 @@ struct Mamba2VerifyKVBufferParams {
   Mamba2VerifyAccept accept;       // commit only
 };
 void mamba2_verify_kvbuffer(const Mamba2VerifyKVBufferParams& p, cudaStream_t stream);
+// Writes row_order [B]: the rows whose verify folds (n > 0 and n + depth >= C, from p.fill and the
+// window's tree) first, then the others, each part in row order. One small kernel, run once per
+// step ahead of the layers: a request's fill is the same in every layer.
+void mamba2_verify_kvbuffer_order(const Mamba2VerifyKVBufferParams& p, int32_t* row_order, cudaStream_t stream);
 void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams& p, cudaStream_t stream);
 
 }  // namespace kvbuf

@@ -47,6 +47,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <cub/block/block_scan.cuh>
+
 #include "kernels/common.cuh"
 #include "kernels/mamba2_verify.h"
 #include "kernels/mamba2_verify_device.h"
@@ -290,7 +292,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
-  const int tile = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
+  const int tile = blockIdx.x, h = blockIdx.y, row = p.row_order ? p.row_order[blockIdx.z] : int(blockIdx.z);
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
   // The commit kernels are programmatic dependents: they start while this grid's last blocks run
   // and wait (griddepcontrol.wait) for its completion before reading the scratch.
@@ -515,7 +517,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
-  const int tile = blockIdx.x, HB = heads_per_block, h0 = blockIdx.y * HB, row = blockIdx.z;
+  const int tile = blockIdx.x, HB = heads_per_block, h0 = blockIdx.y * HB;
+  const int row = p.row_order ? p.row_order[blockIdx.z] : int(blockIdx.z);
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // the commit, as the one-head kernel
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G;
@@ -899,6 +902,39 @@ int verify_heads_per_block(const Mamba2VerifyKVBufferParams& p, int rows, Kernel
   return heads;
 }
 
+// ---- The launch order (mamba2_verify_kvbuffer_order): one block; thread i classifies a run of
+// consecutive rows by the verify's fold rule, a block scan places them, the folding rows first.
+constexpr int kOrderThreads = 1024;
+
+__device__ bool row_folds(const Mamba2VerifyKVBufferParams& p, int row) {
+  const int slot = p.io.slot[row], T = p.io.tokens;
+  if (slot < 0) return false;  // padding: the shortest block
+  const int32_t* parents = p.io.parents ? p.io.parents + size_t(row) * T : nullptr;
+  int node_depth[kTMax], depth = 0;
+  for (int t = 0; t < T; ++t) {
+    const int up = node_parent(parents, t);
+    node_depth[t] = up < 0 ? 1 : node_depth[up] + 1;
+    depth = max(depth, node_depth[t]);
+  }
+  const int n = p.fill[slot];
+  return n > 0 && n + depth >= p.capacity;
+}
+
+__global__ void __launch_bounds__(kOrderThreads)
+    mamba2_verify_kvbuffer_order_kernel(const Mamba2VerifyKVBufferParams p, int32_t* row_order) {
+  using Scan = cub::BlockScan<int, kOrderThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  const int B = p.io.batch, per = (B + kOrderThreads - 1) / kOrderThreads;  // <= 64: kMaxBatch
+  const int first = min(B, int(threadIdx.x) * per), last = min(B, first + per);
+  uint64_t folds = 0;  // bit i: row first + i folds
+  for (int r = first; r < last; ++r)
+    if (row_folds(p, r)) folds |= 1ull << (r - first);
+  int folds_before, folds_total;
+  Scan(scan).ExclusiveSum(__popcll(folds), folds_before, folds_total);
+  int at_fold = folds_before, at_rest = folds_total + first - folds_before;
+  for (int r = first; r < last; ++r) row_order[(folds >> (r - first) & 1) ? at_fold++ : at_rest++] = r;
+}
+
 }  // namespace
 }  // namespace mamba2_detail
 
@@ -921,6 +957,16 @@ void mamba2_verify_kvbuffer(const Mamba2VerifyKVBufferParams& p, cudaStream_t st
                     GroupSmem{p.io.N, p.capacity, rows, p.io.tokens, heads}.bytes(), stream, false, p, heads);
     }
   });
+}
+
+void mamba2_verify_kvbuffer_order(const Mamba2VerifyKVBufferParams& p, int32_t* row_order, cudaStream_t stream) {
+  using namespace mamba2_detail;
+  const char* who = "mamba2_verify_kvbuffer_order";
+  validate(p, who);
+  if (!row_order) throw std::invalid_argument(std::string(who) + ": row_order is null");
+  if (p.io.batch == 0) return;
+  static_assert((kMaxBatch + kOrderThreads - 1) / kOrderThreads <= 64, "a thread's rows in one 64-bit mask");
+  launch_kernel(mamba2_verify_kvbuffer_order_kernel, dim3(1), dim3(kOrderThreads), 0, stream, false, p, row_order);
 }
 
 void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams& p, cudaStream_t stream) {

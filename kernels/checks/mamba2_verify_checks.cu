@@ -55,7 +55,7 @@ std::string qualified_name(const VerifyCase& c) {
 std::string describe(const VerifyCase& c) {
   std::ostringstream s;
   s << qualified_name(c) << ": G=" << c.G << " NH=" << c.NH << " P=" << c.P << " N=" << c.N;
-  if (c.method == VerifyMethod::KVBuffer) s << " C=" << c.C << " heads_per_block=" << c.heads_per_block;
+  if (c.method == VerifyMethod::KVBuffer) s << " C=" << c.C << " heads_per_block=" << c.heads_per_block << " row_order=" << c.row_order;
   s << " T=" << c.T << " " << (c.tree ? "tree" : "chain") << " batch=" << c.batch << " pad_rows=" << c.pad_rows
     << " z=" << (c.z_gate ? "on" : "off") << " dt=" << checks::dt_regime_name(c.dt) << " rounds=" << c.rounds;
   return s.str();
@@ -396,7 +396,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
       buf_g(size_t(slots) * C * c.NH * 4), buf_dt(size_t(slots) * C * c.NH * 4), fill(slots * 4), has_state(slots * 4);
   DeviceBuffer win_k(size_t(rows) * T * c.G * c.N * 2), win_u(size_t(rows) * T * c.NH * c.P * 2),
       win_g(size_t(rows) * T * c.NH * 4), win_dt(size_t(rows) * T * c.NH * 4), win_base(size_t(rows) * 8);
-  DeviceBuffer accept_len(size_t(rows) * 4), accept_nodes(size_t(rows) * T * 4);
+  DeviceBuffer accept_len(size_t(rows) * 4), accept_nodes(size_t(rows) * T * 4), row_order(size_t(rows) * 4);
   state.upload(pool);
   fill.upload(h_fill), has_state.upload(h_has);
   for (DeviceBuffer* b : {&buf_k, &buf_x, &buf_g, &buf_dt}) b->poison();
@@ -424,20 +424,38 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
     const std::vector<Window> w = draw_round(c, layer, rng, rb, rows);
     for (DeviceBuffer* b : {&win_k, &win_u, &win_g, &win_dt, &win_base}) b->poison();
     const std::vector<float> before = state.download<float>();
+    const std::string at = "in round " + std::to_string(round);
+    // The protocol's fold decision per row: n > 0 and n + depth >= C.
+    std::vector<bool> folds(rows, false);
+    for (int row = 0; row < rows; ++row) {
+      if (row_req[row] < 0) continue;
+      int depth = 0;
+      for (int t = 0; t < T; ++t) depth = std::max(depth, int(root_path(w[row].par0, t).size()));
+      const int n = req[row_req[row]].fill;
+      folds[row] = n > 0 && n + depth >= C;
+    }
+    if (c.row_order) {  // the folding rows in row order, then the others
+      row_order.poison();
+      mamba2_verify_kvbuffer_order(p, row_order.as<int32_t>(), 0);
+      KVB_CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<int32_t> expected;
+      for (bool fold_part : {true, false})
+        for (int row = 0; row < rows; ++row)
+          if (folds[row] == fold_part) expected.push_back(row);
+      if (row_order.download<int32_t>() != expected) check.fail("mamba2_verify_kvbuffer_order's row order " + at);
+      p.row_order = row_order.as<int32_t>();
+    }
     mamba2_verify_kvbuffer(p, 0);
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
     const auto out = rb.out.download<uint16_t>();
     const auto S = state.download<float>();
-    const std::string at = "in round " + std::to_string(round);
     for (int row = 0; row < rows; ++row) {
       if (row_req[row] < 0) {
         check.padding(out, row, round);
         continue;
       }
       Request& q = req[row_req[row]];
-      int depth = 0;
-      for (int t = 0; t < T; ++t) depth = std::max(depth, int(root_path(w[row].par0, t).size()));
-      const bool folded = q.fill > 0 && q.fill + depth >= C;
+      const bool folded = folds[row];
       const size_t off = size_t(q.slot) * slot_elems;
       if (folded) {
         ++res.verify_folds;
@@ -616,6 +634,7 @@ std::vector<VerifyCase> verify_cases(bool quick) {
       VerifyCase v;
       v.method = K, v.C = C, v.T = T;
       v.heads_per_block = T % 2 == 0 ? 2 : 0;  // both of the group's heads in one block, or the kernel's choice (1 here)
+      v.row_order = C == 16;
       v.name = "C" + std::to_string(C) + "-T" + std::to_string(T) + "-b3" + (T % 2 == 0 ? "-h2" : "");
       add(v, (C == 16 && T == 5) || (C == 4 && T == 4));
     }
@@ -624,15 +643,17 @@ std::vector<VerifyCase> verify_cases(bool quick) {
     v.method = K;
     v.C = 16, v.T = 5, v.batch = 1, v.pad_rows = 0, v.name = "C16-T5-b1";
     add(v, false);
-    v.batch = 64, v.pad_rows = 3, v.z_gate = true, v.G = 8, v.NH = 8, v.name = "G8-NH8-C16-T5-b64-z";
+    v.batch = 64, v.pad_rows = 3, v.z_gate = true, v.G = 8, v.NH = 8, v.row_order = true, v.name = "G8-NH8-C16-T5-b64-z";
     add(v, true);
+    v.row_order = false;
     v.G = 1, v.NH = 4, v.batch = 3, v.pad_rows = 1, v.C = 8, v.T = 3, v.heads_per_block = 4, v.name = "G1-C8-T3-b3-z-h4";
     add(v, false);
     // Nemotron-3 Nano's heads: one per block, then a group's 8 in one block (4 uses of each stage).
     v.G = 8, v.NH = 64, v.C = 16, v.T = 4, v.heads_per_block = 1, v.name = "nemotron-nano-shape-C16-T4-b3-z";
     add(v, false);
-    v.heads_per_block = 8, v.name = "nemotron-nano-shape-C16-T4-b3-z-h8";
+    v.heads_per_block = 8, v.row_order = true, v.name = "nemotron-nano-shape-C16-T4-b3-z-h8";
     add(v, true);
+    v.row_order = false;
     v.C = 4, v.T = 3, v.z_gate = false, v.name = "nemotron-nano-shape-C4-T3-b3-h8";
     add(v, false);
     v.G = 2, v.NH = 4, v.P = 64, v.N = 64, v.C = 8, v.T = 5, v.heads_per_block = 2, v.name = "P64-N64-C8-T5-b3-h2";
@@ -648,8 +669,9 @@ std::vector<VerifyCase> verify_cases(bool quick) {
       add(v, regime == DtRegime::Large);
     }
     v.dt = DtRegime::Typical;
-    v.tree = true, v.C = 16, v.T = 6, v.z_gate = true, v.heads_per_block = 2, v.name = "tree-C16-T6-b3-z-h2";
+    v.tree = true, v.C = 16, v.T = 6, v.z_gate = true, v.heads_per_block = 2, v.row_order = true, v.name = "tree-C16-T6-b3-z-h2";
     add(v, true);
+    v.row_order = false;
     v.C = 8, v.T = 8, v.z_gate = false, v.heads_per_block = 0, v.name = "tree-C8-T8-b3";
     add(v, false);
     v.C = 64, v.T = 8, v.heads_per_block = 2, v.name = "tree-C64-T8-b3-h2";

@@ -22,6 +22,7 @@ struct VerifyCase {
   int G = 2, NH = 4, P = 64, N = 128;
   int C = 16;  // buffer capacity (KVBuffer only)
   int heads_per_block = 0;  // KVBuffer: heads per verify block (Mamba2VerifyKVBufferParams), 0 = the kernel's choice
+  bool row_order = false;   // KVBuffer: rows launched in mamba2_verify_kvbuffer_order's order (checked too)
   int T = 4;   // draft tokens (nodes) per round
   int batch = 3;     // requests
   int pad_rows = 1;  // extra rows with slot -1

@@ -90,6 +90,7 @@ TEST(Mamba2VerifyBadInput, UnsupportedShapesThrow) {
   }
   k.heads_per_block = 0;
   EXPECT_THROW(mamba2_verify_kvbuffer_commit(k, 0), std::invalid_argument);  // no accept_len
+  EXPECT_THROW(mamba2_verify_kvbuffer_order(k, nullptr, 0), std::invalid_argument);  // nowhere to write
   k.io.N = 32;
   EXPECT_THROW(mamba2_verify_kvbuffer(k, 0), std::invalid_argument);
 }
