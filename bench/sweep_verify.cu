@@ -4,8 +4,8 @@
 // verify (gdn_verify_kvbuffer + gdn_verify_kvbuffer_commit), chains and trees, per batch x T x C;
 // for Mamba-2 models the twins mamba2-verify-classic (mamba2_verify_classic in place) and
 // mamba2-verify-kvbuffer (mamba2_verify_kvbuffer + commit), with dt softplus and the z gate in the
-// kernels, its rows launched folding rows first (mamba2_verify_kvbuffer_order, once per step from
-// the first layer's fills, which every layer shares; its time is in the step's).
+// kernels, its rows launched folding rows first where that pays (mamba2_verify_kvbuffer_order,
+// once per step from the first layer's fills, which every layer shares; its time is in the step's).
 // Speedups count against the faster classic row. For the verify-to-decode ratio it compares with
 // the fastest KVBuffer decode step the decode sweep measured at that batch in the same run. A point
 // that cannot run (pools beyond free memory, a failure) is a CSV row whose `note` says why.
@@ -319,7 +319,7 @@ class VerifySweep {
     else gdn = std::make_unique<Inputs>(s_, batch, T, vm.tree, m, a_.seed);
     const GdnVerifyAccept accept = m2 ? m2->rows.accept : gdn->rows.accept;
     DevicePools pools(plan);
-    DeviceBuffer row_order(m2 ? size_t(batch) * 4 : 0);
+    DeviceBuffer row_order(m2 ? size_t(batch) * 4 : 0);  // launch order, where it pays
     for (int l = 0; l < L; ++l) {
       fill_uniform_f32(pools.at<float>(l, "state"), plan.tensor_bytes("state") / 4, a_.seed + 11 + 8 * l, -1.f, 1.f);
       fill_uniform_bf16(pools.at<void>(l, "buf_k"), plan.tensor_bytes("buf_k") / 2, a_.seed + 13 + 8 * l, -0.2f, 0.2f);
@@ -355,7 +355,6 @@ class VerifySweep {
       p.win_beta = pools.at<float>(l, "win_beta");
       p.win_base = pools.at<int32_t>(l, "win_base");
       p.accept = accept;
-      p.row_order = row_order.as<int32_t>();
       return p;
     };
     auto params = [&](int l) {
@@ -376,11 +375,13 @@ class VerifySweep {
       p.accept = accept;
       return p;
     };
+    const bool order_rows = m2 && mamba2_verify_kvbuffer_row_order_pays(mamba2_params(0));
     auto step = [&](cudaStream_t st) {
-      if (m2) mamba2_verify_kvbuffer_order(mamba2_params(0), row_order.as<int32_t>(), st);
+      if (order_rows) mamba2_verify_kvbuffer_order(mamba2_params(0), row_order.as<int32_t>(), st);
       for (int l = 0; l < L; ++l) {
         if (m2) {
-          const Mamba2VerifyKVBufferParams p = mamba2_params(l);
+          Mamba2VerifyKVBufferParams p = mamba2_params(l);
+          if (order_rows) p.row_order = row_order.as<int32_t>();
           mamba2_verify_kvbuffer(p, st);
           mamba2_verify_kvbuffer_commit(p, st);
           continue;

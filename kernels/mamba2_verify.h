@@ -96,6 +96,9 @@ void mamba2_verify_kvbuffer(const Mamba2VerifyKVBufferParams& p, cudaStream_t st
 // window's tree) first, then the others, each part in row order. One small kernel, run once per
 // step ahead of the layers: a request's fill is the same in every layer.
 void mamba2_verify_kvbuffer_order(const Mamba2VerifyKVBufferParams& p, int32_t* row_order, cudaStream_t stream);
+// Whether the order pays for p: where the verify takes its head-group kernel (from 48 heads per
+// SM). Below, the one-head kernel measured 1-3% slower with the order, its cost included.
+bool mamba2_verify_kvbuffer_row_order_pays(const Mamba2VerifyKVBufferParams& p);
 void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams& p, cudaStream_t stream);
 
 }  // namespace kvbuf

@@ -969,6 +969,17 @@ void mamba2_verify_kvbuffer_order(const Mamba2VerifyKVBufferParams& p, int32_t* 
   launch_kernel(mamba2_verify_kvbuffer_order_kernel, dim3(1), dim3(kOrderThreads), 0, stream, false, p, row_order);
 }
 
+bool mamba2_verify_kvbuffer_row_order_pays(const Mamba2VerifyKVBufferParams& p) {
+  using namespace mamba2_detail;
+  validate(p, "mamba2_verify_kvbuffer_row_order_pays");
+  bool pays = false;
+  dispatch_verify_dims(p.io, "mamba2_verify_kvbuffer_row_order_pays", [&](auto n) {
+    constexpr int N = decltype(n)::value;
+    pays = verify_heads_per_block(p, verify_rows(p.io.P), mamba2_verify_kvbuffer_group_kernel<N>) > 1;
+  });
+  return pays;
+}
+
 void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams& p, cudaStream_t stream) {
   using namespace mamba2_detail;
   const char* who = "mamba2_verify_kvbuffer_commit";

@@ -54,6 +54,12 @@ void set_io(Mamba2VerifyIO& io) {
   io.out = fake<__nv_bfloat16>();
 }
 
+void set_pools(Mamba2VerifyKVBufferParams& k) {
+  k.state = fake<float>(), k.buf_k = k.buf_val = fake<__nv_bfloat16>(), k.buf_gcum = k.buf_beta = fake<float>();
+  k.fill = k.has_state = k.win_base = fake<int32_t>();
+  k.win_k = k.win_u = fake<__nv_bfloat16>(), k.win_gcum = k.win_beta = fake<float>();
+}
+
 TEST(Mamba2VerifyBadInput, UnsupportedShapesThrow) {
   Mamba2VerifyClassicParams c;
   set_io(c.io);
@@ -76,9 +82,7 @@ TEST(Mamba2VerifyBadInput, UnsupportedShapesThrow) {
   set_io(k.io);
   k.capacity = 16;
   EXPECT_THROW(mamba2_verify_kvbuffer(k, 0), std::invalid_argument);  // null pools
-  k.state = fake<float>(), k.buf_k = k.buf_val = fake<__nv_bfloat16>(), k.buf_gcum = k.buf_beta = fake<float>();
-  k.fill = k.has_state = k.win_base = fake<int32_t>();
-  k.win_k = k.win_u = fake<__nv_bfloat16>(), k.win_gcum = k.win_beta = fake<float>();
+  set_pools(k);
   k.capacity = 3;  // C < T
   EXPECT_THROW(mamba2_verify_kvbuffer(k, 0), std::invalid_argument);
   k.capacity = 65;
@@ -93,6 +97,24 @@ TEST(Mamba2VerifyBadInput, UnsupportedShapesThrow) {
   EXPECT_THROW(mamba2_verify_kvbuffer_order(k, nullptr, 0), std::invalid_argument);  // nowhere to write
   k.io.N = 32;
   EXPECT_THROW(mamba2_verify_kvbuffer(k, 0), std::invalid_argument);
+}
+
+// GPU (occupancy queries, no launch): the row order pays where the verify takes its head-group
+// kernel: Nemotron-3 Nano's heads at batch 512, not at batch 8 (the one-head kernel) unless
+// heads_per_block forces the head-group kernel.
+TEST(Mamba2VerifyRowOrder, PaysWithTheHeadGroupKernel) {
+  Mamba2VerifyKVBufferParams k;
+  set_io(k.io);
+  set_pools(k);
+  k.io.G = 8, k.io.NH = 64, k.capacity = 16;
+  k.io.batch = 8;
+  EXPECT_FALSE(mamba2_verify_kvbuffer_row_order_pays(k));
+  k.io.batch = 512;
+  EXPECT_TRUE(mamba2_verify_kvbuffer_row_order_pays(k));
+  k.io.batch = 8, k.heads_per_block = 2;
+  EXPECT_TRUE(mamba2_verify_kvbuffer_row_order_pays(k));
+  k.heads_per_block = 1;
+  EXPECT_FALSE(mamba2_verify_kvbuffer_row_order_pays(k));
 }
 
 }  // namespace
