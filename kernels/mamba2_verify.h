@@ -72,9 +72,11 @@ struct Mamba2VerifyKVBufferParams {
   // Heads per verify block (they share the staging, the tree and the dots): 0 = chosen from the
   // batch; else 1, 2, 4 or 8, dividing NH / G.
   int heads_per_block = 0;
-  // Optional launch order of the rows, a permutation of 0..B-1 (null: 0..B-1): the verify's blocks
-  // start in this order. mamba2_verify_kvbuffer_order puts the rows that fold first: their blocks
-  // take about twice as long, and started first they leave the short ones for the last wave.
+  // Optional launch order of the rows, a permutation of 0..B-1 (null: 0..B-1), a hint that changes
+  // no result: the head-group kernel starts its rows' blocks in this order (the one-head kernel
+  // ignores it: reading it cost 2-4% there). mamba2_verify_kvbuffer_order puts the rows that fold
+  // first: their blocks take about twice as long, and started first they leave the short ones for
+  // the last wave.
   const int32_t* row_order = nullptr;
   float* state = nullptr;            // [slots, NH, P, N] fp32
   __nv_bfloat16* buf_k = nullptr;    // B  [slots, C, G, N]
@@ -97,7 +99,7 @@ void mamba2_verify_kvbuffer(const Mamba2VerifyKVBufferParams& p, cudaStream_t st
 // step ahead of the layers: a request's fill is the same in every layer.
 void mamba2_verify_kvbuffer_order(const Mamba2VerifyKVBufferParams& p, int32_t* row_order, cudaStream_t stream);
 // Whether the order pays for p: where the verify takes its head-group kernel (from 48 heads per
-// SM). Below, the one-head kernel measured 1-3% slower with the order, its cost included.
+// SM, or heads_per_block > 1); the one-head kernel does not read it.
 bool mamba2_verify_kvbuffer_row_order_pays(const Mamba2VerifyKVBufferParams& p);
 void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams& p, cudaStream_t stream);
 

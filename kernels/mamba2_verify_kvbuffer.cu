@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
-  const int tile = blockIdx.x, h = blockIdx.y, row = p.row_order ? p.row_order[blockIdx.z] : int(blockIdx.z);
+  const int tile = blockIdx.x, h = blockIdx.y, row = blockIdx.z;  // p.row_order ignored (mamba2_verify.h)
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
   // The commit kernels are programmatic dependents: they start while this grid's last blocks run
   // and wait (griddepcontrol.wait) for its completion before reading the scratch.
