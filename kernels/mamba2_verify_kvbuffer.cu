@@ -28,7 +28,8 @@
 //   (from kGroupMinHeadsPerSM heads per SM, fewer heads while the grid fills under kGroupMinWaves
 //   waves): the heads share the staging of B, C and the entries, the tree, the dots and the
 //   coefficients; each warp streams its 8 rows of the heads' S0 through its own stage, refilled as
-//   soon as it is read, no block barrier between heads; 3 blocks per SM.
+//   soon as it is read, no block barrier between heads; 3 blocks per SM. Its rows' blocks start in
+//   Params::row_order when given (mamba2_verify_kvbuffer_order: the folding rows, ~2x longer, first).
 // Phases, marked in the bodies: issue (the window, the slot, S0, the buffer); warp 0's tree (root
 // paths, depth, fold decision) while the others lay out C_t as B pairs; the dots C_t . B_e on the
 // tensor cores (m16n8k16 bf16) turned into coefficients W[t][e]; the fold when due (CUDA cores,
@@ -38,12 +39,13 @@
 // scratch for the commit. The commit kernels are programmatic dependents of the verify.
 // Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
 // scratch written (T (P + N) 2 + 8 T); a fold writes S0 once.
-// Measured (the paper preset, commit 7dff9853f0cb, H200, Nemotron-3 Nano shapes, 23 layer pools per
-// CUDA graph, verify + commit per layer, results/verify_h200.csv): T = 5 [best C] 8.63 / 16.66 /
-// 73.87 / 125.25 / 230.52 / 427.10 us at batch 1 / 8 / 64 / 128 / 256 / 512; T = 4 at 128 120.39 us
-// = 2.92x classic (70% of copy), at 512 3.37x. Both kernels are bound by instruction issue with
-// few resident warps (the head-group kernel at 0.6 issued per scheduler and cycle); from batch 256
-// they run at the 700 W cap (kernels/notes/mamba2_verify.md runs 7-8).
+// Measured (the paper preset, commit 17507308cabe, H200, Nemotron-3 Nano shapes, 23 layer pools per
+// CUDA graph, verify + commit per layer, folding rows first from batch 128, results/verify_h200.csv):
+// T = 5 [best C] 8.62 / 16.60 / 73.60 / 122.33 / 229.50 / 440.09 us at batch 1 / 8 / 64 / 128 / 256
+// / 512; T = 4 at 128 117.83 us = 2.98x classic (71% of copy), at 512 3.31x. Both kernels are
+// bound by instruction issue with few resident warps (the head-group kernel at 0.6 issued per
+// scheduler and cycle); from batch 256 they run at the 700 W cap, where the same binary varies 1-4%
+// between calls (kernels/notes/mamba2_verify.md runs 7-9).
 #include <stdexcept>
 #include <string>
 
