@@ -15,10 +15,10 @@
 //
 // KVBuffer protocol (one verify + one commit per step, fill/has_state as in gdn_decode.h):
 //   verify: with n = fill[slot] and D the depth of the tree (T for a chain), if n > 0 and
-//           n + D >= C the n buffered entries are folded into S0 first (S0 written back, created
-//           in direct mode) and the window starts from an empty buffer. The T candidate entries
-//           (k, u, G) go to a per-row scratch area, never into the buffer, which other blocks of
-//           the request read.
+//           n + D >= C (verify_folds_first, sim/layout.h) the n buffered entries are folded into
+//           S0 first (S0 written back, created in direct mode) and the window starts from an
+//           empty buffer. The T candidate entries (k, u, G) go to a per-row scratch area, never
+//           into the buffer, which other blocks of the request read.
 //   commit: copies the m accepted entries to the buffer at the fill after the verify's fold. By
 //           the rule above n0 + m <= C - 1 unless n0 = 0 and m = T = C: only then is the buffer
 //           full, and the commit folds it instead (fill 0), so 0 <= fill < C holds between steps,

@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   if (threadIdx.x < 32) {  // warp 0: the window's tree, the fold decision and G_t, lane t = node t
     const int t = threadIdx.x;
     const WindowNode node = window_node<TMAX>(T, io.parents ? s_praw : nullptr);
-    const bool fold = n > 0 && n + node.depth >= C;
+    const bool fold = verify_folds_first(C, node.depth, n);
     const float g_base = (!fold && n > 0) ? s_gbuf[n - 1] : 0.f;
     const float g_t = t < T ? s_graw[t] : 0.f;
     float G = g_base + g_t;

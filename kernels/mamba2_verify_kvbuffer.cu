@@ -380,7 +380,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
     const int t = lane;
     int depth;
     const unsigned path = node_path(par_lane, T, lane, depth);
-    const bool fold = n > 0 && n + depth >= C;
+    const bool fold = verify_folds_first(C, depth, n);
     const int n_eff = fold ? 0 : n;
     float gsum = 0.f;
 #pragma unroll
@@ -612,7 +612,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     int depth;
     const unsigned path = node_path(par_lane, T, lane, depth);
     if (lane < T) s_path[lane] = path;
-    if (lane == 0) s_fold = n > 0 && n + depth >= C;
+    if (lane == 0) s_fold = verify_folds_first(C, depth, n);
   }
   if (warp > 0 || warps == 1)
     layout_c_pairs<N>(s_cp, s_cwin, T, int(threadIdx.x) - (warps > 1 ? 32 : 0), warps > 1 ? int(blockDim.x) - 32 : 32);
@@ -918,8 +918,7 @@ __device__ bool row_folds(const Mamba2VerifyKVBufferParams& p, int row) {
     node_depth[t] = up < 0 ? 1 : node_depth[up] + 1;
     depth = max(depth, node_depth[t]);
   }
-  const int n = p.fill[slot];
-  return n > 0 && n + depth >= p.capacity;
+  return verify_folds_first(p.capacity, depth, p.fill[slot]);
 }
 
 __global__ void __launch_bounds__(kOrderThreads)

@@ -232,8 +232,6 @@ void check_verify(int chunk, int tokens, int fill, int accepted) {
 }
 }  // namespace
 
-bool verify_folds_first(int chunk, int tokens, int fill) { return fill > 0 && fill + tokens >= chunk; }
-
 int verify_kvbuffer_next_fill(int chunk, int tokens, int fill, int accepted) {
   check_verify(chunk, tokens, fill, accepted);
   const int n0 = verify_folds_first(chunk, tokens, fill) ? 0 : fill;

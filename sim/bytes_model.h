@@ -72,8 +72,6 @@ StepBytes bytes_verify_classic(const LayerShape& s, const Precision& p, int toke
 //           read and written, the n0 buffer entries read again, nothing written to the buffer.
 StepBytes bytes_verify_kvbuffer(const LayerShape& s, const Precision& p, BufferVariant v, int chunk,
                                 int tokens, int fill, int accepted);
-// Whether a verify of T tokens at fill n folds the buffer first (the protocol above).
-bool verify_folds_first(int chunk, int tokens, int fill);
 // The fill before the next verify round after this one (the protocol above).
 int verify_kvbuffer_next_fill(int chunk, int tokens, int fill, int accepted);
 // Verify rounds that always accept m entries, averaged over the periodic cycle of fills that the

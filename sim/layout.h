@@ -134,6 +134,11 @@ inline size_t bytes_per_slot(const std::vector<PoolTensor>& t, bool with_metadat
   return b;
 }
 
+// The buffered verify's fold rule (kernels/gdn_verify.h's protocol, both families): a verify whose
+// window is `depth` nodes deep (T for a chain) at fill n folds the n buffered entries into the
+// state first when n > 0 and n + depth >= C. constexpr, so the kernels use it too.
+constexpr bool verify_folds_first(int chunk, int depth, int fill) { return fill > 0 && fill + depth >= chunk; }
+
 // The pools each measurement allocates per layer and request, so that the bytes and capacity
 // models and the GPU code agree by construction (sim/tests/test_layout.cpp checks the sums):
 //   decode: the state (a second one out of place) and, at capacity C > 0, the buffer and its

@@ -406,7 +406,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
       }
       int depth = 0;
       for (int t = 0; t < T; ++t) depth = std::max(depth, int(root_path(par0[r], t).size()));
-      folded[r] = h_fill[kSlots[r]] > 0 && h_fill[kSlots[r]] + depth >= C;  // gdn_verify.h protocol
+      folded[r] = verify_folds_first(C, depth, h_fill[kSlots[r]]);
       for (int t = 0; t < T; ++t) {
         check_node_outputs(c, win[r], par0[r], t, ref_state[r], h_out.data() + base, out_err);
         ++res.outputs_checked;

@@ -425,14 +425,13 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
     for (DeviceBuffer* b : {&win_k, &win_u, &win_g, &win_dt, &win_base}) b->poison();
     const std::vector<float> before = state.download<float>();
     const std::string at = "in round " + std::to_string(round);
-    // The protocol's fold decision per row: n > 0 and n + depth >= C.
+    // The protocol's fold decision per row (sim/layout.h).
     std::vector<bool> folds(rows, false);
     for (int row = 0; row < rows; ++row) {
       if (row_req[row] < 0) continue;
       int depth = 0;
       for (int t = 0; t < T; ++t) depth = std::max(depth, int(root_path(w[row].par0, t).size()));
-      const int n = req[row_req[row]].fill;
-      folds[row] = n > 0 && n + depth >= C;
+      folds[row] = verify_folds_first(C, depth, req[row_req[row]].fill);
     }
     if (c.row_order) {  // the folding rows in row order, then the others
       row_order.poison();
