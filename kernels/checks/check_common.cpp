@@ -31,6 +31,19 @@ std::string gate_range_name(const ref::GateRange& gates) {
   return s.str();
 }
 
+std::vector<int> root_path(const std::vector<int>& parent0, int t) {
+  std::vector<int> path;
+  for (int x = t; x >= 0; x = parent0[x]) path.push_back(x);
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+int window_depth(const std::vector<int>& parent0, int T) {
+  int depth = 0;
+  for (int t = 0; t < T; ++t) depth = std::max(depth, int(root_path(parent0, t).size()));
+  return depth;
+}
+
 const char* path_name(GdnDecodePath path) {
   switch (path) {
     case GdnDecodePath::Auto: return "auto";

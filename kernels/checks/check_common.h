@@ -35,6 +35,12 @@ const char* dt_regime_name(DtRegime regime);
 // "auto", "single" or "split".
 const char* path_name(GdnDecodePath path);
 
+// Speculative windows as the verify checks draw them: parent0[t] is node t's parent, 0-based, -1 for
+// the committed state. The root path of node t (root first), and the window's depth (the longest
+// root path of its T nodes, T for a chain: the verify's fold rule, verify_folds_first).
+std::vector<int> root_path(const std::vector<int>& parent0, int t);
+int window_depth(const std::vector<int>& parent0, int T);
+
 // describe()'s ` name=value` for the fields of a case that differ from their defaults:
 // `FieldsOffDefault field(s); field("cycles", c.cycles, d.cycles);`.
 class FieldsOffDefault {

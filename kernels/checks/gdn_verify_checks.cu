@@ -106,14 +106,6 @@ GdnTokens<double> select_tokens(const GdnTokens<double>& w, const std::vector<in
   return r;
 }
 
-// Root path of node t (0-based), root first.
-std::vector<int> root_path(const std::vector<int>& parent0, int t) {
-  std::vector<int> path;
-  for (int x = t; x >= 0; x = parent0[x]) path.push_back(x);
-  std::reverse(path.begin(), path.end());
-  return path;
-}
-
 // Normwise relative error accumulated over many comparisons: max |diff| / max |ref|.
 struct ErrAcc {
   double diff = 0, scale = 0;
@@ -199,7 +191,7 @@ Window draw_window(const VerifyCase& c, std::mt19937_64& rng, RowBuffers& rows) 
 GdnState<double> check_node_outputs(const VerifyCase& c, const GdnTokens<double>& win,
                                            const std::vector<int>& par0, int t, const GdnState<double>& committed,
                                            const uint16_t* out_row, ErrAcc& err) {
-  const auto path = root_path(par0, t);
+  const auto path = checks::root_path(par0, t);
   GdnState<double> s = committed;
   std::vector<double> o;
   ref::gdn_decode_recurrent(select_tokens(win, path), s, o);
@@ -216,7 +208,7 @@ std::vector<int> draw_accepted_path(bool tree, int T, const std::vector<int>& pa
   std::vector<int> path;
   if (rng() % 8 != 0) {
     if (tree) {
-      path = root_path(par0, int(rng() % T));
+      path = checks::root_path(par0, int(rng() % T));
     } else {
       for (int i = 0, m = int(rng() % T) + 1; i < m; ++i) path.push_back(i);
     }
@@ -404,9 +396,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
         if (!padding_row_ok(res, h_out, c, r, round)) return measured();
         continue;
       }
-      int depth = 0;
-      for (int t = 0; t < T; ++t) depth = std::max(depth, int(root_path(par0[r], t).size()));
-      folded[r] = verify_folds_first(C, depth, h_fill[kSlots[r]]);
+      folded[r] = verify_folds_first(C, checks::window_depth(par0[r], T), h_fill[kSlots[r]]);
       for (int t = 0; t < T; ++t) {
         check_node_outputs(c, win[r], par0[r], t, ref_state[r], h_out.data() + base, out_err);
         ++res.outputs_checked;

@@ -154,14 +154,6 @@ Window draw_window(const VerifyCase& c, const Layer& layer, std::mt19937_64& rng
   return w;
 }
 
-// Root path of node t (0-based), root first.
-std::vector<int> root_path(const std::vector<int>& par0, int t) {
-  std::vector<int> path;
-  for (int x = t; x >= 0; x = par0[x]) path.push_back(x);
-  std::reverse(path.begin(), path.end());
-  return path;
-}
-
 // Tokens `nodes` of a window, in that order; and a token sequence appended to another.
 Mamba2Tokens<double> select_tokens(const Mamba2Tokens<double>& w, const std::vector<int>& nodes) {
   const Mamba2Dims& d = w.dims;
@@ -216,7 +208,7 @@ class Checker {
   // along its root path; returns the path's state and |.| state and the gamma used.
   void node(const Request& q, const Window& w, int t, const uint16_t* out_row, int window, Mamba2State<double>& s,
             Mamba2State<double>& s_abs, double& gamma, const std::string& where) {
-    const auto tok = select_tokens(w.tok, root_path(w.par0, t));
+    const auto tok = select_tokens(w.tok, checks::root_path(w.par0, t));
     s = q.ref, s_abs = q.abs;
     std::vector<double> y, y_abs;
     ref::mamba2_decode_recurrent<double>(tok, s, y);
@@ -279,7 +271,7 @@ class Checker {
 std::vector<int> draw_accepted_path(const VerifyCase& c, const Window& w, std::mt19937_64& rng) {
   std::vector<int> path;
   if (rng() % 8 == 0) return path;
-  if (c.tree) return root_path(w.par0, int(rng() % c.T));
+  if (c.tree) return checks::root_path(w.par0, int(rng() % c.T));
   for (int i = 0, m = int(rng() % c.T) + 1; i < m; ++i) path.push_back(i);
   return path;
 }
@@ -429,9 +421,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
     std::vector<bool> folds(rows, false);
     for (int row = 0; row < rows; ++row) {
       if (row_req[row] < 0) continue;
-      int depth = 0;
-      for (int t = 0; t < T; ++t) depth = std::max(depth, int(root_path(w[row].par0, t).size()));
-      folds[row] = verify_folds_first(C, depth, req[row_req[row]].fill);
+      folds[row] = verify_folds_first(C, checks::window_depth(w[row].par0, T), req[row_req[row]].fill);
     }
     if (c.row_order) {  // the folding rows in row order, then the others
       row_order.poison();
