@@ -91,8 +91,9 @@ constexpr int kGroupMinWaves = 4;
 // are 16 bytes apart in the banks and every lane loads its columns in one order (the unskewed tile
 // needed per-lane load orders: 2 x 32 register selects per head and S0 product).
 constexpr int kTileSkew = 4;
+__host__ __device__ constexpr int warp_tile_floats(int n_dim) { return kWarpRows * n_dim + kTileSkew; }
 template <int N>
-__host__ __device__ constexpr int warp_tile_floats() { return kWarpRows * N + kTileSkew; }
+__host__ __device__ constexpr int warp_tile_floats() { return warp_tile_floats(N); }
 template <int N, class F>
 __device__ __forceinline__ F* tile_row(F* tile, int r) {
   return tile + r * N + (r >= kWarpRows / 2 ? kTileSkew : 0);
@@ -262,34 +263,50 @@ __device__ __forceinline__ float entry_coefficient(float dot, int e, int n_eff, 
 
 // ---- The one-head kernel: a block verifies rows_per_block rows of one head.
 
-// Dynamic shared memory of the one-head block in bytes, for d_state N, capacity C, `rows` rows per
-// block and T tokens: the S0 tile [rows, N] fp32 first (128-byte aligned for the bulk copies), then
+// Dynamic shared memory of the one-head block, byte offsets, for d_state N, capacity C, `rows` rows
+// per block and T tokens: the S0 tile [rows, N] fp32 first (128-byte aligned for the bulk copies), then
 // 16-byte aligned pieces, then one mbarrier per warp. The bf16 rows of B and C are padded to
 // BS = N + 32 elements (conflict-free fragment loads of the dots).
 struct VerifySmem {
-  int n_dim, c, rows, t;
-  __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
-  __host__ __device__ int cps() const { return n_dim / 2 + 4; }                      // B-operand float2s per token (32 B pad)
-  __host__ __device__ int bs() const { return n_dim + 32; }                          // bf16 row stride
-  __host__ __device__ int ws() const { return (c + kTMax + 31) / 32 * 32 + 4; }      // coefficient row stride
-  __host__ __device__ int tile() const { return 0; }  // [warps] warp tiles (kTileSkew), fp32
-  __host__ __device__ int b_rows() const { return tile() + rows / kWarpRows * (kWarpRows * n_dim + kTileSkew) * 4; }  // [C + T, BS] bf16
-  __host__ __device__ int c_win() const { return b_rows() + (c + t) * bs() * 2; }    // [T, BS] bf16
-  __host__ __device__ int c_pairs() const { return c_win() + t * bs() * 2; }         // [T, cps] float2: C_t as B operands
-  __host__ __device__ int x_buf() const { return c_pairs() + t * cps() * 8; }        // [warps, C] uint4: a warp's 8 rows
-  __host__ __device__ int x_win() const { return x_buf() + c * rows * 2; }           // [T, rows] bf16
-  __host__ __device__ int z_win() const { return x_win() + t * rows * 2; }           // [T, rows] bf16 gate
-  __host__ __device__ int g_buf() const { return z_win() + up16(t * rows * 2); }     // [C] G_j
-  __host__ __device__ int dt_buf() const { return g_buf() + up16(c * 4); }           // [C] dt_j
-  __host__ __device__ int fold_w() const { return dt_buf() + up16(c * 4); }          // [C] fold weights
-  __host__ __device__ int w() const { return fold_w() + up16(c * 4); }               // [8, WS] coefficients W[t][e]
-  __host__ __device__ int bars() const { return w() + kTMax * ws() * 4; }            // [warps] mbarriers
-  __host__ __device__ size_t bytes() const { return size_t(bars() + rows / kWarpRows * 8); }
+  int ws;       // coefficient row stride (floats)
+  int tile;     // [warps] warp tiles (kTileSkew), fp32
+  int b_rows;   // [C + T, BS] bf16
+  int c_win;    // [T, BS] bf16
+  int c_pairs;  // [T, cps] float2: C_t as B operands
+  int x_buf;    // [warps, C] uint4: a warp's 8 rows
+  int x_win;    // [T, rows] bf16
+  int z_win;    // [T, rows] bf16 gate
+  int g_buf;    // [C] G_j
+  int dt_buf;   // [C] dt_j
+  int fold_w;   // [C] fold weights
+  int w;        // [8, WS] coefficients W[t][e]
+  int bars;     // [warps] mbarriers
+  int bytes;
+  // Resolved on the host and passed with the launch: computed in the kernel from the runtime C, T
+  // and rows, they took ~120 of the kernel's 2512 SASS instructions, run once by every warp.
+  VerifySmem(int n_dim, int c, int rows, int t) {
+    const int bs = n_dim + 32, cps = n_dim / 2 + 4;  // bf16 row stride; float2s per token (32 B pad)
+    auto up16 = [](int x) { return (x + 15) / 16 * 16; };
+    ws = (c + kTMax + 31) / 32 * 32 + 4;
+    tile = 0;
+    b_rows = tile + rows / kWarpRows * warp_tile_floats(n_dim) * 4;
+    c_win = b_rows + (c + t) * bs * 2;
+    c_pairs = c_win + t * bs * 2;
+    x_buf = c_pairs + t * cps * 8;
+    x_win = x_buf + c * rows * 2;
+    z_win = x_win + t * rows * 2;
+    g_buf = z_win + up16(t * rows * 2);
+    dt_buf = g_buf + up16(c * 4);
+    fold_w = dt_buf + up16(c * 4);
+    w = fold_w + up16(c * 4);
+    bars = w + kTMax * ws * 4;
+    bytes = bars + rows / kWarpRows * 8;
+  }
 };
 
 template <int N>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
-    mamba2_verify_kvbuffer_kernel(const Mamba2VerifyKVBufferParams p) {
+    mamba2_verify_kvbuffer_kernel(const Mamba2VerifyKVBufferParams p, const VerifySmem L) {
   constexpr int R = kWarpRows, CPS = N / 2 + 4;
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
@@ -306,20 +323,19 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   const int g = int(__fdividef(float(h) + 0.5f, float(heads_per_group)));
   const bool group_leader = h == g * heads_per_group;
   extern __shared__ __align__(128) unsigned char smem[];
-  const VerifySmem L{N, C, rows, T};
-  const int WS = L.ws();
-  float* s_tile = reinterpret_cast<float*>(smem + L.tile());
-  __nv_bfloat16* s_b = reinterpret_cast<__nv_bfloat16*>(smem + L.b_rows());  // B_j at j BS, window B_q at (C + q) BS
-  __nv_bfloat16* s_cwin = reinterpret_cast<__nv_bfloat16*>(smem + L.c_win());
-  float2* s_cp = reinterpret_cast<float2*>(smem + L.c_pairs());
-  uint4* s_xbuf = reinterpret_cast<uint4*>(smem + L.x_buf());
-  __nv_bfloat16* s_xwin = reinterpret_cast<__nv_bfloat16*>(smem + L.x_win());
-  __nv_bfloat16* s_zwin = reinterpret_cast<__nv_bfloat16*>(smem + L.z_win());
-  float* s_gbuf = reinterpret_cast<float*>(smem + L.g_buf());
-  float* s_dtbuf = reinterpret_cast<float*>(smem + L.dt_buf());
-  float* s_fw = reinterpret_cast<float*>(smem + L.fold_w());
-  float* s_w = reinterpret_cast<float*>(smem + L.w());
-  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bars()) + warp;
+  const int WS = L.ws;
+  float* s_tile = reinterpret_cast<float*>(smem + L.tile);
+  __nv_bfloat16* s_b = reinterpret_cast<__nv_bfloat16*>(smem + L.b_rows);  // B_j at j BS, window B_q at (C + q) BS
+  __nv_bfloat16* s_cwin = reinterpret_cast<__nv_bfloat16*>(smem + L.c_win);
+  float2* s_cp = reinterpret_cast<float2*>(smem + L.c_pairs);
+  uint4* s_xbuf = reinterpret_cast<uint4*>(smem + L.x_buf);
+  __nv_bfloat16* s_xwin = reinterpret_cast<__nv_bfloat16*>(smem + L.x_win);
+  __nv_bfloat16* s_zwin = reinterpret_cast<__nv_bfloat16*>(smem + L.z_win);
+  float* s_gbuf = reinterpret_cast<float*>(smem + L.g_buf);
+  float* s_dtbuf = reinterpret_cast<float*>(smem + L.dt_buf);
+  float* s_fw = reinterpret_cast<float*>(smem + L.fold_w);
+  float* s_w = reinterpret_cast<float*>(smem + L.w);
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bars) + warp;
   __shared__ float s_gwin[kTMax], s_dtwin[kTMax], s_egwin[kTMax];
   __shared__ unsigned s_path[kTMax];  // node t's root path (ancestors and t) as a bitmask
   __shared__ int s_fold, s_neff;
@@ -476,7 +492,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
 // group; the heads share the staging, the tree and the dots, and each warp streams its rows of
 // the heads' S0 through its stage ring.
 
-// Dynamic shared memory of the head-group block in bytes, for d_state N, capacity C, `rows` rows
+// Dynamic shared memory of the head-group block, byte offsets, for d_state N, capacity C, `rows` rows
 // per block, T tokens and `heads` heads per block. First the S0 stages, [ring][warps], each a warp's
 // 8 rows [8, N] fp32 (one bulk copy); then 16-byte aligned pieces; then the mbarriers, one per
 // stage. The entries' x are kept per head and warp as a uint4 of the warp's 8 rows: the n buffered
@@ -485,36 +501,47 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
 // dots, in a region that holds the window's C rows until then (shared memory bounds the resident
 // blocks). The gate z is not staged: each lane loads its pair one head ahead.
 struct GroupSmem {
-  int n_dim, c, rows, t, heads;
-  __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
-  __host__ __device__ int warps() const { return rows / kWarpRows; }
-  __host__ __device__ int ring() const { return heads < kStages ? heads : kStages; }  // stages per warp in use
-  __host__ __device__ int s0_bytes() const { return (kWarpRows * n_dim + kTileSkew) * 4; }  // a warp tile
-  __host__ __device__ int cps() const { return n_dim / 2 + 4; }                      // B-operand float2s per token (32 B pad)
-  __host__ __device__ int bs() const { return n_dim + 32; }                          // bf16 row stride
-  __host__ __device__ int ws() const { return (c + kTMax + 31) / 32 * 32 + 4; }      // dot row stride
-  __host__ __device__ int ksteps() const { return (c + t + 7) / 8; }                 // 8-entry steps, at most
-  __host__ __device__ int stages() const { return 0; }                               // [ring, warps] S0 rows
-  __host__ __device__ int x_all() const { return stages() + ring() * warps() * s0_bytes(); }  // [heads, warps, C + T] uint4
-  __host__ __device__ int b_rows() const { return x_all() + heads * warps() * (c + t) * 16; }  // [C + T, BS] bf16
-  __host__ __device__ int c_pairs() const { return b_rows() + (c + t) * bs() * 2; }  // [T, cps] float2
-  __host__ __device__ int dots() const { return c_pairs() + t * cps() * 8; }         // [T, WS] C_t . B_e
-  __host__ __device__ int w_frags() const { return dots() + t * ws() * 4; }          // [heads, ksteps, 32] float2
-  __host__ __device__ int c_win() const { return w_frags(); }                        // [T, BS] bf16, until the dots
-  __host__ __device__ int w_bytes() const {
-    const int w = heads * ksteps() * 32 * 8, cw = t * bs() * 2;
-    return w > cw ? w : cw;
+  int ws;       // dot row stride (floats)
+  int ksteps;   // 8-entry steps, at most
+  int ring;     // stages per warp in use
+  int stages;   // [ring, warps] S0 rows (warp tiles)
+  int x_all;    // [heads, warps, C + T] uint4
+  int b_rows;   // [C + T, BS] bf16
+  int c_pairs;  // [T, cps] float2
+  int dots;     // [T, WS] C_t . B_e
+  int w_frags;  // [heads, ksteps, 32] float2
+  int c_win;    // [T, BS] bf16, until the dots (aliases w_frags)
+  int g_buf;    // [heads, C] G_j
+  int dt_buf;   // [heads, C] dt_j
+  int fold_w;   // [heads, C] fold weights
+  int bars;     // [ring, warps] mbarriers
+  int bytes;
+  // Resolved on the host and passed with the launch, as VerifySmem (48 of 3136 SASS instructions).
+  GroupSmem(int n_dim, int c, int rows, int t, int heads) {
+    const int bs = n_dim + 32, cps = n_dim / 2 + 4, warps = rows / kWarpRows;
+    auto up16 = [](int x) { return (x + 15) / 16 * 16; };
+    ws = (c + kTMax + 31) / 32 * 32 + 4;
+    ksteps = (c + t + 7) / 8;
+    ring = heads < kStages ? heads : kStages;
+    stages = 0;
+    x_all = stages + ring * warps * warp_tile_floats(n_dim) * 4;
+    b_rows = x_all + heads * warps * (c + t) * 16;
+    c_pairs = b_rows + (c + t) * bs * 2;
+    dots = c_pairs + t * cps * 8;
+    w_frags = dots + t * ws * 4;
+    c_win = w_frags;
+    const int w_bytes = heads * ksteps * 32 * 8, cw_bytes = t * bs * 2;
+    g_buf = w_frags + (w_bytes > cw_bytes ? w_bytes : cw_bytes);
+    dt_buf = g_buf + up16(heads * c * 4);
+    fold_w = dt_buf + up16(heads * c * 4);
+    bars = fold_w + up16(heads * c * 4);
+    bytes = bars + ring * warps * 8;
   }
-  __host__ __device__ int g_buf() const { return w_frags() + w_bytes(); }            // [heads, C] G_j
-  __host__ __device__ int dt_buf() const { return g_buf() + up16(heads * c * 4); }   // [heads, C] dt_j
-  __host__ __device__ int fold_w() const { return dt_buf() + up16(heads * c * 4); }  // [heads, C] fold weights
-  __host__ __device__ int bars() const { return fold_w() + up16(heads * c * 4); }    // [ring, warps] mbarriers
-  __host__ __device__ size_t bytes() const { return size_t(bars() + ring() * warps() * 8); }
 };
 
 template <int N>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
-    mamba2_verify_kvbuffer_group_kernel(const Mamba2VerifyKVBufferParams p, const int heads_per_block) {
+    mamba2_verify_kvbuffer_group_kernel(const Mamba2VerifyKVBufferParams p, const int heads_per_block, const GroupSmem L) {
   constexpr int R = kWarpRows, CPS = N / 2 + 4;
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
@@ -526,19 +553,18 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G;
   const int heads_per_group = NH / G, g = h0 / heads_per_group;  // the block's heads share group g
   extern __shared__ __align__(128) unsigned char smem[];
-  const GroupSmem L{N, C, rows, T, HB};
-  const int WS = L.ws(), KS = L.ksteps(), CT = C + T;
-  float* s_stages = reinterpret_cast<float*>(smem + L.stages());
-  uint4* s_x = reinterpret_cast<uint4*>(smem + L.x_all());
-  __nv_bfloat16* s_b = reinterpret_cast<__nv_bfloat16*>(smem + L.b_rows());  // B_j at j BS, window B_q at (C + q) BS
-  __nv_bfloat16* s_cwin = reinterpret_cast<__nv_bfloat16*>(smem + L.c_win());
-  float2* s_cp = reinterpret_cast<float2*>(smem + L.c_pairs());
-  float* s_dot = reinterpret_cast<float*>(smem + L.dots());
-  float2* s_wf = reinterpret_cast<float2*>(smem + L.w_frags());
-  float* s_gbuf = reinterpret_cast<float*>(smem + L.g_buf());
-  float* s_dtbuf = reinterpret_cast<float*>(smem + L.dt_buf());
-  float* s_fw = reinterpret_cast<float*>(smem + L.fold_w());
-  uint64_t* s_bars = reinterpret_cast<uint64_t*>(smem + L.bars());
+  const int WS = L.ws, KS = L.ksteps, CT = C + T;
+  float* s_stages = reinterpret_cast<float*>(smem + L.stages);
+  uint4* s_x = reinterpret_cast<uint4*>(smem + L.x_all);
+  __nv_bfloat16* s_b = reinterpret_cast<__nv_bfloat16*>(smem + L.b_rows);  // B_j at j BS, window B_q at (C + q) BS
+  __nv_bfloat16* s_cwin = reinterpret_cast<__nv_bfloat16*>(smem + L.c_win);
+  float2* s_cp = reinterpret_cast<float2*>(smem + L.c_pairs);
+  float* s_dot = reinterpret_cast<float*>(smem + L.dots);
+  float2* s_wf = reinterpret_cast<float2*>(smem + L.w_frags);
+  float* s_gbuf = reinterpret_cast<float*>(smem + L.g_buf);
+  float* s_dtbuf = reinterpret_cast<float*>(smem + L.dt_buf);
+  float* s_fw = reinterpret_cast<float*>(smem + L.fold_w);
+  uint64_t* s_bars = reinterpret_cast<uint64_t*>(smem + L.bars);
   __shared__ float s_gwin[kMaxHeadsPerBlock][kTMax], s_dtwin[kMaxHeadsPerBlock][kTMax], s_egwin[kMaxHeadsPerBlock][kTMax];
   __shared__ float s_A[kMaxHeadsPerBlock], s_D[kMaxHeadsPerBlock];
   __shared__ unsigned s_path[kTMax];  // node t's root path (ancestors and t) as a bitmask
@@ -550,7 +576,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   // copies, issued with fill and has_state (one round trip after the slot, not two: a row in direct
   // mode reads its slot's unused rows and ignores them); then the heads' A, D and window dt, and the
   // n buffered entries' B (the group's), x (the heads'), G_j and dt_j (the heads').
-  if (threadIdx.x == 0) gdn_detail::tile_init(L.ring() * warps, s_bars);
+  if (threadIdx.x == 0) gdn_detail::tile_init(L.ring * warps, s_bars);
   stage_window_bc<N>(s_b, s_cwin, io, row, g, C, T, G);
   for (int i = threadIdx.x; i < T * HB * warps; i += blockDim.x) {  // warps fastest: 16-byte pieces in order
     const int t = i / (HB * warps), hh = i / warps % HB, w = i % warps;
@@ -897,7 +923,7 @@ int verify_heads_per_block(const Mamba2VerifyKVBufferParams& p, int rows, Kernel
   while ((p.io.NH / p.io.G) % heads != 0) heads /= 2;
   const int threads = int(decode_block(rows).x);
   auto fits = [&](int hb) {
-    return resident_blocks(group_kernel, threads, GroupSmem{p.io.N, p.capacity, rows, p.io.tokens, hb}.bytes()) >=
+    return resident_blocks(group_kernel, threads, size_t(GroupSmem(p.io.N, p.capacity, rows, p.io.tokens, hb).bytes)) >=
            kGroupBlocksPerSM;
   };
   while (heads > 1 && (!fits(heads) || heads_total / heads < kGroupMinWaves * kGroupBlocksPerSM * sms)) heads /= 2;
@@ -950,12 +976,14 @@ void mamba2_verify_kvbuffer(const Mamba2VerifyKVBufferParams& p, cudaStream_t st
     const int heads = verify_heads_per_block(p, rows, mamba2_verify_kvbuffer_group_kernel<N>);
     if (heads == 1) {
       const dim3 grid(unsigned(p.io.P / rows), unsigned(p.io.NH), unsigned(p.io.batch));
-      launch_kernel(mamba2_verify_kvbuffer_kernel<N>, grid, decode_block(rows),
-                    VerifySmem{p.io.N, p.capacity, rows, p.io.tokens}.bytes(), stream, false, p);
+      const VerifySmem layout(p.io.N, p.capacity, rows, p.io.tokens);
+      launch_kernel(mamba2_verify_kvbuffer_kernel<N>, grid, decode_block(rows), size_t(layout.bytes), stream, false, p,
+                    layout);
     } else {
       const dim3 grid(unsigned(p.io.P / rows), unsigned(p.io.NH / heads), unsigned(p.io.batch));
-      launch_kernel(mamba2_verify_kvbuffer_group_kernel<N>, grid, decode_block(rows),
-                    GroupSmem{p.io.N, p.capacity, rows, p.io.tokens, heads}.bytes(), stream, false, p, heads);
+      const GroupSmem layout(p.io.N, p.capacity, rows, p.io.tokens, heads);
+      launch_kernel(mamba2_verify_kvbuffer_group_kernel<N>, grid, decode_block(rows), size_t(layout.bytes), stream, false,
+                    p, heads, layout);
     }
   });
 }
