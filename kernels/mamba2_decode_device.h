@@ -77,12 +77,29 @@ __device__ __forceinline__ float dot(const float* a, const float* b) {
   return s;
 }
 
-// The 8 per-row partial sums v[i] of every lane reduced over the warp by halving exchanges (4 + 2
-// + 1 shuffles, then 2 to finish: 9 instead of 40): lane l ends with the full sum of row
-// (l >> 2) & 7 (gdn_decode_recurrent.cu log v6).
-__device__ __forceinline__ float row_sums8(float* v, int lane) {
+// The x values of a warp's R rows (8: one uint4 of bf16, 4: a uint2, 2: one bf16 pair) as fp32.
+__device__ __forceinline__ void warp_x(uint4 raw, float (&x)[8]) { bf16x8(raw, x); }
+__device__ __forceinline__ void warp_x(uint2 raw, float (&x)[4]) {
+  const float2 a = bf16x2_to_float2(raw.x), b = bf16x2_to_float2(raw.y);
+  x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
+}
+__device__ __forceinline__ void warp_x(uint32_t raw, float (&x)[2]) {
+  const float2 v = bf16x2_to_float2(raw);
+  x[0] = v.x, x[1] = v.y;
+}
+// The raw bf16 x of R rows as warp_x takes them.
+template <int R>
+using WarpXRaw = std::conditional_t<R == 8, uint4, std::conditional_t<R == 4, uint2, uint32_t>>;
+
+// The R per-row partial sums v[i] of every lane (R = 2, 4 or 8) reduced over the warp by halving
+// exchanges (R = 8: 4 + 2 + 1 shuffles, then 2 to finish: 9 instead of 40, gdn_decode_recurrent.cu
+// log v6): lane l ends with the full sum of row l / kRowLanes<R>.
+template <int R>
+constexpr int kRowLanes = 32 / R;
+template <int R>
+__device__ __forceinline__ float row_sums(float (&v)[R], int lane) {
 #pragma unroll
-  for (int half = 4, mask = 16; half >= 1; half /= 2, mask /= 2) {
+  for (int half = R / 2, mask = 16; half >= 1; half /= 2, mask /= 2) {
     const bool upper = lane & mask;
 #pragma unroll
     for (int j = 0; j < half; ++j) {
@@ -91,8 +108,10 @@ __device__ __forceinline__ float row_sums8(float* v, int lane) {
       v[j] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
     }
   }
-  float s = v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
-  return s + __shfl_xor_sync(0xffffffffu, s, 2);
+  float s = v[0];
+#pragma unroll
+  for (int mask = 1; mask < kRowLanes<R>; mask *= 2) s += __shfl_xor_sync(0xffffffffu, s, mask);
+  return s;
 }
 
 // The step size of head h for request row `row`: dt + dt_bias, through softplus when asked

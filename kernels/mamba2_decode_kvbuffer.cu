@@ -188,7 +188,7 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
 #pragma unroll
     for (int i = 0; i < R; ++i) y8[i] = fmaf(a, xj[i], y8[i]);
   }
-  const float y = row_sums8(y8, lane);
+  const float y = row_sums<kWarpRows>(y8, lane);
   const float x_own = __bfloat162float(io.x[xo + ((lane >> 2) & (R - 1))]);
   write_output(io, xo, lane, y, fmaf(dt, c_t, D), x_own);
 

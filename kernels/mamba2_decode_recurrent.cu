@@ -63,13 +63,6 @@ int choose_rows_per_block(const Mamba2StepIO& io, RowsRule rule) {
 
 namespace {
 
-// The x values of a warp's R rows (8: one uint4 of bf16, 2: one bf16 pair) as fp32.
-__device__ __forceinline__ void warp_x(uint4 raw, float (&x)[kWarpRows]) { bf16x8(raw, x); }
-__device__ __forceinline__ void warp_x(uint32_t raw, float (&x)[2]) {
-  const float2 v = bf16x2_to_float2(raw);
-  x[0] = v.x, x[1] = v.y;
-}
-
 // A warp's R state rows (lane l's columns at `rows`, rows N apart): loaded at once, updated
 // S <- e^{dt A} S + (dt x) B, stored back; y[i] = this lane's part of row i's dot with C, and x
 // the rows' x as fp32.
@@ -108,7 +101,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_recurrent_
   float x[R], y8[R];
   update_warp_rows<N, R>(p.state + ((size_t(slot) * io.NH + c.h) * io.P + c.p0) * N + lane * NL, xraw, x, braw, craw,
                          dt, A, y8);
-  const float y = row_sums8(y8, lane);
+  const float y = row_sums<R>(y8, lane);
   // x of this lane's row (lane >> 2) & 7 without a dynamically indexed register array.
   const float x_own = __bfloat162float(io.x[xo + ((lane >> 2) & (R - 1))]);
   write_output(io, xo, lane, y, D, x_own);

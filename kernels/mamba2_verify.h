@@ -62,6 +62,7 @@ struct Mamba2VerifyClassicParams {
   Mamba2VerifyIO io;
   float* state = nullptr;              // [slots, NH, P, N] fp32, N contiguous
   const int32_t* step_slot = nullptr;  // [B, T]
+  int rows_per_warp = 0;               // state rows per warp: 0 = chosen from the grid's size; else 2, 4 or 8
 };
 void mamba2_verify_classic(const Mamba2VerifyClassicParams& p, cudaStream_t stream);
 

@@ -7,13 +7,13 @@
 // and S_t is written to pool slot step_slot[row, t] (in place; the scheduler commits by index).
 // Layouts: S [slots, NH, P, N] fp32, N contiguous; x, z, out [B, T, NH, P], B, C [B, T, G, N],
 // dt [B, T, NH] bf16; dt_bias, A, D [NH] fp32; step_slot [B, T], parents [B, T] int32.
-// Work split: the recurrent decode kernel's warp rows (mamba2_decode_device.h), one warp per block
-// (its measured best shape): a warp owns 8 state rows of one head, lane l the columns
-// [l N/32, (l+1) N/32) of each. The window's B, C (T x N) and x (T x 8 rows) are copied to shared
-// memory (cp.async) while S0 loads; then per node the 8 rows are updated in registers, stored to the
-// node's slot, and their 8 dot products with C_t reduced by halving exchanges (9 shuffles). A tree
-// node whose parent is not the previous node reloads its parent's rows (the same lanes stored
-// them, so program order suffices).
+// Work split: the recurrent decode kernel's warp rows (mamba2_decode_device.h): a warp owns R state
+// rows of one head (2, 4 or 8 by the grid's size, classic_rows_per_warp), lane l the columns
+// [l N/32, (l+1) N/32) of each; a block holds 8 rows (8 / R warps). The window's B, C (T x N) and x
+// (T x 8 rows) are copied to shared memory (cp.async) once per block while S0 loads; then per node
+// the warp's rows are updated in registers, stored to the node's slot, and their dot products with
+// C_t reduced by halving exchanges (row_sums). A tree node whose parent is not the previous node
+// reloads its parent's rows (the same lanes stored them, so program order suffices).
 // Memory: S0 read once, T states written: (1 + T) P N 4 bytes per head and request.
 // Measured (H200, Nemotron-3 Nano shapes, 23 layer pools in one CUDA graph, T = 5, commit
 // a60e8adf74aa): 7.54 / 430.87 / 1709.2 us at batch 1 / 128 / 512, 90% of copy from batch 128
@@ -31,13 +31,16 @@ namespace {
 
 constexpr int kTMax = kMamba2VerifyMaxTokens;
 
-template <int N>
-__global__ void __launch_bounds__(32) mamba2_verify_classic_kernel(const Mamba2VerifyClassicParams p) {
-  constexpr int NL = N / 32, R = kWarpRows;
+// R state rows per warp (2, 4 or 8; kWarpRows / R warps per block): a block holds 8 rows of one
+// head and stages the window once for its warps.
+template <int N, int R>
+__global__ void __launch_bounds__(kWarpRows / R * 32) mamba2_verify_classic_kernel(const Mamba2VerifyClassicParams p) {
+  constexpr int NL = N / 32;
   const Mamba2VerifyIO& io = p.io;
-  const int lane = threadIdx.x, h = blockIdx.y, row = blockIdx.z, p0 = blockIdx.x * R;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, h = blockIdx.y, row = blockIdx.z;
+  const int pb = blockIdx.x * kWarpRows, p0 = pb + warp * R;  // the block's and the warp's first row
   const int T = io.tokens, g = h / (io.NH / io.G);
-  __shared__ __align__(16) __nv_bfloat16 s_B[kTMax][N], s_C[kTMax][N], s_x[kTMax][R];
+  __shared__ __align__(16) __nv_bfloat16 s_B[kTMax][N], s_C[kTMax][N], s_x[kTMax][kWarpRows];
 
   const int slot = io.slot[row];
   // Lane t < T: node t's slot, step size and parent.
@@ -46,16 +49,16 @@ __global__ void __launch_bounds__(32) mamba2_verify_classic_kernel(const Mamba2V
   const int par_lane = lane < T ? node_parent(io.parents ? io.parents + size_t(row) * T : nullptr, lane) : 0;
   // The window's inputs do not depend on the slot: issued before its round trip ends.
   constexpr int CH = N / 8;  // 16-byte chunks per vector
-  for (int c = lane; c < 2 * T * CH; c += 32) {
+  for (int c = threadIdx.x; c < 2 * T * CH; c += blockDim.x) {
     const int v = c / CH, e = (c % CH) * 8, t = v % T;
     const __nv_bfloat16* src = (v < T ? io.B : io.C) + ((size_t(row) * T + t) * io.G + g) * N + e;
     cp_async16((v < T ? s_B[t] : s_C[t]) + e, src);
   }
-  if (lane < T) cp_async16(s_x[lane], io.x + ((size_t(row) * T + lane) * io.NH + h) * io.P + p0);
+  if (threadIdx.x < T) cp_async16(s_x[threadIdx.x], io.x + ((size_t(row) * T + threadIdx.x) * io.NH + h) * io.P + pb);
   const float A = io.A[h], D = io.D[h];
   if (slot < 0) {
     cp_async_wait_all();
-    zero_padding_outputs(io, row, h, p0, R);
+    zero_padding_outputs(io, row, h, pb, kWarpRows);
     return;
   }
   auto rows_of = [&](int s) { return p.state + ((size_t(s) * io.NH + h) * io.P + p0) * N + lane * NL; };
@@ -66,7 +69,7 @@ __global__ void __launch_bounds__(32) mamba2_verify_classic_kernel(const Mamba2V
   };
   load_rows(rows_of(slot));
   cp_async_wait_all();
-  __syncwarp();
+  __syncthreads();
 
   for (int t = 0; t < T; ++t) {
     const int parent = __shfl_sync(0xffffffffu, par_lane, t);
@@ -76,14 +79,33 @@ __global__ void __launch_bounds__(32) mamba2_verify_classic_kernel(const Mamba2V
     float Bv[NL], Cv[NL], x[R];
     bf16_slice<N>(load_bf16_raw<N>(s_B[t], lane), Bv);
     bf16_slice<N>(load_bf16_raw<N>(s_C[t], lane), Cv);
-    bf16x8(*reinterpret_cast<const uint4*>(s_x[t]), x);
     float* dst = rows_of(__shfl_sync(0xffffffffu, node_slot, t));
-    float y8[R];
-    step_warp_rows<N, R>(s, x, Bv, Cv, dt, decay, dst, y8);
-    const float y = row_sums8(y8, lane);
-    const float x_own = __bfloat162float(s_x[t][(lane >> 2) & (R - 1)]);
-    write_verify_output(io, row, t, h, p0, lane, fmaf(D, x_own, y));
+    float y[R];
+    warp_x(*reinterpret_cast<const WarpXRaw<R>*>(s_x[t] + warp * R), x);
+    step_warp_rows<N, R>(s, x, Bv, Cv, dt, decay, dst, y);
+    const float y_row = row_sums<R>(y, lane);
+    constexpr int kRowShift = R == 8 ? 2 : R == 4 ? 3 : 4;  // lane l holds row l >> kRowShift
+    if ((lane & ((1 << kRowShift) - 1)) == 0) {
+      const int i = lane >> kRowShift;
+      const float x_own = __bfloat162float(s_x[t][warp * R + i]);
+      const size_t o = ((size_t(row) * T + t) * io.NH + h) * io.P + p0 + i;
+      store_verify_output(io, row, t, h, p0 + i, fmaf(D, x_own, y_row), io.z ? io.z + o : nullptr);
+    }
   }
+}
+
+// Rows per warp, measured (kernels/notes/mamba2_verify.md run 10): the fewest of 2, 4 and 8 whose
+// grid of warps fits one wave of kClassicWaveWarps per SM (a short chain per warp while the grid
+// still fits at once: batch 1-2 at 2 rows, 4 at 4, 8 at 8 for Nemotron-3 Nano); a larger grid runs
+// 4 rows in two-warp blocks, since one-warp blocks reach only 32 warps per SM (the SM's block limit).
+constexpr int kClassicWaveWarps = 32;
+int classic_rows_per_warp(const Mamba2VerifyClassicParams& p) {
+  if (p.rows_per_warp) return p.rows_per_warp;
+  const Mamba2VerifyIO& io = p.io;
+  const long rows = long(io.batch) * io.NH * io.P, wave = long(kClassicWaveWarps) * multiprocessor_count();
+  for (int r : {2, 4, 8})
+    if (rows / r <= wave) return r;
+  return 4;
 }
 
 }  // namespace
@@ -95,10 +117,18 @@ void mamba2_verify_classic(const Mamba2VerifyClassicParams& p, cudaStream_t stre
   validate_verify_io(p.io, who);
   if (p.io.batch > 0 && (!p.state || !p.step_slot))
     throw std::invalid_argument(std::string(who) + ": state and step_slot must be set");
+  if (!(p.rows_per_warp == 0 || p.rows_per_warp == 2 || p.rows_per_warp == 4 || p.rows_per_warp == 8))
+    throw std::invalid_argument(std::string(who) + ": unsupported rows_per_warp " + std::to_string(p.rows_per_warp) +
+                                " (0 = chosen, 2, 4 or 8)");
   if (p.io.batch == 0) return;
   const dim3 grid(unsigned(p.io.P / kWarpRows), unsigned(p.io.NH), unsigned(p.io.batch));
   dispatch_verify_dims(p.io, who, [&](auto n) {
-    launch_kernel(mamba2_verify_classic_kernel<decltype(n)::value>, grid, dim3(32), 0, stream, false, p);
+    constexpr int N = decltype(n)::value;
+    switch (classic_rows_per_warp(p)) {
+      case 2: return launch_kernel(mamba2_verify_classic_kernel<N, 2>, grid, dim3(kWarpRows / 2 * 32), 0, stream, false, p);
+      case 4: return launch_kernel(mamba2_verify_classic_kernel<N, 4>, grid, dim3(kWarpRows / 4 * 32), 0, stream, false, p);
+      default: return launch_kernel(mamba2_verify_classic_kernel<N, 8>, grid, dim3(32), 0, stream, false, p);
+    }
   });
 }
 

@@ -56,6 +56,7 @@ std::string describe(const VerifyCase& c) {
   std::ostringstream s;
   s << qualified_name(c) << ": G=" << c.G << " NH=" << c.NH << " P=" << c.P << " N=" << c.N;
   if (c.method == VerifyMethod::KVBuffer) s << " C=" << c.C << " heads_per_block=" << c.heads_per_block << " row_order=" << c.row_order;
+  if (c.method == VerifyMethod::Classic) s << " rows_per_warp=" << c.rows_per_warp;
   s << " T=" << c.T << " " << (c.tree ? "tree" : "chain") << " batch=" << c.batch << " pad_rows=" << c.pad_rows
     << " z=" << (c.z_gate ? "on" : "off") << " dt=" << checks::dt_regime_name(c.dt) << " rounds=" << c.rounds;
   return s.str();
@@ -548,6 +549,7 @@ VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
   p.io = rb.io(c, rows);
   p.state = state.as<float>();
   p.step_slot = step_slot.as<int32_t>();
+  p.rows_per_warp = c.rows_per_warp;
 
   const int rounds = default_rounds(c);
   for (int round = 0; round < rounds && res.passed; ++round) {
@@ -666,11 +668,19 @@ std::vector<VerifyCase> verify_cases(bool quick) {
     v.C = 64, v.T = 8, v.heads_per_block = 2, v.name = "tree-C64-T8-b3-h2";
     add(v, false);
   }
-  // Classic: every T, batches 1 / 3 / 64, trees, z, dt regimes, G, head shapes.
+  // Classic: every T, batches 1 / 3 / 64, trees, z, dt regimes, G, head shapes; each warp shape
+  // (rows per warp 2, 4, 8) forced on chains and trees (the choice depends on the GPU's SM count).
   for (int T = 1; T <= 8; ++T) {
     VerifyCase v;
     v.method = CL, v.T = T, v.name = "T" + std::to_string(T) + "-b3";
     add(v, T == 5);
+  }
+  for (int rows : {2, 4, 8}) {
+    VerifyCase v;
+    v.method = CL, v.T = 6, v.rows_per_warp = rows, v.z_gate = true, v.name = "T6-b3-z-r" + std::to_string(rows);
+    add(v, false);
+    v.tree = true, v.T = 7, v.z_gate = false, v.name = "tree-T7-b3-r" + std::to_string(rows);
+    add(v, false);
   }
   {
     VerifyCase v;

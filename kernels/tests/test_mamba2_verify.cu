@@ -77,6 +77,12 @@ TEST(Mamba2VerifyBadInput, UnsupportedShapesThrow) {
   EXPECT_THROW(mamba2_verify_classic(c, 0), std::invalid_argument);
   c.io.NH = 2, c.io.G = 1, c.io.batch = 65536;
   EXPECT_THROW(mamba2_verify_classic(c, 0), std::invalid_argument);
+  c.io.batch = 3;
+  for (int rows : {1, 3, 16}) {
+    c.rows_per_warp = rows;
+    EXPECT_THROW(mamba2_verify_classic(c, 0), std::invalid_argument);
+  }
+  c.rows_per_warp = 0;
 
   Mamba2VerifyKVBufferParams k;
   set_io(k.io);
