@@ -15,9 +15,10 @@
 // C_t reduced by halving exchanges (row_sums). A tree node whose parent is not the previous node
 // reloads its parent's rows (the same lanes stored them, so program order suffices).
 // Memory: S0 read once, T states written: (1 + T) P N 4 bytes per head and request.
-// Measured (H200, Nemotron-3 Nano shapes, 23 layer pools in one CUDA graph, T = 5, commit
-// a60e8adf74aa): 7.54 / 430.87 / 1709.2 us at batch 1 / 128 / 512, 90% of copy from batch 128
-// (vLLM's 8.03 / 443.7 / 1803; kernels/notes/mamba2_verify.md).
+// Measured (the paper preset, commit 33b750927806, H200, Nemotron-3 Nano shapes, 23 layer pools
+// per CUDA graph, T = 5, results/verify_h200.csv): 6.70 / 30.00 / 212.07 / 419.74 / 834.54 / 1664.97
+// us at batch 1 / 8 / 64 / 128 / 256 / 512, 90-91% of copy from batch 64 (vLLM's 8.03 / 30.1 / 222.4
+// / 443.7 / 893.8 / 1803; kernels/notes/mamba2_verify.md run 10).
 #include <stdexcept>
 #include <string>
 

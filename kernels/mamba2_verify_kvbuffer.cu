@@ -39,13 +39,13 @@
 // scratch for the commit. The commit kernels are programmatic dependents of the verify.
 // Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
 // scratch written (T (P + N) 2 + 8 T); a fold writes S0 once.
-// Measured (the paper preset, commit 17507308cabe, H200, Nemotron-3 Nano shapes, 23 layer pools per
+// Measured (the paper preset, commit 33b750927806, H200, Nemotron-3 Nano shapes, 23 layer pools per
 // CUDA graph, verify + commit per layer, folding rows first from batch 128, results/verify_h200.csv):
-// T = 5 [best C] 8.62 / 16.60 / 73.60 / 122.33 / 229.50 / 440.09 us at batch 1 / 8 / 64 / 128 / 256
-// / 512; T = 4 at 128 117.83 us = 2.98x classic (71% of copy), at 512 3.31x. Both kernels are
-// bound by instruction issue with few resident warps (the head-group kernel at 0.6 issued per
+// T = 5 [best C] 8.55 / 16.47 / 72.40 / 123.17 / 220.17 / 424.58 us at batch 1 / 8 / 64 / 128 / 256
+// / 512; T = 4 at 128 118.09 us = 2.93x classic (71% of copy), at 512 3.21x. Both kernels are
+// bound by instruction issue with few resident warps (the head-group kernel at 0.58 issued per
 // scheduler and cycle); from batch 256 they run at the 700 W cap, where the same binary varies 1-4%
-// between calls (kernels/notes/mamba2_verify.md runs 7-9).
+// between calls (kernels/notes/mamba2_verify.md runs 7-10).
 #include <stdexcept>
 #include <string>
 
@@ -225,8 +225,10 @@ __device__ __forceinline__ float2 s0_product(const float* tile, const float2* cp
 
 // The fold of a warp's 8 rows, S[r] <- e^{G_{n-1}} S0[r] + sum_j (w_j x_j[r]) B_j, 4 rows at a time
 // (lane l holds columns [l N/32, (l+1) N/32)), written to the pool and back to the tile. xw: the
-// entries' x, a uint4 of the 8 rows each. On the tensor cores (m = columns, n = rows, k = entries)
-// it measured 13% slower overall (127 registers, scattered stores).
+// entries' x, a uint4 of the 8 rows each. On the tensor cores it measured slower twice: m =
+// columns, n = rows, 13% (127 registers, scattered stores); m = the rows split hi + lo, B_j by
+// ldmatrix .trans, 6% although 12% fewer instructions (bank conflicts on the tile and the B rows,
+// kernels/notes/mamba2_verify.md run 10).
 template <int N>
 __device__ __forceinline__ void fold_warp_rows(float* tile_rows, float* state_rows, const __nv_bfloat16* s_b, const uint4* xw,
                                                const float* fw, float eGn, bool has_state, int n, int lane) {
