@@ -223,32 +223,43 @@ __device__ __forceinline__ float2 s0_product(const float* tile, const float2* cp
   return make_float2((d[0] + d[2]) + (d_odd[0] + d_odd[2]), (d[1] + d[3]) + (d_odd[1] + d_odd[3]));
 }
 
-// The fold of a warp's 8 rows, S[r] <- e^{G_{n-1}} S0[r] + sum_j (w_j x_j[r]) B_j, 4 rows at a time
-// (lane l holds columns [l N/32, (l+1) N/32)), written to the pool and back to the tile. xw: the
-// entries' x, a uint4 of the 8 rows each. On the tensor cores it measured slower twice: m =
+// The fold of a warp's 8 rows, S[r] <- e^{G_{n-1}} S0[r] + sum_j x_j[r] (w_j B_j), all 8 rows per
+// entry (lane l holds columns [l N/32, (l+1) N/32); B_j converted and scaled once per entry, not
+// once per 4 rows as the KVBuffer decode's fold, whose register budget holds only 4 rows), written
+// to the pool and back to the tile. xw: the entries' x, a uint4 of the 8 rows each. On the tensor
+// cores it measured slower twice: m =
 // columns, n = rows, 13% (127 registers, scattered stores); m = the rows split hi + lo, B_j by
 // ldmatrix .trans, 6% although 12% fewer instructions (bank conflicts on the tile and the B rows,
 // kernels/notes/mamba2_verify.md run 10).
 template <int N>
 __device__ __forceinline__ void fold_warp_rows(float* tile_rows, float* state_rows, const __nv_bfloat16* s_b, const uint4* xw,
                                                const float* fw, float eGn, bool has_state, int n, int lane) {
-  constexpr int NL = N / 32, R = kWarpRows, H = R / 2, BS = N + 32;
+  constexpr int NL = N / 32, R = kWarpRows, BS = N + 32;
+  float sv[R][NL];
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float sv[H][NL];
+  for (int i = 0; i < R; ++i) {
+    float s0[NL];
+    load_row<N>(tile_row<N>(tile_rows, i) + lane * NL, s0);  // copied even without a state: ignored then
 #pragma unroll
-    for (int i = 0; i < H; ++i) {
-      float s0[NL];
-      load_row<N>(tile_row<N>(tile_rows, half * H + i) + lane * NL, s0);  // copied even without a state: ignored then
+    for (int e = 0; e < NL; ++e) sv[i][e] = has_state ? eGn * s0[e] : 0.f;
+  }
+  // All 8 rows per entry: B_j loaded and scaled by w_j once (not once per half).
+  for (int j = 0; j < n; ++j) {
+    float Bj[NL], xj[R];
+    bf16_slice<N>(load_bf16_raw<N>(s_b + j * BS, lane), Bj);
+    const float wj = fw[j];
 #pragma unroll
-      for (int e = 0; e < NL; ++e) sv[i][e] = has_state ? eGn * s0[e] : 0.f;
-    }
-    add_buffered_entries<N>(sv, s_b, BS, xw, fw, n, half, lane);
+    for (int e = 0; e < NL; ++e) Bj[e] *= wj;
+    warp_x(xw[j], xj);
 #pragma unroll
-    for (int i = 0; i < H; ++i) {
-      store_row<N>(state_rows + size_t(half * H + i) * N + lane * NL, sv[i]);
-      store_row<N>(tile_row<N>(tile_rows, half * H + i) + lane * NL, sv[i]);
-    }
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+      for (int e = 0; e < NL; ++e) sv[i][e] = fmaf(xj[i], Bj[e], sv[i][e]);
+  }
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    store_row<N>(state_rows + size_t(i) * N + lane * NL, sv[i]);
+    store_row<N>(tile_row<N>(tile_rows, i) + lane * NL, sv[i]);
   }
   __syncwarp();  // the outputs read the rows across lanes
 }
