@@ -223,43 +223,47 @@ __device__ __forceinline__ float2 s0_product(const float* tile, const float2* cp
   return make_float2((d[0] + d[2]) + (d_odd[0] + d_odd[2]), (d[1] + d[3]) + (d_odd[1] + d_odd[3]));
 }
 
-// The fold of a warp's 8 rows, S[r] <- e^{G_{n-1}} S0[r] + sum_j x_j[r] (w_j B_j), all 8 rows per
-// entry (lane l holds columns [l N/32, (l+1) N/32); B_j converted and scaled once per entry, not
-// once per 4 rows as the KVBuffer decode's fold, whose register budget holds only 4 rows), written
-// to the pool and back to the tile. xw: the entries' x, a uint4 of the 8 rows each. On the tensor
-// cores it measured slower twice: m =
+// The fold of a warp's 8 rows, S[r] <- e^{G_{n-1}} S0[r] + sum_j x_j[r] (w_j B_j), RP rows per pass
+// (lane l holds columns [l N/32, (l+1) N/32); B_j converted and scaled by w_j once per pass and
+// entry), written to the pool and back to the tile. xw: the entries' x, a uint4 of the 8 rows each.
+// RP = 8 (one pass, 32 accumulators) for the head-group kernel: 1-1.4% faster from batch 128 than
+// two passes of 4; the one-head kernel (64 registers) keeps two passes of 4, 1% faster there
+// (kernels/notes/mamba2_verify.md run 10). On the tensor cores the fold measured slower twice: m =
 // columns, n = rows, 13% (127 registers, scattered stores); m = the rows split hi + lo, B_j by
-// ldmatrix .trans, 6% although 12% fewer instructions (bank conflicts on the tile and the B rows,
-// kernels/notes/mamba2_verify.md run 10).
-template <int N>
+// ldmatrix .trans, 6% although 12% fewer instructions (bank conflicts on the tile and the B rows).
+template <int N, int RP>
 __device__ __forceinline__ void fold_warp_rows(float* tile_rows, float* state_rows, const __nv_bfloat16* s_b, const uint4* xw,
                                                const float* fw, float eGn, bool has_state, int n, int lane) {
-  constexpr int NL = N / 32, R = kWarpRows, BS = N + 32;
-  float sv[R][NL];
+  constexpr int NL = N / 32, BS = N + 32;
+  static_assert(RP == 4 || RP == 8, "a pass folds 4 or 8 of the warp's rows");
 #pragma unroll
-  for (int i = 0; i < R; ++i) {
-    float s0[NL];
-    load_row<N>(tile_row<N>(tile_rows, i) + lane * NL, s0);  // copied even without a state: ignored then
+  for (int r0 = 0; r0 < kWarpRows; r0 += RP) {
+    float sv[RP][NL];
 #pragma unroll
-    for (int e = 0; e < NL; ++e) sv[i][e] = has_state ? eGn * s0[e] : 0.f;
-  }
-  // All 8 rows per entry: B_j loaded and scaled by w_j once (not once per half).
-  for (int j = 0; j < n; ++j) {
-    float Bj[NL], xj[R];
-    bf16_slice<N>(load_bf16_raw<N>(s_b + j * BS, lane), Bj);
-    const float wj = fw[j];
+    for (int i = 0; i < RP; ++i) {
+      float s0[NL];
+      load_row<N>(tile_row<N>(tile_rows, r0 + i) + lane * NL, s0);  // copied even without a state: ignored then
 #pragma unroll
-    for (int e = 0; e < NL; ++e) Bj[e] *= wj;
-    warp_x(xw[j], xj);
+      for (int e = 0; e < NL; ++e) sv[i][e] = has_state ? eGn * s0[e] : 0.f;
+    }
+#pragma unroll 2
+    for (int j = 0; j < n; ++j) {
+      float Bj[NL], xj[RP];
+      bf16_slice<N>(load_bf16_raw<N>(s_b + j * BS, lane), Bj);
+      const float wj = fw[j];
 #pragma unroll
-    for (int i = 0; i < R; ++i)
+      for (int e = 0; e < NL; ++e) Bj[e] *= wj;
+      warp_x(reinterpret_cast<const WarpXRaw<RP>*>(xw + j)[r0 / RP], xj);
 #pragma unroll
-      for (int e = 0; e < NL; ++e) sv[i][e] = fmaf(xj[i], Bj[e], sv[i][e]);
-  }
+      for (int i = 0; i < RP; ++i)
 #pragma unroll
-  for (int i = 0; i < R; ++i) {
-    store_row<N>(state_rows + size_t(i) * N + lane * NL, sv[i]);
-    store_row<N>(tile_row<N>(tile_rows, i) + lane * NL, sv[i]);
+        for (int e = 0; e < NL; ++e) sv[i][e] = fmaf(xj[i], Bj[e], sv[i][e]);
+    }
+#pragma unroll
+    for (int i = 0; i < RP; ++i) {
+      store_row<N>(state_rows + size_t(r0 + i) * N + lane * NL, sv[i]);
+      store_row<N>(tile_row<N>(tile_rows, r0 + i) + lane * NL, sv[i]);
+    }
   }
   __syncwarp();  // the outputs read the rows across lanes
 }
@@ -433,7 +437,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   // Phase 3, fold when due, written back to the pool once and to the tile for the outputs.
   if (fold) {
     gdn_detail::tile_wait(bar);
-    fold_warp_rows<N>(tile_rows, state_rows, s_b, xw, s_fw, expf(s_gbuf[n - 1]), has_state, n, lane);
+    fold_warp_rows<N, kWarpRows / 2>(tile_rows, state_rows, s_b, xw, s_fw, expf(s_gbuf[n - 1]), has_state, n, lane);
   }
 
   // Phase 4, the coefficients W[t][e] from the dots (entry_dots), 8 entries per warp.
@@ -719,7 +723,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
 
     // Phase 5, fold when due, written to the pool once and to the stage for the outputs.
     if (fold)
-      fold_warp_rows<N>(tile_rows, p.state + ((size_t(slot) * NH + h) * P + p0) * N, s_b, xw, s_fw + hh * C,
+      fold_warp_rows<N, kWarpRows>(tile_rows, p.state + ((size_t(slot) * NH + h) * P + p0) * N, s_b, xw, s_fw + hh * C,
                         expf(s_gbuf[hh * C + n - 1]), has_state, n, lane);
 
     // Phase 6, outputs: e^{G_t} s0_product, then + sum_e x_e[r] W[t][e] (m16n8k8 TF32, A = x exact,
