@@ -85,9 +85,8 @@ __global__ void __launch_bounds__(kWarpRows / R * 32) mamba2_verify_classic_kern
     warp_x(*reinterpret_cast<const WarpXRaw<R>*>(s_x[t] + warp * R), x);
     step_warp_rows<N, R>(s, x, Bv, Cv, dt, decay, dst, y);
     const float y_row = row_sums<R>(y, lane);
-    constexpr int kRowShift = R == 8 ? 2 : R == 4 ? 3 : 4;  // lane l holds row l >> kRowShift
-    if ((lane & ((1 << kRowShift) - 1)) == 0) {
-      const int i = lane >> kRowShift;
+    if (lane % kRowLanes<R> == 0) {  // the first lane of row i's sum writes it
+      const int i = lane / kRowLanes<R>;
       const float x_own = __bfloat162float(s_x[t][warp * R + i]);
       const size_t o = ((size_t(row) * T + t) * io.NH + h) * io.P + p0 + i;
       store_verify_output(io, row, t, h, p0 + i, fmaf(D, x_own, y_row), io.z ? io.z + o : nullptr);

@@ -37,15 +37,6 @@ __device__ __forceinline__ void store_verify_output(const Mamba2VerifyIO& io, in
   if (z) y *= silu(__bfloat162float(*z));
   io.out[((size_t(row) * io.tokens + t) * io.NH + h) * io.P + p] = __float2bfloat16_rn(y);
 }
-// Output of this lane's row of token t (lane 4 i writes row i of the warp's 8 rows at p0), gated by io.z.
-__device__ __forceinline__ void write_verify_output(const Mamba2VerifyIO& io, int row, int t, int h, int p0, int lane,
-                                                    float y) {
-  if ((lane & 3) != 0) return;
-  const int p = p0 + (lane >> 2);
-  const size_t o = ((size_t(row) * io.tokens + t) * io.NH + h) * io.P + p;
-  store_verify_output(io, row, t, h, p, y, io.z ? io.z + o : nullptr);
-}
-
 // Zeros for every output of a padding row's rows p0 .. p0 + rows - 1 of head h (threads 0 .. n-1).
 __device__ __forceinline__ void zero_padding_outputs(const Mamba2VerifyIO& io, int row, int h, int p0, int rows) {
   for (int i = threadIdx.x; i < io.tokens * rows; i += blockDim.x)
