@@ -176,17 +176,16 @@ __device__ __forceinline__ void step_warp_rows(float (&s)[R][N / 32], const floa
 
 // The buffered entries' part of a fold, for rows 4 half .. 4 half + 3 of a warp's 8:
 // s[i] += sum_{j < n} (w[j] x_j[4 half + i]) B_j over this lane's NL columns, B_j the bf16 row at
-// keys + j key_stride, x_j a uint4 of the warp's 8 rows (xw[j]). Used by the KVBuffer decode and
-// verify folds.
+// keys + j N, x_j a uint4 of the warp's 8 rows (xw[j]). Used by the KVBuffer decode's fold (the
+// verify's, fold_warp_rows in mamba2_verify_kvbuffer.cu, has its own row passes and B stride).
 template <int N>
 __device__ __forceinline__ void add_buffered_entries(float (&s)[kWarpRows / 2][N / 32], const __nv_bfloat16* keys,
-                                                     int key_stride, const uint4* xw, const float* w, int n, int half,
-                                                     int lane) {
+                                                     const uint4* xw, const float* w, int n, int half, int lane) {
   constexpr int NL = N / 32, H = kWarpRows / 2;
 #pragma unroll 2
   for (int j = 0; j < n; ++j) {
     float Bj[NL];
-    bf16_slice<N>(load_bf16_raw<N>(keys + j * key_stride, lane), Bj);
+    bf16_slice<N>(load_bf16_raw<N>(keys + j * N, lane), Bj);
     const uint2 xr = reinterpret_cast<const uint2*>(xw + j)[half];
     const float2 xa = bf16x2_to_float2(xr.x), xb = bf16x2_to_float2(xr.y);
     const float xj[H] = {xa.x, xa.y, xb.x, xb.y};

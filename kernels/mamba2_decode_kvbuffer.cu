@@ -209,7 +209,7 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
 #pragma unroll
         for (int e = 0; e < NL; ++e) s[i][e] = fmaf(dx, Bv[e], has_state ? eG * s0[e] : 0.f);
       }
-      add_buffered_entries<N>(s, st.keys, N, xw, st.w, n, half, lane);
+      add_buffered_entries<N>(s, st.keys, xw, st.w, n, half, lane);
 #pragma unroll
       for (int i = 0; i < H; ++i) store_row<N>(rows + size_t(half * H + i) * N + lane * NL, s[i]);
     }

@@ -98,6 +98,14 @@ template <int N, class F>
 __device__ __forceinline__ F* tile_row(F* tile, int r) {
   return tile + r * N + (r >= kWarpRows / 2 ? kTileSkew : 0);
 }
+// Strides of the other staged pieces, for the device code and the host layouts (VerifySmem,
+// GroupSmem): bf16 rows of B and C padded to N + 32 elements (conflict-free fragment loads of the
+// dots); a token's C pairs (layout_c_pairs) padded to N / 2 + 4 float2 (32 bytes); rows of
+// coefficients or dots over C + kTMax entries rounded up to 32, + 4 floats.
+__host__ __device__ constexpr int bc_row_stride(int n_dim) { return n_dim + 32; }
+__host__ __device__ constexpr int c_pair_stride(int n_dim) { return n_dim / 2 + 4; }
+__host__ __device__ constexpr int entry_row_stride(int c) { return (c + kTMax + 31) / 32 * 32 + 4; }
+constexpr int up16(int bytes) { return (bytes + 15) / 16 * 16; }
 // The tile row that fragment row g (mma.h's lane / 4) holds: rows 2 i and 2 i + 1 are tile rows i
 // and i + 4.
 __device__ __forceinline__ int fragment_row(int g) { return (g >> 1) + (g & 1) * (kWarpRows / 2); }
@@ -116,12 +124,12 @@ __device__ __forceinline__ void issue_s0_rows(float* dst, const float* src, uint
     gdn_detail::bulk_copy(dst + half * (kHalfRows * N + kTileSkew), src + half * kHalfRows * N, kHalfBytes, bar);
 }
 
-// The block's 16-byte cp.async pieces of group g's rows of bf16 B and C (stride N + 32): the
+// The block's 16-byte cp.async pieces of group g's rows of bf16 B and C (bc_row_stride): the
 // window's T rows of B at s_b row C + t and of C at s_cwin row t.
 template <int N>
 __device__ __forceinline__ void stage_window_bc(__nv_bfloat16* s_b, __nv_bfloat16* s_cwin, const Mamba2VerifyIO& io,
                                                 int row, int g, int C, int T, int G) {
-  constexpr int CH = N / 8, BS = N + 32;
+  constexpr int CH = N / 8, BS = bc_row_stride(N);
   for (int c = threadIdx.x; c < 2 * T * CH; c += blockDim.x) {
     const int v = c / CH, e = (c % CH) * 8, t = v < T ? v : v - T;
     cp_async16((v < T ? s_b + (C + t) * BS : s_cwin + t * BS) + e, (v < T ? io.B : io.C) + ((size_t(row) * T + t) * G + g) * N + e);
@@ -130,7 +138,7 @@ __device__ __forceinline__ void stage_window_bc(__nv_bfloat16* s_b, __nv_bfloat1
 // The same for the n buffered entries' B (bk: B_0 of the group, B_j at + j G N) at s_b rows 0..n-1.
 template <int N>
 __device__ __forceinline__ void stage_buffer_b(__nv_bfloat16* s_b, const __nv_bfloat16* bk, int n, int G) {
-  constexpr int CH = N / 8, BS = N + 32;
+  constexpr int CH = N / 8, BS = bc_row_stride(N);
   for (int c = threadIdx.x; c < n * CH; c += blockDim.x) {
     const int j = c / CH, e = (c % CH) * 8;
     cp_async16(s_b + j * BS + e, bk + size_t(j) * G * N + e);
@@ -140,7 +148,7 @@ __device__ __forceinline__ void stage_buffer_b(__nv_bfloat16* s_b, const __nv_bf
 template <int N>
 __device__ __forceinline__ void write_window_b(const Mamba2VerifyKVBufferParams& p, const __nv_bfloat16* s_b, int row,
                                                int g, int C, int T, int G) {
-  constexpr int CH = N / 8, BS = N + 32;
+  constexpr int CH = N / 8, BS = bc_row_stride(N);
   for (int c = threadIdx.x; c < T * CH; c += blockDim.x) {
     const int t = c / CH, e = (c % CH) * 8;
     *reinterpret_cast<uint4*>(p.win_k + ((size_t(row) * T + t) * G + g) * N + e) =
@@ -163,13 +171,13 @@ __device__ __forceinline__ unsigned node_path(int par, int T, int lane, int& dep
   return anc | 1u << lane;
 }
 
-// The window's C_t (bf16 rows of stride N + 32) in fp32 as the S0 products' B operands, items
+// The window's C_t (bf16 rows of bc_row_stride) in fp32 as the S0 products' B operands, items
 // first, first + stride, ...: float2 (q 4 + u) 4 + c of token t holds columns 32 q + 8 c + u and its
 // + 4 (mma.h's b0, b1 of lane (t, c)). A token's N / 2 pairs are padded by 4 (32 bytes): the loads
 // of 4 tokens by a half warp then hit distinct banks.
 template <int N>
 __device__ __forceinline__ void layout_c_pairs(float2* s_cp, const __nv_bfloat16* s_cwin, int T, int first, int stride) {
-  constexpr int BS = N + 32, CPS = N / 2 + 4;
+  constexpr int BS = bc_row_stride(N), CPS = c_pair_stride(N);
   for (int i = first; i < T * N / 2; i += stride) {
     const int t = i / (N / 2), r = i % (N / 2), col = (r >> 4) * 32 + (r & 3) * 8 + (r >> 2 & 3);
     s_cp[t * CPS + r] = make_float2(__bfloat162float(s_cwin[t * BS + col]), __bfloat162float(s_cwin[t * BS + col + 4]));
@@ -183,7 +191,7 @@ __device__ __forceinline__ void layout_c_pairs(float2* s_cp, const __nv_bfloat16
 template <int N>
 __device__ __forceinline__ void entry_dots(const __nv_bfloat16* s_cwin, const __nv_bfloat16* s_b, int C, int n_eff,
                                            int ne, int T, int et, int fg, int fc, float (&d)[4]) {
-  constexpr int BS = N + 32;
+  constexpr int BS = bc_row_stride(N);
   const int eb = et * 8 + fg;  // the entry whose B this lane holds
   const bool a_ok = fg < T, b_ok = eb < ne;
   const __nv_bfloat16* arow = s_cwin + (a_ok ? fg : 0) * BS + 8 * fc;
@@ -234,7 +242,7 @@ __device__ __forceinline__ float2 s0_product(const float* tile, const float2* cp
 template <int N, int RP>
 __device__ __forceinline__ void fold_warp_rows(float* tile_rows, float* state_rows, const __nv_bfloat16* s_b, const uint4* xw,
                                                const float* fw, float eGn, bool has_state, int n, int lane) {
-  constexpr int NL = N / 32, BS = N + 32;
+  constexpr int NL = N / 32, BS = bc_row_stride(N);
   static_assert(RP == 4 || RP == 8, "a pass folds 4 or 8 of the warp's rows");
 #pragma unroll
   for (int r0 = 0; r0 < kWarpRows; r0 += RP) {
@@ -282,8 +290,8 @@ __device__ __forceinline__ float entry_coefficient(float dot, int e, int n_eff, 
 
 // Dynamic shared memory of the one-head block, byte offsets, for d_state N, capacity C, `rows` rows
 // per block and T tokens: the S0 tile [rows, N] fp32 first (128-byte aligned for the bulk copies), then
-// 16-byte aligned pieces, then one mbarrier per warp. The bf16 rows of B and C are padded to
-// BS = N + 32 elements (conflict-free fragment loads of the dots).
+// 16-byte aligned pieces, then one mbarrier per warp (strides: bc_row_stride, c_pair_stride,
+// entry_row_stride).
 struct VerifySmem {
   int ws;       // coefficient row stride (floats)
   int tile;     // [warps] warp tiles (kTileSkew), fp32
@@ -302,9 +310,8 @@ struct VerifySmem {
   // Resolved on the host and passed with the launch: computed in the kernel from the runtime C, T
   // and rows, they took ~120 of the kernel's 2512 SASS instructions, run once by every warp.
   VerifySmem(int n_dim, int c, int rows, int t) {
-    const int bs = n_dim + 32, cps = n_dim / 2 + 4;  // bf16 row stride; float2s per token (32 B pad)
-    auto up16 = [](int x) { return (x + 15) / 16 * 16; };
-    ws = (c + kTMax + 31) / 32 * 32 + 4;
+    const int bs = bc_row_stride(n_dim), cps = c_pair_stride(n_dim);
+    ws = entry_row_stride(c);
     tile = 0;
     b_rows = tile + rows / kWarpRows * warp_tile_floats(n_dim) * 4;
     c_win = b_rows + (c + t) * bs * 2;
@@ -324,7 +331,7 @@ struct VerifySmem {
 template <int N>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
     mamba2_verify_kvbuffer_kernel(const Mamba2VerifyKVBufferParams p, const VerifySmem L) {
-  constexpr int R = kWarpRows, CPS = N / 2 + 4;
+  constexpr int R = kWarpRows, CPS = c_pair_stride(N);
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
@@ -535,9 +542,8 @@ struct GroupSmem {
   int bytes;
   // Resolved on the host and passed with the launch, as VerifySmem (48 of 3136 SASS instructions).
   GroupSmem(int n_dim, int c, int rows, int t, int heads) {
-    const int bs = n_dim + 32, cps = n_dim / 2 + 4, warps = rows / kWarpRows;
-    auto up16 = [](int x) { return (x + 15) / 16 * 16; };
-    ws = (c + kTMax + 31) / 32 * 32 + 4;
+    const int bs = bc_row_stride(n_dim), cps = c_pair_stride(n_dim), warps = rows / kWarpRows;
+    ws = entry_row_stride(c);
     ksteps = (c + t + 7) / 8;
     ring = heads < kStages ? heads : kStages;
     stages = 0;
@@ -559,7 +565,7 @@ struct GroupSmem {
 template <int N>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     mamba2_verify_kvbuffer_group_kernel(const Mamba2VerifyKVBufferParams p, const int heads_per_block, const GroupSmem L) {
-  constexpr int R = kWarpRows, CPS = N / 2 + 4;
+  constexpr int R = kWarpRows, CPS = c_pair_stride(N);
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
