@@ -99,8 +99,8 @@ void mamba2_verify_kvbuffer(const Mamba2VerifyKVBufferParams& p, cudaStream_t st
 // window's tree) first, then the others, each part in row order. One small kernel, run once per
 // step ahead of the layers: a request's fill is the same in every layer.
 void mamba2_verify_kvbuffer_order(const Mamba2VerifyKVBufferParams& p, int32_t* row_order, cudaStream_t stream);
-// Whether the order pays for p: where the verify takes its head-group kernel (from 48 heads per
-// SM, or heads_per_block > 1); the one-head kernel does not read it.
+// Whether the order pays for p: where the verify takes its head-group kernel (a grid of 4 or 8
+// heads per block that fills 1.5 waves, or heads_per_block > 1); the one-head kernel does not read it.
 bool mamba2_verify_kvbuffer_row_order_pays(const Mamba2VerifyKVBufferParams& p);
 void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams& p, cudaStream_t stream);
 

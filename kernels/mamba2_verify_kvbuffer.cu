@@ -25,8 +25,8 @@
 //   two bulk copies (warp tiles with a 16-byte skew, kTileSkew) issued with fill and has_state, 4
 //   blocks per SM.
 // * mamba2_verify_kvbuffer_group_kernel, heads_per_block (up to 8) heads of one group per block
-//   (from kGroupMinHeadsPerSM heads per SM, fewer heads while the grid fills under kGroupMinWaves
-//   waves): the heads share the staging of B, C and the entries, the tree, the dots and the
+//   (4 or 8 heads, the most with which the grid fills kGroupMinWaves waves; the one-head kernel
+//   when 4 do not): the heads share the staging of B, C and the entries, the tree, the dots and the
 //   coefficients; each warp streams its 8 rows of the heads' S0 through its own stage, refilled as
 //   soon as it is read, no block barrier between heads; 3 blocks per SM. Its rows' blocks start in
 //   Params::row_order when given (mamba2_verify_kvbuffer_order: the folding rows, ~2x longer, first).
@@ -73,16 +73,15 @@ constexpr int kGroupBlocksPerSM = 3;
 // stages and 2 blocks (the kernel is bound by issue with few warps, not by copies in flight;
 // kernels/notes/mamba2_verify.md run 8).
 constexpr int kStages = 1;
-// The head-group kernel from this many heads (request rows x NH x row tiles) per SM on: measured
-// crossover between batch 64 (31 Nemotron-3 Nano heads per SM, the one-head kernel 5-10% faster)
-// and 128 (62, the head-group kernel 2%, and 10-13% from batch 256) (kernels/notes/
-// mamba2_verify.md run 7).
-constexpr int kGroupMinHeadsPerSM = 48;
-// The head-group kernel's blocks vary in length (a row that folds takes longer), so the last of few
-// waves leaves SMs idle: fewer heads per block when the grid would fill fewer than this many waves
-// (measured at batch 128: 8 heads per block, 2.6 waves, 7% slower than 4 heads, 5.2 waves; at 256
-// the two alike; kernels/notes/mamba2_verify.md run 8).
-constexpr int kGroupMinWaves = 4;
+// The head-group kernel's blocks hold at least kGroupMinHeadsPerBlock heads (two heads per block
+// measured 6-17% slower than the one-head kernel at every batch from 16 to 256: a prologue shared by
+// two heads, 24 warps per SM against 32) and its grid fills at least kGroupMinWaves waves of
+// kGroupBlocksPerSM blocks per SM, the most heads per block that do: with the folding rows launched
+// first (Params::row_order), 8 heads per block at 1.9 waves (Nemotron-3 Nano, batch 96) measured 3.5%
+// faster than 4 heads at 3.9, but at 1.3 waves (batch 64) 4.4% slower than 4 heads at 2.6; 4 heads at
+// 1.3 waves (batch 32) 4% slower than the one-head kernel (kernels/notes/mamba2_verify.md run 11).
+constexpr int kGroupMinHeadsPerBlock = 4;
+constexpr double kGroupMinWaves = 1.5;
 
 // ---- Pieces shared by the two verify kernels.
 
@@ -932,25 +931,23 @@ int verify_rows(int P) {
   return rows;
 }
 
-// Heads per block: p.heads_per_block when set; else 1 (the one-head kernel) below
-// kGroupMinHeadsPerSM heads per SM, and otherwise the most (up to 8, dividing NH / G) with which
-// kGroupBlocksPerSM head-group blocks fit on an SM and the grid still fills kGroupMinWaves waves of
-// them.
+// Heads per block: p.heads_per_block when set; else the most heads (8 or 4, dividing NH / G) with
+// which kGroupBlocksPerSM head-group blocks fit on an SM and the grid fills kGroupMinWaves waves of
+// them; else 1 (the one-head kernel).
 template <class Kernel>
 int verify_heads_per_block(const Mamba2VerifyKVBufferParams& p, int rows, Kernel group_kernel) {
   if (p.heads_per_block) return p.heads_per_block;
   const long heads_total = long(p.io.batch) * p.io.NH * (p.io.P / rows);
-  const long sms = multiprocessor_count();
-  if (heads_total < kGroupMinHeadsPerSM * sms) return 1;
-  int heads = kMaxHeadsPerBlock;
-  while ((p.io.NH / p.io.G) % heads != 0) heads /= 2;
+  const double wave_blocks = double(kGroupBlocksPerSM) * multiprocessor_count();
   const int threads = int(decode_block(rows).x);
   auto fits = [&](int hb) {
     return resident_blocks(group_kernel, threads, size_t(GroupSmem(p.io.N, p.capacity, rows, p.io.tokens, hb).bytes)) >=
            kGroupBlocksPerSM;
   };
-  while (heads > 1 && (!fits(heads) || heads_total / heads < kGroupMinWaves * kGroupBlocksPerSM * sms)) heads /= 2;
-  return heads;
+  for (int heads = kMaxHeadsPerBlock; heads >= kGroupMinHeadsPerBlock; heads /= 2)
+    if ((p.io.NH / p.io.G) % heads == 0 && fits(heads) && double(heads_total / heads) >= kGroupMinWaves * wave_blocks)
+      return heads;
+  return 1;
 }
 
 // ---- The launch order (mamba2_verify_kvbuffer_order): one block; thread i classifies a run of
