@@ -36,7 +36,10 @@
 // written to the pool once); the outputs on the tensor cores (m16n8k8 TF32, a warp's 8 rows in m
 // with each S0 value's hi and lo parts in the two row halves (fp32 accuracy, one product per 8
 // columns), tokens in n): e^{G_t} S0 C_t, plus the entries' x times W (W split hi + lo); the
-// scratch for the commit. The commit kernels are programmatic dependents of the verify.
+// scratch for the commit. The commit kernels are programmatic dependents of the verify, and the
+// verify of the kernel before it (the previous layer's commit, which lets it launch once the verify it
+// follows is complete): it waits for that kernel at its first instruction, so only its launch and
+// block dispatch overlap.
 // Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
 // scratch written (T (P + N) 2 + 8 T); a fold writes S0 once.
 // Measured (the paper preset, commit 47b984ca2f78, H200, Nemotron-3 Nano shapes, 23 layer pools per
@@ -336,8 +339,11 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
   const int tile = blockIdx.x, h = blockIdx.y, row = blockIdx.z;  // p.row_order ignored (mamba2_verify.h)
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
-  // The commit kernels are programmatic dependents: they start while this grid's last blocks run
-  // and wait (griddepcontrol.wait) for its completion before reading the scratch.
+  // A programmatic dependent of the kernel before it (the previous layer's commit): launched and
+  // resident while that kernel finishes, it waits for its completion before reading anything. The
+  // commit kernels are in turn programmatic dependents of this one: they start while this grid's
+  // last blocks run and wait (griddepcontrol.wait) for its completion before reading the scratch.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   // The head's group by fast float divisions, exact here: (a + 0.5) / b is >= 0.5 / b from an
   // integer and its error is ~2^-22 relative, for head counts far below 2^10.
@@ -568,6 +574,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the kernel before, as the one-head kernel
   const int tile = blockIdx.x, HB = heads_per_block, h0 = blockIdx.y * HB;
   const int row = p.row_order ? p.row_order[blockIdx.z] : int(blockIdx.z);
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
@@ -802,6 +809,9 @@ __global__ void __launch_bounds__(kCommitThreads) mamba2_verify_kvbuffer_commit_
   const int m = accepted_len(p, row);
   const int node = threadIdx.x < T ? accepted_node(p, row, threadIdx.x) : 0;
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  // The next kernel (the next layer's verify) may launch now, the verify being complete: earlier,
+  // its waiting blocks would hold resources the verify's last blocks need.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   if (slot < 0) return;
   const int n0 = p.win_base[2 * row];
   const bool has_state = p.win_base[2 * row + 1] != 0;
@@ -997,12 +1007,12 @@ void mamba2_verify_kvbuffer(const Mamba2VerifyKVBufferParams& p, cudaStream_t st
     if (heads == 1) {
       const dim3 grid(unsigned(p.io.P / rows), unsigned(p.io.NH), unsigned(p.io.batch));
       const VerifySmem layout(p.io.N, p.capacity, rows, p.io.tokens);
-      launch_kernel(mamba2_verify_kvbuffer_kernel<N>, grid, decode_block(rows), size_t(layout.bytes), stream, false, p,
+      launch_kernel(mamba2_verify_kvbuffer_kernel<N>, grid, decode_block(rows), size_t(layout.bytes), stream, true, p,
                     layout);
     } else {
       const dim3 grid(unsigned(p.io.P / rows), unsigned(p.io.NH / heads), unsigned(p.io.batch));
       const GroupSmem layout(p.io.N, p.capacity, rows, p.io.tokens, heads);
-      launch_kernel(mamba2_verify_kvbuffer_group_kernel<N>, grid, decode_block(rows), size_t(layout.bytes), stream, false,
+      launch_kernel(mamba2_verify_kvbuffer_group_kernel<N>, grid, decode_block(rows), size_t(layout.bytes), stream, true,
                     p, heads, layout);
     }
   });
