@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/checks/check_common.h"
+#include "kernels/cuda_check.h"
 #include "kernels/checks/mamba2_verify_checks.h"
 #include "kernels/mamba2_verify.h"
 #include "kernels/tests/check_case_support.h"
@@ -121,6 +122,24 @@ TEST(Mamba2VerifyRowOrder, PaysWithTheHeadGroupKernel) {
   EXPECT_TRUE(mamba2_verify_kvbuffer_row_order_pays(k));
   k.heads_per_block = 1;
   EXPECT_FALSE(mamba2_verify_kvbuffer_row_order_pays(k));
+}
+
+// GPU (occupancy queries, no launch): the head-group kernel from the batch whose 4-head blocks fill
+// 1.5 waves of 3 blocks per SM (verify_heads_per_block): Nemotron-3 Nano's heads make 16 such
+// blocks per row, so from batch ceil(4.5 SMs / 16) on, the one-head kernel below it.
+TEST(Mamba2VerifyRowOrder, HeadGroupKernelFromOneAndAHalfWaves) {
+  int dev = 0, sms = 0;
+  KVB_CUDA_CHECK(cudaGetDevice(&dev));
+  KVB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  Mamba2VerifyKVBufferParams k;
+  set_io(k.io);
+  set_pools(k);
+  k.io.G = 8, k.io.NH = 64, k.capacity = 16;
+  const int first = (9 * sms + 31) / 32;
+  k.io.batch = first - 1;
+  EXPECT_FALSE(mamba2_verify_kvbuffer_row_order_pays(k)) << "batch " << k.io.batch << ", " << sms << " SMs";
+  k.io.batch = first;
+  EXPECT_TRUE(mamba2_verify_kvbuffer_row_order_pays(k)) << "batch " << k.io.batch << ", " << sms << " SMs";
 }
 
 }  // namespace
