@@ -43,7 +43,7 @@
 // Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
 // scratch written (T (P + N) 2 + 8 T); a fold writes S0 once.
 // Measured (the paper preset, commit cb3978c79754, H200, Nemotron-3 Nano shapes, 23 layer pools per
-// CUDA graph, verify + commit per layer, the head-group kernel from batch 40 with the folding rows
+// CUDA graph, verify + commit per layer, the head-group kernel from batch 38 with the folding rows
 // first, results/verify_h200.csv): T = 5 [best C] 7.92 / 16.30 / 67.76 / 117.04 / 224.69 / 437.45
 // us at batch 1 / 8 / 64 / 128 / 256 / 512; T = 4 at 128 112.97 us = 3.07x classic (74% of copy),
 // at 512 3.35x. Both kernels are bound by instruction issue with few resident warps (the head-group
