@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "kernels/checks/check_common.h"
-#include "kernels/cuda_check.h"
 #include "kernels/checks/mamba2_verify_checks.h"
+#include "kernels/common.cuh"
 #include "kernels/mamba2_verify.h"
 #include "kernels/tests/check_case_support.h"
 
@@ -128,9 +128,7 @@ TEST(Mamba2VerifyRowOrder, PaysWithTheHeadGroupKernel) {
 // 1.5 waves of 3 blocks per SM (verify_heads_per_block): Nemotron-3 Nano's heads make 16 such
 // blocks per row, so from batch ceil(4.5 SMs / 16) on, the one-head kernel below it.
 TEST(Mamba2VerifyRowOrder, HeadGroupKernelFromOneAndAHalfWaves) {
-  int dev = 0, sms = 0;
-  KVB_CUDA_CHECK(cudaGetDevice(&dev));
-  KVB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int sms = multiprocessor_count();
   Mamba2VerifyKVBufferParams k;
   set_io(k.io);
   set_pools(k);
