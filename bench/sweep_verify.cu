@@ -11,12 +11,12 @@
 // that cannot run (pools beyond free memory, a failure) is a CSV row whose `note` says why.
 //
 // Method (as the decode sweep, bench/gpu_timing.h): one state pool (and buffer pool) per linear layer,
-// all layers of one model step (verify + commit per layer) in one CUDA graph, median of samples of
-// whole flush cycles (C steps per sample for buffered methods), latency per layer = sample time /
-// (steps x layers). Each request row accepts a fixed number m of tokens per step, drawn once from
-// the acceptance rate a: m = 1 + the number of leading drafts accepted, each with probability a
-// (at most T - 1), so fills advance at different speeds and stagger (initial fills are random in
-// 0..C-1 too). Per accepted token = per step / E[m], E[m] = (1 - a^T) / (1 - a).
+// all layers of one model step (every layer's verify, then one commit of all layers) in one CUDA
+// graph, median of samples of whole flush cycles (C steps per sample for buffered methods), latency
+// per layer = sample time / (steps x layers). Each request row accepts a fixed number m of tokens
+// per step, drawn once from the acceptance rate a: m = 1 + the number of leading drafts accepted,
+// each with probability a (at most T - 1), so fills advance at different speeds and stagger
+// (initial fills are random in 0..C-1 too). Per accepted token = per step / E[m], E[m] = (1 - a^T) / (1 - a).
 // Bytes per layer per step come from sim/bytes_model.h (bytes_verify_classic with the commit copy or,
 // in place, without it;
 // bytes_verify_kvbuffer at each request's fill under the kernels' fold rule (verify_kvbuffer_next_fill),
@@ -376,19 +376,26 @@ class VerifySweep {
       return p;
     };
     const bool order_rows = m2 && mamba2_verify_kvbuffer_row_order_pays(mamba2_params(0));
+    std::vector<Mamba2VerifyKVBufferParams> mamba2_layers;
+    std::vector<GdnVerifyKVBufferParams> gdn_layers;
+    for (int l = 0; l < L; ++l) {
+      if (!m2) {
+        gdn_layers.push_back(params(l));
+        continue;
+      }
+      mamba2_layers.push_back(mamba2_params(l));
+      if (order_rows) mamba2_layers.back().row_order = row_order.as<int32_t>();
+    }
+    // Every layer's verify, then one commit of all layers (the accepted lengths exist only once the
+    // step's last layer has run; gdn_verify.h).
     auto step = [&](cudaStream_t st) {
-      if (order_rows) mamba2_verify_kvbuffer_order(mamba2_params(0), row_order.as<int32_t>(), st);
-      for (int l = 0; l < L; ++l) {
-        if (m2) {
-          Mamba2VerifyKVBufferParams p = mamba2_params(l);
-          if (order_rows) p.row_order = row_order.as<int32_t>();
-          mamba2_verify_kvbuffer(p, st);
-          mamba2_verify_kvbuffer_commit(p, st);
-          continue;
-        }
-        const GdnVerifyKVBufferParams p = params(l);
-        gdn_verify_kvbuffer(p, st);
-        gdn_verify_kvbuffer_commit(p, st);
+      if (order_rows) mamba2_verify_kvbuffer_order(mamba2_layers[0], row_order.as<int32_t>(), st);
+      if (m2) {
+        for (const auto& p : mamba2_layers) mamba2_verify_kvbuffer(p, st);
+        mamba2_verify_kvbuffer_commit(mamba2_layers.data(), L, st);
+      } else {
+        for (const auto& p : gdn_layers) gdn_verify_kvbuffer(p, st);
+        gdn_verify_kvbuffer_commit(gdn_layers.data(), L, st);
       }
     };
     const TimingStats t = time(step, std::max(C, 4));

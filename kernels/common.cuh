@@ -58,6 +58,33 @@ inline int multiprocessor_count() {
   return sms;
 }
 
+// Several layers' Params in one launch, one grid z index per layer: a model step's commits, which
+// wait for the step's sampling, so a serving engine runs them after all the layers and pays a
+// kernel's fixed cost once per step instead of once per layer. Kernels take the table as a
+// __grid_constant__ parameter (read where it lies, in the constant bank, never copied per thread)
+// of kLayerTableBytes: 12 KiB hold every catalog model's linear layers (48 GDN or 40 Mamba-2
+// Params); kernel parameters above 4 KiB need CUDA 12.1 and sm_70. launch_layers launches once per
+// kMaxLayers layers.
+constexpr size_t kLayerTableBytes = 12288;
+template <class Params>
+struct LayerTable {
+  static constexpr int kMaxLayers = int(kLayerTableBytes / sizeof(Params));
+  static_assert(kMaxLayers >= 1, "Params larger than a layer table");
+  Params layer[kMaxLayers];
+};
+// Host: kernel over grid_xy x (layers of one table) per table of `layers`, as launch_kernel.
+template <class Params>
+void launch_layers(void (*kernel)(LayerTable<Params>), const Params* layers, int count, dim3 grid_xy, dim3 block,
+                   cudaStream_t stream, bool programmatic_dependent) {
+  constexpr int kMax = LayerTable<Params>::kMaxLayers;
+  for (int first = 0; first < count; first += kMax) {
+    const int n = count - first < kMax ? count - first : kMax;
+    LayerTable<Params> table;
+    for (int l = 0; l < n; ++l) table.layer[l] = layers[first + l];
+    launch_kernel(kernel, dim3(grid_xy.x, grid_xy.y, unsigned(n)), block, 0, stream, programmatic_dependent, table);
+  }
+}
+
 // Host: how many blocks of `threads` threads and smem bytes of dynamic shared memory fit on one
 // multiprocessor (raising the kernel's limit as launch_kernel does).
 template <class... KernelArgs>

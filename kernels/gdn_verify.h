@@ -104,5 +104,10 @@ struct GdnVerifyKVBufferParams {
 };
 void gdn_verify_kvbuffer(const GdnVerifyKVBufferParams& p, cudaStream_t stream);
 void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t stream);
+// The commits of a model step's `count` layers in one launch, their Params alike in batch, tokens,
+// capacity and entry type (else std::invalid_argument). The accepted lengths come from the step's
+// sampling, after every layer's verify, so a serving engine commits all layers at once: one kernel's
+// fixed cost per step instead of one per layer (LayerTable, kernels/common.cuh).
+void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams* layers, int count, cudaStream_t stream);
 
 }  // namespace kvbuf

@@ -527,7 +527,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   }
 }
 
-// Commit, kCommitSlices blocks per request row (blockIdx.y splits its 16-byte pieces): copies the m accepted nodes' entries (k per key head, u and G
+// Commit, kCommitSlices blocks per request row (blockIdx.y splits its 16-byte pieces) and layer
+// (grid z: the layer table's index): copies the m accepted nodes' entries (k per key head, u and G
 // per value head) from the scratch to buffer positions n0 .. n0+m-1 in 16-byte pieces, all loads
 // of a thread issued before its stores, and sets fill and has_state. It reads only the scratch the
 // verify wrote (never fill/has_state, which it rewrites). A buffer that becomes full (n0 + m == C,
@@ -536,7 +537,9 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
 constexpr int kCommitThreads = 256;
 constexpr int kCommitSlices = 8;  // blocks per row (blockIdx.y): enough loads in flight at small batch
 template <class E>
-__global__ void __launch_bounds__(kCommitThreads) gdn_verify_kvbuffer_commit_kernel(const GdnVerifyKVBufferParams p) {
+__global__ void __launch_bounds__(kCommitThreads)
+    gdn_verify_kvbuffer_commit_kernel(const __grid_constant__ LayerTable<GdnVerifyKVBufferParams> layers) {
+  const GdnVerifyKVBufferParams& p = layers.layer[blockIdx.z];
   const GdnVerifyIO& io = p.io;
   const int row = blockIdx.x, T = io.tokens, C = p.capacity;
   asm volatile("griddepcontrol.wait;" ::: "memory");  // the verify's scratch is complete
@@ -710,26 +713,43 @@ void gdn_verify_kvbuffer(const GdnVerifyKVBufferParams& p, cudaStream_t stream) 
   });
 }
 
-void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
-  validate(p, "gdn_verify_kvbuffer_commit");
-  if (!p.accept.accept_len) throw std::invalid_argument("gdn_verify_kvbuffer_commit: accept_len is null");
+void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams* layers, int count, cudaStream_t stream) {
+  const char* who = "gdn_verify_kvbuffer_commit";
+  if (!layers || count < 1) throw std::invalid_argument(std::string(who) + ": no layers");
+  const GdnVerifyKVBufferParams& p = layers[0];
+  for (int l = 0; l < count; ++l) {
+    const GdnVerifyKVBufferParams& q = layers[l];
+    validate(q, who);
+    if (!q.accept.accept_len) throw std::invalid_argument(std::string(who) + ": accept_len is null");
+    if (q.io.batch != p.io.batch || q.io.tokens != p.io.tokens || q.capacity != p.capacity || q.entry != p.entry)
+      throw std::invalid_argument(std::string(who) + ": layer " + std::to_string(l) +
+                                  "'s batch, tokens, capacity or entry type differ from the first layer's");
+  }
   if (p.io.batch == 0) return;
   const bool bf16 = p.entry == EntryType::BF16;
   // The buffer can become full at the commit only when T == C (the verify folds when n + depth >= C):
-  // then the fold kernel runs first, reading the scratch and buffer the copy kernel leaves untouched.
-  if (p.io.tokens == p.capacity) {
-    const size_t smem = size_t(p.capacity) * (p.io.K + 4 + kRows + 1) * sizeof(float);
-    const unsigned blocks = unsigned(p.io.batch) * p.io.HV * (p.io.V / kRows);
-    dispatch_head_dims<KeyHeadDims>("gdn_verify_kvbuffer_commit", p.io.K, p.io.V, [&](auto K, auto) {
-      bf16 ? launch(gdn_verify_kvbuffer_commit_fold_kernel<K, __nv_bfloat16>, p, smem, blocks, kThreads, stream, true)
-           : launch(gdn_verify_kvbuffer_commit_fold_kernel<K, float>, p, smem, blocks, kThreads, stream, true);
-    });
-  }
-  // Programmatic dependent of the verify (or of the fold kernel just above, which never triggers
-  // early, so the copy still starts after the fold has finished).
+  // then the fold kernels run first, reading the scratch and buffer the copy kernel leaves untouched.
+  if (p.io.tokens == p.capacity)
+    for (int l = 0; l < count; ++l) {
+      const GdnVerifyKVBufferParams& q = layers[l];
+      const size_t smem = size_t(q.capacity) * (q.io.K + 4 + kRows + 1) * sizeof(float);
+      const unsigned blocks = unsigned(q.io.batch) * q.io.HV * (q.io.V / kRows);
+      dispatch_head_dims<KeyHeadDims>(who, q.io.K, q.io.V, [&](auto K, auto) {
+        bf16 ? launch(gdn_verify_kvbuffer_commit_fold_kernel<K, __nv_bfloat16>, q, smem, blocks, kThreads, stream, true)
+             : launch(gdn_verify_kvbuffer_commit_fold_kernel<K, float>, q, smem, blocks, kThreads, stream, true);
+      });
+    }
+  // Programmatic dependent of the last verify (or of the fold kernels just above, which never
+  // trigger early, so the copy still starts after the folds have finished).
   const dim3 grid(unsigned(p.io.batch), kCommitSlices);
-  if (bf16) launch(gdn_verify_kvbuffer_commit_kernel<__nv_bfloat16>, p, 0, grid, kCommitThreads, stream, true);
-  else launch(gdn_verify_kvbuffer_commit_kernel<float>, p, 0, grid, kCommitThreads, stream, true);
+  if (bf16)
+    launch_layers(gdn_verify_kvbuffer_commit_kernel<__nv_bfloat16>, layers, count, grid, dim3(kCommitThreads), stream, true);
+  else
+    launch_layers(gdn_verify_kvbuffer_commit_kernel<float>, layers, count, grid, dim3(kCommitThreads), stream, true);
+}
+
+void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
+  gdn_verify_kvbuffer_commit(&p, 1, stream);
 }
 
 }  // namespace kvbuf

@@ -103,5 +103,8 @@ void mamba2_verify_kvbuffer_order(const Mamba2VerifyKVBufferParams& p, int32_t* 
 // heads per block that fills 1.5 waves, or heads_per_block > 1); the one-head kernel does not read it.
 bool mamba2_verify_kvbuffer_row_order_pays(const Mamba2VerifyKVBufferParams& p);
 void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams& p, cudaStream_t stream);
+// The commits of a model step's `count` layers in one launch (gdn_verify.h says why), their Params
+// alike in batch, tokens and capacity (else std::invalid_argument).
+void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams* layers, int count, cudaStream_t stream);
 
 }  // namespace kvbuf

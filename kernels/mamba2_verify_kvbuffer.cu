@@ -794,13 +794,16 @@ __device__ __forceinline__ int accepted_len(const Mamba2VerifyKVBufferParams& p,
   return min(max(p.accept.accept_len[row], 0), p.io.tokens);
 }
 
-// Commit, kCommitSlices blocks per request row: copies the m accepted nodes' entries (B per group,
-// x, G and dt per head) from the scratch to buffer positions n0 .. n0+m-1 in 16-byte pieces, and
-// sets fill and has_state. It reads only the scratch the verify wrote. A buffer that becomes full
-// (n0 + m == C, only when T == C) is folded by mamba2_verify_kvbuffer_commit_fold_kernel instead.
+// Commit, kCommitSlices blocks per request row and layer (grid z: the layer table's index): copies
+// the m accepted nodes' entries (B per group, x, G and dt per head) from the scratch to buffer
+// positions n0 .. n0+m-1 in 16-byte pieces, and sets fill and has_state. It reads only the scratch
+// the verify wrote. A buffer that becomes full (n0 + m == C, only when T == C) is folded by
+// mamba2_verify_kvbuffer_commit_fold_kernel instead.
 constexpr int kCommitThreads = 256;
 constexpr int kCommitSlices = 8;
-__global__ void __launch_bounds__(kCommitThreads) mamba2_verify_kvbuffer_commit_kernel(const Mamba2VerifyKVBufferParams p) {
+__global__ void __launch_bounds__(kCommitThreads)
+    mamba2_verify_kvbuffer_commit_kernel(const __grid_constant__ LayerTable<Mamba2VerifyKVBufferParams> layers) {
+  const Mamba2VerifyKVBufferParams& p = layers.layer[blockIdx.z];
   const Mamba2VerifyIO& io = p.io;
   const int row = blockIdx.x, T = io.tokens, C = p.capacity;
   // The inputs the verify does not write in one round trip before waiting for the verify's grid (a
@@ -1040,24 +1043,39 @@ bool mamba2_verify_kvbuffer_row_order_pays(const Mamba2VerifyKVBufferParams& p) 
   return pays;
 }
 
-void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams& p, cudaStream_t stream) {
+void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams* layers, int count, cudaStream_t stream) {
   using namespace mamba2_detail;
   const char* who = "mamba2_verify_kvbuffer_commit";
-  validate(p, who);
-  if (!p.accept.accept_len) throw std::invalid_argument(std::string(who) + ": accept_len is null");
+  if (!layers || count < 1) throw std::invalid_argument(std::string(who) + ": no layers");
+  const Mamba2VerifyKVBufferParams& p = layers[0];
+  for (int l = 0; l < count; ++l) {
+    const Mamba2VerifyKVBufferParams& q = layers[l];
+    validate(q, who);
+    if (!q.accept.accept_len) throw std::invalid_argument(std::string(who) + ": accept_len is null");
+    if (q.io.batch != p.io.batch || q.io.tokens != p.io.tokens || q.capacity != p.capacity)
+      throw std::invalid_argument(std::string(who) + ": layer " + std::to_string(l) +
+                                  "'s batch, tokens or capacity differ from the first layer's");
+  }
   if (p.io.batch == 0) return;
   // The buffer can become full at the commit only when T == C: the fold reads the scratch and the
   // buffer, which the copy kernel then leaves untouched for such rows.
-  if (p.io.tokens == p.capacity) {
-    const dim3 grid(unsigned(p.io.P / kWarpRows), unsigned(p.io.NH), unsigned(p.io.batch));
-    dispatch_verify_dims(p.io, who, [&](auto n) {
-      launch_kernel(mamba2_verify_kvbuffer_commit_fold_kernel<decltype(n)::value>, grid, dim3(32), 0, stream, true, p);
-    });
-  }
-  // Programmatic dependent of the verify (or of the fold kernel just above, which never triggers
-  // early, so the copy still starts after the fold has finished).
-  launch_kernel(mamba2_verify_kvbuffer_commit_kernel, dim3(unsigned(p.io.batch), kCommitSlices), dim3(kCommitThreads), 0,
-                stream, true, p);
+  if (p.io.tokens == p.capacity)
+    for (int l = 0; l < count; ++l) {
+      const Mamba2VerifyKVBufferParams& q = layers[l];
+      const dim3 grid(unsigned(q.io.P / kWarpRows), unsigned(q.io.NH), unsigned(q.io.batch));
+      dispatch_verify_dims(q.io, who, [&](auto n) {
+        constexpr int N = decltype(n)::value;
+        launch_kernel(mamba2_verify_kvbuffer_commit_fold_kernel<N>, grid, dim3(32), 0, stream, true, q);
+      });
+    }
+  // Programmatic dependent of the last verify (or of the fold kernels just above, which never
+  // trigger early, so the copy still starts after the folds have finished).
+  launch_layers(mamba2_verify_kvbuffer_commit_kernel, layers, count, dim3(unsigned(p.io.batch), kCommitSlices),
+                dim3(kCommitThreads), stream, true);
+}
+
+void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams& p, cudaStream_t stream) {
+  mamba2_verify_kvbuffer_commit(&p, 1, stream);
 }
 
 }  // namespace kvbuf
