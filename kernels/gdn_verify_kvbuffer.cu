@@ -23,8 +23,8 @@
 // below). The key dot products, the row products S0^T [k | q], the fold and (bf16 entries) the
 // buffer terms run on the tensor cores (m16n8k8 TF32, fp32 operands split hi + lo: mma.h).
 // Candidates' u are rounded to E before later nodes use them, so a verified window rounds where
-// the same tokens would in successive decode steps. The commit kernels run as programmatic
-// dependents of the verify.
+// the same tokens would in successive decode steps. A model step runs every layer's verify, then
+// one commit of all layers; each kernel is a programmatic dependent of the kernel before it.
 //
 // Current result (110e010, results/verify_h200.csv; H200, Qwen3-Next shapes H=16 HV=32 K=V=128,
 // 36 layer pools in one CUDA graph, verify + commit per layer, median): T = 4 at batch 128 117.94 us
@@ -135,8 +135,12 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   const int own = part / (LN / RPT), r = group + own * ROW_STEP;  // the row whose outputs this lane computes
   const bool writer = part % (LN / RPT) == 0;
   const int T = io.tokens, C = p.capacity;
-  // The commit kernels are launched as programmatic dependents: they start as this grid's last
-  // wave runs and wait (griddepcontrol.wait) for its completion before reading anything.
+  // A programmatic dependent of the kernel before it (the previous layer's verify or the previous
+  // step's commit): launched while that kernel's last blocks run, it waits for its completion
+  // before reading anything. The kernel after it (the next layer's verify, or the commit) is in turn
+  // a programmatic dependent of this one: it starts as this grid's last wave runs and waits
+  // (griddepcontrol.wait) for its completion.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int slot = io.slot[row];
   if (slot < 0) {
@@ -543,6 +547,8 @@ __global__ void __launch_bounds__(kCommitThreads)
   const GdnVerifyIO& io = p.io;
   const int row = blockIdx.x, T = io.tokens, C = p.capacity;
   asm volatile("griddepcontrol.wait;" ::: "memory");  // the verify's scratch is complete
+  // The next kernel (the next step's first) may launch now, the verify being complete.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int slot = io.slot[row];
   if (slot < 0) return;
   __shared__ int s_node[kGdnVerifyMaxTokens];
@@ -693,11 +699,11 @@ void dispatch_tokens(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
   const size_t smem = VerifySmem{KD, tmax, p.capacity, sizeof(E)}.bytes();
   const dim3 blocks(unsigned(p.io.V / kRows * (p.io.HV / p.io.H)), unsigned(p.io.H), unsigned(p.io.batch));
   switch (tmax) {
-    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E>, p, smem, blocks, kVerifyThreads, stream);
-    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E>, p, smem, blocks, kVerifyThreads, stream);
-    case 5: return launch(gdn_verify_kvbuffer_kernel<KD, 5, E>, p, smem, blocks, kVerifyThreads, stream);
-    case 6: return launch(gdn_verify_kvbuffer_kernel<KD, 6, E>, p, smem, blocks, kVerifyThreads, stream);
-    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E>, p, smem, blocks, kVerifyThreads, stream);
+    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 5: return launch(gdn_verify_kvbuffer_kernel<KD, 5, E>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 6: return launch(gdn_verify_kvbuffer_kernel<KD, 6, E>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E>, p, smem, blocks, kVerifyThreads, stream, true);
     default: throw std::invalid_argument("gdn_verify_kvbuffer: unsupported token count " + std::to_string(T));
   }
 }

@@ -36,10 +36,11 @@
 // written to the pool once); the outputs on the tensor cores (m16n8k8 TF32, a warp's 8 rows in m
 // with each S0 value's hi and lo parts in the two row halves (fp32 accuracy, one product per 8
 // columns), tokens in n): e^{G_t} S0 C_t, plus the entries' x times W (W split hi + lo); the
-// scratch for the commit. The commit kernels are programmatic dependents of the verify, and the
-// verify of the kernel before it (the previous layer's commit, which lets it launch once the verify it
-// follows is complete): it waits for that kernel at its first instruction, so only its launch and
-// block dispatch overlap.
+// scratch for the commit. A model step runs every layer's verify, then one commit of all layers
+// (mamba2_verify.h); each kernel is a programmatic dependent of the kernel before it (the previous
+// layer's verify, or the previous step's commit, which lets it launch once the verify it follows is
+// complete): it waits for that kernel at its first instruction, so only its launch and block
+// dispatch overlap.
 // Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
 // scratch written (T (P + N) 2 + 8 T); a fold writes S0 once.
 // Measured (the paper preset, commit cb3978c79754, H200, Nemotron-3 Nano shapes, 23 layer pools per
@@ -340,10 +341,11 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
   const int tile = blockIdx.x, h = blockIdx.y, row = blockIdx.z;  // p.row_order ignored (mamba2_verify.h)
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
-  // A programmatic dependent of the kernel before it (the previous layer's commit): launched and
-  // resident while that kernel finishes, it waits for its completion before reading anything. The
-  // commit kernels are in turn programmatic dependents of this one: they start while this grid's
-  // last blocks run and wait (griddepcontrol.wait) for its completion before reading the scratch.
+  // A programmatic dependent of the kernel before it (the previous layer's verify or the previous
+  // step's commit): launched and resident while that kernel finishes, it waits for its completion
+  // before reading anything. The kernel after it (the next layer's verify, or the commit) is in turn
+  // a programmatic dependent of this one: it starts while this grid's last blocks run and waits
+  // (griddepcontrol.wait) for its completion.
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   // The head's group by fast float divisions, exact here: (a + 0.5) / b is >= 0.5 / b from an
@@ -579,7 +581,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   const int tile = blockIdx.x, HB = heads_per_block, h0 = blockIdx.y * HB;
   const int row = p.row_order ? p.row_order[blockIdx.z] : int(blockIdx.z);
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // the commit, as the one-head kernel
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // the next kernel, as the one-head kernel
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G;
   const int heads_per_group = NH / G, g = h0 / heads_per_group;  // the block's heads share group g
   extern __shared__ __align__(128) unsigned char smem[];
@@ -813,8 +815,8 @@ __global__ void __launch_bounds__(kCommitThreads)
   const int m = accepted_len(p, row);
   const int node = threadIdx.x < T ? accepted_node(p, row, threadIdx.x) : 0;
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  // The next kernel (the next layer's verify) may launch now, the verify being complete: earlier,
-  // its waiting blocks would hold resources the verify's last blocks need.
+  // The next kernel (the next step's first) may launch now, the verify being complete: earlier, its
+  // waiting blocks would hold resources the verify's last blocks need.
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   if (slot < 0) return;
   const int n0 = p.win_base[2 * row];
