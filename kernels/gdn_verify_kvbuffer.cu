@@ -26,11 +26,12 @@
 // the same tokens would in successive decode steps. A model step runs every layer's verify, then
 // one commit of all layers; each kernel is a programmatic dependent of the kernel before it.
 //
-// Current result (110e010, results/verify_h200.csv; H200, Qwen3-Next shapes H=16 HV=32 K=V=128,
-// 36 layer pools in one CUDA graph, verify + commit per layer, median): T = 4 at batch 128 117.94 us
-// [C = 16], 4.98x classic verify + commit (587.62) and 1.16x the decode step on the same pools
-// (101.29); T = 5 9.15 / 133.29 / 258.28 us at batch 1 / 128 / 256 [C = 12 / 16 / 12].
-// Performance log v1..v16 (prediction first where one was made): kernels/notes/gdn_verify_kvbuffer.md
+// Current result (d72f6732a6c6, the paper preset, results/verify_h200.csv; H200, Qwen3-Next shapes
+// H=16 HV=32 K=V=128, 36 layer pools in one CUDA graph, every layer's verify then one commit of all
+// layers, median): T = 4 at batch 128 120.84 us [C = 16], 2.86x the in-place classic (345.88) and
+// 3.99x classic verify + copy commit (481.66); T = 5 6.53 / 132.54 / 259.42 us at batch 1 / 128 /
+// 256 [C = 16].
+// Performance log v1..v17 (prediction first where one was made): kernels/notes/gdn_verify_kvbuffer.md
 // ("log vN" in the comments below).
 #include <stdexcept>
 #include <string>

@@ -43,14 +43,14 @@
 // dispatch overlap.
 // Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
 // scratch written (T (P + N) 2 + 8 T); a fold writes S0 once.
-// Measured (the paper preset, commit cb3978c79754, H200, Nemotron-3 Nano shapes, 23 layer pools per
-// CUDA graph, verify + commit per layer, the head-group kernel from batch 38 with the folding rows
-// first, results/verify_h200.csv): T = 5 [best C] 7.92 / 16.30 / 67.76 / 117.04 / 224.69 / 437.45
-// us at batch 1 / 8 / 64 / 128 / 256 / 512; T = 4 at 128 112.97 us = 3.07x classic (74% of copy),
-// at 512 3.35x. Both kernels are bound by instruction issue with few resident warps (the head-group
+// Measured (the paper preset, commit 86218fb5d001, H200, Nemotron-3 Nano shapes, 23 layer pools per
+// CUDA graph, every layer's verify then one commit of all layers, the head-group kernel from batch
+// 38 with the folding rows first, results/verify_h200.csv): T = 5 [best C] 5.74 / 14.49 / 64.22 /
+// 115.14 / 223.73 / 429.83 us at batch 1 / 8 / 64 / 128 / 256 / 512; T = 4 at 128 111.24 us = 3.11x
+// classic (75% of copy), at 512 3.35x. Both kernels are bound by instruction issue with few resident warps (the head-group
 // kernel at 0.58 issued per scheduler and cycle); from batch 256 they run at the 700 W cap, where
 // the same binary varies 1-6% between calls with the SM clock (kernels/notes/mamba2_verify.md runs
-// 7-11).
+// 7-12).
 #include <stdexcept>
 #include <string>
 
