@@ -85,6 +85,18 @@ void launch_layers(void (*kernel)(LayerTable<Params>), const Params* layers, int
   }
 }
 
+// Host: blocks per request row and layer (grid y) of a commit over rows_layers rows x layers: the
+// fewest that make one wave of `threads`-thread blocks on the device's SMs, at most max_slices.
+// Every block pays a chain of dependent loads (the row's slot and base, the accepted nodes, a block
+// barrier) before its copies, so a step of many rows wants one block per row and layer (8 made 22
+// waves at batch 128 over 23 layers: 72.7 us per step, 1.9 TB/s), a small step several, to keep
+// loads in flight.
+inline int commit_slices(long rows_layers, int threads, int max_slices) {
+  const long wave = long(multiprocessor_count()) * (2048 / threads);
+  const long slices = (wave + rows_layers - 1) / rows_layers;
+  return int(slices < 1 ? 1 : slices > max_slices ? max_slices : slices);
+}
+
 // Host: how many blocks of `threads` threads and smem bytes of dynamic shared memory fit on one
 // multiprocessor (raising the kernel's limit as launch_kernel does).
 template <class... KernelArgs>

@@ -532,7 +532,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   }
 }
 
-// Commit, kCommitSlices blocks per request row (blockIdx.y splits its 16-byte pieces) and layer
+// Commit, gridDim.y blocks per request row (blockIdx.y splits its 16-byte pieces) and layer
 // (grid z: the layer table's index): copies the m accepted nodes' entries (k per key head, u and G
 // per value head) from the scratch to buffer positions n0 .. n0+m-1 in 16-byte pieces, all loads
 // of a thread issued before its stores, and sets fill and has_state. It reads only the scratch the
@@ -540,7 +540,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
 // possible only when T == C, see the verify's fold rule) is emptied here and folded by
 // gdn_verify_kvbuffer_commit_fold_kernel, which reads the same scratch.
 constexpr int kCommitThreads = 256;
-constexpr int kCommitSlices = 8;  // blocks per row (blockIdx.y): enough loads in flight at small batch
+constexpr int kMaxCommitSlices = 8;  // blocks per row and layer at most (commit_slices, kernels/common.cuh)
 template <class E>
 __global__ void __launch_bounds__(kCommitThreads)
     gdn_verify_kvbuffer_commit_kernel(const __grid_constant__ LayerTable<GdnVerifyKVBufferParams> layers) {
@@ -576,7 +576,7 @@ __global__ void __launch_bounds__(kCommitThreads)
   uint4* buf_u = static_cast<uint4*>(p.buf_val);
   uint4* buf_k = static_cast<uint4*>(p.buf_k);
   constexpr int kBatch = 4;
-  const int stride = kCommitSlices * kCommitThreads;  // the row's slices share its chunks
+  const int stride = int(gridDim.y) * kCommitThreads;  // the row's slices share its chunks
   for (int base = blockIdx.y * kCommitThreads + threadIdx.x; base < total; base += kBatch * stride) {
     uint4 x[kBatch];
 #pragma unroll
@@ -748,7 +748,8 @@ void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams* layers, int count
     }
   // Programmatic dependent of the last verify (or of the fold kernels just above, which never
   // trigger early, so the copy still starts after the folds have finished).
-  const dim3 grid(unsigned(p.io.batch), kCommitSlices);
+  const int slices = commit_slices(long(p.io.batch) * count, kCommitThreads, kMaxCommitSlices);
+  const dim3 grid(unsigned(p.io.batch), unsigned(slices));
   if (bf16)
     launch_layers(gdn_verify_kvbuffer_commit_kernel<__nv_bfloat16>, layers, count, grid, dim3(kCommitThreads), stream, true);
   else

@@ -796,13 +796,13 @@ __device__ __forceinline__ int accepted_len(const Mamba2VerifyKVBufferParams& p,
   return min(max(p.accept.accept_len[row], 0), p.io.tokens);
 }
 
-// Commit, kCommitSlices blocks per request row and layer (grid z: the layer table's index): copies
+// Commit, gridDim.y blocks per request row and layer (grid z: the layer table's index): copies
 // the m accepted nodes' entries (B per group, x, G and dt per head) from the scratch to buffer
 // positions n0 .. n0+m-1 in 16-byte pieces, and sets fill and has_state. It reads only the scratch
 // the verify wrote. A buffer that becomes full (n0 + m == C, only when T == C) is folded by
 // mamba2_verify_kvbuffer_commit_fold_kernel instead.
 constexpr int kCommitThreads = 256;
-constexpr int kCommitSlices = 8;
+constexpr int kMaxCommitSlices = 8;  // blocks per row and layer at most (commit_slices, kernels/common.cuh)
 __global__ void __launch_bounds__(kCommitThreads)
     mamba2_verify_kvbuffer_commit_kernel(const __grid_constant__ LayerTable<Mamba2VerifyKVBufferParams> layers) {
   const Mamba2VerifyKVBufferParams& p = layers.layer[blockIdx.z];
@@ -835,7 +835,7 @@ __global__ void __launch_bounds__(kCommitThreads)
   uint4* buf_x = reinterpret_cast<uint4*>(p.buf_val);
   uint4* buf_b = reinterpret_cast<uint4*>(p.buf_k);
   constexpr int kBatch = 4;
-  const int stride = kCommitSlices * kCommitThreads;
+  const int stride = int(gridDim.y) * kCommitThreads;
   for (int base = blockIdx.y * kCommitThreads + threadIdx.x; base < total; base += kBatch * stride) {
     uint4 v[kBatch];
 #pragma unroll
@@ -1072,7 +1072,8 @@ void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams* layers, int
     }
   // Programmatic dependent of the last verify (or of the fold kernels just above, which never
   // trigger early, so the copy still starts after the folds have finished).
-  launch_layers(mamba2_verify_kvbuffer_commit_kernel, layers, count, dim3(unsigned(p.io.batch), kCommitSlices),
+  const int slices = commit_slices(long(p.io.batch) * count, kCommitThreads, kMaxCommitSlices);
+  launch_layers(mamba2_verify_kvbuffer_commit_kernel, layers, count, dim3(unsigned(p.io.batch), unsigned(slices)),
                 dim3(kCommitThreads), stream, true);
 }
 
