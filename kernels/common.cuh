@@ -85,6 +85,21 @@ void launch_layers(void (*kernel)(LayerTable<Params>), const Params* layers, int
   }
 }
 
+// Host: the refusals (std::invalid_argument) of a commit over a layer table: no layers, a layer that
+// validate(layer, who) refuses or without accept_len, or one whose shared launch shape (batch,
+// tokens, capacity; alike(layer, first) says) differs from the first layer's.
+template <class Params, class Validate, class Alike>
+void validate_commit_layers(const Params* layers, int count, const char* who, Validate validate, Alike alike) {
+  if (!layers || count < 1) throw std::invalid_argument(std::string(who) + ": no layers");
+  for (int l = 0; l < count; ++l) {
+    validate(layers[l], who);
+    if (!layers[l].accept.accept_len) throw std::invalid_argument(std::string(who) + ": accept_len is null");
+    if (!alike(layers[l], layers[0]))
+      throw std::invalid_argument(std::string(who) + ": layer " + std::to_string(l) +
+                                  " differs from the first in what one launch shares (batch, tokens, capacity; GDN: entries)");
+  }
+}
+
 // Host: blocks per request row and layer (grid y) of a commit over rows_layers rows x layers: the
 // fewest that make one wave of `threads`-thread blocks on the device's SMs, at most max_slices.
 // Every block pays a chain of dependent loads (the row's slot and base, the accepted nodes, a block

@@ -722,16 +722,11 @@ void gdn_verify_kvbuffer(const GdnVerifyKVBufferParams& p, cudaStream_t stream) 
 
 void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams* layers, int count, cudaStream_t stream) {
   const char* who = "gdn_verify_kvbuffer_commit";
-  if (!layers || count < 1) throw std::invalid_argument(std::string(who) + ": no layers");
-  const GdnVerifyKVBufferParams& p = layers[0];
-  for (int l = 0; l < count; ++l) {
-    const GdnVerifyKVBufferParams& q = layers[l];
-    validate(q, who);
-    if (!q.accept.accept_len) throw std::invalid_argument(std::string(who) + ": accept_len is null");
-    if (q.io.batch != p.io.batch || q.io.tokens != p.io.tokens || q.capacity != p.capacity || q.entry != p.entry)
-      throw std::invalid_argument(std::string(who) + ": layer " + std::to_string(l) +
-                                  "'s batch, tokens, capacity or entry type differ from the first layer's");
-  }
+  using Params = GdnVerifyKVBufferParams;
+  validate_commit_layers(layers, count, who, validate, [](const Params& q, const Params& p) {
+    return q.io.batch == p.io.batch && q.io.tokens == p.io.tokens && q.capacity == p.capacity && q.entry == p.entry;
+  });
+  const Params& p = layers[0];
   if (p.io.batch == 0) return;
   const bool bf16 = p.entry == EntryType::BF16;
   // The buffer can become full at the commit only when T == C (the verify folds when n + depth >= C):

@@ -1048,16 +1048,11 @@ bool mamba2_verify_kvbuffer_row_order_pays(const Mamba2VerifyKVBufferParams& p) 
 void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams* layers, int count, cudaStream_t stream) {
   using namespace mamba2_detail;
   const char* who = "mamba2_verify_kvbuffer_commit";
-  if (!layers || count < 1) throw std::invalid_argument(std::string(who) + ": no layers");
-  const Mamba2VerifyKVBufferParams& p = layers[0];
-  for (int l = 0; l < count; ++l) {
-    const Mamba2VerifyKVBufferParams& q = layers[l];
-    validate(q, who);
-    if (!q.accept.accept_len) throw std::invalid_argument(std::string(who) + ": accept_len is null");
-    if (q.io.batch != p.io.batch || q.io.tokens != p.io.tokens || q.capacity != p.capacity)
-      throw std::invalid_argument(std::string(who) + ": layer " + std::to_string(l) +
-                                  "'s batch, tokens or capacity differ from the first layer's");
-  }
+  using Params = Mamba2VerifyKVBufferParams;
+  validate_commit_layers(layers, count, who, validate, [](const Params& q, const Params& p) {
+    return q.io.batch == p.io.batch && q.io.tokens == p.io.tokens && q.capacity == p.capacity;
+  });
+  const Params& p = layers[0];
   if (p.io.batch == 0) return;
   // The buffer can become full at the commit only when T == C: the fold reads the scratch and the
   // buffer, which the copy kernel then leaves untouched for such rows.

@@ -61,9 +61,10 @@ struct CommitLayerTensors {
 // The rows' slots (one padding row) and accepted paths every layer shares: accept_len in 0..T,
 // accept_nodes in 1..T (read only where Params::accept takes them).
 struct CommitRows {
-  static constexpr int kRows = 5, kSlots = 8;
+  static constexpr int kRows = 5, kSlots = 8, kTokens = 4;
   DeviceBuffer slot, len, nodes, io;  // io: a stand-in for the token inputs, which no commit reads
-  CommitRows(int T, uint64_t seed) : slot(kRows * 4), len(kRows * 4), nodes(size_t(kRows) * T * 4), io(64) {
+  explicit CommitRows(uint64_t seed) : slot(kRows * 4), len(kRows * 4), nodes(size_t(kRows) * kTokens * 4), io(64) {
+    constexpr int T = kTokens;
     std::mt19937_64 rng(seed);
     std::vector<int32_t> l(kRows), n(size_t(kRows) * T);
     for (auto& m : l) m = int(rng() % (T + 1));
@@ -72,29 +73,37 @@ struct CommitRows {
   }
 };
 
-// make(tensors, rng) allocates one layer's tensors from rng and returns its Params; the fills are
-// tensor fill_index. Both sets draw layer l from the same seed. commit_one(p, stream) and
+// For T = CommitRows::kTokens and C = 16 and C = T (the commit's fold), `layers` layers of two
+// identical sets:
+// make(tensors, rng, C, rows) allocates one layer's tensors from rng and returns its Params (the
+// fills are tensor fill_index); both sets draw layer l from the same seed. commit_one(p, stream) and
 // commit_all(params, count, stream) are the family's two commits.
 template <class Params, class Make, class CommitOne, class CommitAll>
-void expect_layers_commit_equals_per_layer(int layers, uint64_t seed, size_t fill_index, Make make, CommitOne commit_one,
+void expect_layers_commit_equals_per_layer(int layers, size_t fill_index, Make make, CommitOne commit_one,
                                            CommitAll commit_all) {
-  std::deque<CommitLayerTensors> per_layer, at_once;
-  std::vector<Params> p_per_layer, p_at_once;
-  for (int l = 0; l < layers; ++l) {
-    std::mt19937_64 a(seed + l), b(seed + l);
-    p_per_layer.push_back(make(per_layer.emplace_back(), a));
-    p_at_once.push_back(make(at_once.emplace_back(), b));
-  }
-  const std::vector<int32_t> fills_before = per_layer[0].tensors[fill_index].download<int32_t>();
-  for (const Params& p : p_per_layer) commit_one(p, 0);
-  commit_all(p_at_once.data(), layers, 0);
-  KVB_CUDA_CHECK(cudaDeviceSynchronize());
-  EXPECT_NE(per_layer[0].tensors[fill_index].download<int32_t>(), fills_before) << "the commit changed no fill";
-  for (int l = 0; l < layers; ++l)
-    for (size_t t = 0; t < per_layer[l].tensors.size(); ++t) {
-      const auto x = per_layer[l].tensors[t].download<uint8_t>(), y = at_once[l].tensors[t].download<uint8_t>();
-      EXPECT_TRUE(x == y) << "layer " << l << " of " << layers << ", tensor " << t << " differs (seed " << seed << ")";
+  for (const int C : {16, CommitRows::kTokens}) {
+    SCOPED_TRACE("C = " + std::to_string(C));
+    const CommitRows rows(7 + C);
+    const uint64_t seed = 11 + C;
+    std::deque<CommitLayerTensors> per_layer, at_once;
+    std::vector<Params> p_per_layer, p_at_once;
+    for (int l = 0; l < layers; ++l) {
+      std::mt19937_64 a(seed + l), b(seed + l);
+      p_per_layer.push_back(make(per_layer.emplace_back(), a, C, rows));
+      p_at_once.push_back(make(at_once.emplace_back(), b, C, rows));
     }
+    const std::vector<int32_t> fills_before = per_layer[0].tensors[fill_index].download<int32_t>();
+    for (const Params& p : p_per_layer) commit_one(p, 0);
+    commit_all(p_at_once.data(), layers, 0);
+    KVB_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_NE(per_layer[0].tensors[fill_index].download<int32_t>(), fills_before) << "the commit changed no fill";
+    for (int l = 0; l < layers; ++l)
+      for (size_t t = 0; t < per_layer[l].tensors.size(); ++t) {
+        const auto x = per_layer[l].tensors[t].download<uint8_t>(), y = at_once[l].tensors[t].download<uint8_t>();
+        EXPECT_TRUE(x == y) << "layer " << l << " of " << layers << ", tensor " << t << " differs (seed " << seed
+                            << ")";
+      }
+  }
 }
 
 }  // namespace kvbuf::checks

@@ -110,39 +110,34 @@ TEST(GdnVerifyBadInput, UnsupportedShapesThrow) {
 // layer's pools as one commit per layer does; random scratch, bases and accepted nodes, a padding
 // row, T < C and T == C (the commit's fold).
 TEST(GdnVerifyCommitLayers, EqualsOneCommitPerLayer) {
-  const int layers = LayerTable<GdnVerifyKVBufferParams>::kMaxLayers + 2, T = 4;
-  const int B = checks::CommitRows::kRows, slots = checks::CommitRows::kSlots;
-  for (const int C : {16, T}) {
-    const checks::CommitRows rows(T, 7 + C);
-    auto make = [&](checks::CommitLayerTensors& l, std::mt19937_64& r) {
-      GdnVerifyKVBufferParams p;
-      GdnVerifyIO& io = p.io;
-      io.batch = B, io.tokens = T, io.H = 2, io.HV = 4, io.K = 64, io.V = 64;
-      io.slot = rows.slot.as<int32_t>();
-      io.q = io.k = io.v = io.out = rows.io.as<__nv_bfloat16>();
-      io.g = io.beta = rows.io.as<float>();
-      p.entry = EntryType::BF16;
-      p.capacity = C;
-      p.accept = GdnVerifyAccept{rows.len.as<int32_t>(), C == T ? nullptr : rows.nodes.as<int32_t>()};
-      const size_t entries = size_t(slots) * C, window = size_t(B) * T;
-      p.state = l.add_f32(size_t(slots) * io.HV * io.V * io.K, r, -1.f, 1.f);
-      p.buf_k = l.add_bf16(entries * io.H * io.K, r);
-      p.buf_val = l.add_bf16(entries * io.HV * io.V, r);
-      p.buf_gcum = l.add_f32(entries * io.HV, r, -2.f, 0.f);
-      p.fill = l.add_ints(slots, r, C);
-      p.has_state = l.add_ints(slots, r, 2);
-      p.win_k = l.add_bf16(window * io.H * io.K, r);
-      p.win_u = l.add_bf16(window * io.HV * io.V, r);
-      p.win_gcum = l.add_f32(window * io.HV, r, -2.f, 0.f);
-      p.win_base = l.add_bases(B, C, T, r);
-      return p;
-    };
-    SCOPED_TRACE("C = " + std::to_string(C));
-    checks::expect_layers_commit_equals_per_layer<GdnVerifyKVBufferParams>(
-        layers, 11 + C, 4, make,
-        [](const GdnVerifyKVBufferParams& p, cudaStream_t s) { gdn_verify_kvbuffer_commit(p, s); },
-        [](const GdnVerifyKVBufferParams* p, int n, cudaStream_t s) { gdn_verify_kvbuffer_commit(p, n, s); });
-  }
+  const int B = checks::CommitRows::kRows, slots = checks::CommitRows::kSlots, T = checks::CommitRows::kTokens;
+  auto make = [&](checks::CommitLayerTensors& l, std::mt19937_64& r, int C, const checks::CommitRows& rows) {
+    GdnVerifyKVBufferParams p;
+    GdnVerifyIO& io = p.io;
+    io.batch = B, io.tokens = T, io.H = 2, io.HV = 4, io.K = 64, io.V = 64;
+    io.slot = rows.slot.as<int32_t>();
+    io.q = io.k = io.v = io.out = rows.io.as<__nv_bfloat16>();
+    io.g = io.beta = rows.io.as<float>();
+    p.entry = EntryType::BF16;
+    p.capacity = C;
+    p.accept = GdnVerifyAccept{rows.len.as<int32_t>(), C == T ? nullptr : rows.nodes.as<int32_t>()};
+    const size_t entries = size_t(slots) * C, window = size_t(B) * T;
+    p.state = l.add_f32(size_t(slots) * io.HV * io.V * io.K, r, -1.f, 1.f);
+    p.buf_k = l.add_bf16(entries * io.H * io.K, r);
+    p.buf_val = l.add_bf16(entries * io.HV * io.V, r);
+    p.buf_gcum = l.add_f32(entries * io.HV, r, -2.f, 0.f);
+    p.fill = l.add_ints(slots, r, C);
+    p.has_state = l.add_ints(slots, r, 2);
+    p.win_k = l.add_bf16(window * io.H * io.K, r);
+    p.win_u = l.add_bf16(window * io.HV * io.V, r);
+    p.win_gcum = l.add_f32(window * io.HV, r, -2.f, 0.f);
+    p.win_base = l.add_bases(B, C, T, r);
+    return p;
+  };
+  checks::expect_layers_commit_equals_per_layer<GdnVerifyKVBufferParams>(
+      LayerTable<GdnVerifyKVBufferParams>::kMaxLayers + 2, 4, make,
+      [](const GdnVerifyKVBufferParams& p, cudaStream_t s) { gdn_verify_kvbuffer_commit(p, s); },
+      [](const GdnVerifyKVBufferParams* p, int n, cudaStream_t s) { gdn_verify_kvbuffer_commit(p, n, s); });
 }
 
 }  // namespace

@@ -153,40 +153,35 @@ TEST(Mamba2VerifyRowOrder, HeadGroupKernelFromOneAndAHalfWaves) {
 // layer's pools as one commit per layer does; random scratch, bases and accepted nodes, a padding
 // row, T < C and T == C (the commit's fold).
 TEST(Mamba2VerifyCommitLayers, EqualsOneCommitPerLayer) {
-  const int layers = LayerTable<Mamba2VerifyKVBufferParams>::kMaxLayers + 2, T = 4;
-  const int B = checks::CommitRows::kRows, slots = checks::CommitRows::kSlots;
-  for (const int C : {16, T}) {
-    const checks::CommitRows rows(T, 7 + C);
-    auto make = [&](checks::CommitLayerTensors& l, std::mt19937_64& r) {
-      Mamba2VerifyKVBufferParams p;
-      Mamba2VerifyIO& io = p.io;
-      io.batch = B, io.tokens = T, io.G = 2, io.NH = 4, io.P = 64, io.N = 64;
-      io.slot = rows.slot.as<int32_t>();
-      io.x = io.B = io.C = io.dt = io.out = rows.io.as<__nv_bfloat16>();
-      io.A = io.D = rows.io.as<float>();
-      p.capacity = C;
-      p.accept = Mamba2VerifyAccept{rows.len.as<int32_t>(), C == T ? nullptr : rows.nodes.as<int32_t>()};
-      const size_t entries = size_t(slots) * C, window = size_t(B) * T;
-      p.state = l.add_f32(size_t(slots) * io.NH * io.P * io.N, r, -1.f, 1.f);
-      p.buf_k = l.add_bf16(entries * io.G * io.N, r);
-      p.buf_val = l.add_bf16(entries * io.NH * io.P, r);
-      p.buf_gcum = l.add_f32(entries * io.NH, r, -2.f, 0.f);
-      p.buf_beta = l.add_f32(entries * io.NH, r, 0.01f, 1.f);
-      p.fill = l.add_ints(slots, r, C);
-      p.has_state = l.add_ints(slots, r, 2);
-      p.win_k = l.add_bf16(window * io.G * io.N, r);
-      p.win_u = l.add_bf16(window * io.NH * io.P, r);
-      p.win_gcum = l.add_f32(window * io.NH, r, -2.f, 0.f);
-      p.win_beta = l.add_f32(window * io.NH, r, 0.01f, 1.f);
-      p.win_base = l.add_bases(B, C, T, r);
-      return p;
-    };
-    SCOPED_TRACE("C = " + std::to_string(C));
-    checks::expect_layers_commit_equals_per_layer<Mamba2VerifyKVBufferParams>(
-        layers, 11 + C, 5, make,
-        [](const Mamba2VerifyKVBufferParams& p, cudaStream_t s) { mamba2_verify_kvbuffer_commit(p, s); },
-        [](const Mamba2VerifyKVBufferParams* p, int n, cudaStream_t s) { mamba2_verify_kvbuffer_commit(p, n, s); });
-  }
+  const int B = checks::CommitRows::kRows, slots = checks::CommitRows::kSlots, T = checks::CommitRows::kTokens;
+  auto make = [&](checks::CommitLayerTensors& l, std::mt19937_64& r, int C, const checks::CommitRows& rows) {
+    Mamba2VerifyKVBufferParams p;
+    Mamba2VerifyIO& io = p.io;
+    io.batch = B, io.tokens = T, io.G = 2, io.NH = 4, io.P = 64, io.N = 64;
+    io.slot = rows.slot.as<int32_t>();
+    io.x = io.B = io.C = io.dt = io.out = rows.io.as<__nv_bfloat16>();
+    io.A = io.D = rows.io.as<float>();
+    p.capacity = C;
+    p.accept = Mamba2VerifyAccept{rows.len.as<int32_t>(), C == T ? nullptr : rows.nodes.as<int32_t>()};
+    const size_t entries = size_t(slots) * C, window = size_t(B) * T;
+    p.state = l.add_f32(size_t(slots) * io.NH * io.P * io.N, r, -1.f, 1.f);
+    p.buf_k = l.add_bf16(entries * io.G * io.N, r);
+    p.buf_val = l.add_bf16(entries * io.NH * io.P, r);
+    p.buf_gcum = l.add_f32(entries * io.NH, r, -2.f, 0.f);
+    p.buf_beta = l.add_f32(entries * io.NH, r, 0.01f, 1.f);
+    p.fill = l.add_ints(slots, r, C);
+    p.has_state = l.add_ints(slots, r, 2);
+    p.win_k = l.add_bf16(window * io.G * io.N, r);
+    p.win_u = l.add_bf16(window * io.NH * io.P, r);
+    p.win_gcum = l.add_f32(window * io.NH, r, -2.f, 0.f);
+    p.win_beta = l.add_f32(window * io.NH, r, 0.01f, 1.f);
+    p.win_base = l.add_bases(B, C, T, r);
+    return p;
+  };
+  checks::expect_layers_commit_equals_per_layer<Mamba2VerifyKVBufferParams>(
+      LayerTable<Mamba2VerifyKVBufferParams>::kMaxLayers + 2, 5, make,
+      [](const Mamba2VerifyKVBufferParams& p, cudaStream_t s) { mamba2_verify_kvbuffer_commit(p, s); },
+      [](const Mamba2VerifyKVBufferParams* p, int n, cudaStream_t s) { mamba2_verify_kvbuffer_commit(p, n, s); });
 }
 
 }  // namespace
