@@ -16,7 +16,8 @@
 // per layer = sample time / (steps x layers). Each request row accepts a fixed number m of tokens
 // per step, drawn once from the acceptance rate a: m = 1 + the number of leading drafts accepted,
 // each with probability a (at most T - 1), so fills advance at different speeds and stagger
-// (initial fills are random in 0..C-1 too). Per accepted token = per step / E[m], E[m] = (1 - a^T) / (1 - a).
+// (initial fills are random in 0..C-1 too). Per accepted token = per step / E[m],
+// E[m] = (1 - a^T) / (1 - a).
 // Bytes per layer per step come from sim/bytes_model.h (bytes_verify_classic with the commit copy or,
 // in place, without it;
 // bytes_verify_kvbuffer at each request's fill under the kernels' fold rule (verify_kvbuffer_next_fill),

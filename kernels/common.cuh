@@ -96,16 +96,18 @@ void validate_commit_layers(const Params* layers, int count, const char* who, Va
     if (!layers[l].accept.accept_len) throw std::invalid_argument(std::string(who) + ": accept_len is null");
     if (!alike(layers[l], layers[0]))
       throw std::invalid_argument(std::string(who) + ": layer " + std::to_string(l) +
-                                  " differs from the first in what one launch shares (batch, tokens, capacity; GDN: entries)");
+                                  " differs from the first in what one launch shares" +
+                                  " (batch, tokens, capacity; GDN: entries)");
   }
 }
 
 // Host: blocks per request row and layer (grid y) of a commit over rows_layers rows x layers: the
-// fewest that make one wave of `threads`-thread blocks on the device's SMs, at most max_slices.
-// Every block pays a chain of dependent loads (the row's slot and base, the accepted nodes, a block
-// barrier) before its copies, so a step of many rows wants one block per row and layer (8 made 22
-// waves at batch 128 over 23 layers: 72.7 us per step, 1.9 TB/s), a small step several, to keep
-// loads in flight.
+// fewest that give every SM 2048 threads of `threads`-thread blocks, at most max_slices (the commit
+// kernels' registers hold 5 of their 256-thread blocks per SM, so that is about 1.6 waves, as
+// measured in 03b8a77). Every block pays a chain of dependent loads (the row's slot and base, the
+// accepted nodes, a block barrier) before its copies, so a step of many rows wants one block per
+// row and layer (8 made 22 of those 2048-thread rounds at batch 128 over 23 layers: 72.7 us per
+// step, 1.9 TB/s), a small step several, to keep loads in flight.
 inline int commit_slices(long rows_layers, int threads, int max_slices) {
   const long wave = long(multiprocessor_count()) * (2048 / threads);
   const long slices = (wave + rows_layers - 1) / rows_layers;

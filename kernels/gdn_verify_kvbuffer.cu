@@ -733,7 +733,7 @@ void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams* layers, int count
   // then the fold kernels run first, reading the scratch and buffer the copy kernel leaves untouched.
   if (p.io.tokens == p.capacity)
     for (int l = 0; l < count; ++l) {
-      const GdnVerifyKVBufferParams& q = layers[l];
+      const Params& q = layers[l];
       const size_t smem = size_t(q.capacity) * (q.io.K + 4 + kRows + 1) * sizeof(float);
       const unsigned blocks = unsigned(q.io.batch) * q.io.HV * (q.io.V / kRows);
       dispatch_head_dims<KeyHeadDims>(who, q.io.K, q.io.V, [&](auto K, auto) {

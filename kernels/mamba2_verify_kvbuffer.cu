@@ -1058,7 +1058,7 @@ void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams* layers, int
   // buffer, which the copy kernel then leaves untouched for such rows.
   if (p.io.tokens == p.capacity)
     for (int l = 0; l < count; ++l) {
-      const Mamba2VerifyKVBufferParams& q = layers[l];
+      const Params& q = layers[l];
       const dim3 grid(unsigned(q.io.P / kWarpRows), unsigned(q.io.NH), unsigned(q.io.batch));
       dispatch_verify_dims(q.io, who, [&](auto n) {
         constexpr int N = decltype(n)::value;
