@@ -752,8 +752,12 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     const float2* wf = s_wf + hh * KS * 32 + lane;
     for (int k = 0; k < ks_used; ++k) {
       const int e0 = 8 * k + fc, e1 = e0 + 4;
-      const float x0 = e0 < n_eff ? __bfloat162float(xb[8 * e0]) : e0 < ne ? __bfloat162float(xb[8 * (C + e0 - n_eff)]) : 0.f;
-      const float x1 = e1 < n_eff ? __bfloat162float(xb[8 * e1]) : e1 < ne ? __bfloat162float(xb[8 * (C + e1 - n_eff)]) : 0.f;
+      // Entry e's x: buffered at e, window node e - n_eff at C + e - n_eff; loaded unconditionally
+      // (the index capped at the last window node) and selected: the conditional loads compiled to
+      // branches, measured 1% slower at batches 64 and 256 (kernels/notes/mamba2_verify.md run 13).
+      const float xv0 = __bfloat162float(xb[8 * min(e0 < n_eff ? e0 : C + e0 - n_eff, CT - 1)]);
+      const float xv1 = __bfloat162float(xb[8 * min(e1 < n_eff ? e1 : C + e1 - n_eff, CT - 1)]);
+      const float x0 = e0 < ne ? xv0 : 0.f, x1 = e1 < ne ? xv1 : 0.f;
       const float2 w = wf[k * 32];
       mma_tf32x2_b(d, __float_as_uint(x0), 0u, __float_as_uint(x1), 0u, w.x, w.y);
     }
