@@ -47,10 +47,13 @@
 // CUDA graph, every layer's verify then one commit of all layers, the head-group kernel from batch
 // 38 with the folding rows first, results/verify_h200.csv): T = 5 [best C] 5.74 / 14.49 / 64.22 /
 // 115.14 / 223.73 / 429.83 us at batch 1 / 8 / 64 / 128 / 256 / 512; T = 4 at 128 111.24 us = 3.11x
-// classic (75% of copy), at 512 3.35x. Both kernels are bound by instruction issue with few resident warps (the head-group
-// kernel at 0.58 issued per scheduler and cycle); from batch 256 they run at the 700 W cap, where
+// classic (75% of copy), at 512 3.35x; eae6231 (the entries' x without branches) 0.3-1.3% faster
+// from batch 48 in an A/B, not in the preset. The head-group kernel issues 0.58 instructions per
+// scheduler and cycle, but 7% fewer instructions did not make it faster: a third of its stall
+// samples are exposed latency (its warps waiting for their S0 stage, 14%; the block prologue's
+// dependent loads behind barriers, ~18%). From batch 256 both kernels run at the 700 W cap, where
 // the same binary varies 1-6% between calls with the SM clock (kernels/notes/mamba2_verify.md runs
-// 7-12).
+// 7-13).
 #include <stdexcept>
 #include <string>
 
