@@ -65,8 +65,10 @@ class CapacityProbe {
     const int B = int(n), T = a_.drafts, H = s_.key_heads, HV = s_.value_heads, K = s_.head_k, V = s_.head_v;
     DeviceBuffer slot(size_t(B) * 4), q(size_t(B) * T * H * K * 2), k(q.bytes()), v(size_t(B) * T * HV * V * 2),
         g(size_t(B) * T * HV * 4), beta(g.bytes()), out(v.bytes()), len(size_t(B) * 4);
-    std::vector<int32_t> slots(B), lens(B, std::max(1, T - 1)), ones(B, 1);
-    for (int i = 0; i < B; ++i) slots[i] = i;
+    // lens filled in the loop: its fill constructor made GCC 12 (-O3) warn -Wfree-nonheap-object, a
+    // false positive.
+    std::vector<int32_t> slots(B), lens(B), ones(B, 1);
+    for (int i = 0; i < B; ++i) slots[i] = i, lens[i] = std::max(1, T - 1);
     slot.upload(slots);
     len.upload(lens);
     fill_uniform_bf16(q.as<void>(), q.bytes() / 2, 1, -1.f, 1.f);
