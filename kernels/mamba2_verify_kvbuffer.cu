@@ -753,16 +753,17 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     float d[4] = {t0 < T ? s0c.x * s_egwin[hh][t0] : 0.f, t0 + 1 < T ? s0c.y * s_egwin[hh][t0 + 1] : 0.f, 0.f, 0.f};
     const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(xw) + r;  // x_e of row r at xb[8 e]
     const float2* wf = s_wf + hh * KS * 32 + lane;
+    // Entry e's x: buffered at e, window node e - n_eff at C + e - n_eff; loaded unconditionally
+    // (the index capped at the last window node) and selected: the conditional loads compiled to
+    // branches, measured 1% slower at batches 64 and 256 (kernels/notes/mamba2_verify.md run 13).
+    auto entry_x = [&](int e) {
+      const float x = __bfloat162float(xb[8 * min(e < n_eff ? e : C + e - n_eff, CT - 1)]);
+      return e < ne ? x : 0.f;
+    };
     for (int k = 0; k < ks_used; ++k) {
       const int e0 = 8 * k + fc, e1 = e0 + 4;
-      // Entry e's x: buffered at e, window node e - n_eff at C + e - n_eff; loaded unconditionally
-      // (the index capped at the last window node) and selected: the conditional loads compiled to
-      // branches, measured 1% slower at batches 64 and 256 (kernels/notes/mamba2_verify.md run 13).
-      const float xv0 = __bfloat162float(xb[8 * min(e0 < n_eff ? e0 : C + e0 - n_eff, CT - 1)]);
-      const float xv1 = __bfloat162float(xb[8 * min(e1 < n_eff ? e1 : C + e1 - n_eff, CT - 1)]);
-      const float x0 = e0 < ne ? xv0 : 0.f, x1 = e1 < ne ? xv1 : 0.f;
       const float2 w = wf[k * 32];
-      mma_tf32x2_b(d, __float_as_uint(x0), 0u, __float_as_uint(x1), 0u, w.x, w.y);
+      mma_tf32x2_b(d, __float_as_uint(entry_x(e0)), 0u, __float_as_uint(entry_x(e1)), 0u, w.x, w.y);
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
