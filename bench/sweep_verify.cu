@@ -386,6 +386,7 @@ class VerifySweep {
       }
       mamba2_layers.push_back(mamba2_params(l));
       if (order_rows) mamba2_layers.back().row_order = row_order.as<int32_t>();
+      mamba2_layers.back().pools_ready_at_launch = l > 0;  // the kernel before: the previous layer's verify
     }
     // Every layer's verify, then one commit of all layers (the accepted lengths exist only once the
     // step's last layer has run; gdn_verify.h).

@@ -79,6 +79,12 @@ struct Mamba2VerifyKVBufferParams {
   // first: their blocks take about twice as long, and started first they leave the short ones for
   // the last wave.
   const int32_t* row_order = nullptr;
+  // The kernel before this one in the stream (a programmatic dependency) writes none of the pools
+  // below, row_order or io.slot: true for another layer's verify, false for the previous step's
+  // commit (a step's first layer). The head-group kernel's blocks then read their slot, fill,
+  // has_state, buffer entries and first S0 rows while that kernel finishes, and only the window's
+  // inputs after it.
+  bool pools_ready_at_launch = false;
   float* state = nullptr;            // [slots, NH, P, N] fp32
   __nv_bfloat16* buf_k = nullptr;    // B  [slots, C, G, N]
   __nv_bfloat16* buf_val = nullptr;  // x  [slots, C, NH, P]

@@ -118,13 +118,15 @@ constexpr int up16(int bytes) { return (bytes + 15) / 16 * 16; }
 __device__ __forceinline__ int fragment_row(int g) { return (g >> 1) + (g & 1) * (kWarpRows / 2); }
 
 // Lane 0: the warp's 8 S0 rows at src into its tile `dst` by two bulk copies (the halves) on `bar`
-// (initialised by the block before a block barrier). The proxy fence orders the warp's earlier
-// reads and writes of dst (a previous head's) before the copies' writes.
+// (initialised by the block before a block barrier). After the warp's own writes to dst (a fold's),
+// the proxy fence orders them before the copies' writes (`wrote`); reads need no fence (the values
+// are in registers before the __syncwarp that precedes the issue), and the fence (a MEMBAR) waits
+// for lane 0's loads in flight.
 template <int N>
-__device__ __forceinline__ void issue_s0_rows(float* dst, const float* src, uint64_t* bar) {
+__device__ __forceinline__ void issue_s0_rows(float* dst, const float* src, uint64_t* bar, bool wrote = true) {
   constexpr int kHalfRows = kWarpRows / 2;
   constexpr uint32_t kHalfBytes = kHalfRows * N * sizeof(float);
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  if (wrote) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   gdn_detail::expect_copy_bytes(bar, 2 * kHalfBytes);
 #pragma unroll
   for (int half = 0; half < 2; ++half)
@@ -580,11 +582,12 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // the kernel before, as the one-head kernel
+  // A programmatic dependent of the kernel before it, as the one-head kernel; when that kernel
+  // writes none of the pools (p.pools_ready_at_launch), the pools are read before the wait below.
+  if (!p.pools_ready_at_launch) asm volatile("griddepcontrol.wait;" ::: "memory");
   const int tile = blockIdx.x, HB = heads_per_block, h0 = blockIdx.y * HB;
   const int row = p.row_order ? p.row_order[blockIdx.z] : int(blockIdx.z);
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // the next kernel, as the one-head kernel
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G;
   const int heads_per_group = NH / G, g = h0 / heads_per_group;  // the block's heads share group g
   extern __shared__ __align__(128) unsigned char smem[];
@@ -605,13 +608,39 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   __shared__ unsigned s_path[kTMax];  // node t's root path (ancestors and t) as a bitmask
   __shared__ int s_fold;
 
-  // Phase 1, issue: the stages' mbarriers (thread 0, published by the block barrier below), then by
-  // cp.async what does not depend on the pools: the window's B and C (the group's), x and z (the
-  // heads'); warp 0's parents; the slot. Then at once each warp's S0 rows of the first heads by bulk
-  // copies, issued with fill and has_state (one round trip after the slot, not two: a row in direct
-  // mode reads its slot's unused rows and ignores them); then the heads' A, D and window dt, and the
-  // n buffered entries' B (the group's), x (the heads'), G_j and dt_j (the heads').
+  // Phase 1, issue: the stages' mbarriers (thread 0, published by the block barrier below), the
+  // slot, fill and has_state; at once each warp's S0 rows of the first heads by bulk copies, and by
+  // cp.async the n buffered entries' B (the group's), x (the heads'), G_j and dt_j (the heads'): the
+  // pools, read before the wait for the kernel before when it writes none of them. Then what the
+  // kernel before may produce: by cp.async the window's B and C (the group's), x (the heads'); the
+  // gates, warp 0's parents, the heads' A, D and window dt.
   if (threadIdx.x == 0) gdn_detail::tile_init(L.ring * warps, s_bars);
+  const int slot = io.slot[row];
+  int n = 0;
+  bool has_state = false;
+  if (slot >= 0) n = p.fill[slot], has_state = p.has_state[slot] != 0;
+  __syncthreads();  // the barriers' initialisation before any copy
+  auto stage = [&](int hh) { return s_stages + ((hh % kStages) * warps + warp) * warp_tile_floats<N>(); };
+  auto stage_bar = [&](int hh) { return s_bars + (hh % kStages) * warps + warp; };
+  auto s0_rows = [&](int hh) { return p.state + ((size_t(slot) * NH + h0 + hh) * P + p0) * N; };
+  if (slot >= 0) {
+    if (lane == 0)
+      for (int hh = 0; hh < HB && hh < kStages; ++hh) issue_s0_rows<N>(stage(hh), s0_rows(hh), stage_bar(hh));
+    const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + g) * N;  // B_j at + j G N
+    stage_buffer_b<N>(s_b, bk, n, G);
+    for (int i = threadIdx.x; i < n * HB * warps; i += blockDim.x) {
+      const int j = i / (HB * warps), hh = i / warps % HB, w = i % warps;
+      cp_async16(s_x + (hh * warps + w) * CT + j, p.buf_val + ((size_t(slot) * C + j) * NH + h0 + hh) * P + pb + w * R);
+    }
+    for (int i = threadIdx.x; i < n * HB; i += blockDim.x) {
+      const int j = i / HB, hh = i % HB;
+      const size_t src = (size_t(slot) * C + j) * NH + h0 + hh;
+      cp_async4(s_gbuf + hh * C + j, p.buf_gcum + src);
+      cp_async4(s_dtbuf + hh * C + j, p.buf_beta + src);
+    }
+  }
+  if (p.pools_ready_at_launch) asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // the next kernel, as the one-head kernel
   stage_window_bc<N>(s_b, s_cwin, io, row, g, C, T, G);
   for (int i = threadIdx.x; i < T * HB * warps; i += blockDim.x) {  // warps fastest: 16-byte pieces in order
     const int t = i / (HB * warps), hh = i / warps % HB, w = i % warps;
@@ -632,37 +661,16 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     return gate;
   };
   GatePair gate_next = load_gate(0);
-  int par_raw = 0;  // used after the S0 copies are issued (the one-head kernel's reason)
+  int par_raw = 0;  // used after the window's copies are issued (the one-head kernel's reason)
   if (warp == 0 && lane < T) par_raw = load_node_parent(io.parents ? io.parents + size_t(row) * T : nullptr, lane);
-  const int slot = io.slot[row];
   if (slot < 0) {
     cp_async_wait_all();
     for (int hh = 0; hh < HB; ++hh) zero_padding_outputs(io, row, h0 + hh, pb, rows);
     return;
   }
-  __syncthreads();  // the barriers' initialisation before any copy
-  auto stage = [&](int hh) { return s_stages + ((hh % kStages) * warps + warp) * warp_tile_floats<N>(); };
-  auto stage_bar = [&](int hh) { return s_bars + (hh % kStages) * warps + warp; };
-  auto s0_rows = [&](int hh) { return p.state + ((size_t(slot) * NH + h0 + hh) * P + p0) * N; };
-  if (lane == 0)
-    for (int hh = 0; hh < HB && hh < kStages; ++hh) issue_s0_rows<N>(stage(hh), s0_rows(hh), stage_bar(hh));
   const int par_lane = warp == 0 && lane < T ? parent_of(par_raw, lane) : -1;
-  const int n = p.fill[slot];
-  const bool has_state = p.has_state[slot] != 0;
   for (int i = threadIdx.x; i < HB * T; i += blockDim.x) s_dtwin[i / T][i % T] = verify_token_dt(io, row, i % T, h0 + i / T);
   if (threadIdx.x < HB) s_A[threadIdx.x] = io.A[h0 + threadIdx.x], s_D[threadIdx.x] = io.D[h0 + threadIdx.x];
-  const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + g) * N;  // B_j at + j G N
-  stage_buffer_b<N>(s_b, bk, n, G);
-  for (int i = threadIdx.x; i < n * HB * warps; i += blockDim.x) {
-    const int j = i / (HB * warps), hh = i / warps % HB, w = i % warps;
-    cp_async16(s_x + (hh * warps + w) * CT + j, p.buf_val + ((size_t(slot) * C + j) * NH + h0 + hh) * P + pb + w * R);
-  }
-  for (int i = threadIdx.x; i < n * HB; i += blockDim.x) {
-    const int j = i / HB, hh = i % HB;
-    const size_t src = (size_t(slot) * C + j) * NH + h0 + hh;
-    cp_async4(s_gbuf + hh * C + j, p.buf_gcum + src);
-    cp_async4(s_dtbuf + hh * C + j, p.buf_beta + src);
-  }
   cp_async_wait_all();
   __syncthreads();
 
@@ -749,7 +757,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     float2 s0c = make_float2(0.f, 0.f);
     if (has_state || fold) s0c = s0_product<N>(tile_rows, s_cp + tok * CPS + fc, fg, fc);  // else S0 = 0
     __syncwarp();  // every lane's reads of the stage before its refill
-    if (lane == 0 && hh + kStages < HB) issue_s0_rows<N>(tile_rows, s0_rows(hh + kStages), stage_bar(hh));
+    if (lane == 0 && hh + kStages < HB) issue_s0_rows<N>(tile_rows, s0_rows(hh + kStages), stage_bar(hh), fold);
     float d[4] = {t0 < T ? s0c.x * s_egwin[hh][t0] : 0.f, t0 + 1 < T ? s0c.y * s_egwin[hh][t0 + 1] : 0.f, 0.f, 0.f};
     const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(xw) + r;  // x_e of row r at xb[8 e]
     const float2* wf = s_wf + hh * KS * 32 + lane;

@@ -55,7 +55,9 @@ std::string qualified_name(const VerifyCase& c) {
 std::string describe(const VerifyCase& c) {
   std::ostringstream s;
   s << qualified_name(c) << ": G=" << c.G << " NH=" << c.NH << " P=" << c.P << " N=" << c.N;
-  if (c.method == VerifyMethod::KVBuffer) s << " C=" << c.C << " heads_per_block=" << c.heads_per_block << " row_order=" << c.row_order;
+  if (c.method == VerifyMethod::KVBuffer)
+    s << " C=" << c.C << " heads_per_block=" << c.heads_per_block << " row_order=" << c.row_order
+      << " pools_ready_at_launch=" << c.pools_ready_at_launch;
   if (c.method == VerifyMethod::Classic) s << " rows_per_warp=" << c.rows_per_warp;
   s << " T=" << c.T << " " << (c.tree ? "tree" : "chain") << " batch=" << c.batch << " pad_rows=" << c.pad_rows
     << " z=" << (c.z_gate ? "on" : "off") << " dt=" << checks::dt_regime_name(c.dt) << " rounds=" << c.rounds;
@@ -403,6 +405,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   p.io = rb.io(c, rows);
   p.capacity = C;
   p.heads_per_block = c.heads_per_block;
+  p.pools_ready_at_launch = c.pools_ready_at_launch;
   p.state = state.as<float>();
   p.buf_k = buf_k.as<__nv_bfloat16>(), p.buf_val = buf_x.as<__nv_bfloat16>();
   p.buf_gcum = buf_g.as<float>(), p.buf_beta = buf_dt.as<float>();
@@ -636,6 +639,10 @@ std::vector<VerifyCase> verify_cases(bool quick) {
     add(v, false);
     v.batch = 64, v.pad_rows = 3, v.z_gate = true, v.G = 8, v.NH = 8, v.row_order = true, v.name = "G8-NH8-C16-T5-b64-z";
     add(v, true);
+    // A group's 8 heads per block over 67 rows (3 padding), the pools read before the wait.
+    v.G = 1, v.heads_per_block = 8, v.pools_ready_at_launch = true, v.name = "G1-NH8-C16-T5-b64-z-h8-pools-first";
+    add(v, true);
+    v.G = 8, v.heads_per_block = 0, v.pools_ready_at_launch = false;
     v.row_order = false;
     v.G = 1, v.NH = 4, v.batch = 3, v.pad_rows = 1, v.C = 8, v.T = 3, v.heads_per_block = 4, v.name = "G1-C8-T3-b3-z-h4";
     add(v, false);
@@ -644,6 +651,9 @@ std::vector<VerifyCase> verify_cases(bool quick) {
     add(v, false);
     v.heads_per_block = 8, v.row_order = true, v.name = "nemotron-nano-shape-C16-T4-b3-z-h8";
     add(v, true);
+    v.pools_ready_at_launch = true, v.name = "nemotron-nano-shape-C16-T4-b3-z-h8-pools-first";
+    add(v, false);
+    v.pools_ready_at_launch = false;
     v.row_order = false;
     v.C = 4, v.T = 3, v.z_gate = false, v.name = "nemotron-nano-shape-C4-T3-b3-h8";
     add(v, false);
@@ -662,6 +672,9 @@ std::vector<VerifyCase> verify_cases(bool quick) {
     v.dt = DtRegime::Typical;
     v.tree = true, v.C = 16, v.T = 6, v.z_gate = true, v.heads_per_block = 2, v.row_order = true, v.name = "tree-C16-T6-b3-z-h2";
     add(v, true);
+    v.pools_ready_at_launch = true, v.name = "tree-C16-T6-b3-z-h2-pools-first";
+    add(v, false);
+    v.pools_ready_at_launch = false;
     v.row_order = false;
     v.C = 8, v.T = 8, v.z_gate = false, v.heads_per_block = 0, v.name = "tree-C8-T8-b3";
     add(v, false);

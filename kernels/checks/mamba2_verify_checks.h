@@ -23,6 +23,7 @@ struct VerifyCase {
   int C = 16;  // buffer capacity (KVBuffer only)
   int heads_per_block = 0;  // KVBuffer: heads per verify block (Mamba2VerifyKVBufferParams), 0 = the kernel's choice
   bool row_order = false;   // KVBuffer: rows launched in mamba2_verify_kvbuffer_order's order (checked too)
+  bool pools_ready_at_launch = false;  // KVBuffer: the pools read before the wait for the kernel before
   int rows_per_warp = 0;    // classic: state rows per warp (Mamba2VerifyClassicParams), 0 = the kernel's choice
   int T = 4;   // draft tokens (nodes) per round
   int batch = 3;     // requests
