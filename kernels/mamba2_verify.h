@@ -73,11 +73,11 @@ struct Mamba2VerifyKVBufferParams {
   // Heads per verify block (they share the staging, the tree and the dots): 0 = chosen from the
   // batch; else 1, 2, 4 or 8, dividing NH / G.
   int heads_per_block = 0;
-  // Optional launch order of the rows [2, B]: a permutation of 0..B-1, then those rows' io.slot
-  // (null: 0..B-1), a hint that changes no result: the head-group kernel starts its rows' blocks in
-  // this order and reads a row and its slot in one round trip (the one-head kernel ignores it:
-  // reading it cost 2-4% there). mamba2_verify_kvbuffer_order puts the rows that fold first: their
-  // blocks take about twice as long, and started first they leave the short ones for the last wave.
+  // Optional launch order of the rows, a permutation of 0..B-1 (null: 0..B-1), a hint that changes
+  // no result: the head-group kernel starts its rows' blocks in this order (the one-head kernel
+  // ignores it: reading it cost 2-4% there). mamba2_verify_kvbuffer_order puts the rows that fold
+  // first: their blocks take about twice as long, and started first they leave the short ones for
+  // the last wave.
   const int32_t* row_order = nullptr;
   // The kernel before this one in the stream (a programmatic dependency) writes none of the pools
   // below, row_order or io.slot: true for another layer's verify, false for the previous step's
@@ -101,10 +101,9 @@ struct Mamba2VerifyKVBufferParams {
   Mamba2VerifyAccept accept;       // commit only
 };
 void mamba2_verify_kvbuffer(const Mamba2VerifyKVBufferParams& p, cudaStream_t stream);
-// Writes row_order [2, B]: the rows whose verify folds (n > 0 and n + depth >= C, from p.fill and
-// the window's tree) first, then the others, each part in row order; then each of those rows'
-// io.slot. One small kernel, run once per step ahead of the layers: a request's fill is the same in
-// every layer.
+// Writes row_order [B]: the rows whose verify folds (n > 0 and n + depth >= C, from p.fill and the
+// window's tree) first, then the others, each part in row order. One small kernel, run once per
+// step ahead of the layers: a request's fill is the same in every layer.
 void mamba2_verify_kvbuffer_order(const Mamba2VerifyKVBufferParams& p, int32_t* row_order, cudaStream_t stream);
 // Whether the order pays for p: where the verify takes its head-group kernel (a grid of 4 or 8
 // heads per block that fills 1.5 waves, or heads_per_block > 1); the one-head kernel does not read it.

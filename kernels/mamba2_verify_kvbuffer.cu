@@ -118,13 +118,15 @@ constexpr int up16(int bytes) { return (bytes + 15) / 16 * 16; }
 __device__ __forceinline__ int fragment_row(int g) { return (g >> 1) + (g & 1) * (kWarpRows / 2); }
 
 // Lane 0: the warp's 8 S0 rows at src into its tile `dst` by two bulk copies (the halves) on `bar`
-// (initialised by the block before a block barrier). The proxy fence orders the warp's earlier
-// reads and writes of dst (a previous head's) before the copies' writes.
+// (initialised by the block before a block barrier). After the warp's own writes to dst (a fold's),
+// the proxy fence orders them before the copies' writes (`wrote`); reads need no fence (the values
+// are in registers before the __syncwarp that precedes the issue), and the fence (a MEMBAR) waits
+// for lane 0's loads in flight.
 template <int N>
-__device__ __forceinline__ void issue_s0_rows(float* dst, const float* src, uint64_t* bar) {
+__device__ __forceinline__ void issue_s0_rows(float* dst, const float* src, uint64_t* bar, bool wrote = true) {
   constexpr int kHalfRows = kWarpRows / 2;
   constexpr uint32_t kHalfBytes = kHalfRows * N * sizeof(float);
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  if (wrote) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   gdn_detail::expect_copy_bytes(bar, 2 * kHalfBytes);
 #pragma unroll
   for (int half = 0; half < 2; ++half)
@@ -584,9 +586,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   // writes none of the pools (p.pools_ready_at_launch), the pools are read before the wait below.
   if (!p.pools_ready_at_launch) asm volatile("griddepcontrol.wait;" ::: "memory");
   const int tile = blockIdx.x, HB = heads_per_block, h0 = blockIdx.y * HB;
-  // The row and its slot: both from the launch order when given (one round trip, not two).
   const int row = p.row_order ? p.row_order[blockIdx.z] : int(blockIdx.z);
-  const int slot = p.row_order ? p.row_order[io.batch + blockIdx.z] : io.slot[row];
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G;
   const int heads_per_group = NH / G, g = h0 / heads_per_group;  // the block's heads share group g
@@ -615,6 +615,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   // kernel before may produce: by cp.async the window's B and C (the group's), x (the heads'); the
   // gates, warp 0's parents, the heads' A, D and window dt.
   if (threadIdx.x == 0) gdn_detail::tile_init(L.ring * warps, s_bars);
+  const int slot = io.slot[row];
   int n = 0;
   bool has_state = false;
   if (slot >= 0) n = p.fill[slot], has_state = p.has_state[slot] != 0;
@@ -756,7 +757,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     float2 s0c = make_float2(0.f, 0.f);
     if (has_state || fold) s0c = s0_product<N>(tile_rows, s_cp + tok * CPS + fc, fg, fc);  // else S0 = 0
     __syncwarp();  // every lane's reads of the stage before its refill
-    if (lane == 0 && hh + kStages < HB) issue_s0_rows<N>(tile_rows, s0_rows(hh + kStages), stage_bar(hh));
+    if (lane == 0 && hh + kStages < HB) issue_s0_rows<N>(tile_rows, s0_rows(hh + kStages), stage_bar(hh), fold);
     float d[4] = {t0 < T ? s0c.x * s_egwin[hh][t0] : 0.f, t0 + 1 < T ? s0c.y * s_egwin[hh][t0 + 1] : 0.f, 0.f, 0.f};
     const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(xw) + r;  // x_e of row r at xb[8 e]
     const float2* wf = s_wf + hh * KS * 32 + lane;
@@ -1010,11 +1011,7 @@ __global__ void __launch_bounds__(kOrderThreads)
   int folds_before, folds_total;
   Scan(scan).ExclusiveSum(__popcll(folds), folds_before, folds_total);
   int at_fold = folds_before, at_rest = folds_total + first - folds_before;
-  for (int r = first; r < last; ++r) {
-    const int at = (folds >> (r - first) & 1) ? at_fold++ : at_rest++;
-    row_order[at] = r;
-    row_order[B + at] = p.io.slot[r];
-  }
+  for (int r = first; r < last; ++r) row_order[(folds >> (r - first) & 1) ? at_fold++ : at_rest++] = r;
 }
 
 }  // namespace
