@@ -89,6 +89,7 @@ constexpr int kStages = 1;
 // faster than 4 heads at 3.9, but at 1.3 waves (batch 64) 4.4% slower than 4 heads at 2.6; 4 heads at
 // 1.3 waves (batch 32) 4% slower than the one-head kernel (kernels/notes/mamba2_verify.md run 11).
 constexpr int kGroupMinHeadsPerBlock = 4;
+constexpr int kL2PrefetchHeads = 1;
 constexpr double kGroupMinWaves = 1.5;
 
 // ---- Pieces shared by the two verify kernels.
@@ -117,16 +118,19 @@ constexpr int up16(int bytes) { return (bytes + 15) / 16 * 16; }
 // and i + 4.
 __device__ __forceinline__ int fragment_row(int g) { return (g >> 1) + (g & 1) * (kWarpRows / 2); }
 
+// `bytes` (a multiple of 16) at global `src` into L2, no completion to wait for.
+__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
+
 // Lane 0: the warp's 8 S0 rows at src into its tile `dst` by two bulk copies (the halves) on `bar`
-// (initialised by the block before a block barrier). After the warp's own writes to dst (a fold's),
-// the proxy fence orders them before the copies' writes (`wrote`); reads need no fence (the values
-// are in registers before the __syncwarp that precedes the issue), and the fence (a MEMBAR) waits
-// for lane 0's loads in flight.
+// (initialised by the block before a block barrier). The proxy fence orders the warp's earlier
+// reads and writes of dst (a previous head's) before the copies' writes.
 template <int N>
-__device__ __forceinline__ void issue_s0_rows(float* dst, const float* src, uint64_t* bar, bool wrote = true) {
+__device__ __forceinline__ void issue_s0_rows(float* dst, const float* src, uint64_t* bar) {
   constexpr int kHalfRows = kWarpRows / 2;
   constexpr uint32_t kHalfBytes = kHalfRows * N * sizeof(float);
-  if (wrote) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   gdn_detail::expect_copy_bytes(bar, 2 * kHalfBytes);
 #pragma unroll
   for (int half = 0; half < 2; ++half)
@@ -577,7 +581,8 @@ struct GroupSmem {
 
 template <int N>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
-    mamba2_verify_kvbuffer_group_kernel(const Mamba2VerifyKVBufferParams p, const int heads_per_block, const GroupSmem L) {
+    mamba2_verify_kvbuffer_group_kernel(const Mamba2VerifyKVBufferParams p, const int heads_per_block, const GroupSmem L,
+                                        const int first_wave_blocks) {
   constexpr int R = kWarpRows, CPS = c_pair_stride(N);
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, rows = warps * R;
@@ -626,6 +631,13 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   if (slot >= 0) {
     if (lane == 0)
       for (int hh = 0; hh < HB && hh < kStages; ++hh) issue_s0_rows<N>(stage(hh), s0_rows(hh), stage_bar(hh));
+    // The first wave's blocks (the lowest block indices, dispatched first) of a layer whose pools are
+    // ready at launch wait for the kernel before while its last blocks run: the next heads' S0 rows
+    // go to L2 meanwhile.
+    const int block = int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+    if (p.pools_ready_at_launch && block < first_wave_blocks && threadIdx.x == 0)
+      for (int hh = kStages; hh < HB && hh < kStages + kL2PrefetchHeads; ++hh)
+        prefetch_l2(p.state + ((size_t(slot) * NH + h0 + hh) * P + pb) * N, uint32_t(rows) * N * sizeof(float));
     const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + g) * N;  // B_j at + j G N
     stage_buffer_b<N>(s_b, bk, n, G);
     for (int i = threadIdx.x; i < n * HB * warps; i += blockDim.x) {
@@ -757,7 +769,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     float2 s0c = make_float2(0.f, 0.f);
     if (has_state || fold) s0c = s0_product<N>(tile_rows, s_cp + tok * CPS + fc, fg, fc);  // else S0 = 0
     __syncwarp();  // every lane's reads of the stage before its refill
-    if (lane == 0 && hh + kStages < HB) issue_s0_rows<N>(tile_rows, s0_rows(hh + kStages), stage_bar(hh), fold);
+    if (lane == 0 && hh + kStages < HB) issue_s0_rows<N>(tile_rows, s0_rows(hh + kStages), stage_bar(hh));
     float d[4] = {t0 < T ? s0c.x * s_egwin[hh][t0] : 0.f, t0 + 1 < T ? s0c.y * s_egwin[hh][t0 + 1] : 0.f, 0.f, 0.f};
     const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(xw) + r;  // x_e of row r at xb[8 e]
     const float2* wf = s_wf + hh * KS * 32 + lane;
@@ -1034,8 +1046,10 @@ void mamba2_verify_kvbuffer(const Mamba2VerifyKVBufferParams& p, cudaStream_t st
     } else {
       const dim3 grid(unsigned(p.io.P / rows), unsigned(p.io.NH / heads), unsigned(p.io.batch));
       const GroupSmem layout(p.io.N, p.capacity, rows, p.io.tokens, heads);
+      const int first_wave = resident_blocks(mamba2_verify_kvbuffer_group_kernel<N>, int(decode_block(rows).x),
+                                             size_t(layout.bytes)) * multiprocessor_count();
       launch_kernel(mamba2_verify_kvbuffer_group_kernel<N>, grid, decode_block(rows), size_t(layout.bytes), stream, true,
-                    p, heads, layout);
+                    p, heads, layout, first_wave);
     }
   });
 }
