@@ -611,7 +611,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   __shared__ float s_gwin[kMaxHeadsPerBlock][kTMax], s_dtwin[kMaxHeadsPerBlock][kTMax], s_egwin[kMaxHeadsPerBlock][kTMax];
   __shared__ float s_A[kMaxHeadsPerBlock], s_D[kMaxHeadsPerBlock];
   __shared__ unsigned s_path[kTMax];  // node t's root path (ancestors and t) as a bitmask
-  __shared__ int s_fold;
+  __shared__ int s_fold, s_fold_from;  // the row folds; its heads' folds from s_fold_from on (head 0's may run early)
 
   // Phase 1, issue: the stages' mbarriers (thread 0, published by the block barrier below), the
   // slot, fill and has_state; at once each warp's S0 rows of the first heads by bulk copies, and by
@@ -628,14 +628,15 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   auto stage = [&](int hh) { return s_stages + ((hh % kStages) * warps + warp) * warp_tile_floats<N>(); };
   auto stage_bar = [&](int hh) { return s_bars + (hh % kStages) * warps + warp; };
   auto s0_rows = [&](int hh) { return p.state + ((size_t(slot) * NH + h0 + hh) * P + p0) * N; };
+  const bool first_wave = p.pools_ready_at_launch &&
+                          int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) < first_wave_blocks;
   if (slot >= 0) {
     if (lane == 0)
       for (int hh = 0; hh < HB && hh < kStages; ++hh) issue_s0_rows<N>(stage(hh), s0_rows(hh), stage_bar(hh));
     // The first wave's blocks (the lowest block indices, dispatched first) of a layer whose pools are
     // ready at launch wait for the kernel before while its last blocks run: the next heads' S0 rows
     // go to L2 meanwhile.
-    const int block = int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
-    if (p.pools_ready_at_launch && block < first_wave_blocks && threadIdx.x == 0)
+    if (first_wave && threadIdx.x == 0)
       for (int hh = kStages; hh < HB && hh < kStages + kL2PrefetchHeads; ++hh)
         prefetch_l2(p.state + ((size_t(slot) * NH + h0 + hh) * P + pb) * N, uint32_t(rows) * N * sizeof(float));
     const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + g) * N;  // B_j at + j G N
@@ -650,6 +651,17 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
       cp_async4(s_gbuf + hh * C + j, p.buf_gcum + src);
       cp_async4(s_dtbuf + hh * C + j, p.buf_beta + src);
     }
+  }
+  // A first-wave block of chains whose row folds: the first head's fold needs only the pools (a
+  // chain's depth is T), so it runs while the kernel before finishes.
+  const bool early_fold = first_wave && slot >= 0 && !io.parents && verify_folds_first(C, T, n);
+  if (early_fold) {
+    cp_async_wait_all();
+    __syncthreads();
+    for (int j = threadIdx.x; j < n; j += blockDim.x) s_fw[j] = expf(s_gbuf[n - 1] - s_gbuf[j]) * s_dtbuf[j];
+    __syncthreads();
+    gdn_detail::tile_wait(stage_bar(0), 0);
+    fold_warp_rows<N, kWarpRows>(stage(0), s0_rows(0), s_b, s_x + warp * CT, s_fw, expf(s_gbuf[n - 1]), has_state, n, lane);
   }
   if (p.pools_ready_at_launch) asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // the next kernel, as the one-head kernel
@@ -693,7 +705,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     int depth;
     const unsigned path = node_path(par_lane, T, lane, depth);
     if (lane < T) s_path[lane] = path;
-    if (lane == 0) s_fold = verify_folds_first(C, depth, n);
+    if (lane == 0) s_fold = verify_folds_first(C, depth, n), s_fold_from = early_fold ? 1 : 0;
   }
   if (warp > 0 || warps == 1)
     layout_c_pairs<N>(s_cp, s_cwin, T, int(threadIdx.x) - (warps > 1 ? 32 : 0), warps > 1 ? int(blockDim.x) - 32 : 32);
@@ -760,7 +772,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     gdn_detail::tile_wait(stage_bar(hh), (hh / kStages) & 1);
 
     // Phase 5, fold when due, written to the pool once and to the stage for the outputs.
-    if (fold)
+    if (fold && hh >= s_fold_from)
       fold_warp_rows<N, kWarpRows>(tile_rows, p.state + ((size_t(slot) * NH + h) * P + p0) * N, s_b, xw, s_fw + hh * C,
                         expf(s_gbuf[hh * C + n - 1]), has_state, n, lane);
 
