@@ -89,7 +89,6 @@ constexpr int kStages = 1;
 // faster than 4 heads at 3.9, but at 1.3 waves (batch 64) 4.4% slower than 4 heads at 2.6; 4 heads at
 // 1.3 waves (batch 32) 4% slower than the one-head kernel (kernels/notes/mamba2_verify.md run 11).
 constexpr int kGroupMinHeadsPerBlock = 4;
-constexpr int kL2PrefetchHeads = 1;
 constexpr double kGroupMinWaves = 1.5;
 
 // ---- Pieces shared by the two verify kernels.
@@ -117,11 +116,6 @@ constexpr int up16(int bytes) { return (bytes + 15) / 16 * 16; }
 // The tile row that fragment row g (mma.h's lane / 4) holds: rows 2 i and 2 i + 1 are tile rows i
 // and i + 4.
 __device__ __forceinline__ int fragment_row(int g) { return (g >> 1) + (g & 1) * (kWarpRows / 2); }
-
-// `bytes` (a multiple of 16) at global `src` into L2, no completion to wait for.
-__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
 
 // Lane 0: the warp's 8 S0 rows at src into its tile `dst` by two bulk copies (the halves) on `bar`
 // (initialised by the block before a block barrier). The proxy fence orders the warp's earlier
@@ -628,17 +622,13 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   auto stage = [&](int hh) { return s_stages + ((hh % kStages) * warps + warp) * warp_tile_floats<N>(); };
   auto stage_bar = [&](int hh) { return s_bars + (hh % kStages) * warps + warp; };
   auto s0_rows = [&](int hh) { return p.state + ((size_t(slot) * NH + h0 + hh) * P + p0) * N; };
+  // The first wave's blocks (the lowest indices, dispatched first) of a layer whose pools are ready
+  // at launch start while the kernel before runs its last blocks, and wait for it.
   const bool first_wave = p.pools_ready_at_launch &&
                           int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) < first_wave_blocks;
   if (slot >= 0) {
     if (lane == 0)
       for (int hh = 0; hh < HB && hh < kStages; ++hh) issue_s0_rows<N>(stage(hh), s0_rows(hh), stage_bar(hh));
-    // The first wave's blocks (the lowest block indices, dispatched first) of a layer whose pools are
-    // ready at launch wait for the kernel before while its last blocks run: the next heads' S0 rows
-    // go to L2 meanwhile.
-    if (first_wave && threadIdx.x == 0)
-      for (int hh = kStages; hh < HB && hh < kStages + kL2PrefetchHeads; ++hh)
-        prefetch_l2(p.state + ((size_t(slot) * NH + h0 + hh) * P + pb) * N, uint32_t(rows) * N * sizeof(float));
     const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + g) * N;  // B_j at + j G N
     stage_buffer_b<N>(s_b, bk, n, G);
     for (int i = threadIdx.x; i < n * HB * warps; i += blockDim.x) {
@@ -652,8 +642,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
       cp_async4(s_dtbuf + hh * C + j, p.buf_beta + src);
     }
   }
-  // A first-wave block of chains whose row folds: the first head's fold needs only the pools (a
-  // chain's depth is T), so it runs while the kernel before finishes.
+  // A first-wave block of chains whose row folds: its first head's fold needs only the pools (a
+  // chain's depth is T), so it runs while the kernel before finishes (the head loop folds the others).
   const bool early_fold = first_wave && slot >= 0 && !io.parents && verify_folds_first(C, T, n);
   if (early_fold) {
     cp_async_wait_all();
