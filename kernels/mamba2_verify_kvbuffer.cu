@@ -583,6 +583,10 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
   // A programmatic dependent of the kernel before it, as the one-head kernel; when that kernel
   // writes none of the pools (p.pools_ready_at_launch), the pools are read before the wait below.
+  // The next kernel may launch as soon as every block of this grid has started (it waits for this
+  // grid's completion before reading anything): its first blocks then take the SM slots this
+  // grid's last blocks free.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   if (!p.pools_ready_at_launch) asm volatile("griddepcontrol.wait;" ::: "memory");
   const int tile = blockIdx.x, HB = heads_per_block, h0 = blockIdx.y * HB;
   const int row = p.row_order ? p.row_order[blockIdx.z] : int(blockIdx.z);
@@ -654,7 +658,6 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     fold_warp_rows<N, kWarpRows>(stage(0), s0_rows(0), s_b, s_x + warp * CT, s_fw, expf(s_gbuf[n - 1]), has_state, n, lane);
   }
   if (p.pools_ready_at_launch) asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // the next kernel, as the one-head kernel
   stage_window_bc<N>(s_b, s_cwin, io, row, g, C, T, G);
   for (int i = threadIdx.x; i < T * HB * warps; i += blockDim.x) {  // warps fastest: 16-byte pieces in order
     const int t = i / (HB * warps), hh = i / warps % HB, w = i % warps;
