@@ -39,21 +39,26 @@
 // scratch for the commit. A model step runs every layer's verify, then one commit of all layers
 // (mamba2_verify.h); each kernel is a programmatic dependent of the kernel before it (the previous
 // layer's verify, or the previous step's commit, which lets it launch once the verify it follows is
-// complete): it waits for that kernel at its first instruction, so only its launch and block
-// dispatch overlap.
+// complete). The one-head kernel waits for that kernel at its first instruction. The head-group
+// kernel lets the next kernel launch at its first instruction; where the kernel before writes none
+// of its pools (Params::pools_ready_at_launch: the previous layer's verify), it reads its slot,
+// fill, buffered entries and first S0 rows before it waits, and a first-wave block of folding
+// chains folds its first head then: a layer's first wave of blocks starts while the previous
+// layer's last blocks run, and only the window's inputs wait for that layer.
 // Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
 // scratch written (T (P + N) 2 + 8 T); a fold writes S0 once.
-// Measured (the paper preset, commit 86218fb5d001, H200, Nemotron-3 Nano shapes, 23 layer pools per
-// CUDA graph, every layer's verify then one commit of all layers, the head-group kernel from batch
-// 38 with the folding rows first, results/verify_h200.csv): T = 5 [best C] 5.74 / 14.49 / 64.22 /
-// 115.14 / 223.73 / 429.83 us at batch 1 / 8 / 64 / 128 / 256 / 512; T = 4 at 128 111.24 us = 3.11x
-// classic (75% of copy), at 512 3.35x; eae6231 (the entries' x without branches) 0.3-1.3% faster
-// from batch 48 in an A/B, not in the preset. The head-group kernel issues 0.58 instructions per
-// scheduler and cycle, but 7% fewer instructions did not make it faster: a third of its stall
-// samples are exposed latency (its warps waiting for their S0 stage, 14%; the block prologue's
-// dependent loads behind barriers, ~18%). From batch 256 both kernels run at the 700 W cap, where
-// the same binary varies 1-6% between calls with the SM clock (kernels/notes/mamba2_verify.md runs
-// 7-13).
+// Measured (the paper preset restricted to this kernel, commit f855cd37d70c, H200, Nemotron-3 Nano
+// shapes, 23 layer pools per CUDA graph, every layer's verify then one commit of all layers, the
+// head-group kernel from batch 38 with the folding rows first, results/verify_h200.csv): T = 5
+// [best C] 5.79 / 14.62 / 58.20 / 106.73 / 209.09 / 405.56 us at batch 1 / 8 / 64 / 128 / 256 /
+// 512; T = 4 at 128 102.98 us = 3.36x classic (82% of copy) and 1.28x the decode step (80.16), at
+// 512 3.48x. Reading the pools before the wait took batch 64 / 128 from 61.5 / 109.5 to 56.9 /
+// 104.9 us (T = 4, one call); the first head's early fold and the early launch of the next kernel
+// about 2% more at 128. The head-group kernel issues 0.58 instructions per scheduler and cycle, but 7%
+// fewer instructions did not make it faster: a third of its stall samples are exposed latency (its
+// warps waiting for their S0 stage, 14%; the block prologue's dependent loads behind barriers,
+// ~18%). From batch 256 both kernels run at the 700 W cap, where the same binary varies 1-6% between
+// calls with the SM clock (kernels/notes/mamba2_verify.md runs 7-14).
 #include <stdexcept>
 #include <string>
 
