@@ -80,10 +80,11 @@ struct Mamba2VerifyKVBufferParams {
   // the last wave.
   const int32_t* row_order = nullptr;
   // The kernel before this one in the stream (a programmatic dependency) writes none of the pools
-  // below, row_order or io.slot: true for another layer's verify, false for the previous step's
-  // commit (a step's first layer). The head-group kernel's blocks then read their slot, fill,
-  // has_state, buffer entries and first S0 rows while that kernel finishes, and only the window's
-  // inputs after it.
+  // below, row_order or io.slot, and was launched only once every kernel that writes them had
+  // completed: true for every layer's verify but a step's first (the previous layer's verify; a
+  // step's first layer, false, lets the next one launch only after it has waited for the previous
+  // step's commit). The head-group kernel's blocks then read their slot, fill, has_state, buffered
+  // entries and first S0 rows while that kernel finishes, and only the window's inputs after it.
   bool pools_ready_at_launch = false;
   float* state = nullptr;            // [slots, NH, P, N] fp32
   __nv_bfloat16* buf_k = nullptr;    // B  [slots, C, G, N]

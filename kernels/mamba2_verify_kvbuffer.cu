@@ -588,11 +588,13 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   const int fg = lane >> 2, fc = lane & 3;  // the lane's fragment row and column group (mma.h)
   // A programmatic dependent of the kernel before it, as the one-head kernel; when that kernel
   // writes none of the pools (p.pools_ready_at_launch), the pools are read before the wait below.
-  // The next kernel may launch as soon as every block of this grid has started (it waits for this
-  // grid's completion before reading anything): its first blocks then take the SM slots this
-  // grid's last blocks free.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  // The next kernel may launch once every block of this grid has passed this point (it waits for
+  // this grid's completion before reading anything this grid writes): its first blocks then take
+  // the SM slots this grid's last blocks free. Without ready pools, only after the wait: the next
+  // kernel, another layer's verify that reads its pools before its own wait, must not launch while
+  // a kernel that writes them (the previous step's commit) may still run.
   if (!p.pools_ready_at_launch) asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int tile = blockIdx.x, HB = heads_per_block, h0 = blockIdx.y * HB;
   const int row = p.row_order ? p.row_order[blockIdx.z] : int(blockIdx.z);
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
