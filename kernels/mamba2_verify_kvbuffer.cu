@@ -288,6 +288,11 @@ __device__ __forceinline__ void fold_warp_rows(float* tile_rows, float* state_ro
   __syncwarp();  // the outputs read the rows across lanes
 }
 
+// The fold's weight of buffered entry j of n, e^{G_{n-1} - G_j} dt_j (g, dt: one head's G_j, dt_j).
+__device__ __forceinline__ float fold_weight(const float* g, const float* dt, int n, int j) {
+  return expf(g[n - 1] - g[j]) * dt[j];
+}
+
 // W[t][e] = e^{G_t - G_e} dt_e (C_t . B_e) for entry e of node t (dot = C_t . B_e): buffered
 // entries (e < n_eff) always, window node q = e - n_eff when on t's root path, + D for t itself.
 __device__ __forceinline__ float entry_coefficient(float dot, int e, int n_eff, int t, unsigned path_t, float G_t,
@@ -447,7 +452,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
     const float G_t = (n_eff > 0 ? s_gbuf[n_eff - 1] : 0.f) + gsum;
     if (t < T) s_gwin[t] = G_t, s_dtwin[t] = dt_lane, s_egwin[t] = expf(G_t), s_path[t] = path;
     if (fold)
-      for (int j = lane; j < n; j += 32) s_fw[j] = expf(s_gbuf[n - 1] - s_gbuf[j]) * s_dtbuf[j];
+      for (int j = lane; j < n; j += 32) s_fw[j] = fold_weight(s_gbuf, s_dtbuf, n, j);
     if (lane == 0) s_fold = fold, s_neff = n_eff;
   }
   if (warp > 0 || warps == 1)
@@ -659,7 +664,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   if (early_fold) {
     cp_async_wait_all();
     __syncthreads();
-    for (int j = threadIdx.x; j < n; j += blockDim.x) s_fw[j] = expf(s_gbuf[n - 1] - s_gbuf[j]) * s_dtbuf[j];
+    for (int j = threadIdx.x; j < n; j += blockDim.x) s_fw[j] = fold_weight(s_gbuf, s_dtbuf, n, j);
     __syncthreads();
     gdn_detail::tile_wait(stage_bar(0), 0);
     fold_warp_rows<N, kWarpRows>(stage(0), s0_rows(0), s_b, s_x + warp * CT, s_fw, expf(s_gbuf[n - 1]), has_state, n, lane);
@@ -729,7 +734,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   if (fold)
     for (int i = threadIdx.x; i < HB * n; i += blockDim.x) {
       const int hh = i / n, j = i % n;
-      s_fw[hh * C + j] = expf(s_gbuf[hh * C + n - 1] - s_gbuf[hh * C + j]) * s_dtbuf[hh * C + j];
+      s_fw[hh * C + j] = fold_weight(s_gbuf + hh * C, s_dtbuf + hh * C, n, j);
     }
   for (int et = warp; et * 8 < ne; et += warps) {
     float d[4];
