@@ -403,9 +403,8 @@ class VerifySweep {
     const TimingStats t = time(step, std::max(C, 4));
 
     // Bytes: each row's fill evolves deterministically under the kernels' protocol (gdn_verify.h,
-    // modelled by sim's verify_kvbuffer_next_fill); bytes_verify_kvbuffer at each step's fill,
-    // averaged over a long run. Trees fold by depth in the kernels; their bytes use the chain's
-    // rule (T), a state write more or less now and then.
+    // modelled by sim's verify_kvbuffer_next_fill); bytes_verify_kvbuffer at each step's fill and
+    // the window's depth (trees fold by it), averaged over a long run.
     const int depth = vm.tree ? heap_depth(T) : T;
     double total = 0;
     constexpr int kSimSteps = 1024;
@@ -417,7 +416,7 @@ class VerifySweep {
         auto key = std::make_pair(n, acc);
         auto it = memo.find(key);
         if (it == memo.end())
-          it = memo.emplace(key, bytes_verify_kvbuffer(s_, p_, BufferVariant::CachedU, C, T, n, acc).total_bytes())
+          it = memo.emplace(key, bytes_verify_kvbuffer(s_, p_, BufferVariant::CachedU, C, T, depth, n, acc).total_bytes())
                    .first;
         total += it->second;
         n = verify_kvbuffer_next_fill(C, depth, n, acc);

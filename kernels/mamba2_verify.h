@@ -93,14 +93,19 @@ struct Mamba2VerifyKVBufferParams {
   float* buf_beta = nullptr;         // dt [slots, C, NH] (softplus applied)
   int32_t* fill = nullptr;           // [slots]
   int32_t* has_state = nullptr;      // [slots]
-  // Per-row scratch, written by the verify, read by the commit:
+  // Per-row scratch, written by the verify, read by the commit. A chain with fill + T < C writes
+  // its nodes' entries into the buffer at fill + t instead (sim/layout.h's verify_window_in_buffer)
+  // and the commit only moves the fill.
   __nv_bfloat16* win_k = nullptr;  // [B, T, G, N]  B of the T nodes
   __nv_bfloat16* win_u = nullptr;  // [B, T, NH, P] their x
   float* win_gcum = nullptr;       // [B, T, NH]    their G, relative to S0 after the verify's fold
   float* win_beta = nullptr;       // [B, T, NH]    their dt
-  int32_t* win_base = nullptr;     // [B, 2]        fill and has_state after the verify's fold
+  // [B, 2] the fill after the verify's fold; bit 0 has_state after it, bit 1 the nodes' entries
+  // are in the buffer (kMamba2WindowInBuffer)
+  int32_t* win_base = nullptr;
   Mamba2VerifyAccept accept;       // commit only
 };
+inline constexpr int32_t kMamba2WindowInBuffer = 2;  // win_base[2 row + 1]'s bit: the window is in the buffer
 void mamba2_verify_kvbuffer(const Mamba2VerifyKVBufferParams& p, cudaStream_t stream);
 // Writes row_order [B]: the rows whose verify folds (n > 0 and n + depth >= C, from p.fill and the
 // window's tree) first, then the others, each part in row order. One small kernel, run once per

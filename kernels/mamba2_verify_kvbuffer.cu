@@ -12,7 +12,10 @@
 // folded first, S0 <- e^{G_{n-1}} S0 + sum_j e^{G_{n-1}-G_j} dt_j x_j B_j^T, in registers (written
 // back once, created in direct mode) and the window starts from an empty buffer.
 // Commit: appends the m accepted nodes' (B, x, G, dt) at the fill after the verify's fold; the
-// buffer becomes full only when T == C, and then the commit folds it (fill 0).
+// buffer becomes full only when T == C, and then the commit folds it (fill 0). A chain whose window
+// fits after the fill (n + T < C: sim/layout.h's verify_window_in_buffer) has its T nodes' entries
+// written by the verify into the buffer at n + t, and its commit only moves the fill to n + m
+// (rollback drops the rejected entries past it); the other windows go through the scratch.
 //
 // Layouts (sim/layout.h, LayerKind::Mamba2): S [slots, NH, P, N] fp32; buf_k = B [slots, C, G, N],
 // buf_val = x [slots, C, NH, P] bf16; buf_gcum = G, buf_beta = dt [slots, C, NH] fp32; token I/O
@@ -46,7 +49,7 @@
 // chains folds its first head then: a layer's first wave of blocks starts while the previous
 // layer's last blocks run, and only the window's inputs wait for that layer.
 // Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
-// scratch written (T (P + N) 2 + 8 T); a fold writes S0 once.
+// entries written (T (P + N) 2 + 8 T, into the buffer or the scratch); a fold writes S0 once.
 // Measured (the paper preset restricted to this kernel, commit f855cd37d70c, H200, Nemotron-3 Nano
 // shapes, 23 layer pools per CUDA graph, every layer's verify then one commit of all layers, the
 // head-group kernel from batch 38 with the folding rows first, results/verify_h200.csv): T = 5
@@ -156,14 +159,29 @@ __device__ __forceinline__ void stage_buffer_b(__nv_bfloat16* s_b, const __nv_bf
     cp_async16(s_b + j * BS + e, bk + size_t(j) * G * N + e);
   }
 }
-// Scratch for the commit, by the block: the window's B rows (s_b rows C..C+T-1) of group g.
+// Where the window's nodes go as entries (x [e, NH, P], B [e, G, N], G and dt [e, NH]; node t is
+// entry first + t): into the buffer at the fill n when verify_window_in_buffer (sim/layout.h), else
+// into the scratch for the commit. The two areas share the entry layouts.
+struct WindowEntries {
+  __nv_bfloat16* x;
+  __nv_bfloat16* b;
+  float* g;
+  float* dt;
+  size_t first;
+};
+__device__ __forceinline__ WindowEntries window_entries(const Mamba2VerifyKVBufferParams& p, bool in_buffer, int row,
+                                                        int slot, int n) {
+  if (in_buffer) return {p.buf_val, p.buf_k, p.buf_gcum, p.buf_beta, size_t(slot) * p.capacity + n};
+  return {p.win_u, p.win_k, p.win_gcum, p.win_beta, size_t(row) * p.io.tokens};
+}
+// By the block: the window's B rows (s_b rows C..C+T-1) of group g.
 template <int N>
-__device__ __forceinline__ void write_window_b(const Mamba2VerifyKVBufferParams& p, const __nv_bfloat16* s_b, int row,
-                                               int g, int C, int T, int G) {
+__device__ __forceinline__ void write_window_b(const WindowEntries& we, const __nv_bfloat16* s_b, int g, int C, int T,
+                                               int G) {
   constexpr int CH = N / 8, BS = bc_row_stride(N);
   for (int c = threadIdx.x; c < T * CH; c += blockDim.x) {
     const int t = c / CH, e = (c % CH) * 8;
-    *reinterpret_cast<uint4*>(p.win_k + ((size_t(row) * T + t) * G + g) * N + e) =
+    *reinterpret_cast<uint4*>(we.b + ((we.first + t) * G + g) * N + e) =
         *reinterpret_cast<const uint4*>(s_b + (C + t) * BS + e);
   }
 }
@@ -383,7 +401,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bars) + warp;
   __shared__ float s_gwin[kTMax], s_dtwin[kTMax], s_egwin[kTMax];
   __shared__ unsigned s_path[kTMax];  // node t's root path (ancestors and t) as a bitmask
-  __shared__ int s_fold, s_neff;
+  __shared__ int s_fold, s_neff, s_in_buffer;
 
   // Phase 1, issue: the warps' mbarriers (thread 0; the block barrier below publishes them, no
   // memory round trip), then the window (independent of the pools), the slot, and at once each
@@ -453,7 +471,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
     if (t < T) s_gwin[t] = G_t, s_dtwin[t] = dt_lane, s_egwin[t] = expf(G_t), s_path[t] = path;
     if (fold)
       for (int j = lane; j < n; j += 32) s_fw[j] = fold_weight(s_gbuf, s_dtbuf, n, j);
-    if (lane == 0) s_fold = fold, s_neff = n_eff;
+    if (lane == 0) s_fold = fold, s_neff = n_eff, s_in_buffer = verify_window_in_buffer(LayerKind::Mamba2, C, T, depth, n);
   }
   if (warp > 0 || warps == 1)
     layout_c_pairs<N>(s_cp, s_cwin, T, int(threadIdx.x) - (warps > 1 ? 32 : 0), warps > 1 ? int(blockDim.x) - 32 : 32);
@@ -516,19 +534,20 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
     }
   }
 
-  // Phase 6, scratch for the commit.
+  // Phase 6, the window's entries (window_entries) and the row's base for the commit.
+  const WindowEntries we = window_entries(p, s_in_buffer, row, slot, n);
   if (lane < T)
-    *reinterpret_cast<uint4*>(p.win_u + ((size_t(row) * T + lane) * NH + h) * P + p0) =
+    *reinterpret_cast<uint4*>(we.x + ((we.first + lane) * NH + h) * P + p0) =
         *reinterpret_cast<const uint4*>(s_xwin + lane * rows + warp * R);
   if (tile == 0) {
-    if (group_leader) write_window_b<N>(p, s_b, row, g, C, T, G);
+    if (group_leader) write_window_b<N>(we, s_b, g, C, T, G);
     if (threadIdx.x < T) {
-      p.win_gcum[(size_t(row) * T + threadIdx.x) * NH + h] = s_gwin[threadIdx.x];
-      p.win_beta[(size_t(row) * T + threadIdx.x) * NH + h] = s_dtwin[threadIdx.x];
+      we.g[(we.first + threadIdx.x) * NH + h] = s_gwin[threadIdx.x];
+      we.dt[(we.first + threadIdx.x) * NH + h] = s_dtwin[threadIdx.x];
     }
     if (h == 0 && threadIdx.x == 0) {
       p.win_base[2 * row] = n_eff;
-      p.win_base[2 * row + 1] = has_state || fold ? 1 : 0;
+      p.win_base[2 * row + 1] = (has_state || fold ? 1 : 0) | (s_in_buffer ? kMamba2WindowInBuffer : 0);
     }
   }
 }
@@ -622,6 +641,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   __shared__ float s_A[kMaxHeadsPerBlock], s_D[kMaxHeadsPerBlock];
   __shared__ unsigned s_path[kTMax];  // node t's root path (ancestors and t) as a bitmask
   __shared__ int s_fold, s_fold_from;  // the row folds; its heads' folds from s_fold_from on (head 0's may run early)
+  __shared__ int s_in_buffer;          // the window's entries go into the buffer (window_entries)
 
   // Phase 1, issue: the stages' mbarriers (thread 0, published by the block barrier below), the
   // slot, fill and has_state; at once each warp's S0 rows of the first heads by bulk copies, and by
@@ -710,7 +730,10 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     int depth;
     const unsigned path = node_path(par_lane, T, lane, depth);
     if (lane < T) s_path[lane] = path;
-    if (lane == 0) s_fold = verify_folds_first(C, depth, n), s_fold_from = early_fold ? 1 : 0;
+    if (lane == 0) {
+      s_fold = verify_folds_first(C, depth, n), s_fold_from = early_fold ? 1 : 0;
+      s_in_buffer = verify_window_in_buffer(LayerKind::Mamba2, C, T, depth, n);
+    }
   }
   if (warp > 0 || warps == 1)
     layout_c_pairs<N>(s_cp, s_cwin, T, int(threadIdx.x) - (warps > 1 ? 32 : 0), warps > 1 ? int(blockDim.x) - 32 : 32);
@@ -810,23 +833,25 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
         io.out[((size_t(row) * T + t) * NH + h) * P + p0 + r] = __float2bfloat16_rn(y);
       }
     }
-    if (lane < T)  // scratch for the commit: the window's x of the warp's rows
-      *reinterpret_cast<uint4*>(p.win_u + ((size_t(row) * T + lane) * NH + h) * P + p0) = xw[C + lane];
+    if (lane < T) {  // the window's x of the warp's rows (window_entries)
+      const WindowEntries we = window_entries(p, s_in_buffer, row, slot, n);
+      *reinterpret_cast<uint4*>(we.x + ((we.first + lane) * NH + h) * P + p0) = xw[C + lane];
+    }
   }
 
-  // Phase 7, scratch for the commit: the window's B (the group's first head), G and dt per head,
-  // the row's base.
+  // Phase 7, the window's B (the group's first head), G and dt per head, the row's base.
   if (tile == 0) {
-    if (h0 % heads_per_group == 0) write_window_b<N>(p, s_b, row, g, C, T, G);
+    const WindowEntries we = window_entries(p, s_in_buffer, row, slot, n);
+    if (h0 % heads_per_group == 0) write_window_b<N>(we, s_b, g, C, T, G);
     for (int i = threadIdx.x; i < HB * T; i += blockDim.x) {
       const int hh = i / T, t = i % T;
-      const size_t o = (size_t(row) * T + t) * NH + h0 + hh;
-      p.win_gcum[o] = s_gwin[hh][t];
-      p.win_beta[o] = s_dtwin[hh][t];
+      const size_t o = (we.first + t) * NH + h0 + hh;
+      we.g[o] = s_gwin[hh][t];
+      we.dt[o] = s_dtwin[hh][t];
     }
     if (h0 == 0 && threadIdx.x == 0) {
       p.win_base[2 * row] = n_eff;
-      p.win_base[2 * row + 1] = has_state || fold ? 1 : 0;
+      p.win_base[2 * row + 1] = (has_state || fold ? 1 : 0) | (s_in_buffer ? kMamba2WindowInBuffer : 0);
     }
   }
 }
@@ -843,8 +868,9 @@ __device__ __forceinline__ int accepted_len(const Mamba2VerifyKVBufferParams& p,
 
 // Commit, gridDim.y blocks per request row and layer (grid z: the layer table's index): copies
 // the m accepted nodes' entries (B per group, x, G and dt per head) from the scratch to buffer
-// positions n0 .. n0+m-1 in 16-byte pieces, and sets fill and has_state. It reads only the scratch
-// the verify wrote. A buffer that becomes full (n0 + m == C, only when T == C) is folded by
+// positions n0 .. n0+m-1 in 16-byte pieces, and sets fill and has_state; a row whose verify wrote
+// its window into the buffer (a chain, n0 + T < C) only sets them. It reads only what the verify
+// wrote. A buffer that becomes full (n0 + m == C, only when T == C) is folded by
 // mamba2_verify_kvbuffer_commit_fold_kernel instead.
 constexpr int kCommitThreads = 256;
 constexpr int kMaxCommitSlices = 8;  // blocks per row and layer at most (commit_slices, kernels/common.cuh)
@@ -864,8 +890,12 @@ __global__ void __launch_bounds__(kCommitThreads)
   // waiting blocks would hold resources the verify's last blocks need.
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   if (slot < 0) return;
-  const int n0 = p.win_base[2 * row];
-  const bool has_state = p.win_base[2 * row + 1] != 0;
+  const int n0 = p.win_base[2 * row], flags = p.win_base[2 * row + 1];
+  const bool has_state = flags & 1;
+  if (flags & kMamba2WindowInBuffer) {  // the accepted nodes 0..m-1 of a chain are in place
+    if (blockIdx.y == 0 && threadIdx.x == 0) p.fill[slot] = n0 + m, p.has_state[slot] = has_state ? 1 : 0;
+    return;
+  }
   __shared__ int s_node[kTMax];
   if (threadIdx.x < m) s_node[threadIdx.x] = node;
   __syncthreads();
@@ -930,7 +960,7 @@ __global__ void __launch_bounds__(32) mamba2_verify_kvbuffer_commit_fold_kernel(
   asm volatile("griddepcontrol.wait;" ::: "memory");  // the verify's scratch is complete
   if (slot < 0) return;
   const int n0 = p.win_base[2 * row];
-  const bool has_state = p.win_base[2 * row + 1] != 0;
+  const bool has_state = p.win_base[2 * row + 1] & 1;
   if (n0 + m < C) return;
   // Entry j: buffered (j < n0) or accepted node accepted_node(j - n0) of the scratch.
   auto entry_scalar = [&](const float* buf, const float* win, int j) {

@@ -1,7 +1,8 @@
 // Bytes per linear-attention layer per step per request: section 9 of
 // ../shared/design/kvbuffer-math.md, with two corrections our kernels need (a raw GDN entry keeps
 // G and beta: 2 HV 4 bytes of gates; verify writes all T candidate entries to scratch and the
-// commit copies the m accepted ones into the buffer).
+// commit copies the m accepted ones into the buffer, except a Mamba-2 chain that fits after the
+// fill, which writes them into the buffer directly: sim/layout.h's verify_window_in_buffer).
 #include "sim/bytes_model.h"
 
 #include <stdexcept>
@@ -239,15 +240,26 @@ int verify_kvbuffer_next_fill(int chunk, int tokens, int fill, int accepted) {
 }
 
 StepBytes bytes_verify_kvbuffer(const LayerShape& s, const Precision& p, BufferVariant v, int chunk,
-                                int tokens, int fill, int accepted) {
+                                int tokens, int depth, int fill, int accepted) {
   check_precision(p);
   check_verify(chunk, tokens, fill, accepted);
-  const bool fold_first = verify_folds_first(chunk, tokens, fill);
-  const int n0 = fold_first ? 0 : fill;
-  const bool commit_fold = n0 + accepted == chunk;
+  if (depth < 1 || depth > tokens)
+    throw std::invalid_argument("verify window depth must be in 1..T (T = " +
+                                std::to_string(tokens) + "), got " + std::to_string(depth));
+  if (accepted > depth)
+    throw std::invalid_argument("accepted entries (" + std::to_string(accepted) +
+                                ") exceed the window's depth " + std::to_string(depth));
   StepBytes b;
   b.mode = "verify-kvbuffer";
   add_tokens(b, s, p, tokens);
+  if (verify_window_in_buffer(s.kind, chunk, tokens, depth, fill)) {
+    add_state(b, s, p, 1, 0);
+    add_entries(b, s, p, v, "buffer", fill, tokens);
+    return b;
+  }
+  const bool fold_first = verify_folds_first(chunk, depth, fill);
+  const int n0 = fold_first ? 0 : fill;
+  const bool commit_fold = n0 + accepted == chunk;
   add_state(b, s, p, 1 + (commit_fold ? 1 : 0), (fold_first ? 1 : 0) + (commit_fold ? 1 : 0));
   add_entries(b, s, p, v, "buffer", fill + (commit_fold ? n0 : 0), commit_fold ? 0 : accepted);
   add_entries(b, s, p, v, "scratch", accepted, tokens);
@@ -267,7 +279,7 @@ StepBytes bytes_verify_kvbuffer_cycle(const LayerShape& s, const Precision& p, B
     if (visited_at[next] >= 0) {
       std::vector<StepBytes> rounds;
       for (size_t i = visited_at[next]; i < fills.size(); ++i)
-        rounds.push_back(bytes_verify_kvbuffer(s, p, v, chunk, tokens, fills[i], accepted));
+        rounds.push_back(bytes_verify_kvbuffer(s, p, v, chunk, tokens, tokens, fills[i], accepted));
       return average(rounds);
     }
     visited_at[next] = int(fills.size());

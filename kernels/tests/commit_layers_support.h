@@ -49,11 +49,14 @@ struct CommitLayerTensors {
     return add<int32_t>(count, rng, [&](std::mt19937_64& g) { return int32_t(g() % below); });
   }
   // win_base [rows, 2] as the verify leaves it: n0 in 0..C-T (0 when T == C, where accepting all T
-  // fills the buffer), has_state 0 or 1.
-  int32_t* add_bases(int rows, int C, int T, std::mt19937_64& rng) {
-    int i = 0;
+  // fills the buffer), has_state 0 or 1, and where `in_buffer_flag` is given (Mamba-2's
+  // kMamba2WindowInBuffer) that flag on rows with n0 + T < C half the time.
+  int32_t* add_bases(int rows, int C, int T, std::mt19937_64& rng, int32_t in_buffer_flag = 0) {
+    int i = 0, n0 = 0;
     return add<int32_t>(size_t(rows) * 2, rng, [&](std::mt19937_64& g) {
-      return int32_t(i++ % 2 == 0 ? g() % (C - T + 1) : g() % 2);
+      if (i++ % 2 == 0) return n0 = int32_t(g() % (C - T + 1));
+      const int32_t has_state = int32_t(g() % 2);
+      return has_state | (in_buffer_flag && n0 + T < C && g() % 2 ? in_buffer_flag : 0);
     });
   }
 };

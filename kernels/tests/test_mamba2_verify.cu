@@ -150,8 +150,8 @@ TEST(Mamba2VerifyRowOrder, HeadGroupKernelFromOneAndAHalfWaves) {
 }
 
 // GPU: the commit of 2 layer tables' worth of layers in one call (two launches) leaves every
-// layer's pools as one commit per layer does; random scratch, bases and accepted nodes, a padding
-// row, T < C and T == C (the commit's fold).
+// layer's pools as one commit per layer does; random scratch, bases (some with the window in the
+// buffer) and accepted nodes, a padding row, T < C and T == C (the commit's fold).
 TEST(Mamba2VerifyCommitLayers, EqualsOneCommitPerLayer) {
   const int B = checks::CommitRows::kRows, slots = checks::CommitRows::kSlots, T = checks::CommitRows::kTokens;
   auto make = [&](checks::CommitLayerTensors& l, std::mt19937_64& r, int C, const checks::CommitRows& rows) {
@@ -175,7 +175,7 @@ TEST(Mamba2VerifyCommitLayers, EqualsOneCommitPerLayer) {
     p.win_u = l.add_bf16(window * io.NH * io.P, r);
     p.win_gcum = l.add_f32(window * io.NH, r, -2.f, 0.f);
     p.win_beta = l.add_f32(window * io.NH, r, 0.01f, 1.f);
-    p.win_base = l.add_bases(B, C, T, r);
+    p.win_base = l.add_bases(B, C, T, r, kMamba2WindowInBuffer);
     return p;
   };
   checks::expect_layers_commit_equals_per_layer<Mamba2VerifyKVBufferParams>(

@@ -142,7 +142,7 @@ TEST(BytesModel, VerifyKvbuffer) {
     for (int n : {0, 3, 11, 12, 15})
       for (int m = 0; m <= T; ++m) {
         const StepBytes b =
-            bytes_verify_kvbuffer(qwen3_next(), kDefault, BufferVariant::CachedU, C, T, n, m);
+            bytes_verify_kvbuffer(qwen3_next(), kDefault, BufferVariant::CachedU, C, T, T, n, m);
         // Verify: S0 read, n entries read, T candidates to scratch; fold first (S0 written) when
         // n > 0 and n + T >= C.
         const bool fold_first = n > 0 && n + T >= C;
@@ -194,6 +194,48 @@ TEST(BytesModel, VerifyKvbufferCycle) {
       4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU);
 }
 
+// Nemotron-3 Nano, one request, one layer: G=8, NH=64, N=128, P=64.
+constexpr double kM2State = 64.0 * 64 * 128 * 4;
+constexpr double kM2TokenRead = 64 * 64 * 2 + 2 * 8 * 128 * 2 + 64 * 4;  // x, B, C, dt
+constexpr double kM2TokenWrite = 64 * 64 * 2;                          // y
+constexpr double kM2Entry = 64 * 64 * 2 + 8 * 128 * 2 + 2 * 64 * 4;    // x, B, G, dt = 10,752
+
+TEST(BytesModel, Mamba2VerifyWindowInBuffer) {
+  const LayerShape s = find_model("nemotron-3-nano-30b-a3b").layer;
+  const int C = 16, T = 4;
+  for (int n = 0; n < C; ++n)
+    for (int m = 0; m <= T; ++m) {
+      // A chain with n + T < C: the T candidates go into the buffer, the commit moves nothing.
+      const StepBytes b = bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, C, T, T, n, m);
+      if (n + T < C) {
+        EXPECT_DOUBLE_EQ(b.read_bytes(), T * kM2TokenRead + kM2State + n * kM2Entry) << n << " " << m;
+        EXPECT_DOUBLE_EQ(b.write_bytes(), T * kM2TokenWrite + T * kM2Entry) << n << " " << m;
+        EXPECT_EQ(b.find("scratch.x"), nullptr);
+      } else {  // n >= 12 > 0: fold first, then the scratch round trip
+        EXPECT_DOUBLE_EQ(b.read_bytes(), T * kM2TokenRead + kM2State + n * kM2Entry + m * kM2Entry) << n << " " << m;
+        EXPECT_DOUBLE_EQ(b.write_bytes(), T * kM2TokenWrite + kM2State + T * kM2Entry + m * kM2Entry)
+            << n << " " << m;
+      }
+      // A tree of depth 3: always the scratch; it folds first from n = 13 (n + 3 >= 16).
+      if (m > 3) continue;
+      const StepBytes t = bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, C, T, 3, n, m);
+      const bool fold = n >= 13;
+      EXPECT_DOUBLE_EQ(t.read_bytes(), T * kM2TokenRead + kM2State + n * kM2Entry + m * kM2Entry) << n << " " << m;
+      EXPECT_DOUBLE_EQ(t.write_bytes(), T * kM2TokenWrite + (fold ? kM2State : 0) + T * kM2Entry + m * kM2Entry)
+          << n << " " << m;
+    }
+  // T == C: a chain from an empty buffer fills it, so the scratch and the commit's fold.
+  const StepBytes full = bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 4, 4, 0, 4);
+  EXPECT_DOUBLE_EQ(full.find("state")->read_bytes, 2 * kM2State);
+  EXPECT_NE(full.find("scratch.x"), nullptr);
+  // The cycle of C = 16, T = 4, m = 3 (fills 3, 6, 9, 12): three rounds in the buffer, the round
+  // at 12 folds first and goes through the scratch.
+  const double in_buffer = T * (kM2TokenRead + kM2TokenWrite) + kM2State + T * kM2Entry;
+  const double expected = in_buffer + (3 + 6 + 9 + 12) / 4.0 * kM2Entry + (kM2State + 2 * 3 * kM2Entry) / 4.0;
+  const StepBytes cycle = bytes_verify_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, 16, 4, 3);
+  EXPECT_NEAR(cycle.total_bytes(), expected, 1e-9 * expected);
+}
+
 TEST(BytesModel, LargestCapacityIsFast) {
   // One accepted entry per round at C = 65536 walks 65536 fills; the cycle search is linear.
   const StepBytes b = bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU,
@@ -239,12 +281,18 @@ TEST(BytesModel, RejectsBadArguments) {
                std::invalid_argument);
   EXPECT_THROW(bytes_direct_at_fill(s, kDefault, -1), std::invalid_argument);
   EXPECT_THROW(bytes_verify_classic(s, kDefault, 0, true), std::invalid_argument);
-  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 5, 0, 0),
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 5, 5, 0, 0),
                std::invalid_argument);
-  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 0, 3),
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 2, 0, 3),
                std::invalid_argument);
-  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 4, 0),
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 2, 4, 0),
                std::invalid_argument);
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 8, 4, 0, 1, 0),
+               std::invalid_argument);  // depth 0
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 8, 4, 5, 1, 0),
+               std::invalid_argument);  // depth > T
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 8, 4, 2, 1, 3),
+               std::invalid_argument);  // more accepted than the depth
   EXPECT_THROW(bytes_verify_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, 4, 5, 1),
                std::invalid_argument);
   EXPECT_THROW(bytes_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, kMaxBufferCapacity + 1),
