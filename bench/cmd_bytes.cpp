@@ -35,7 +35,7 @@ std::vector<ModeRow> modes_at(const LayerShape& s, const Precision& p, BufferVar
   std::vector<ModeRow> rows;
   rows.push_back({bytes_kvbuffer_cycle(s, p, v, C), C, 1});
   rows.push_back({bytes_direct_mean(s, p, C), C, 1});
-  if (T > 0) rows.push_back({bytes_verify_kvbuffer_cycle(s, p, v, C, T, m), C, m});
+  if (T > 0) rows.push_back({bytes_verify_kvbuffer_cycle(s, p, v, C, T, m, modelled_verify_window(s.kind)), C, m});
   return rows;
 }
 

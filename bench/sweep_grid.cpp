@@ -277,7 +277,8 @@ double estimate_seconds(const std::vector<SweepPoint>& points, double budget_s) 
                                  : bytes_kvbuffer_cycle(m.layer, prec, k.variant, C).total_bytes();
     } else {
       steps = k.buffered ? std::max(C, 4) : 4;
-      bytes = k.buffered ? bytes_verify_kvbuffer_cycle(m.layer, prec, k.variant, C, p.drafts, (p.drafts + 1) / 2)
+      bytes = k.buffered ? bytes_verify_kvbuffer_cycle(m.layer, prec, k.variant, C, p.drafts, (p.drafts + 1) / 2,
+                                                      modelled_verify_window(m.layer.kind))
                                .total_bytes()
                          : bytes_verify_classic(m.layer, prec, p.drafts, true).total_bytes();
     }

@@ -406,6 +406,7 @@ class VerifySweep {
     // modelled by sim's verify_kvbuffer_next_fill); bytes_verify_kvbuffer at each step's fill and
     // the window's depth (trees fold by it), averaged over a long run.
     const int depth = vm.tree ? heap_depth(T) : T;
+    const VerifyWindow window = m2 ? mamba2_verify_kvbuffer_window(mamba2_layers[0]) : VerifyWindow::Scratch;
     double total = 0;
     constexpr int kSimSteps = 1024;
     std::map<std::pair<int, int>, double> memo;
@@ -416,7 +417,7 @@ class VerifySweep {
         auto key = std::make_pair(n, acc);
         auto it = memo.find(key);
         if (it == memo.end())
-          it = memo.emplace(key, bytes_verify_kvbuffer(s_, p_, BufferVariant::CachedU, C, T, depth, n, acc).total_bytes())
+          it = memo.emplace(key, bytes_verify_kvbuffer(s_, p_, BufferVariant::CachedU, C, T, depth, n, acc, window).total_bytes())
                    .first;
         total += it->second;
         n = verify_kvbuffer_next_fill(C, depth, n, acc);

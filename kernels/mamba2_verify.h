@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "kernels/gdn_verify.h"  // GdnVerifyAccept: what a commit keeps, family-agnostic
+#include "sim/layout.h"  // VerifyWindow
 
 namespace kvbuf {
 
@@ -93,9 +94,9 @@ struct Mamba2VerifyKVBufferParams {
   float* buf_beta = nullptr;         // dt [slots, C, NH] (softplus applied)
   int32_t* fill = nullptr;           // [slots]
   int32_t* has_state = nullptr;      // [slots]
-  // Per-row scratch, written by the verify, read by the commit. A chain with fill + T < C writes
-  // its nodes' entries into the buffer at fill + t instead (sim/layout.h's verify_window_in_buffer)
-  // and the commit only moves the fill.
+  // Per-row scratch, written by the verify, read by the commit. Where the verify's kernel puts
+  // windows in the buffer (mamba2_verify_kvbuffer_window), a chain with fill + T < C writes its
+  // nodes' entries into the buffer at fill + t instead and the commit only moves the fill.
   __nv_bfloat16* win_k = nullptr;  // [B, T, G, N]  B of the T nodes
   __nv_bfloat16* win_u = nullptr;  // [B, T, NH, P] their x
   float* win_gcum = nullptr;       // [B, T, NH]    their G, relative to S0 after the verify's fold
@@ -114,6 +115,9 @@ void mamba2_verify_kvbuffer_order(const Mamba2VerifyKVBufferParams& p, int32_t* 
 // Whether the order pays for p: where the verify takes its head-group kernel (a grid of 4 or 8
 // heads per block that fills 1.5 waves, or heads_per_block > 1); the one-head kernel does not read it.
 bool mamba2_verify_kvbuffer_row_order_pays(const Mamba2VerifyKVBufferParams& p);
+// Where the verify's kernel puts its windows (sim/layout.h's VerifyWindow): the head-group
+// kernel's Buffer, the one-head kernel's Scratch; for the bytes model and the checks.
+VerifyWindow mamba2_verify_kvbuffer_window(const Mamba2VerifyKVBufferParams& p);
 void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams& p, cudaStream_t stream);
 // The commits of a model step's `count` layers in one launch (gdn_verify.h says why), their Params
 // alike in batch, tokens and capacity (else std::invalid_argument).

@@ -12,10 +12,11 @@
 // folded first, S0 <- e^{G_{n-1}} S0 + sum_j e^{G_{n-1}-G_j} dt_j x_j B_j^T, in registers (written
 // back once, created in direct mode) and the window starts from an empty buffer.
 // Commit: appends the m accepted nodes' (B, x, G, dt) at the fill after the verify's fold; the
-// buffer becomes full only when T == C, and then the commit folds it (fill 0). A chain whose window
-// fits after the fill (n + T < C: sim/layout.h's verify_window_in_buffer) has its T nodes' entries
-// written by the verify into the buffer at n + t, and its commit only moves the fill to n + m
-// (rollback drops the rejected entries past it); the other windows go through the scratch.
+// buffer becomes full only when T == C, and then the commit folds it (fill 0). In the head-group
+// kernel (VerifyWindow::Buffer) a chain whose window fits after the fill (n + T < C: sim/layout.h's
+// verify_window_in_buffer) has its T nodes' entries written into the buffer at n + t, and its
+// commit only moves the fill to n + m (rollback drops the rejected entries past it); the other
+// windows, and every window of the one-head kernel, go through the scratch.
 //
 // Layouts (sim/layout.h, LayerKind::Mamba2): S [slots, NH, P, N] fp32; buf_k = B [slots, C, G, N],
 // buf_val = x [slots, C, NH, P] bf16; buf_gcum = G, buf_beta = dt [slots, C, NH] fp32; token I/O
@@ -160,7 +161,7 @@ __device__ __forceinline__ void stage_buffer_b(__nv_bfloat16* s_b, const __nv_bf
   }
 }
 // Where the window's nodes go as entries (x [e, NH, P], B [e, G, N], G and dt [e, NH]; node t is
-// entry first + t): into the buffer at the fill n when verify_window_in_buffer (sim/layout.h), else
+// entry first + t): into the buffer at the fill n (sim/layout.h's verify_window_in_buffer), else
 // into the scratch for the commit. The two areas share the entry layouts.
 struct WindowEntries {
   __nv_bfloat16* x;
@@ -401,7 +402,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bars) + warp;
   __shared__ float s_gwin[kTMax], s_dtwin[kTMax], s_egwin[kTMax];
   __shared__ unsigned s_path[kTMax];  // node t's root path (ancestors and t) as a bitmask
-  __shared__ int s_fold, s_neff, s_in_buffer;
+  __shared__ int s_fold, s_neff;
 
   // Phase 1, issue: the warps' mbarriers (thread 0; the block barrier below publishes them, no
   // memory round trip), then the window (independent of the pools), the slot, and at once each
@@ -471,7 +472,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
     if (t < T) s_gwin[t] = G_t, s_dtwin[t] = dt_lane, s_egwin[t] = expf(G_t), s_path[t] = path;
     if (fold)
       for (int j = lane; j < n; j += 32) s_fw[j] = fold_weight(s_gbuf, s_dtbuf, n, j);
-    if (lane == 0) s_fold = fold, s_neff = n_eff, s_in_buffer = verify_window_in_buffer(LayerKind::Mamba2, C, T, depth, n);
+    if (lane == 0) s_fold = fold, s_neff = n_eff;
   }
   if (warp > 0 || warps == 1)
     layout_c_pairs<N>(s_cp, s_cwin, T, int(threadIdx.x) - (warps > 1 ? 32 : 0), warps > 1 ? int(blockDim.x) - 32 : 32);
@@ -534,8 +535,9 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
     }
   }
 
-  // Phase 6, the window's entries (window_entries) and the row's base for the commit.
-  const WindowEntries we = window_entries(p, s_in_buffer, row, slot, n);
+  // Phase 6, the window's entries in the scratch (VerifyWindow::Scratch: in the buffer, this
+  // kernel measured 1.5% slower) and the row's base for the commit.
+  const WindowEntries we = window_entries(p, false, row, slot, n);
   if (lane < T)
     *reinterpret_cast<uint4*>(we.x + ((we.first + lane) * NH + h) * P + p0) =
         *reinterpret_cast<const uint4*>(s_xwin + lane * rows + warp * R);
@@ -547,7 +549,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
     }
     if (h == 0 && threadIdx.x == 0) {
       p.win_base[2 * row] = n_eff;
-      p.win_base[2 * row + 1] = (has_state || fold ? 1 : 0) | (s_in_buffer ? kMamba2WindowInBuffer : 0);
+      p.win_base[2 * row + 1] = has_state || fold ? 1 : 0;
     }
   }
 }
@@ -732,7 +734,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     if (lane < T) s_path[lane] = path;
     if (lane == 0) {
       s_fold = verify_folds_first(C, depth, n), s_fold_from = early_fold ? 1 : 0;
-      s_in_buffer = verify_window_in_buffer(LayerKind::Mamba2, C, T, depth, n);
+      s_in_buffer = verify_window_in_buffer(VerifyWindow::Buffer, C, T, depth, n);
     }
   }
   if (warp > 0 || warps == 1)
@@ -833,15 +835,17 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
         io.out[((size_t(row) * T + t) * NH + h) * P + p0 + r] = __float2bfloat16_rn(y);
       }
     }
-    if (lane < T) {  // the window's x of the warp's rows (window_entries)
-      const WindowEntries we = window_entries(p, s_in_buffer, row, slot, n);
-      *reinterpret_cast<uint4*>(we.x + ((we.first + lane) * NH + h) * P + p0) = xw[C + lane];
-    }
   }
 
-  // Phase 7, the window's B (the group's first head), G and dt per head, the row's base.
+  // Phase 7, the window's entries (window_entries): the heads' x of the block's rows in whole lines
+  // (consecutive threads, consecutive rows), the window's B (the group's first head), G and dt per
+  // head, the row's base.
+  const WindowEntries we = window_entries(p, s_in_buffer, row, slot, n);
+  for (int i = threadIdx.x; i < T * HB * warps; i += blockDim.x) {
+    const int w = i % warps, hh = i / warps % HB, t = i / (warps * HB);
+    *reinterpret_cast<uint4*>(we.x + ((we.first + t) * NH + h0 + hh) * P + pb + w * R) = s_x[(hh * warps + w) * CT + C + t];
+  }
   if (tile == 0) {
-    const WindowEntries we = window_entries(p, s_in_buffer, row, slot, n);
     if (h0 % heads_per_group == 0) write_window_b<N>(we, s_b, g, C, T, G);
     for (int i = threadIdx.x; i < HB * T; i += blockDim.x) {
       const int hh = i / T, t = i % T;
@@ -1111,15 +1115,27 @@ void mamba2_verify_kvbuffer_order(const Mamba2VerifyKVBufferParams& p, int32_t* 
   launch_kernel(mamba2_verify_kvbuffer_order_kernel, dim3(1), dim3(kOrderThreads), 0, stream, false, p, row_order);
 }
 
-bool mamba2_verify_kvbuffer_row_order_pays(const Mamba2VerifyKVBufferParams& p) {
-  using namespace mamba2_detail;
-  validate(p, "mamba2_verify_kvbuffer_row_order_pays");
-  bool pays = false;
-  dispatch_verify_dims(p.io, "mamba2_verify_kvbuffer_row_order_pays", [&](auto n) {
+namespace mamba2_detail {
+namespace {
+bool takes_group_kernel(const Mamba2VerifyKVBufferParams& p, const char* who) {
+  validate(p, who);
+  bool group = false;
+  dispatch_verify_dims(p.io, who, [&](auto n) {
     constexpr int N = decltype(n)::value;
-    pays = verify_heads_per_block(p, verify_rows(p.io.P), mamba2_verify_kvbuffer_group_kernel<N>) > 1;
+    group = verify_heads_per_block(p, verify_rows(p.io.P), mamba2_verify_kvbuffer_group_kernel<N>) > 1;
   });
-  return pays;
+  return group;
+}
+}  // namespace
+}  // namespace mamba2_detail
+
+bool mamba2_verify_kvbuffer_row_order_pays(const Mamba2VerifyKVBufferParams& p) {
+  return mamba2_detail::takes_group_kernel(p, "mamba2_verify_kvbuffer_row_order_pays");
+}
+
+VerifyWindow mamba2_verify_kvbuffer_window(const Mamba2VerifyKVBufferParams& p) {
+  return mamba2_detail::takes_group_kernel(p, "mamba2_verify_kvbuffer_window") ? VerifyWindow::Buffer
+                                                                                : VerifyWindow::Scratch;
 }
 
 void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams* layers, int count, cudaStream_t stream) {

@@ -1,8 +1,8 @@
 // Bytes per linear-attention layer per step per request: section 9 of
 // ../shared/design/kvbuffer-math.md, with two corrections our kernels need (a raw GDN entry keeps
 // G and beta: 2 HV 4 bytes of gates; verify writes all T candidate entries to scratch and the
-// commit copies the m accepted ones into the buffer, except a Mamba-2 chain that fits after the
-// fill, which writes them into the buffer directly: sim/layout.h's verify_window_in_buffer).
+// commit copies the m accepted ones into the buffer, except where the kernel writes a chain that
+// fits after the fill into the buffer directly: sim/layout.h's VerifyWindow).
 #include "sim/bytes_model.h"
 
 #include <stdexcept>
@@ -240,7 +240,7 @@ int verify_kvbuffer_next_fill(int chunk, int tokens, int fill, int accepted) {
 }
 
 StepBytes bytes_verify_kvbuffer(const LayerShape& s, const Precision& p, BufferVariant v, int chunk,
-                                int tokens, int depth, int fill, int accepted) {
+                                int tokens, int depth, int fill, int accepted, VerifyWindow window) {
   check_precision(p);
   check_verify(chunk, tokens, fill, accepted);
   if (depth < 1 || depth > tokens)
@@ -252,7 +252,7 @@ StepBytes bytes_verify_kvbuffer(const LayerShape& s, const Precision& p, BufferV
   StepBytes b;
   b.mode = "verify-kvbuffer";
   add_tokens(b, s, p, tokens);
-  if (verify_window_in_buffer(s.kind, chunk, tokens, depth, fill)) {
+  if (verify_window_in_buffer(window, chunk, tokens, depth, fill)) {
     add_state(b, s, p, 1, 0);
     add_entries(b, s, p, v, "buffer", fill, tokens);
     return b;
@@ -267,7 +267,7 @@ StepBytes bytes_verify_kvbuffer(const LayerShape& s, const Precision& p, BufferV
 }
 
 StepBytes bytes_verify_kvbuffer_cycle(const LayerShape& s, const Precision& p, BufferVariant v,
-                                      int chunk, int tokens, int accepted) {
+                                      int chunk, int tokens, int accepted, VerifyWindow window) {
   check_verify(chunk, tokens, 0, accepted);
   // Follow the fills from an empty buffer until one repeats; the rounds from its first visit on
   // are the cycle.
@@ -279,12 +279,16 @@ StepBytes bytes_verify_kvbuffer_cycle(const LayerShape& s, const Precision& p, B
     if (visited_at[next] >= 0) {
       std::vector<StepBytes> rounds;
       for (size_t i = visited_at[next]; i < fills.size(); ++i)
-        rounds.push_back(bytes_verify_kvbuffer(s, p, v, chunk, tokens, tokens, fills[i], accepted));
+        rounds.push_back(bytes_verify_kvbuffer(s, p, v, chunk, tokens, tokens, fills[i], accepted, window));
       return average(rounds);
     }
     visited_at[next] = int(fills.size());
     fills.push_back(next);
   }
+}
+
+VerifyWindow modelled_verify_window(LayerKind kind) {
+  return kind == LayerKind::Mamba2 ? VerifyWindow::Buffer : VerifyWindow::Scratch;
 }
 
 }  // namespace kvbuf

@@ -71,15 +71,22 @@ StepBytes bytes_verify_classic(const LayerShape& s, const Precision& p, int toke
 //           buffer, else (n0 = 0, m = T = C: the buffer is full) the commit folds instead: state
 //           read and written, the n0 buffer entries read again, nothing written to the buffer.
 // A window of `depth` nodes (T for a chain, a tree's longest root path) folds by its depth; where
-// sim/layout.h's verify_window_in_buffer holds (a Mamba-2 chain with n + T < C) the verify writes
-// its T candidate entries into the buffer instead of the scratch, and the commit moves no entry.
+// sim/layout.h's verify_window_in_buffer holds for the kernel's `window` (VerifyWindow::Buffer and
+// a chain with n + T < C) the verify writes its T candidate entries into the buffer instead of the
+// scratch, and the commit moves no entry.
 StepBytes bytes_verify_kvbuffer(const LayerShape& s, const Precision& p, BufferVariant v, int chunk,
-                                int tokens, int depth, int fill, int accepted);
+                                int tokens, int depth, int fill, int accepted, VerifyWindow window);
 // The fill before the next verify round after this one (the protocol above).
 int verify_kvbuffer_next_fill(int chunk, int tokens, int fill, int accepted);
 // Chain verify rounds that always accept m entries, averaged over the periodic cycle of fills that the
 // protocol settles into from an empty buffer (C = 16, T = 4, m = 3: fills 3, 6, 9, 12).
 StepBytes bytes_verify_kvbuffer_cycle(const LayerShape& s, const Precision& p, BufferVariant v,
-                                      int chunk, int tokens, int accepted);
+                                      int chunk, int tokens, int accepted, VerifyWindow window);
+// The window placement the models assume where no kernel is asked (`kvbuf bytes`, the step and
+// serving models, the sweep's time estimate): the GDN kernels' scratch; for Mamba-2 the buffer, as
+// its head-group kernel does at the batches where a step's bytes matter (from ~1.5 waves of
+// blocks, batch ~38 for Nemotron-3 Nano on an H200). A measured row takes its kernel's
+// (mamba2_verify_kvbuffer_window).
+VerifyWindow modelled_verify_window(LayerKind kind);
 
 }  // namespace kvbuf

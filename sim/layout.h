@@ -139,14 +139,19 @@ inline size_t bytes_per_slot(const std::vector<PoolTensor>& t, bool with_metadat
 // state first when n > 0 and n + depth >= C. constexpr, so the kernels use it too.
 constexpr bool verify_folds_first(int chunk, int depth, int fill) { return fill > 0 && fill + depth >= chunk; }
 
-// Where a buffered verify writes its window's T candidate entries. A Mamba-2 chain (depth T) whose
-// window fits after the fill (n + T < C, so no fold first and no full buffer at the commit) writes
-// them into the buffer at n + t: no block of the verify reads positions >= n, and the commit only
-// moves the fill to n + m (a rejected entry lies past it, so rollback drops it). Every other
-// window, and every GDN window, goes to the scratch, from which the commit copies the m accepted
-// entries. constexpr: the kernels and the bytes model use it.
-constexpr bool verify_window_in_buffer(LayerKind kind, int chunk, int tokens, int depth, int fill) {
-  return kind == LayerKind::Mamba2 && depth == tokens && fill + tokens < chunk;
+// Where a buffered verify kernel puts its window's T candidate entries:
+//   Scratch: a per-row scratch area, from which the commit copies the m accepted entries into the
+//            buffer (the GDN kernels; Mamba-2's one-head kernel, small batches);
+//   Buffer:  a chain (depth T) that fits after the fill (n + T < C: no fold first, no full buffer
+//            at the commit) writes them into the buffer at n + t, which no block of the verify
+//            reads, and the commit only moves the fill to n + m (a rejected entry lies past it:
+//            rollback drops it); every other window goes to the scratch (Mamba-2's head-group
+//            kernel, from ~1.5 waves of blocks: 1-2% faster there; the one-head kernel measured
+//            1.5% slower so at batches 1-32, kernels/notes/mamba2_verify.md run 15).
+// constexpr: the kernels and the bytes model use it.
+enum class VerifyWindow { Scratch, Buffer };
+constexpr bool verify_window_in_buffer(VerifyWindow window, int chunk, int tokens, int depth, int fill) {
+  return window == VerifyWindow::Buffer && depth == tokens && fill + tokens < chunk;
 }
 
 // The pools each measurement allocates per layer and request, so that the bytes and capacity

@@ -363,7 +363,7 @@ double StepModel::bytes_per_request(LinearKernel k, const LayerShape& s) const {
     case LinearKernel::VerifyKVBuffer: {
       const int T = std::max(1, cfg_.drafts);
       const int m = std::clamp(int(std::lround(expected_emitted())), 1, T);
-      return bytes_verify_kvbuffer_cycle(s, p, v, cfg_.chunk, T, m).total_bytes();
+      return bytes_verify_kvbuffer_cycle(s, p, v, cfg_.chunk, T, m, modelled_verify_window(s.kind)).total_bytes();
     }
   }
   return 0;

@@ -11,7 +11,8 @@
 // its slot holds NaN, which a read would show).
 // KVBuffer: after the verify, the state slot of every row that did not fold must be bitwise
 // unchanged (S0 is read only), the S0 of a row that folded must equal the reference state and the
-// window's x must lie bitwise where sim/layout.h's verify_window_in_buffer puts it; after
+// window's x must lie bitwise where sim/layout.h's verify_window_in_buffer puts it for the
+// kernel's VerifyWindow (mamba2_verify_kvbuffer_window); after
 // the commit, fill and has_state must follow gdn_verify.h's protocol, and the state each row has
 // accepted so far, recomputed in float64 from the pools (e^{G_{n-1}} S0 + sum_j e^{G_{n-1}-G_j}
 // dt_j x_j B_j^T), must equal the reference state: this checks the state after every fold (n = 0)
@@ -417,6 +418,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
 
   const int window = C + T;
   const int rounds = default_rounds(c);
+  const VerifyWindow placement = mamba2_verify_kvbuffer_window(p);
   int windows_in_buffer = 0;
   for (int round = 0; round < rounds && res.passed; ++round) {
     const std::vector<Window> w = draw_round(c, layer, rng, rb, rows);
@@ -452,8 +454,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
       }
       Request& q = req[row_req[row]];
       // The window's x, bitwise where the protocol puts it: the buffer at fill + t, or the scratch.
-      const bool in_buffer =
-          verify_window_in_buffer(LayerKind::Mamba2, C, T, checks::window_depth(w[row].par0, T), q.fill);
+      const bool in_buffer = verify_window_in_buffer(placement, C, T, checks::window_depth(w[row].par0, T), q.fill);
       windows_in_buffer += in_buffer;
       const size_t per = size_t(c.NH) * c.P;
       const uint16_t* x_at = in_buffer ? x_buf.data() + (size_t(q.slot) * C + q.fill) * per : x_win.data() + size_t(row) * T * per;
@@ -530,8 +531,9 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   if (res.passed && res.verify_folds + res.commit_folds < c.batch)
     check.fail("only " + std::to_string(res.verify_folds + res.commit_folds) + " folds for " + std::to_string(c.batch) +
                " requests: run more rounds");
-  // Every chain case with T < C starts from empty buffers, which take the buffer path.
-  if (res.passed && !c.tree && T < C && windows_in_buffer == 0) check.fail("no chain window was written into the buffer");
+  // Under a buffer kernel every chain case with T < C starts from empty buffers, which take the buffer path.
+  if (res.passed && placement == VerifyWindow::Buffer && !c.tree && T < C && windows_in_buffer == 0)
+    check.fail("no chain window was written into the buffer");
   return res;
 }
 

@@ -123,14 +123,19 @@ TEST(Mamba2VerifyRowOrder, PaysWithTheHeadGroupKernel) {
   set_io(k.io);
   set_pools(k);
   k.io.G = 8, k.io.NH = 64, k.capacity = 16;
+  // The head-group kernel also writes its windows into the buffer (sim/layout.h's VerifyWindow).
+  auto expect_group = [&](bool group) {
+    EXPECT_EQ(mamba2_verify_kvbuffer_row_order_pays(k), group);
+    EXPECT_EQ(mamba2_verify_kvbuffer_window(k), group ? VerifyWindow::Buffer : VerifyWindow::Scratch);
+  };
   k.io.batch = 8;
-  EXPECT_FALSE(mamba2_verify_kvbuffer_row_order_pays(k));
+  expect_group(false);
   k.io.batch = 512;
-  EXPECT_TRUE(mamba2_verify_kvbuffer_row_order_pays(k));
+  expect_group(true);
   k.io.batch = 8, k.heads_per_block = 2;
-  EXPECT_TRUE(mamba2_verify_kvbuffer_row_order_pays(k));
+  expect_group(true);
   k.heads_per_block = 1;
-  EXPECT_FALSE(mamba2_verify_kvbuffer_row_order_pays(k));
+  expect_group(false);
 }
 
 // GPU (occupancy queries, no launch): the head-group kernel from the batch whose 4-head blocks fill

@@ -142,7 +142,7 @@ TEST(BytesModel, VerifyKvbuffer) {
     for (int n : {0, 3, 11, 12, 15})
       for (int m = 0; m <= T; ++m) {
         const StepBytes b =
-            bytes_verify_kvbuffer(qwen3_next(), kDefault, BufferVariant::CachedU, C, T, T, n, m);
+            bytes_verify_kvbuffer(qwen3_next(), kDefault, BufferVariant::CachedU, C, T, T, n, m, VerifyWindow::Scratch);
         // Verify: S0 read, n entries read, T candidates to scratch; fold first (S0 written) when
         // n > 0 and n + T >= C.
         const bool fold_first = n > 0 && n + T >= C;
@@ -170,12 +170,12 @@ TEST(BytesModel, VerifyKvbufferCycle) {
       4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU + 2 * 3 * kEntryCachedU;
   const double expected = per_round + (3 + 6 + 9 + 12) / 4.0 * kEntryCachedU + kState / 4.0;
   const StepBytes b =
-      bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 16, 4, 3);
+      bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 16, 4, 3, VerifyWindow::Scratch);
   EXPECT_NEAR(b.total_bytes(), expected, 1e-9 * expected);
   // m = T = C: every round starts empty and its commit folds (S0 read twice, written once).
   EXPECT_EQ(verify_kvbuffer_next_fill(4, 4, 0, 4), 0);
   const StepBytes full =
-      bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 4, 4, 4);
+      bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 4, 4, 4, VerifyWindow::Scratch);
   EXPECT_DOUBLE_EQ(full.find("state")->read_bytes, 2 * kState);
   EXPECT_DOUBLE_EQ(full.find("state")->write_bytes, kState);
   EXPECT_DOUBLE_EQ(full.total_bytes(),
@@ -183,13 +183,13 @@ TEST(BytesModel, VerifyKvbufferCycle) {
   // C = 8, T = 4, m = 4: 0 -> 4, then every round at 4 folds first (4 + 4 >= 8) and commits 4
   // into the emptied buffer: the cycle is the round at 4 alone.
   const StepBytes c8 =
-      bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 8, 4, 4);
+      bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 8, 4, 4, VerifyWindow::Scratch);
   const double round4 = 4 * (kTokenRead + kTokenWrite) + 2 * kState + 4 * kEntryCachedU +
                         4 * kEntryCachedU + 4 * kEntryCachedU + 4 * kEntryCachedU;
   EXPECT_NEAR(c8.total_bytes(), round4, 1e-9 * round4);
   // m = 0 never leaves fill 0.
   EXPECT_DOUBLE_EQ(
-      bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 8, 4, 0)
+      bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 8, 4, 0, VerifyWindow::Scratch)
           .total_bytes(),
       4 * (kTokenRead + kTokenWrite) + kState + 4 * kEntryCachedU);
 }
@@ -205,8 +205,9 @@ TEST(BytesModel, Mamba2VerifyWindowInBuffer) {
   const int C = 16, T = 4;
   for (int n = 0; n < C; ++n)
     for (int m = 0; m <= T; ++m) {
-      // A chain with n + T < C: the T candidates go into the buffer, the commit moves nothing.
-      const StepBytes b = bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, C, T, T, n, m);
+      // A chain with n + T < C under a buffer kernel (the head-group kernel): the T candidates go
+      // into the buffer, the commit moves nothing.
+      const StepBytes b = bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, C, T, T, n, m, VerifyWindow::Buffer);
       if (n + T < C) {
         EXPECT_DOUBLE_EQ(b.read_bytes(), T * kM2TokenRead + kM2State + n * kM2Entry) << n << " " << m;
         EXPECT_DOUBLE_EQ(b.write_bytes(), T * kM2TokenWrite + T * kM2Entry) << n << " " << m;
@@ -218,28 +219,34 @@ TEST(BytesModel, Mamba2VerifyWindowInBuffer) {
       }
       // A tree of depth 3: always the scratch; it folds first from n = 13 (n + 3 >= 16).
       if (m > 3) continue;
-      const StepBytes t = bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, C, T, 3, n, m);
+      const StepBytes t = bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, C, T, 3, n, m, VerifyWindow::Buffer);
       const bool fold = n >= 13;
       EXPECT_DOUBLE_EQ(t.read_bytes(), T * kM2TokenRead + kM2State + n * kM2Entry + m * kM2Entry) << n << " " << m;
       EXPECT_DOUBLE_EQ(t.write_bytes(), T * kM2TokenWrite + (fold ? kM2State : 0) + T * kM2Entry + m * kM2Entry)
           << n << " " << m;
     }
+  // The same chain under a scratch kernel (the one-head kernel): the scratch round trip.
+  const StepBytes scratch = bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, C, T, T, 3, 2, VerifyWindow::Scratch);
+  EXPECT_DOUBLE_EQ(scratch.read_bytes(), T * kM2TokenRead + kM2State + 3 * kM2Entry + 2 * kM2Entry);
+  EXPECT_DOUBLE_EQ(scratch.write_bytes(), T * kM2TokenWrite + T * kM2Entry + 2 * kM2Entry);
+  EXPECT_EQ(modelled_verify_window(LayerKind::Mamba2), VerifyWindow::Buffer);
+  EXPECT_EQ(modelled_verify_window(LayerKind::GatedDeltaNet), VerifyWindow::Scratch);
   // T == C: a chain from an empty buffer fills it, so the scratch and the commit's fold.
-  const StepBytes full = bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 4, 4, 0, 4);
+  const StepBytes full = bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 4, 4, 0, 4, VerifyWindow::Buffer);
   EXPECT_DOUBLE_EQ(full.find("state")->read_bytes, 2 * kM2State);
   EXPECT_NE(full.find("scratch.x"), nullptr);
   // The cycle of C = 16, T = 4, m = 3 (fills 3, 6, 9, 12): three rounds in the buffer, the round
   // at 12 folds first and goes through the scratch.
   const double in_buffer = T * (kM2TokenRead + kM2TokenWrite) + kM2State + T * kM2Entry;
   const double expected = in_buffer + (3 + 6 + 9 + 12) / 4.0 * kM2Entry + (kM2State + 2 * 3 * kM2Entry) / 4.0;
-  const StepBytes cycle = bytes_verify_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, 16, 4, 3);
+  const StepBytes cycle = bytes_verify_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, 16, 4, 3, VerifyWindow::Buffer);
   EXPECT_NEAR(cycle.total_bytes(), expected, 1e-9 * expected);
 }
 
 TEST(BytesModel, LargestCapacityIsFast) {
   // One accepted entry per round at C = 65536 walks 65536 fills; the cycle search is linear.
   const StepBytes b = bytes_verify_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU,
-                                                  kMaxBufferCapacity, 8, 1);
+                                                  kMaxBufferCapacity, 8, 1, VerifyWindow::Scratch);
   EXPECT_GT(b.total_bytes(), 0);
   const StepBytes c =
       bytes_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, kMaxBufferCapacity);
@@ -281,19 +288,19 @@ TEST(BytesModel, RejectsBadArguments) {
                std::invalid_argument);
   EXPECT_THROW(bytes_direct_at_fill(s, kDefault, -1), std::invalid_argument);
   EXPECT_THROW(bytes_verify_classic(s, kDefault, 0, true), std::invalid_argument);
-  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 5, 5, 0, 0),
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 5, 5, 0, 0, VerifyWindow::Scratch),
                std::invalid_argument);
-  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 2, 0, 3),
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 2, 0, 3, VerifyWindow::Scratch),
                std::invalid_argument);
-  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 2, 4, 0),
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 4, 2, 2, 4, 0, VerifyWindow::Scratch),
                std::invalid_argument);
-  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 8, 4, 0, 1, 0),
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 8, 4, 0, 1, 0, VerifyWindow::Scratch),
                std::invalid_argument);  // depth 0
-  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 8, 4, 5, 1, 0),
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 8, 4, 5, 1, 0, VerifyWindow::Scratch),
                std::invalid_argument);  // depth > T
-  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 8, 4, 2, 1, 3),
+  EXPECT_THROW(bytes_verify_kvbuffer(s, kDefault, BufferVariant::CachedU, 8, 4, 2, 1, 3, VerifyWindow::Scratch),
                std::invalid_argument);  // more accepted than the depth
-  EXPECT_THROW(bytes_verify_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, 4, 5, 1),
+  EXPECT_THROW(bytes_verify_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, 4, 5, 1, VerifyWindow::Scratch),
                std::invalid_argument);
   EXPECT_THROW(bytes_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, kMaxBufferCapacity + 1),
                std::invalid_argument);

@@ -135,7 +135,7 @@ TEST(SweepSmoke, TinyGridWritesRowsThatMatchTheBytesModel) {
       double lo = 1e300, hi = 0;
       for (int n = 0; n < C; ++n)
         for (int acc = 1; acc <= 2; ++acc) {
-          const double x = bytes_verify_kvbuffer(s, p, BufferVariant::CachedU, C, 2, 2, n, acc).total_bytes() * 3;
+          const double x = bytes_verify_kvbuffer(s, p, BufferVariant::CachedU, C, 2, 2, n, acc, VerifyWindow::Scratch).total_bytes() * 3;
           lo = std::min(lo, x), hi = std::max(hi, x);
         }
       EXPECT_GE(bytes, lo * (1 - 1e-9));
