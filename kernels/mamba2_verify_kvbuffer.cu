@@ -51,18 +51,19 @@
 // layer's last blocks run, and only the window's inputs wait for that layer.
 // Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
 // entries written (T (P + N) 2 + 8 T, into the buffer or the scratch); a fold writes S0 once.
-// Measured (the paper preset restricted to this kernel, commit f855cd37d70c, H200, Nemotron-3 Nano
+// Measured (the paper preset restricted to this kernel, commit 26ee87c4107a, H200, Nemotron-3 Nano
 // shapes, 23 layer pools per CUDA graph, every layer's verify then one commit of all layers, the
 // head-group kernel from batch 38 with the folding rows first, results/verify_h200.csv): T = 5
-// [best C] 5.79 / 14.62 / 58.20 / 106.73 / 209.09 / 405.56 us at batch 1 / 8 / 64 / 128 / 256 /
-// 512; T = 4 at 128 102.98 us = 3.36x classic (82% of copy) and 1.28x the decode step (80.16), at
-// 512 3.48x. Reading the pools before the wait took batch 64 / 128 from 61.5 / 109.5 to 56.9 /
+// [best C] 5.82 / 14.67 / 56.71 / 104.05 / 201.28 / 392.79 us at batch 1 / 8 / 64 / 128 / 256 /
+// 512; T = 4 at 128 100.73 us = 3.44x classic (83% of copy) and 1.26x the decode step (80.16), at
+// 512 3.63x. Reading the pools before the wait took batch 64 / 128 from 61.5 / 109.5 to 56.9 /
 // 104.9 us (T = 4, one call); the first head's early fold and the early launch of the next kernel
-// about 2% more at 128. The head-group kernel issues 0.58 instructions per scheduler and cycle, but 7%
-// fewer instructions did not make it faster: a third of its stall samples are exposed latency (its
-// warps waiting for their S0 stage, 14%; the block prologue's dependent loads behind barriers,
-// ~18%). From batch 256 both kernels run at the 700 W cap, where the same binary varies 1-6% between
-// calls with the SM clock (kernels/notes/mamba2_verify.md runs 7-14).
+// about 2% more at 128; the windows in the buffer 1.6-2.5% more from batch 64. The head-group
+// kernel issues 0.58 instructions per scheduler and cycle, but 7% fewer instructions did not make it
+// faster: a third of its stall samples are exposed latency (its warps waiting for their S0 stage,
+// 14%; the block prologue's dependent loads behind barriers, ~18%). From batch 256 both kernels run
+// at the 700 W cap, where the same binary varies 1-6% between calls with the SM clock
+// (kernels/notes/mamba2_verify.md runs 7-15).
 #include <stdexcept>
 #include <string>
 
