@@ -14,8 +14,8 @@ default one that is missing only skips what needs it):
                           for the short-context figure in place of decode_GPU.csv's context rows
   verify_GPU.csv          `kvbuf sweep --verify-out` rows
   fla_GPU.csv             scripts/bench_fla.py (FLA's kernel timed with kvbuf's method)
-  public_mamba2_GPU.csv   published Mamba-2 decode and verify latencies (a verify row has its T in drafts),
-                          with their source
+  public_mamba2_GPU.csv   recorded latencies of public Mamba-2 kernels (vLLM, ReplaySSM) on that GPU, decode
+                          and verify (a verify row has its T in drafts), with their source
   capacity_GPU*.csv       `kvbuf capacity --measure --csv`
   ncu_bytes_GPU.csv       scripts/ncu_bytes.py (DRAM bytes measured by Nsight Compute)
 With --kvbuf, the modelled lines come from that binary (`kvbuf bytes`, `kvbuf capacity`); then the
@@ -168,6 +168,28 @@ def load_fla(p):
                       floats=("latency_us_median",), keep=measured)
 
 
+# Display names of the public kernels of public_mamba2_GPU.csv, as their users know them; an id
+# not listed is shown as it is.
+PUBLIC_KERNEL_NAMES = {
+    "vllm-selective-state-update": "vLLM selective_state_update",
+    "vllm-verify-classic": "vLLM classic verify",
+    "replayssm": "ReplaySSM decode",
+    "replayssm-verify": "ReplaySSM verify",
+}
+
+
+def public_label(row):
+    """Legend label of a recorded public-kernel figure: its kernel by name, ReplaySSM's buffer length L
+    (the chunk column), T for a verify figure, and where the number comes from."""
+    name = PUBLIC_KERNEL_NAMES.get(row["kernel"], row["kernel"])
+    if row.get("chunk"):
+        name += f", {'L' if row['kernel'].startswith('replayssm') else 'C'} = {row['chunk']}"
+    if row.get("drafts") is not None:
+        name += f", T = {int(row['drafts'])}"
+    gpu = row.get("gpu")
+    return f"{name} (public kernel, recorded {gpu + ' ' if gpu else ''}figures)"
+
+
 def load_public(p):
     # A verify figure has its T in the drafts column; a decode one none (or no such column).
     return read_table(p, required=("model", "kernel", "gpu", "source"), ints=("batch",), floats=("latency_us",),
@@ -282,9 +304,8 @@ def fig_decode_latency(inputs, fam):
         public_source = ("FLA", inputs.fla_path, inputs.fla)
     elif fam.name == "mamba2" and inputs.public:
         decode_public = [r for r in inputs.public if r["drafts"] is None]
-        public = [(f"{r['kernel']}" + (f" C={r['chunk']}" if r.get("chunk") else "") + " (published: issue 15)",
-                   r["batch"], r["latency_us"], r) for r in decode_public]
-        public_source = ("published", inputs.public_path, decode_public)
+        public = [(public_label(r), r["batch"], r["latency_us"], r) for r in decode_public]
+        public_source = ("recorded public figures", inputs.public_path, decode_public)
     if not rows and not public:
         raise Skip(f"no measured {fam.title} decode rows in {inputs.decode_path} and no public baseline")
     model = rows[0]["model"] if rows else public[0][3]["model"]
@@ -456,7 +477,7 @@ def fig_verify(inputs, fam):
     sources = [("kvbuf", inputs.verify_path, rows)]
     if published:
         verify_vs_published(axes[2], classic, kvb, published)
-        sources.append(("published", inputs.public_path, published))
+        sources.append(("recorded public figures", inputs.public_path, published))
     caption(fig, provenance(*sources) +
             ". Verify + commit of a chain of T tokens; classic writes a state per token, KVBuffer writes T entries.")
     return fig
@@ -470,8 +491,9 @@ def verify_vs_published(ax, classic, kvb, published):
         pts = sorted((b, r["latency_us_median"]) for (b, t), r in table.items() if t == T)
         ax.plot([b for b, _ in pts], [v for _, v in pts], style, ms=4, label=label)
     for kernel in sorted({r["kernel"] for r in published if int(r["drafts"]) == T}):
-        pts = sorted((r["batch"], r["latency_us"]) for r in published if r["kernel"] == kernel and int(r["drafts"]) == T)
-        ax.plot([b for b, _ in pts], [v for _, v in pts], "^:", ms=5, label=f"{kernel} (published: issue 15)")
+        mine = [r for r in published if r["kernel"] == kernel and int(r["drafts"]) == T]
+        pts = sorted((r["batch"], r["latency_us"]) for r in mine)
+        ax.plot([b for b, _ in pts], [v for _, v in pts], "^:", ms=5, label=public_label(mine[0]))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("batch (requests)")

@@ -84,9 +84,9 @@ class Summary(unittest.TestCase):
                         "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,8,35.0,NVIDIA H200,abc\n")
             with open(os.path.join(tmp, "public_mamba2_h200.csv"), "w") as f:
                 f.write("model,kernel,chunk,batch,latency_us,gpu,source\n"
-                        "nemotron-3-nano-30b-a3b,vllm-selective-state-update,,1,3.5,H200,issue\n"
-                        "nemotron-3-nano-30b-a3b,vllm-selective-state-update,,64,71.0,H200,issue\n"
-                        "nemotron-3-nano-30b-a3b,replayssm,16,64,49.0,H200,issue\n")
+                        "nemotron-3-nano-30b-a3b,vllm-selective-state-update,,1,3.5,H200,recorded H200 figure\n"
+                        "nemotron-3-nano-30b-a3b,vllm-selective-state-update,,64,71.0,H200,recorded H200 figure\n"
+                        "nemotron-3-nano-30b-a3b,replayssm,16,64,49.0,H200,recorded H200 figure\n")
             r = run("--results", tmp)
             self.assertEqual(r.returncode, 0, r.stderr)
             b1, b64 = section(r.stdout, "Mamba-2 decode")[1:]
@@ -111,8 +111,8 @@ class Summary(unittest.TestCase):
                         "nemotron-3-nano-30b-a3b,mamba2-verify-kvbuffer,64,5,16,80.0,NVIDIA H200,abc\n")
             with open(os.path.join(tmp, "public_mamba2_h200.csv"), "w") as f:
                 f.write("model,kernel,chunk,batch,drafts,latency_us,gpu,source\n"
-                        "nemotron-3-nano-30b-a3b,vllm-selective-state-update,,64,,71.0,H200,issue\n"
-                        "nemotron-3-nano-30b-a3b,replayssm-verify,,64,5,60.0,H200,issue\n")
+                        "nemotron-3-nano-30b-a3b,vllm-selective-state-update,,64,,71.0,H200,recorded H200 figure\n"
+                        "nemotron-3-nano-30b-a3b,replayssm-verify,,64,5,60.0,H200,recorded H200 figure\n")
             r = run("--results", tmp)
             self.assertEqual(r.returncode, 0, r.stderr)
             (decode_line,) = section(r.stdout, "Mamba-2 decode")[1:]
