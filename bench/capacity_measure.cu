@@ -30,8 +30,8 @@
 
 #include "bench/gpu_commands.h"
 #include "bench/gpu_timing.h"
-#include "kernels/common.cuh"
-#include "kernels/gdn_verify.h"
+#include "kernels/common/common.cuh"
+#include "kernels/gdn/gdn_verify.h"
 #include "sim/layout.h"
 
 namespace kvbuf {
@@ -81,7 +81,7 @@ class CapacityProbe {
     io.slot = slot.as<int32_t>();
     io.q = q.as<__nv_bfloat16>(), io.k = k.as<__nv_bfloat16>(), io.v = v.as<__nv_bfloat16>();
     io.g = g.as<float>(), io.beta = beta.as<float>(), io.out = out.as<__nv_bfloat16>();
-    const GdnVerifyAccept accept{len.as<int32_t>(), nullptr};
+    const VerifyAccept accept{len.as<int32_t>(), nullptr};
     for (int l = 0; l < layers_; ++l) {
       fill_uniform_f32(reinterpret_cast<float*>(at(l, "state")), size_t(B) * HV * V * K, 6, -1.f, 1.f);
       KVB_CUDA_CHECK(cudaMemset(at(l, "conv"), 0, plan.tensor_bytes("conv")));

@@ -14,7 +14,7 @@
 
 #include "bench/cmd_common.h"
 #include "bench/gpu_timing.h"
-#include "kernels/cuda_check.h"
+#include "kernels/common/cuda_check.h"
 #include "sim/gpus.h"
 
 #define KVB_CUBLAS_CHECK(call)                                                                    \

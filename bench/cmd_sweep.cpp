@@ -1,6 +1,6 @@
-// `kvbuf sweep`: the grid of bench/sweep_grid.h from the command line, a TOML file (--config) or a
+// `kvbuf sweep`: the grid of bench/sweep/sweep_grid.h from the command line, a TOML file (--config) or a
 // preset, checked and expanded here (every build: --dry-run lists the points without a GPU); the
-// measurement runs in bench/sweep_run.cu (CUDA builds). The resolved grid is saved next to each
+// measurement runs in bench/sweep/sweep_run.cu (CUDA builds). The resolved grid is saved next to each
 // CSV as <csv>.grid.toml, which --config reads back to repeat (or resume) the run.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -13,7 +13,7 @@
 
 #include "bench/cmd_common.h"
 #include "bench/gpu_commands.h"
-#include "bench/sweep_grid.h"
+#include "bench/sweep/sweep_grid.h"
 
 namespace kvbuf::cli {
 namespace {

@@ -1,5 +1,5 @@
 // Results CSV written row by row as measured (flushed after every row), so an interrupted sweep
-// leaves every finished row on disk (whole lines: bench/sweep_grid.h's resume_csv drops a torn one).
+// leaves every finished row on disk (whole lines: bench/sweep/sweep_grid.h's resume_csv drops a torn one).
 // Units go in the column names (latency_us, bytes, gbps).
 #pragma once
 #include <fstream>

@@ -1,5 +1,5 @@
 // `kvbuf check` on a GPU machine: the quick subsets of the decode and verify kernel checks
-// (kernels/checks/; the gtest binaries run every case). Each case's inputs come from
+// (kernels/*/checks/; the gtest binaries run every case). Each case's inputs come from
 // checks::case_seed(--seed, case name), as in the gtest binaries with KVBUF_TEST_SEED = --seed.
 // One line per case, a summary line per kernel family.
 #include <cuda_runtime.h>
@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "bench/gpu_commands.h"
-#include "kernels/checks/check_common.h"
-#include "kernels/checks/gdn_decode_checks.h"
-#include "kernels/checks/gdn_verify_checks.h"
-#include "kernels/checks/mamba2_decode_checks.h"
-#include "kernels/checks/mamba2_verify_checks.h"
+#include "kernels/common/checks/check_common.h"
+#include "kernels/gdn/checks/gdn_decode_checks.h"
+#include "kernels/gdn/checks/gdn_verify_checks.h"
+#include "kernels/mamba2/checks/mamba2_decode_checks.h"
+#include "kernels/mamba2/checks/mamba2_verify_checks.h"
 
 namespace kvbuf {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/sweep_grid.h"
+#include "bench/sweep/sweep_grid.h"
 #include "sim/catalog.h"
 
 namespace kvbuf {
@@ -31,7 +31,7 @@ struct CapacityMeasured {
 };
 CapacityMeasured measure_capacity_on_gpu(const CapacityMeasureArgs& args);
 
-// `kvbuf sweep` (bench/sweep_run.cu): measures the points not yet in the CSVs, row by row, with
+// `kvbuf sweep` (bench/sweep/sweep_run.cu): measures the points not yet in the CSVs, row by row, with
 // progress on stderr; `on_device` runs once a device answers, before any row. Returns the exit
 // status; throws std::runtime_error when points failed.
 int run_sweep_on_gpu(const std::vector<SweepPoint>& points, const SweepSettings& settings,

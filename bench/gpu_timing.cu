@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "kernels/common.cuh"
+#include "kernels/common/common.cuh"
 
 namespace kvbuf {
 

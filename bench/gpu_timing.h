@@ -17,7 +17,7 @@
 #include <string>
 
 #include "bench/gpu_telemetry.h"
-#include "kernels/device_buffer.h"
+#include "kernels/common/device_buffer.h"
 #include "sim/layout.h"
 
 namespace kvbuf {

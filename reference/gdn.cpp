@@ -1,4 +1,4 @@
-// Gated DeltaNet reference model: every mode of ../shared/design/kvbuffer-math.md sections 1-7.
+// Gated DeltaNet reference model: every mode of docs/kvbuffer-math.md sections 1-7.
 // Plain Eigen, written for clarity over speed; every decay factor is exp(G_i - G_j) with
 // G_i - G_j <= 0 (or exp(G_i) with G_i <= 0), so strong gates underflow to 0 and never overflow.
 #include "reference/gdn.h"

@@ -1,6 +1,6 @@
 // Gated DeltaNet reference model (Eigen, float64 or float32): the ground truth every kernel is
 // compared to. Function names mirror the CUDA kernels (gdn_decode_recurrent in both).
-// Semantics (../shared/design/kvbuffer-math.md section 1), per value head h, key head h / (HV/H):
+// Semantics (docs/kvbuffer-math.md section 1), per value head h, key head h / (HV/H):
 //   k <- k / sqrt(|k|^2 + 1e-6),  q <- q / sqrt(|q|^2 + 1e-6) * K^-0.5
 //   S <- exp(g) S;  u = beta (v - S^T k);  S <- S + k u^T;  o = S^T q        (S is K x V)
 // Buffered modes (sections 2-7): with G_i = g_1 + ... + g_i since the checkpoint S0,

@@ -1,6 +1,6 @@
 // Mamba-2 reference model (Eigen, float64 or float32): the ground truth for every Mamba-2 mode.
 // Function names mirror the GDN ones (gdn.h).
-// Semantics (../shared/design/kvbuffer-math.md section 8), per head h, group h / (NH/G):
+// Semantics (docs/kvbuffer-math.md section 8), per head h, group h / (NH/G):
 //   S <- exp(dt A) S + dt x B^T;   y = S C + D x                (S is P x N)
 // dt > 0 (already through softplus), A < 0, so every per-token decay exp(dt A) is in [0, 1).
 // Buffered modes: with G_i = sum_{j<=i} dt_j A since the checkpoint S0 (state after the last fold),

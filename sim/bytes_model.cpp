@@ -1,5 +1,5 @@
 // Bytes per linear-attention layer per step per request: section 9 of
-// ../shared/design/kvbuffer-math.md, with two corrections our kernels need (a raw GDN entry keeps
+// docs/kvbuffer-math.md, with two corrections our kernels need (a raw GDN entry keeps
 // G and beta: 2 HV 4 bytes of gates; verify writes all T candidate entries to scratch and the
 // commit copies the m accepted ones into the buffer, except where the kernel writes a chain that
 // fits after the fill into the buffer directly: sim/layout.h's VerifyWindow).

@@ -1,7 +1,7 @@
 // The one bytes model: bytes read and written per linear-attention layer per decode step for one
 // request, declared once per tensor with its own dtype (as nvbench's add_global_memory_reads).
 // The CLI (`kvbuf bytes`), the sweeps (GB/s columns), the benchmarks and the plots all use it.
-// The formulas are those of ../shared/design/kvbuffer-math.md section 9.
+// The formulas are those of docs/kvbuffer-math.md section 9.
 #pragma once
 #include <string>
 #include <vector>
@@ -61,7 +61,7 @@ StepBytes bytes_direct_mean(const LayerShape& s, const Precision& p, int chunk);
 StepBytes bytes_verify_classic(const LayerShape& s, const Precision& p, int tokens,
                                bool commit_copy);
 // Buffered verify of T tokens at fill n (0..C-1) keeping `accepted` = m (0..T) entries, as our
-// kernels do it (kernels/gdn_verify.h):
+// kernels do it (kernels/gdn/gdn_verify.h):
 //   verify: state read, n buffer entries read, the T candidate entries written to a scratch area;
 //           when n > 0 and n + T >= C the n entries are folded first (state written once), the
 //           window then starts from an empty buffer (n0 = 0; else n0 = n). Folding already at

@@ -29,7 +29,7 @@ struct CapacityInputs {
   Precision precision;
   SchedulerPolicy scheduler = SchedulerPolicy::Reserve;
   // Also count the T candidate entries per request and layer that our verify kernels write to a
-  // scratch area (kernels/gdn_verify.h), as bench/capacity_measure.cu allocates them.
+  // scratch area (kernels/gdn/gdn_verify.h), as bench/capacity_measure.cu allocates them.
   bool count_verify_scratch = false;
 };
 

@@ -17,7 +17,7 @@
 //     buf_val    [slots, C, NH, P]  entry dtype   x
 //     buf_gcum   [slots, C, NH]     fp32          cumulative log decay G
 //     buf_beta   [slots, C, NH]     fp32          dt (softplus applied)
-//   both: fill, has_state, done_count [slots] int32 (kernels/gdn_decode.h says who advances them);
+//   both: fill, has_state, done_count [slots] int32 (kernels/gdn/gdn_decode.h says who advances them);
 //   conv       [slots, conv_dim, w - 1] io dtype, conv_dim = 2 H K + HV V (Mamba-2: NH P + 2 G N);
 //   verify scratch of T candidates per request: win_k [T, H, K], win_u [T, HV, V] entry dtype,
 //   win_gcum [T, HV] fp32 (+ win_beta [T, HV] where entries keep two scalars), win_base [2] int32; classic verify: step_states [T, HV, V, K] state dtype.
@@ -134,7 +134,7 @@ inline size_t bytes_per_slot(const std::vector<PoolTensor>& t, bool with_metadat
   return b;
 }
 
-// The buffered verify's fold rule (kernels/gdn_verify.h's protocol, both families): a verify whose
+// The buffered verify's fold rule (kernels/gdn/gdn_verify.h's protocol, both families): a verify whose
 // window is `depth` nodes deep (T for a chain) at fill n folds the n buffered entries into the
 // state first when n > 0 and n + depth >= C. constexpr, so the kernels use it too.
 constexpr bool verify_folds_first(int chunk, int depth, int fill) { return fill > 0 && fill + depth >= chunk; }
@@ -147,7 +147,7 @@ constexpr bool verify_folds_first(int chunk, int depth, int fill) { return fill 
 //            reads, and the commit only moves the fill to n + m (a rejected entry lies past it:
 //            rollback drops it); every other window goes to the scratch (Mamba-2's head-group
 //            kernel, from ~1.5 waves of blocks: 1-2% faster there; the one-head kernel measured
-//            1.5% slower so at batches 1-32, kernels/notes/mamba2_verify.md run 15).
+//            1.5% slower so at batches 1-32, kernels/mamba2/notes/mamba2_verify.md run 15).
 // constexpr: the kernels and the bytes model use it.
 enum class VerifyWindow { Scratch, Buffer };
 constexpr bool verify_window_in_buffer(VerifyWindow window, int chunk, int tokens, int depth, int fill) {
@@ -157,11 +157,11 @@ constexpr bool verify_window_in_buffer(VerifyWindow window, int chunk, int token
 // The pools each measurement allocates per layer and request, so that the bytes and capacity
 // models and the GPU code agree by construction (sim/tests/test_layout.cpp checks the sums):
 //   decode: the state (a second one out of place) and, at capacity C > 0, the buffer and its
-//           metadata (bench/sweep_decode.cu);
+//           metadata (bench/sweep/sweep_decode.cu);
 std::vector<PoolTensor> decode_pools(const PoolLayout& l, bool out_of_place);
 //   speculative decoding of T tokens: classic keeps the state, T step states and 1 + T conv
 //           windows; KVBuffer the state, 1 conv window, the buffer and its metadata and the verify
-//           scratch of T entries (bench/capacity_measure.cu; bench/sweep_verify.cu without conv).
+//           scratch of T entries (bench/capacity_measure.cu; bench/sweep/sweep_verify.cu without conv).
 std::vector<PoolTensor> speculative_pools(const PoolLayout& l, int tokens, bool kvbuffer, bool with_conv);
 
 // The placement of `layers` copies of a list of pool tensors for `slots` requests in one

@@ -173,7 +173,7 @@ MeasuredLinearTable::MeasuredLinearTable(ModelSpec reference, std::vector<Measur
 }
 
 MeasuredLinearTable MeasuredLinearTable::load(const std::string& results_dir, LayerKind kind) {
-  // Mamba-2 rows name their kernels as GDN's with this prefix (bench/sweep_kernels.h).
+  // Mamba-2 rows name their kernels as GDN's with this prefix (bench/sweep/sweep_kernels.h).
   const std::string prefix = kind == LayerKind::Mamba2 ? "mamba2-" : "";
   auto unprefixed = [&](const std::string& name, std::string* out) {
     if (name.compare(0, prefix.size(), prefix) != 0) return false;

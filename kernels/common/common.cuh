@@ -1,0 +1,178 @@
+// Shared by every kernel family: small device helpers (the error macros are in cuda_check.h).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/dispatch.h"  // dispatch_head_dims
+
+namespace kvbuf {
+
+// Grids with one request row per z index (gridDim.z's limit).
+constexpr int kMaxBatch = 65535;
+
+// Host: raises kernel's dynamic shared memory limit to smem where its static and dynamic shared
+// memory together pass the default 48 KiB.
+template <class... KernelArgs>
+void allow_dynamic_smem(void (*kernel)(KernelArgs...), size_t smem) {
+  cudaFuncAttributes attrs = {};
+  KVB_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
+  if (smem + attrs.sharedSizeBytes > 48 * 1024)
+    KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+}
+
+// Host: launches kernel(args...) on grid x block with smem bytes of dynamic shared memory (raising
+// the kernel's limit when its static and dynamic shared memory together pass the default 48 KiB).
+// programmatic_dependent: the grid may start while the previous grid in the stream still runs; it
+// must execute griddepcontrol.wait before reading what that grid writes.
+template <class... KernelArgs, class... Args>
+void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   bool programmatic_dependent, Args&&... args) {
+  allow_dynamic_smem(kernel, smem);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = programmatic_dependent ? 1 : 0;
+  KVB_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  KVB_CUDA_CHECK_LAUNCH();
+}
+
+// Host: the current device's multiprocessor count (read once).
+inline int multiprocessor_count() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    KVB_CUDA_CHECK(cudaGetDevice(&dev));
+    KVB_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  return sms;
+}
+
+// Several layers' Params in one launch, one grid z index per layer: a model step's commits, which
+// wait for the step's sampling, so a serving engine runs them after all the layers and pays a
+// kernel's fixed cost once per step instead of once per layer. Kernels take the table as a
+// __grid_constant__ parameter (read where it lies, in the constant bank, never copied per thread)
+// of kLayerTableBytes: 12 KiB hold every catalog model's linear layers (48 GDN or 40 Mamba-2
+// Params); kernel parameters above 4 KiB need CUDA 12.1 and sm_70. launch_layers launches once per
+// kMaxLayers layers.
+constexpr size_t kLayerTableBytes = 12288;
+template <class Params>
+struct LayerTable {
+  static constexpr int kMaxLayers = int(kLayerTableBytes / sizeof(Params));
+  static_assert(kMaxLayers >= 1, "Params larger than a layer table");
+  Params layer[kMaxLayers];
+};
+// Host: kernel over grid_xy x (layers of one table) per table of `layers`, as launch_kernel.
+template <class Params>
+void launch_layers(void (*kernel)(LayerTable<Params>), const Params* layers, int count, dim3 grid_xy, dim3 block,
+                   cudaStream_t stream, bool programmatic_dependent) {
+  constexpr int kMax = LayerTable<Params>::kMaxLayers;
+  for (int first = 0; first < count; first += kMax) {
+    const int n = count - first < kMax ? count - first : kMax;
+    LayerTable<Params> table;
+    for (int l = 0; l < n; ++l) table.layer[l] = layers[first + l];
+    launch_kernel(kernel, dim3(grid_xy.x, grid_xy.y, unsigned(n)), block, 0, stream, programmatic_dependent, table);
+  }
+}
+
+// Host: the refusals (std::invalid_argument) of a commit over a layer table: no layers, a layer that
+// validate(layer, who) refuses or without accept_len, or one whose shared launch shape (batch,
+// tokens, capacity; alike(layer, first) says) differs from the first layer's.
+template <class Params, class Validate, class Alike>
+void validate_commit_layers(const Params* layers, int count, const char* who, Validate validate, Alike alike) {
+  if (!layers || count < 1) throw std::invalid_argument(std::string(who) + ": no layers");
+  for (int l = 0; l < count; ++l) {
+    validate(layers[l], who);
+    if (!layers[l].accept.accept_len) throw std::invalid_argument(std::string(who) + ": accept_len is null");
+    if (!alike(layers[l], layers[0]))
+      throw std::invalid_argument(std::string(who) + ": layer " + std::to_string(l) +
+                                  " differs from the first in what one launch shares" +
+                                  " (batch, tokens, capacity; GDN: entries)");
+  }
+}
+
+// Host: blocks per request row and layer (grid y) of a commit over rows_layers rows x layers: the
+// fewest that give every SM 2048 threads of `threads`-thread blocks, at most max_slices (the commit
+// kernels' registers hold 5 of their 256-thread blocks per SM, so that is about 1.6 waves, as
+// measured in 03b8a77). Every block pays a chain of dependent loads (the row's slot and base, the
+// accepted nodes, a block barrier) before its copies, so a step of many rows wants one block per
+// row and layer (8 made 22 of those 2048-thread rounds at batch 128 over 23 layers: 72.7 us per
+// step, 1.9 TB/s), a small step several, to keep loads in flight.
+inline int commit_slices(long rows_layers, int threads, int max_slices) {
+  const long wave = long(multiprocessor_count()) * (2048 / threads);
+  const long slices = (wave + rows_layers - 1) / rows_layers;
+  return int(slices < 1 ? 1 : slices > max_slices ? max_slices : slices);
+}
+
+// Host: how many blocks of `threads` threads and smem bytes of dynamic shared memory fit on one
+// multiprocessor (raising the kernel's limit as launch_kernel does).
+template <class... KernelArgs>
+int resident_blocks(void (*kernel)(KernelArgs...), int threads, size_t smem) {
+  allow_dynamic_smem(kernel, smem);
+  int blocks = 0;
+  KVB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
+  return blocks;
+}
+
+// Sum over the 32 lanes of a warp; every lane gets the total.
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int m = 16; m >= 1; m /= 2) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+// A load that ptxas keeps where it is written (a relaxed gpu-scope load, served by L2): it sank a
+// plain load of row metadata below the slot check that followed it, a second dependent round
+// trip (kernels/gdn/notes/gdn_decode_kvbuffer.md v20).
+__device__ __forceinline__ int load_unsunk(const int32_t* p) {
+  int x;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(x) : "l"(p));
+  return x;
+}
+
+// Entry and state element conversions (buffer entries are bf16 or fp32).
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class E>
+__device__ __forceinline__ E from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+// Two bf16 packed in 32 bits (low element first) as fp32: a bf16 is the top half of its fp32, so
+// the high element is one AND and the low one one shift (the intrinsic's conversion took a PRMT
+// and a shift for the high element).
+__device__ __forceinline__ float2 bf16x2_to_float2(uint32_t x) {
+  return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
+}
+
+// 16-byte asynchronous global -> shared copy (cp.async, bypassing L1): a block issues all of its
+// small reads at once instead of one dependent load per loop iteration; cp_async_wait_all() then a
+// block barrier make the data visible to every thread.
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gsrc) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gsrc) : "memory");
+}
+// 4-byte copy (scalars such as G_j).
+__device__ __forceinline__ void cp_async4(void* smem_dst, const void* gsrc) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(gsrc) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+// Groups: commit closes the copies issued so far into a group; wait_group<N> waits until at most N
+// of the newest groups are still in flight.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+}  // namespace kvbuf

@@ -1,0 +1,252 @@
+// gdn_decode_recurrent: the classic serving decode of Gated DeltaNet, one token per request.
+//
+// Math (docs/kvbuffer-math.md section 1, in the serving layout where row v of head h is S[v, :]):
+//   k <- k / sqrt(|k|^2 + 1e-6),  q <- q / sqrt(|q|^2 + 1e-6) * K^-0.5
+//   a_v = S[v,:].k,  b_v = S[v,:].q                         (one read of the row serves both)
+//   u_v = beta (v_v - e^g a_v)
+//   o_v = e^g b_v + (k.q) u_v                               (= S_new[v,:].q)
+//   S_new[v,:] = e^g S[v,:] + u_v k
+// Layouts: S_in, S_out [slots, HV, V, K] fp32, K contiguous (same pointer = in place);
+//          q, k [B, H, K] bf16; v, out [B, HV, V] bf16; g, beta [B, HV] fp32 (or a, b bf16 [B, HV]
+//          + A_log, dt_bias [HV] fp32); slot [B] int32 (negative: padding, output zeros only).
+// Work split (tile shape): block = (row, value head, tile of rows_per_block state rows), 128 threads = 16
+// groups of 8 lanes (gdn_decode_device.h). Thread 0 starts bulk copies (cp.async.bulk, 16 rows per
+// chunk, one mbarrier each) of the block's contiguous S rows into shared memory, all in flight at
+// once; meanwhile every group normalises k, q and the block stages v; then each group takes one
+// row per chunk, as soon as its chunk lands, and stores the new row straight to global memory.
+// rows_per_block: up to 64 (32 KiB tiles), smaller for small batches (8 blocks per SM wanted).
+// One-warp shape (rows_per_block 8, from batch 32 up): one warp per 8 rows, the tile in registers
+// (log v4).
+// Template parameters: head dims K = V in {64, 128}.
+//
+// Current result (f831236, results/decode_h200.csv and fla_h200.csv; H200, Qwen3-Next shapes, 36
+// layer pools in one CUDA graph, per layer, median): out of place 3.51 / 10.91 / 34.76 / 67.02 /
+// 131.24 / 259.13 / 515.07 us at batch 1 / 8 / 32 / 64 / 128 / 256 / 512 (FLA in the same session
+// 3.89 / 11.38 / 36.09 / 68.08 / 132.02 / 259.72 / 515.32); in place 3.53 / 10.44 / 34.90 / 67.42
+// (95.3% of copy) / 132.16 / 261.23 / 519.61.
+// Performance log v1..v7 (prediction first where one was made): kernels/gdn/notes/gdn_decode_recurrent.md
+// ("log vN" in the comments below).
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "kernels/common/common.cuh"
+#include "kernels/gdn/gdn_decode.h"
+#include "kernels/gdn/gdn_decode_device.h"
+
+namespace kvbuf {
+namespace gdn_detail {
+
+void validate_step_io(const GdnStepIO& io, const char* who, bool warp_rows_allowed) {
+  auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(who) + ": " + m); };
+  if (io.batch < 0) fail("batch must be >= 0");
+  if (io.batch > kMaxBatch)
+    fail("unsupported batch " + std::to_string(io.batch) + " (at most " + std::to_string(kMaxBatch) + " rows per launch)");
+  if (io.H <= 0 || io.HV <= 0 || io.HV % io.H != 0) fail("need H > 0 and HV a multiple of H");
+  if (!io.slot || !io.q || !io.k || !io.v || !io.out) fail("slot, q, k, v and out must be set");
+  const bool given = io.g || io.beta;
+  if (given && !(io.g && io.beta)) fail("give both g and beta, or neither");
+  if (!given && !(io.a && io.b && io.A_log && io.dt_bias))
+    fail("without g/beta, a, b, A_log and dt_bias must all be set");
+  if (io.rows_per_block != 0) {
+    const int r = io.rows_per_block;
+    const bool warp = warp_rows_allowed && r == kWarpRows;
+    if (!(warp || r == 16 || r == 32 || r == 64 || r == 128) || r > io.V || io.V % r != 0)
+      fail("unsupported rows_per_block " + std::to_string(r) + (warp_rows_allowed ? " (8, 16" : " (16") +
+           ", 32, 64 or 128, dividing V)");
+  }
+}
+
+int choose_rows_per_block(const GdnStepIO& io, RowsRule rule) {
+  if (io.rows_per_block) return io.rows_per_block;
+  const int sms = multiprocessor_count();
+  const long heads = long(io.batch) * io.HV;
+  int rows = std::min(io.V, rule.max_rows);
+  while (rows > 16 && heads * (io.V / rows) < long(rule.min_blocks_per_sm) * sms) rows /= 2;
+  return rows;
+}
+
+// STATE_FLAG (KVBuffer at capacity 1, below): row_has_state[row] == 0 marks a request without a
+// state (direct mode): S = 0 is not read, and the step writes S = u k^T, creating the state.
+template <int K, int V, bool STATE_FLAG>
+__global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecurrentParams p, const int32_t* row_has_state,
+                                                                        int rows) {
+  static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
+  constexpr int N = K / 8;  // floats per lane per row
+  extern __shared__ __align__(128) float tile[];  // [rows, K]: this block's state rows
+  __shared__ __align__(8) uint64_t bars[kMaxChunks];
+  __shared__ float sv[kMaxChunks * kGroups];  // v of this block's rows
+  const GdnStepIO& io = p.io;
+  const BlockCoords c = block_coords<V>(rows);
+  const int slot = io.slot[c.row];
+  const bool has_state = !STATE_FLAG || load_unsunk(row_has_state + c.row) != 0;
+  if (slot < 0) {
+    write_zero_output(io, c, rows);
+    return;
+  }
+  const size_t head = (size_t(slot) * io.HV + c.h) * V * K;
+  const int chunks = rows / kGroups;
+  if (has_state && threadIdx.x == 0) tile_issue<K>(tile, p.state_in + head + size_t(c.v0) * K, chunks, bars);
+
+  const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
+  const int kh = c.kh;
+  float k[N], q[N], kq;
+  load_token_kq<K>(io, c.row, kh, lane, k, q, kq);
+  float g, beta;
+  load_gates(io, c.row, c.h, g, beta);
+  const float decay = expf(g);
+  float* s_out = p.state_out + head;
+  const __nv_bfloat16* vin = io.v + (size_t(c.row) * io.HV + c.h) * V;
+  __nv_bfloat16* out = io.out + (size_t(c.row) * io.HV + c.h) * V;
+  for (int r = threadIdx.x; r < rows; r += kThreads) sv[r] = __bfloat162float(vin[c.v0 + r]);
+  __syncthreads();  // barriers initialised, sv loaded
+
+  for (int ch = 0; ch < chunks; ++ch) {
+    const int rl = ch * kGroups + group, r = c.v0 + rl;
+    const float v_r = sv[rl];
+    float s[N];
+    load_tile_row<K>(has_state, tile, bars, ch, rl, lane, s);
+    const float a = group_sum(dot<N>(s, k));
+    const float b = group_sum(dot<N>(s, q));
+    const float uv = beta * (v_r - decay * a);
+    if (lane == 0) out[r] = __float2bfloat16_rn(decay * b + kq * uv);
+#pragma unroll
+    for (int i = 0; i < N; ++i) s[i] = fmaf(decay, s[i], uv * k[i]);
+    store_slice<K>(s_out + size_t(r) * K, lane, s);
+  }
+}
+
+// Warp-row shape (rows_per_block = kWarpRows, log v4): one warp per block owns 8 state rows (4 KiB);
+// lane l holds columns [l K/32, (l+1) K/32) of all 8 rows in registers, so the block's whole tile
+// is in flight after one round trip (the slot) and up to 32 one-warp blocks share an SM. The 16
+// row sums are reduced by halving exchanges (log v6); lane 4 i writes row i's output.
+template <int K, int V, bool STATE_FLAG>
+__global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurrentParams p, const int32_t* row_has_state) {
+  static_assert(K == 64 || K == 128, "one float2 or float4 per lane per row");
+  constexpr int NL = K / 32, R = kWarpRows;  // floats per lane per row, rows per block
+  using Vec = typename std::conditional<NL == 4, float4, float2>::type;
+  const GdnStepIO& io = p.io;
+  const BlockCoords c = block_coords<V>(R);
+  const int lane = threadIdx.x;
+  const int slot = io.slot[c.row];
+  const bool has_state = !STATE_FLAG || row_has_state[c.row] != 0;
+  // The token's inputs do not depend on the slot: issued before its round trip ends.
+  const size_t kq_off = (size_t(c.row) * io.H + c.kh) * K + lane * NL;
+  __nv_bfloat162 kraw[NL / 2], qraw[NL / 2];
+#pragma unroll
+  for (int e = 0; e < NL / 2; ++e) {
+    kraw[e] = reinterpret_cast<const __nv_bfloat162*>(io.k + kq_off)[e];
+    qraw[e] = reinterpret_cast<const __nv_bfloat162*>(io.q + kq_off)[e];
+  }
+  float g, beta;
+  load_gates(io, c.row, c.h, g, beta);
+  const size_t vo = (size_t(c.row) * io.HV + c.h) * V + c.v0;
+  const float v_row = __bfloat162float(io.v[vo + ((lane >> 2) & (R - 1))]);  // v of row (lane / 4) % 8
+  if (slot < 0) {
+    if (lane < R) io.out[vo + lane] = __float2bfloat16_rn(0.f);
+    return;
+  }
+  const size_t head = ((size_t(slot) * io.HV + c.h) * V + c.v0) * K + lane * NL;
+  float s[R][NL];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const Vec x = has_state ? *reinterpret_cast<const Vec*>(p.state_in + head + size_t(i) * K) : Vec{};
+    s[i][0] = x.x, s[i][1] = x.y;
+    if constexpr (NL == 4) s[i][2] = reinterpret_cast<const float4&>(x).z, s[i][3] = reinterpret_cast<const float4&>(x).w;
+  }
+  float k[NL], q[NL];
+#pragma unroll
+  for (int e = 0; e < NL / 2; ++e) {
+    const float2 kf = __bfloat1622float2(kraw[e]), qf = __bfloat1622float2(qraw[e]);
+    k[2 * e] = kf.x, k[2 * e + 1] = kf.y, q[2 * e] = qf.x, q[2 * e + 1] = qf.y;
+  }
+  // The three norms' sums are independent (k.q from the raw vectors, scaled after).
+  const float kk = warp_sum(dot<NL>(k, k)), qq = warp_sum(dot<NL>(q, q)), kq_raw = warp_sum(dot<NL>(k, q));
+  const float kinv = rsqrtf(kk + 1e-6f), qinv = rsqrtf(qq + 1e-6f) * rsqrtf(float(K));
+#pragma unroll
+  for (int e = 0; e < NL; ++e) k[e] *= kinv, q[e] *= qinv;
+  const float kq = kq_raw * kinv * qinv;
+  const float decay = expf(g);
+  // The 16 row sums S[i].k, S[i].q (value m = 2 i + {0, 1}) reduced over the warp by halving
+  // exchanges: at each step a lane keeps half of its values and receives its partner's partial
+  // sums of that half (8 + 4 + 2 + 1 + 1 = 16 shuffles instead of 80); lane l ends with the
+  // full sum of value m = (l >> 1) & 15, i.e. lanes 4 i .. 4 i + 3 hold row i: a_i in the first
+  // two, b_i in the last two.
+  float p16[2 * R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) p16[2 * i] = dot<NL>(s[i], k), p16[2 * i + 1] = dot<NL>(s[i], q);
+#pragma unroll
+  for (int half = R, mask = 16; half >= 1; half /= 2, mask /= 2) {
+    const bool upper = lane & mask;
+#pragma unroll
+    for (int j = 0; j < half; ++j) {
+      const float send = upper ? p16[j] : p16[j + half];
+      const float keep = upper ? p16[j + half] : p16[j];
+      p16[j] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+    }
+  }
+  const float sum = p16[0] + __shfl_xor_sync(0xffffffffu, p16[0], 1);
+  const int row_own = (lane >> 2) & (R - 1);
+  const float a = sum, b = __shfl_xor_sync(0xffffffffu, sum, 2);  // on lanes 4 i, 4 i + 1
+  const float uv_own = beta * (v_row - decay * a);
+  if ((lane & 3) == 0) io.out[vo + row_own] = __float2bfloat16_rn(decay * b + kq * uv_own);
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const float uv = __shfl_sync(0xffffffffu, uv_own, 4 * i);
+    Vec y;
+    y.x = fmaf(decay, s[i][0], uv * k[0]), y.y = fmaf(decay, s[i][1], uv * k[1]);
+    if constexpr (NL == 4) {
+      reinterpret_cast<float4&>(y).z = fmaf(decay, s[i][2], uv * k[2]);
+      reinterpret_cast<float4&>(y).w = fmaf(decay, s[i][3], uv * k[3]);
+    }
+    *reinterpret_cast<Vec*>(p.state_out + head + size_t(i) * K) = y;
+  }
+}
+
+template <int K, int V, bool STATE_FLAG>
+void launch_recurrent(const GdnRecurrentParams& p, const int32_t* row_has_state, int rows, dim3 grid,
+                      cudaStream_t stream) {
+  if (rows == kWarpRows)
+    return launch_kernel(gdn_decode_recurrent_warp_kernel<K, V, STATE_FLAG>, grid, dim3(32), 0, stream, false, p,
+                         row_has_state);
+  launch_kernel(gdn_decode_recurrent_kernel<K, V, STATE_FLAG>, grid, dim3(kThreads), size_t(rows) * K * sizeof(float),
+                stream, false, p, row_has_state, rows);
+}
+
+// The one-warp shape from this batch up (log v4), the shared-memory tiles below it.
+constexpr int kWarpRowsMinBatch = 32;
+int recurrent_rows(const GdnStepIO& io) {
+  if (io.rows_per_block == 0 && io.batch >= kWarpRowsMinBatch && io.V % kWarpRows == 0) return kWarpRows;
+  return choose_rows_per_block(io, kRecurrentRows);
+}
+
+void run_recurrent(const GdnRecurrentParams& p, const int32_t* row_has_state, cudaStream_t stream, const char* who) {
+  const int rows = recurrent_rows(p.io);
+  const dim3 grid = decode_grid(p.io, rows);
+  const bool flag = row_has_state != nullptr;
+  dispatch_head_dims(who, p.io.K, p.io.V, [&](auto K, auto V) {
+    flag ? launch_recurrent<K, V, true>(p, row_has_state, rows, grid, stream)
+         : launch_recurrent<K, V, false>(p, row_has_state, rows, grid, stream);
+  });
+}
+
+void run_kvbuffer_capacity1(const GdnKVBufferParams& p, cudaStream_t stream, const char* who) {
+  GdnRecurrentParams r;
+  r.io = p.io;
+  r.state_in = r.state_out = p.state;
+  run_recurrent(r, p.every_row_has_state ? nullptr : p.row_has_state, stream, who);
+}
+}  // namespace gdn_detail
+
+int gdn_decode_recurrent_rows_per_block(const GdnStepIO& io) { return gdn_detail::recurrent_rows(io); }
+
+void gdn_decode_recurrent(const GdnRecurrentParams& p, cudaStream_t stream) {
+  using namespace gdn_detail;
+  validate_step_io(p.io, "gdn_decode_recurrent", true);
+  if (!p.state_in || !p.state_out) throw std::invalid_argument("gdn_decode_recurrent: state_in and state_out must be set");
+  if (p.io.batch == 0) return;
+  run_recurrent(p, nullptr, stream, "gdn_decode_recurrent");
+}
+
+}  // namespace kvbuf

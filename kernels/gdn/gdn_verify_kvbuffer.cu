@@ -1,0 +1,758 @@
+// KVBuffer speculative verify for Gated DeltaNet, chains and trees (docs/kvbuffer-math.md
+// sections 3, 5, 6), and its commit.
+//
+// Math, per request and value head, checkpoint S0 (K x V), n buffered entries (k_j, u_j, G_j),
+// window nodes t = 1..T with parents p(t) (0 = the end of the buffer), G_t = G_p(t) + g_t:
+//   a_t = S0^T k_t,  b_t = S0^T q_t                     (2T products from ONE read of S0)
+//   u_t = beta_t (v_t - e^{G_t} a_t - sum_{j<=n} e^{G_t-G_j} (k_j.k_t) u_j
+//                                   - sum_{s in anc(t)} e^{G_t-G_s} (k_s.k_t) u_s)
+//   o_t = e^{G_t} b_t + sum_{j<=n} e^{G_t-G_j} (k_j.q_t) u_j + sum_{s in anc(t)+t} e^{G_t-G_s} (k_s.q_t) u_s
+// The ancestor sums are a T x T forward substitution (a chain: anc(t) = 1..t-1). Every exponent is
+// <= 0. No state is written, except when n > 0 and n + depth >= C: then the n entries are folded
+// first, S0 <- e^{G_n} S0 + sum_j e^{G_n - G_j} k_j u_j^T, in registers (S0 written back once),
+// and the window starts from an empty buffer.
+// Commit: append the m accepted nodes' (k, u, G) at fill; the buffer can only become full when
+// T == C (then all C entries are folded instead, fill 0), so 0 <= fill < C holds between steps as
+// the decode kernel expects (protocol in gdn_verify.h).
+//
+// Layouts (sim/layout.h): S: [slots, HV, V, K] fp32, K contiguous; buf_k [slots, C, H, K],
+// buf_val (u) [slots, C, HV, V] in the entry type E (bf16 or fp32); buf_gcum [slots, C, HV] fp32;
+// q, k [B, T, H, K], v [B, T, HV, V] bf16; g, beta [B, T, HV] fp32; out [B, T, HV, V] bf16;
+// scratch win_k [B, T, H, K] E, win_u [B, T, HV, V] E, win_gcum [B, T, HV] fp32, win_base [B, 2].
+// Block: 64 rows of one value head, 128 threads (4 lanes per row, 2 rows per thread: kernel
+// below). The key dot products, the row products S0^T [k | q], the fold and (bf16 entries) the
+// buffer terms run on the tensor cores (m16n8k8 TF32, fp32 operands split hi + lo: mma.h).
+// Candidates' u are rounded to E before later nodes use them, so a verified window rounds where
+// the same tokens would in successive decode steps. A model step runs every layer's verify, then
+// one commit of all layers; each kernel is a programmatic dependent of the kernel before it.
+//
+// Current result (d72f6732a6c6, the paper preset, results/verify_h200.csv; H200, Qwen3-Next shapes
+// H=16 HV=32 K=V=128, 36 layer pools in one CUDA graph, every layer's verify then one commit of all
+// layers, median): T = 4 at batch 128 120.84 us [C = 16], 2.86x the in-place classic (345.88) and
+// 3.99x classic verify + copy commit (481.66); T = 5 6.53 / 132.54 / 259.42 us at batch 1 / 128 /
+// 256 [C = 16].
+// Performance log v1..v17 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
+// ("log vN" in the comments below).
+#include <stdexcept>
+#include <string>
+
+#include "kernels/common/common.cuh"
+#include "kernels/gdn/gdn_verify.h"
+#include "kernels/gdn/gdn_verify_device.h"
+#include "kernels/common/mma.h"
+
+namespace kvbuf {
+namespace {
+
+using namespace gdn_verify_detail;
+
+// Launch shape of the verify kernel (log v5): 4 lanes per state row, 2 rows per thread.
+constexpr int kLanesPerRow = 4, kRowsPerThread = 2;
+
+constexpr int kVerifyThreads = kRows * kLanesPerRow / kRowsPerThread, kVerifyWarps = kVerifyThreads / 32;
+// Tensor-core operand B [operand_cols(TMAX), operand_pitch(KD)] fp32: the window's raw keys
+// (columns 0..T-1) and queries (TMAX..TMAX+T-1), zeros elsewhere, in 8-column tiles; rows of
+// kd + 16 floats, so that the quarter-warp phases of its 16-byte fragment loads (2 columns x 4
+// lanes) hit distinct banks.
+__host__ __device__ constexpr int operand_cols(int tmax) { return 8 * ((2 * tmax + 7) / 8); }
+__host__ __device__ constexpr int operand_pitch(int kd) { return kd + 16; }
+
+// Shared-memory carve-up in bytes (16-byte aligned pieces) for TMAX window tokens, capacity C and
+// entry size esz. Buffer keys land in the entry type (cp.async) and are converted once to padded
+// fp32 rows, which every dot product and the fold read; the fold weights later reuse the landing
+// area (C kRows floats never exceed it for bf16; for fp32 entries the area is the larger one).
+struct VerifySmem {
+  int kd, tmax, c, esz;
+  __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
+  __host__ __device__ int kp() const { return kd + 4; }  // padded fp32 rows
+  __host__ __device__ int keys() const { return 0; }                                   // [C, kp] fp32
+  __host__ __device__ int landing() const { return keys() + c * kp() * 4; }             // [C, kd] E, then w
+  __host__ __device__ int landing_bytes() const { return up16(c * (kd * esz > kRows * 4 ? kd * esz : kRows * 4)); }
+  __host__ __device__ int u() const { return landing() + landing_bytes(); }             // [C, kRows] E
+  __host__ __device__ int wu() const { return u() + up16(c * kRows * esz); }           // buffer coefficients [C, TMAX]
+  __host__ __device__ int wo() const { return wu() + c * tmax * 4; }
+  __host__ __device__ int vu() const { return wo() + c * tmax * 4; }                   // window coefficients [TMAX, TMAX]
+  __host__ __device__ int vo() const { return vu() + tmax * tmax * 4; }
+  __host__ __device__ int gbuf() const { return vo() + tmax * tmax * 4; }              // G of the buffer [C]
+  __host__ __device__ int gwin() const { return gbuf() + up16(c * 4); }                // G of the window [TMAX]
+  __host__ __device__ int egwin() const { return gwin() + tmax * 4; }
+  __host__ __device__ int graw() const { return egwin() + tmax * 4; }                  // g of the window [TMAX]
+  __host__ __device__ int beta() const { return graw() + tmax * 4; }
+  __host__ __device__ int raw_kq() const { return up16(beta() + tmax * 4); }           // [2 TMAX, KD] bf16
+  __host__ __device__ int raw_v() const { return raw_kq() + 2 * tmax * kd * 2; }       // [TMAX, kRows] bf16
+  __host__ __device__ int nb() const { return operand_cols(tmax); }
+  __host__ __device__ int bp() const { return operand_pitch(kd); }
+  __host__ __device__ int b() const { return up16(raw_v() + tmax * kRows * 2); }
+  __host__ __device__ int scale() const { return b() + nb() * bp() * 4; }               // [2 T] norm scales
+  // Key dot products, split over K by warp: [warps, key rows (C + TMAX, in 16-row tiles), nb] fp32.
+  __host__ __device__ int key_rows_pad() const { return (c + tmax + 15) / 16 * 16; }
+  __host__ __device__ int part() const { return up16(scale() + 2 * tmax * 4); }
+  __host__ __device__ size_t bytes() const { return size_t(part() + kVerifyWarps * key_rows_pad() * nb() * 4); }
+};
+
+// Block: kRows = 64 rows of one value head of one request; LN = kLanesPerRow lanes share each
+// row and every thread holds RPT = kRowsPerThread rows (NT = 64 LN / RPT threads): thread = lane
+// group g (threadIdx.x / LN), part p (threadIdx.x % LN), rows r_k = g + k 64/RPT, each row's float4
+// chunks f = LN i + p (i < K / 4LN) in registers. The LN lanes of a row read LN 16 B pieces side by
+// side; every shared-memory key or query chunk a thread loads serves its RPT rows; each dot product
+// is reduced over LN lanes (log2 LN shuffles). After the reduction the lanes of a group split its
+// rows, LN/RPT lanes per row (row r_own), compute that row's outputs, and the first of them writes
+// them.
+// Phases, marked in the body:
+//   1 coordinates and slot (padding rows write zeros and exit);
+//   2 issue: window tokens and gates (cp.async group 1), S0 rows into registers, buffer entries
+//     (group 2);
+//   3 window operand B and norm scales, while the buffer is in flight;
+//   4 buffer keys to fp32; warp 0: the window's tree, the fold decision, G_t;
+//   5 key dot products (tensor cores) into the coefficients wu, wo, vu, vo;
+//   6 fold of the buffer into S0 when n + depth >= C (tensor cores for bf16), written back once;
+//   7 row products S0^T [k | q] and buffer terms (tensor cores), merged, gathered per row;
+//   8 the window's forward substitution: u_t, o_t per row, outputs and candidate u;
+//   9 scratch for the commit: window keys, G_t, the row's base.
+// The phases stay in the kernel body: moving even phase 9 into a __device__ __forceinline__
+// function changed ptxas's registers, spills and instruction counts of most instantiations
+// (kernels/gdn/notes/gdn_verify_kvbuffer.md, "Readable rewrite").
+template <int KD, int TMAX, class E>
+__global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const GdnVerifyKVBufferParams p) {
+  constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
+  constexpr int NT = kVerifyThreads, NF = KD / (4 * LN), KP = KD + 4, ROW_STEP = kRows / RPT;
+  constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
+  constexpr int NB = operand_cols(TMAX), NTILES = NB / 8, BP = operand_pitch(KD);  // tensor-core operand B
+  const GdnVerifyIO& io = p.io;
+  // Phase 1, coordinates. Grid (V tiles x value heads per key head, key heads, rows), so the coordinates take no runtime
+  // division where the tile count is a power of 2 (V = 64, 128): five divisions had stood before
+  // the first load of every block (log v16).
+  const int tiles = io.V / kRows;
+  int tile, sub, ratio;
+  if ((tiles & (tiles - 1)) == 0) {
+    const int tile_shift = __ffs(tiles) - 1;
+    tile = blockIdx.x & (tiles - 1), sub = blockIdx.x >> tile_shift, ratio = gridDim.x >> tile_shift;
+  } else {
+    tile = blockIdx.x % tiles, sub = blockIdx.x / tiles, ratio = gridDim.x / tiles;
+  }
+  const int kh = blockIdx.y, h = kh * ratio + sub, row = blockIdx.z;
+  const int v0 = tile * kRows;
+  const int group = threadIdx.x / LN, part = threadIdx.x % LN;
+  const int own = part / (LN / RPT), r = group + own * ROW_STEP;  // the row whose outputs this lane computes
+  const bool writer = part % (LN / RPT) == 0;
+  const int T = io.tokens, C = p.capacity;
+  // A programmatic dependent of the kernel before it (the previous layer's verify or the previous
+  // step's commit): launched while that kernel's last blocks run, it waits for its completion
+  // before reading anything. The kernel after it (the next layer's verify, or the commit) is in turn
+  // a programmatic dependent of this one: it starts as this grid's last wave runs and waits
+  // (griddepcontrol.wait) for its completion.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const int slot = io.slot[row];
+  if (slot < 0) {
+    for (int i = threadIdx.x; i < T * kRows; i += NT)
+      io.out[((size_t(row) * T + i / kRows) * io.HV + h) * io.V + v0 + i % kRows] = __float2bfloat16_rn(0.f);
+    return;
+  }
+  extern __shared__ float4 smem4[];
+  char* smem = reinterpret_cast<char*>(smem4);
+  const VerifySmem L{KD, TMAX, C, ESZ};
+  float* s_keys = reinterpret_cast<float*>(smem + L.keys());
+  E* s_landing = reinterpret_cast<E*>(smem + L.landing());
+  float* s_w = reinterpret_cast<float*>(smem + L.landing());
+  E* s_u = reinterpret_cast<E*>(smem + L.u());
+  float *s_wu = reinterpret_cast<float*>(smem + L.wu()), *s_wo = reinterpret_cast<float*>(smem + L.wo());
+  float *s_vu = reinterpret_cast<float*>(smem + L.vu()), *s_vo = reinterpret_cast<float*>(smem + L.vo());
+  float *s_gbuf = reinterpret_cast<float*>(smem + L.gbuf()), *s_gwin = reinterpret_cast<float*>(smem + L.gwin());
+  float *s_egwin = reinterpret_cast<float*>(smem + L.egwin()), *s_graw = reinterpret_cast<float*>(smem + L.graw());
+  float* s_beta = reinterpret_cast<float*>(smem + L.beta());
+  __nv_bfloat16* s_raw_kq = reinterpret_cast<__nv_bfloat16*>(smem + L.raw_kq());
+  __nv_bfloat16* s_raw_v = reinterpret_cast<__nv_bfloat16*>(smem + L.raw_v());
+  float* s_b = reinterpret_cast<float*>(smem + L.b());
+  float* s_scale = reinterpret_cast<float*>(smem + L.scale());
+  float* s_part = reinterpret_cast<float*>(smem + L.part());
+  __shared__ int s_praw[TMAX];
+  __shared__ unsigned s_anc[TMAX];
+  __shared__ int s_fold;
+
+  // Phase 2, issue. Every global read of the block is issued before the first one is consumed: the window's
+  // tokens and gates (cp.async group 1, independent of the pools), then the state row chunks
+  // (registers) and the n buffer entries (cp.async group 2). The window is prepared while the
+  // buffer is still in flight.
+  copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
+  copy_window_v_async<NT>(io, row, h, v0, s_raw_v);
+  copy_window_gates_async(io, row, h, s_graw, s_beta, s_praw);
+  cp_async_commit();
+  const int n = p.fill[slot];
+  const bool has_state = p.has_state[slot] != 0;
+  float* state_rows = p.state + ((size_t(slot) * io.HV + h) * io.V + v0 + group) * KD;  // row k: + k ROW_STEP K
+  float4 x[RPT][NF];
+#pragma unroll
+  for (int k = 0; k < RPT; ++k)
+#pragma unroll
+    for (int i = 0; i < NF; ++i)
+      x[k][i] = has_state ? reinterpret_cast<const float4*>(state_rows + k * ROW_STEP * KD)[LN * i + part]
+                          : make_float4(0.f, 0.f, 0.f, 0.f);
+  const E* buf_k = static_cast<const E*>(p.buf_k) + (size_t(slot) * C * io.H + kh) * KD;  // entry j: + j H K
+  const E* buf_u = static_cast<const E*>(p.buf_val) + (size_t(slot) * C * io.HV + h) * io.V + v0;
+  for (int c = threadIdx.x; c < n * (KD / E16); c += NT) {
+    const int j = c / (KD / E16), e = (c % (KD / E16)) * E16;
+    cp_async16(s_landing + j * KD + e, buf_k + size_t(j) * io.H * KD + e);
+  }
+  for (int c = threadIdx.x; c < n * (kRows / E16); c += NT) {
+    const int j = c / (kRows / E16), e = (c % (kRows / E16)) * E16;
+    cp_async16(s_u + j * kRows + e, buf_u + size_t(j) * io.HV * io.V + e);
+  }
+  for (int j = threadIdx.x; j < n; j += NT) cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * io.HV + h);
+  cp_async_commit();
+  cp_async_wait_group<1>();
+  __syncthreads();
+  // Phase 3, window operand B. Tensor-core operand B and the norm scales in one pass: column c < T holds the raw key c,
+  // column TMAX + t the raw query t (bf16 values, exact in TF32), the other columns zeros; the
+  // products are scaled afterwards by s_scale (keys 0..T-1, then queries, q also by K^-0.5).
+  // Warp w takes the columns w, w + 4, ... at once (independent shuffle reductions), lane l the
+  // elements [l PL, (l + 1) PL). (It replaced normalised fp32 copies of the window and a separate
+  // staging loop whose index arithmetic was half of this part's instructions: log v15.)
+  {
+    constexpr int PL = KD / 32, COLS = NB / kVerifyWarps;
+    static_assert(NB % kVerifyWarps == 0 && (PL == 2 || PL == 4), "operand columns per warp, K = 64 or 128");
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float xs[COLS][PL], ss[COLS];
+    int vec[COLS];
+#pragma unroll
+    for (int k = 0; k < COLS; ++k) {
+      const int c = warp + k * kVerifyWarps;
+      vec[k] = c < T ? c : (c >= TMAX && c < TMAX + T) ? T + c - TMAX : -1;
+      ss[k] = 0.f;
+#pragma unroll
+      for (int i = 0; i < PL; ++i) xs[k][i] = 0.f;
+      if (vec[k] >= 0) {
+        const __nv_bfloat162* src = reinterpret_cast<const __nv_bfloat162*>(s_raw_kq + vec[k] * KD + lane * PL);
+#pragma unroll
+        for (int i = 0; i < PL / 2; ++i) {
+          const float2 f = __bfloat1622float2(src[i]);
+          xs[k][2 * i] = f.x, xs[k][2 * i + 1] = f.y;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < PL; ++i) ss[k] = fmaf(xs[k][i], xs[k][i], ss[k]);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+      for (int k = 0; k < COLS; ++k) ss[k] += __shfl_xor_sync(0xffffffffu, ss[k], off);
+#pragma unroll
+    for (int k = 0; k < COLS; ++k) {
+      float* dst = s_b + (warp + k * kVerifyWarps) * BP + lane * PL;
+      if constexpr (PL == 4) *reinterpret_cast<float4*>(dst) = make_float4(xs[k][0], xs[k][1], xs[k][2], xs[k][3]);
+      else *reinterpret_cast<float2*>(dst) = make_float2(xs[k][0], xs[k][1]);
+      if (vec[k] >= 0 && lane == 0) s_scale[vec[k]] = rsqrtf(ss[k] + 1e-6f) * (vec[k] >= T ? rsqrtf(float(KD)) : 1.f);
+    }
+  }
+  // Phase 4, buffer keys and the window's tree.
+  cp_async_wait_group<0>();
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < n * (KD / 4); idx += NT) {
+    const int j = idx / (KD / 4), e = (idx % (KD / 4)) * 4;
+    *reinterpret_cast<float4*>(s_keys + j * KP + e) = load4(s_landing + j * KD + e);
+  }
+  if (threadIdx.x < 32) {  // warp 0: the window's tree, the fold decision and G_t, lane t = node t
+    const int t = threadIdx.x;
+    const WindowNode node = window_node<TMAX>(T, io.parents ? s_praw : nullptr);
+    const bool fold = verify_folds_first(C, node.depth, n);
+    const float g_base = (!fold && n > 0) ? s_gbuf[n - 1] : 0.f;
+    const float g_t = t < T ? s_graw[t] : 0.f;
+    float G = g_base + g_t;
+#pragma unroll
+    for (int a = 0; a < TMAX; ++a) {
+      const float g_a = __shfl_sync(0xffffffffu, g_t, a);
+      if ((node.anc >> a) & 1u) G += g_a;
+    }
+    if (t < T) {
+      s_anc[t] = node.anc;
+      s_gwin[t] = G;
+      s_egwin[t] = expf(G);
+    }
+    if (t == 0) s_fold = fold;
+  }
+  __syncthreads();
+
+  const bool fold = s_fold;
+  const int n_eff = fold ? 0 : n;
+  if (fold) {  // the landing area is free now: fold weights w_j[r] = e^{G_n - G_j} u_j[r]
+    const float g_n = s_gbuf[n - 1];
+    for (int idx = threadIdx.x; idx < n * kRows; idx += NT)
+      s_w[idx] = expf(g_n - s_gbuf[idx / kRows]) * to_f32(s_u[idx]);
+  }
+  // Phase 5, key dot products on the tensor cores: D [rows, NB] = A [rows, K] x B [K, NB] with B the raw
+  // window keys and queries of the row products below, and A's rows the n_eff buffer keys (bf16
+  // entries are exact in TF32: one product; fp32 entries are split) then the T raw window keys,
+  // in 16-row tiles. Split over K: warp w takes the 16-column chunks w, w + 4, ... of every tile
+  // (a short chain of dependent products per warp, all warps busy), with the same K permutation
+  // as the row products below (lane (g, t) loads 16-byte pieces of rows g and g + 8 at columns
+  // 16 i + 4 t), and stores its partial sums; after the barrier each thread adds the partials of
+  // a (row, column) pair, scales and decays them into wu, wo (buffer entry j, token t) or vu, vo
+  // (node s, token t, ancestors and s = t only).
+  const int key_rows = n_eff + T, key_tiles = (key_rows + 15) / 16;
+  {
+    constexpr bool kExactKeys = sizeof(E) == 2;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    float* part = s_part + warp * L.key_rows_pad() * NB;
+    for (int mt = 0; mt < key_tiles; ++mt) {
+      const float* a_row[2];
+      bool a_live[2];
+#pragma unroll
+      for (int h8 = 0; h8 < 2; ++h8) {
+        const int R = mt * 16 + g + 8 * h8;
+        a_live[h8] = R < key_rows;
+        a_row[h8] = (R < n_eff ? s_keys + R * KP : s_b + (a_live[h8] ? R - n_eff : 0) * BP) + 4 * tq;
+      }
+      float d[NTILES][4];
+#pragma unroll
+      for (int nt = 0; nt < NTILES; ++nt) d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.f;
+#pragma unroll
+      for (int i = warp; i < NF; i += kVerifyWarps) {
+        const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+        const float4 r0 = a_live[0] ? *reinterpret_cast<const float4*>(a_row[0] + 16 * i) : zero;
+        const float4 r1 = a_live[1] ? *reinterpret_cast<const float4*>(a_row[1] + 16 * i) : zero;
+#pragma unroll
+        for (int nt = 0; nt < NTILES; ++nt) {
+          const float4 bf = *reinterpret_cast<const float4*>(s_b + (nt * 8 + g) * BP + 4 * tq + 16 * i);
+          // A window row (raw bf16 key) is exact either way; split only for fp32 buffer keys.
+          mma_tf32_a<kExactKeys>(d[nt], r0.x, r1.x, r0.y, r1.y, bf.x, bf.y);
+          mma_tf32_a<kExactKeys>(d[nt], r0.z, r1.z, r0.w, r1.w, bf.z, bf.w);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < NTILES; ++nt) {
+        float* p0 = part + (mt * 16 + g) * NB + nt * 8 + 2 * tq;
+        *reinterpret_cast<float2*>(p0) = make_float2(d[nt][0], d[nt][1]);
+        *reinterpret_cast<float2*>(p0 + 8 * NB) = make_float2(d[nt][2], d[nt][3]);
+      }
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < key_rows * 2 * TMAX; idx += NT) {
+    const int R = idx / (2 * TMAX), c = idx % (2 * TMAX);
+    const bool is_q = c >= TMAX;
+    const int t = is_q ? c - TMAX : c;
+    if (t >= T) continue;
+    float dot = 0.f;
+#pragma unroll
+    for (int w = 0; w < kVerifyWarps; ++w) dot += s_part[(w * L.key_rows_pad() + R) * NB + c];
+    dot *= s_scale[is_q ? T + t : t];
+    if (R < n_eff) {
+      const float decay = expf(s_gwin[t] - s_gbuf[R]);
+      (is_q ? s_wo : s_wu)[R * TMAX + t] = decay * dot;
+    } else {
+      const int sn = R - n_eff;
+      const bool needed = ((s_anc[t] >> sn) & 1u) || sn == t;
+      const float v = needed ? expf(s_gwin[t] - s_gwin[sn]) * dot * s_scale[sn] : 0.f;
+      if (is_q) s_vo[sn * TMAX + t] = v;
+      else s_vu[sn * TMAX + t] = sn != t ? v : 0.f;
+    }
+  }
+  __syncthreads();
+
+  if (fold) {  // Phase 6, fold: S0 <- e^{G_n} S0 + sum_j w_j[r] k_j, written back once
+    const float e_gn = expf(s_gbuf[n - 1]);
+#pragma unroll
+    for (int k = 0; k < RPT; ++k)
+#pragma unroll
+      for (int i = 0; i < NF; ++i) x[k][i] = scale4(e_gn, x[k][i]);
+    if constexpr (sizeof(E) == 2) {
+      // On the tensor cores (bf16 keys are exact in TF32; the weights are split): per warp,
+      // D [16 rows, K] = W [16 rows, n] x keys [n, K] in k-steps of 8 entries, added to x. n-tile
+      // (i, hh) takes the columns 16 i + 4 (c / 2) + 2 hh + c % 2 (c = 0..7), so lane (g, t) gets
+      // rows g (x[0]) and g + 8 of the fragment (x[1], block row + 32) at columns 16 i + 4 t + 2 hh,
+      // + 1: the .x, .y (hh = 0) or .z, .w (hh = 1) of its own float4s. D starts from zero and is
+      // added by FADDs: accumulating into x itself would ask ptxas for x's registers in fragment
+      // order, against the float4 order of the state loads, and it then serialised those loads
+      // (06afc09: T = 4 at batch 128, C = 8 138.5 -> 162.9 us).
+      const int g = group % 8;
+      for (int ks = 0; ks < (n + 7) / 8; ++ks) {
+        const int j0 = 8 * ks + part, j1 = j0 + 4;
+        const Tf32Split a = tf32_split(j0 < n ? s_w[j0 * kRows + group] : 0.f, j0 < n ? s_w[j0 * kRows + group + ROW_STEP] : 0.f,
+                                       j1 < n ? s_w[j1 * kRows + group] : 0.f, j1 < n ? s_w[j1 * kRows + group + ROW_STEP] : 0.f);
+        const float* key0 = s_keys + j0 * KP + 4 * (g / 2) + g % 2;
+        const float* key1 = s_keys + j1 * KP + 4 * (g / 2) + g % 2;
+#pragma unroll
+        for (int i = 0; i < NF; ++i) {
+          float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
+          mma_tf32x2(d0, a, j0 < n ? key0[16 * i] : 0.f, j1 < n ? key1[16 * i] : 0.f);
+          mma_tf32x2(d1, a, j0 < n ? key0[16 * i + 2] : 0.f, j1 < n ? key1[16 * i + 2] : 0.f);
+          x[0][i].x += d0[0], x[0][i].y += d0[1], x[0][i].z += d1[0], x[0][i].w += d1[1];
+          x[1][i].x += d0[2], x[1][i].y += d0[3], x[1][i].z += d1[2], x[1][i].w += d1[3];
+        }
+      }
+    } else {
+      for (int j = 0; j < n; ++j) {
+        float wj[RPT];
+#pragma unroll
+        for (int k = 0; k < RPT; ++k) wj[k] = s_w[j * kRows + group + k * ROW_STEP];
+        const float4* key = reinterpret_cast<const float4*>(s_keys + j * KP);
+#pragma unroll
+        for (int i = 0; i < NF; ++i) {
+          const float4 kf = key[LN * i + part];
+#pragma unroll
+          for (int k = 0; k < RPT; ++k) x[k][i] = axpy4(wj[k], kf, x[k][i]);
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < RPT; ++k)
+#pragma unroll
+      for (int i = 0; i < NF; ++i) reinterpret_cast<float4*>(state_rows + k * ROW_STEP * KD)[LN * i + part] = x[k][i];
+  }
+  const bool have_s0 = has_state || fold;
+
+  // Phase 7, row products: a_t = S0^T k_t (column c = t) and b_t = S0^T q_t (c = TMAX + t) on the tensor cores: per warp
+  // D [16 rows, NB columns] = S0 rows [16, K] x B [K, NB]. The thread layout above already is the
+  // A fragment layout once K is permuted within each 16-column chunk i (the product sums over K,
+  // so any permutation shared by A and B is exact): lane (g, t) holds float4 x[0][i] of row g and
+  // x[1][i] of row g + 8 at columns 16 i + 4 t .. + 3; k-step 2i takes their .x, .y as logical
+  // columns t, t + 4, k-step 2i + 1 their .z, .w, and the B fragment is the same float4 of the
+  // B row g. The sums are scaled and merged with the buffer terms below, then each thread gathers
+  // its own row's 2 TMAX values from its quad.
+  static_assert(LN == 4 && RPT == 2 && ROW_STEP == 32, "the A fragment layout needs 4 lanes x 2 rows, rows g and g + 32");
+  // The buffer terms su_t[r] = sum_j wu[j][t] u_j[r], so_t[r] = sum_j wo[j][t] u_j[r] for bf16
+  // entries on the tensor cores as well, into the same fragment layout: per warp D [16 rows, NB] =
+  // U [16 rows, n_eff] (the u tile, exact in TF32) x [wu | wo] [n_eff, NB] (split hi + lo), in
+  // k-steps of 8 entries. Each lane then merges both products of its fragment columns,
+  //   e_c = e^{G_t} scale_c (S0^T [k|q])_c + (su | so)_c,
+  // so the gather below moves one value per column: xv_t = v - e_t, o_t = e_{TMAX+t} + ...
+  constexpr bool kMmaBufferTerms = sizeof(E) == 2;
+  float d[NTILES][4], db[NTILES][4];
+#pragma unroll
+  for (int nt = 0; nt < NTILES; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[nt][e] = db[nt][e] = 0.f;
+  if (have_s0) {
+    // The hi and lo products accumulate in separate fragments (db holds the lo sums until the
+    // buffer terms): two chains of dependent products per n-tile instead of one of twice the length.
+    const float* b_row = s_b + (group % 8) * BP + 4 * part;
+#pragma unroll
+    for (int i = 0; i < NF; ++i) {
+#pragma unroll
+      for (int nt = 0; nt < NTILES; ++nt) {
+        const float4 bf = *reinterpret_cast<const float4*>(b_row + nt * 8 * BP + 16 * i);
+        const Tf32Split a0 = tf32_split(x[0][i].x, x[1][i].x, x[0][i].y, x[1][i].y);
+        const Tf32Split a1 = tf32_split(x[0][i].z, x[1][i].z, x[0][i].w, x[1][i].w);
+        mma_tf32(db[nt], a0.lo[0], a0.lo[1], a0.lo[2], a0.lo[3], bf.x, bf.y);
+        mma_tf32(d[nt], a0.hi[0], a0.hi[1], a0.hi[2], a0.hi[3], bf.x, bf.y);
+        mma_tf32(db[nt], a1.lo[0], a1.lo[1], a1.lo[2], a1.lo[3], bf.z, bf.w);
+        mma_tf32(d[nt], a1.hi[0], a1.hi[1], a1.hi[2], a1.hi[3], bf.z, bf.w);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NTILES; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) d[nt][e] += db[nt][e], db[nt][e] = 0.f;
+  }
+  if constexpr (kMmaBufferTerms) {
+    const int g = group % 8;
+    for (int ks = 0; ks < (n_eff + 7) / 8; ++ks) {
+      const int j0 = 8 * ks + part, j1 = j0 + 4;
+      const float a0 = j0 < n_eff ? to_f32(s_u[j0 * kRows + group]) : 0.f;
+      const float a1 = j0 < n_eff ? to_f32(s_u[j0 * kRows + group + ROW_STEP]) : 0.f;
+      const float a2 = j1 < n_eff ? to_f32(s_u[j1 * kRows + group]) : 0.f;
+      const float a3 = j1 < n_eff ? to_f32(s_u[j1 * kRows + group + ROW_STEP]) : 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NTILES; ++nt) {
+        // Column c = 8 nt + g of [wu | wo]; columns of absent tokens (t >= T) and padding are zero.
+        const int c = 8 * nt + g, t = c < TMAX ? c : c - TMAX;
+        const bool live = c < 2 * TMAX && t < T;
+        const float* coef = (c < TMAX ? s_wu : s_wo) + t;
+        const float b0 = live && j0 < n_eff ? coef[j0 * TMAX] : 0.f;
+        const float b1 = live && j1 < n_eff ? coef[j1 * TMAX] : 0.f;
+        const float b0_hi = __uint_as_float(__float_as_uint(b0) & 0xffffe000u), b1_hi = __uint_as_float(__float_as_uint(b1) & 0xffffe000u);
+        const uint32_t ua0 = __float_as_uint(a0), ua1 = __float_as_uint(a1), ua2 = __float_as_uint(a2), ua3 = __float_as_uint(a3);
+        mma_tf32(db[nt], ua0, ua1, ua2, ua3, b0 - b0_hi, b1 - b1_hi);
+        mma_tf32(db[nt], ua0, ua1, ua2, ua3, b0_hi, b1_hi);
+      }
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < NTILES; ++nt)
+#pragma unroll
+    for (int par = 0; par < 2; ++par) {
+      const int c = 8 * nt + 2 * part + par, t = c < TMAX ? c : c - TMAX;
+      const float f = c < 2 * TMAX && t < T ? s_egwin[t] * s_scale[c < TMAX ? t : T + t] : 0.f;
+      d[nt][par] = fmaf(f, d[nt][par], db[nt][par]);
+      d[nt][2 + par] = fmaf(f, d[nt][2 + par], db[nt][2 + par]);
+    }
+  float e_row[2 * TMAX];  // row r_own's merged sums
+  const int quad = (threadIdx.x & 31) & ~3;
+#pragma unroll
+  for (int c = 0; c < 2 * TMAX; ++c) {
+    const int nt = c / 8, src = quad + (c % 8) / 2, par = c % 2;
+    const float row0 = __shfl_sync(0xffffffffu, d[nt][par], src);
+    const float row1 = __shfl_sync(0xffffffffu, d[nt][2 + par], src);
+    e_row[c] = own ? row1 : row0;
+  }
+  if constexpr (!kMmaBufferTerms) {
+#pragma unroll 4
+    for (int j = 0; j < n_eff; ++j) {
+      const float uj = to_f32(s_u[j * kRows + r]);
+#pragma unroll
+      for (int t = 0; t < TMAX; ++t) {
+        e_row[t] = fmaf(s_wu[j * TMAX + t], uj, e_row[t]);
+        e_row[TMAX + t] = fmaf(s_wo[j * TMAX + t], uj, e_row[TMAX + t]);
+      }
+    }
+  }
+  // Phase 8, the window's forward substitution per row.
+  E* win_u = static_cast<E*>(p.win_u);
+  float u[TMAX];
+#pragma unroll
+  for (int t = 0; t < TMAX; ++t) {
+    u[t] = 0.f;
+    if (t < T) {
+      const size_t tok = ((size_t(row) * T + t) * io.HV + h) * io.V + v0 + r;
+      float xv = __bfloat162float(s_raw_v[t * kRows + r]) - e_row[t];
+#pragma unroll
+      for (int s = 0; s < t; ++s) xv = fmaf(-s_vu[s * TMAX + t], u[s], xv);
+      u[t] = round_to<E>(s_beta[t] * xv);
+      float o = e_row[TMAX + t];
+#pragma unroll
+      for (int s = 0; s <= t; ++s) o = fmaf(s_vo[s * TMAX + t], u[s], o);
+      if (writer) {
+        io.out[tok] = __float2bfloat16_rn(o);
+        win_u[tok] = from_f32<E>(u[t]);
+      }
+    }
+  }
+
+  if (tile == 0) {  // Phase 9, scratch for the commit
+    if (sub == 0) {
+      E* win_k = static_cast<E*>(p.win_k);
+      for (int idx = threadIdx.x; idx < T * KD; idx += NT)
+        win_k[((size_t(row) * T + idx / KD) * io.H + kh) * KD + idx % KD] = from_f32<E>(s_b[(idx / KD) * BP + idx % KD] * s_scale[idx / KD]);
+    }
+    if (threadIdx.x < T) p.win_gcum[(size_t(row) * T + threadIdx.x) * io.HV + h] = s_gwin[threadIdx.x];
+    if (h == 0 && threadIdx.x == 0) {
+      p.win_base[2 * row] = n_eff;
+      p.win_base[2 * row + 1] = have_s0 ? 1 : 0;
+    }
+  }
+}
+
+// Commit, gridDim.y blocks per request row (blockIdx.y splits its 16-byte pieces) and layer
+// (grid z: the layer table's index): copies the m accepted nodes' entries (k per key head, u and G
+// per value head) from the scratch to buffer positions n0 .. n0+m-1 in 16-byte pieces, all loads
+// of a thread issued before its stores, and sets fill and has_state. It reads only the scratch the
+// verify wrote (never fill/has_state, which it rewrites). A buffer that becomes full (n0 + m == C,
+// possible only when T == C, see the verify's fold rule) is emptied here and folded by
+// gdn_verify_kvbuffer_commit_fold_kernel, which reads the same scratch.
+constexpr int kCommitThreads = 256;
+constexpr int kMaxCommitSlices = 8;  // blocks per row and layer at most (commit_slices, kernels/common/common.cuh)
+template <class E>
+__global__ void __launch_bounds__(kCommitThreads)
+    gdn_verify_kvbuffer_commit_kernel(const __grid_constant__ LayerTable<GdnVerifyKVBufferParams> layers) {
+  const GdnVerifyKVBufferParams& p = layers.layer[blockIdx.z];
+  const GdnVerifyIO& io = p.io;
+  const int row = blockIdx.x, T = io.tokens, C = p.capacity;
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the verify's scratch is complete
+  // The next kernel (the next step's first) may launch now, the verify being complete.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const int slot = io.slot[row];
+  if (slot < 0) return;
+  __shared__ int s_node[kGdnVerifyMaxTokens];
+  const int n0 = p.win_base[2 * row];
+  const bool has_state = p.win_base[2 * row + 1] != 0;
+  const int m = min(max(p.accept.accept_len[row], 0), T);
+  if (threadIdx.x < m) {
+    const int node = p.accept.accept_nodes ? p.accept.accept_nodes[row * T + threadIdx.x] - 1 : int(threadIdx.x);
+    s_node[threadIdx.x] = min(max(node, 0), T - 1);
+  }
+  __syncthreads();
+  if (n0 + m >= C) {
+    if (threadIdx.x == 0) {
+      p.fill[slot] = 0;
+      p.has_state[slot] = 1;
+    }
+    return;
+  }
+  constexpr int E16 = 16 / sizeof(E);
+  const int u_chunks = io.HV * io.V / E16, k_chunks = io.H * io.K / E16;  // per entry
+  const int total = m * (u_chunks + k_chunks);
+  const uint4* win_u = static_cast<const uint4*>(p.win_u);
+  const uint4* win_k = static_cast<const uint4*>(p.win_k);
+  uint4* buf_u = static_cast<uint4*>(p.buf_val);
+  uint4* buf_k = static_cast<uint4*>(p.buf_k);
+  constexpr int kBatch = 4;
+  const int stride = int(gridDim.y) * kCommitThreads;  // the row's slices share its chunks
+  for (int base = blockIdx.y * kCommitThreads + threadIdx.x; base < total; base += kBatch * stride) {
+    uint4 x[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int c = base + i * stride;
+      if (c < total) {
+        const int e = c / (u_chunks + k_chunks), w = c % (u_chunks + k_chunks);
+        const size_t src = size_t(row) * T + s_node[e];
+        x[i] = w < u_chunks ? win_u[src * u_chunks + w] : win_k[src * k_chunks + (w - u_chunks)];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int c = base + i * stride;
+      if (c < total) {
+        const int e = c / (u_chunks + k_chunks), w = c % (u_chunks + k_chunks);
+        const size_t dst = size_t(slot) * C + n0 + e;
+        if (w < u_chunks) buf_u[dst * u_chunks + w] = x[i];
+        else buf_k[dst * k_chunks + (w - u_chunks)] = x[i];
+      }
+    }
+  }
+  if (blockIdx.y != 0) return;
+  for (int c = threadIdx.x; c < m * io.HV; c += kCommitThreads) {
+    const int e = c / io.HV, h = c % io.HV;
+    p.buf_gcum[(size_t(slot) * C + n0 + e) * io.HV + h] = p.win_gcum[(size_t(row) * T + s_node[e]) * io.HV + h];
+  }
+  if (threadIdx.x == 0) {
+    p.fill[slot] = n0 + m;
+    p.has_state[slot] = has_state ? 1 : 0;
+  }
+}
+
+// The commit's fold of a full buffer, one block per (row, head, 64-row tile) as the verify:
+// S0 <- e^{G_C} S0 + sum_j e^{G_C - G_j} k_j u_j^T over the n0 buffered entries and the m accepted
+// nodes (C in all); rows whose buffer is not full exit at once.
+template <int KD, class E>
+__global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_commit_fold_kernel(const GdnVerifyKVBufferParams p) {
+  constexpr int NF = KD / 8, KP = KD + 4;
+  const GdnVerifyIO& io = p.io;
+  const VerifyBlock b = verify_block(io.HV, io.V);
+  const int T = io.tokens, C = p.capacity;
+  const int kh = b.h / (io.HV / io.H);
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the verify's scratch is complete
+  const int slot = io.slot[b.row];
+  if (slot < 0) return;
+  const int n0 = p.win_base[2 * b.row];
+  const bool has_state = p.win_base[2 * b.row + 1] != 0;
+  const int m = min(max(p.accept.accept_len[b.row], 0), T);
+  if (n0 + m < C) return;
+  __shared__ int s_node[kGdnVerifyMaxTokens];
+  if (threadIdx.x < m) {
+    const int node = p.accept.accept_nodes ? p.accept.accept_nodes[b.row * T + threadIdx.x] - 1 : int(threadIdx.x);
+    s_node[threadIdx.x] = min(max(node, 0), T - 1);
+  }
+  __syncthreads();
+  const E* win_k = static_cast<const E*>(p.win_k);
+  const E* win_u = static_cast<const E*>(p.win_u);
+  const E* buf_k = static_cast<const E*>(p.buf_k);
+  const E* buf_u = static_cast<const E*>(p.buf_val);
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  float* s_keys = smem;           // [C, KP]
+  float* s_w = s_keys + C * KP;   // [C, kRows]
+  float* s_g = s_w + C * kRows;   // [C]
+  for (int idx = threadIdx.x; idx < C * KD; idx += kThreads) {
+    const int j = idx / KD, k = idx % KD;
+    s_keys[j * KP + k] = to_f32(j < n0 ? buf_k[((size_t(slot) * C + j) * io.H + kh) * KD + k]
+                                       : win_k[((size_t(b.row) * T + s_node[j - n0]) * io.H + kh) * KD + k]);
+  }
+  for (int j = threadIdx.x; j < C; j += kThreads)
+    s_g[j] = j < n0 ? p.buf_gcum[(size_t(slot) * C + j) * io.HV + b.h]
+                    : p.win_gcum[(size_t(b.row) * T + s_node[j - n0]) * io.HV + b.h];
+  __syncthreads();
+  const float g_c = s_g[C - 1];
+  for (int idx = threadIdx.x; idx < C * kRows; idx += kThreads) {
+    const int j = idx / kRows, r = idx % kRows;
+    const size_t col = size_t(b.h) * io.V + b.v0 + r;
+    const float uj = to_f32(j < n0 ? buf_u[(size_t(slot) * C + j) * io.HV * io.V + col]
+                                   : win_u[(size_t(b.row) * T + s_node[j - n0]) * io.HV * io.V + col]);
+    s_w[idx] = expf(g_c - s_g[j]) * uj;
+  }
+  __syncthreads();
+  const size_t head_row0 = (size_t(slot) * io.HV + b.h) * io.V + b.v0;
+  float* rowA = p.state + (head_row0 + b.rA) * KD;
+  float* rowB = p.state + (head_row0 + b.rB) * KD;
+  float4 xa[NF], xb[NF];
+  if (has_state) {
+    load_row_halves<KD>(rowA, rowB, b.parity, xa, xb);
+  } else {
+#pragma unroll
+    for (int i = 0; i < NF; ++i) xa[i] = xb[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  fold_row_halves<KD>(xa, xb, expf(g_c), C, s_keys, KP, s_w, b);
+  store_row_halves<KD>(rowA, rowB, b.parity, xa, xb);
+}
+
+void validate(const GdnVerifyKVBufferParams& p, const char* who) {
+  const GdnVerifyIO& io = p.io;
+  validate_verify_io(io, who);
+  auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(who) + ": " + what); };
+  if (p.capacity < io.tokens || p.capacity > 64)
+    fail("unsupported capacity C = " + std::to_string(p.capacity) + " (T <= C <= 64)");
+  if (io.batch > kMaxBatch) fail("batch " + std::to_string(io.batch) + " > " + std::to_string(kMaxBatch) + " (grid z)");
+  if (io.batch > 0 && (!p.state || !p.buf_k ||
+                       !p.buf_val || !p.buf_gcum || !p.fill || !p.has_state || !p.win_k || !p.win_u ||
+                       !p.win_gcum || !p.win_base))
+    fail("null pointer among pools or scratch");
+}
+
+template <class Kernel>
+void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, dim3 blocks, int threads,
+            cudaStream_t stream, bool programmatic_dependent = false) {
+  launch_kernel(kernel, blocks, dim3(unsigned(threads)), smem, stream, programmatic_dependent, p);
+}
+
+template <int KD, class E>
+void dispatch_tokens(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
+  const int T = p.io.tokens;
+  const int tmax = T <= 2 ? 2 : T <= 4 ? 4 : T <= 6 ? T : 8;
+  const size_t smem = VerifySmem{KD, tmax, p.capacity, sizeof(E)}.bytes();
+  const dim3 blocks(unsigned(p.io.V / kRows * (p.io.HV / p.io.H)), unsigned(p.io.H), unsigned(p.io.batch));
+  switch (tmax) {
+    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 5: return launch(gdn_verify_kvbuffer_kernel<KD, 5, E>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 6: return launch(gdn_verify_kvbuffer_kernel<KD, 6, E>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E>, p, smem, blocks, kVerifyThreads, stream, true);
+    default: throw std::invalid_argument("gdn_verify_kvbuffer: unsupported token count " + std::to_string(T));
+  }
+}
+
+}  // namespace
+
+void gdn_verify_kvbuffer(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
+  validate(p, "gdn_verify_kvbuffer");
+  if (p.io.batch == 0) return;
+  const bool bf16 = p.entry == EntryType::BF16;
+  dispatch_head_dims<KeyHeadDims>("gdn_verify_kvbuffer", p.io.K, p.io.V, [&](auto K, auto) {
+    bf16 ? dispatch_tokens<K, __nv_bfloat16>(p, stream) : dispatch_tokens<K, float>(p, stream);
+  });
+}
+
+void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams* layers, int count, cudaStream_t stream) {
+  const char* who = "gdn_verify_kvbuffer_commit";
+  using Params = GdnVerifyKVBufferParams;
+  validate_commit_layers(layers, count, who, validate, [](const Params& q, const Params& p) {
+    return q.io.batch == p.io.batch && q.io.tokens == p.io.tokens && q.capacity == p.capacity && q.entry == p.entry;
+  });
+  const Params& p = layers[0];
+  if (p.io.batch == 0) return;
+  const bool bf16 = p.entry == EntryType::BF16;
+  // The buffer can become full at the commit only when T == C (the verify folds when n + depth >= C):
+  // then the fold kernels run first, reading the scratch and buffer the copy kernel leaves untouched.
+  if (p.io.tokens == p.capacity)
+    for (int l = 0; l < count; ++l) {
+      const Params& q = layers[l];
+      const size_t smem = size_t(q.capacity) * (q.io.K + 4 + kRows + 1) * sizeof(float);
+      const unsigned blocks = unsigned(q.io.batch) * q.io.HV * (q.io.V / kRows);
+      dispatch_head_dims<KeyHeadDims>(who, q.io.K, q.io.V, [&](auto K, auto) {
+        bf16 ? launch(gdn_verify_kvbuffer_commit_fold_kernel<K, __nv_bfloat16>, q, smem, blocks, kThreads, stream, true)
+             : launch(gdn_verify_kvbuffer_commit_fold_kernel<K, float>, q, smem, blocks, kThreads, stream, true);
+      });
+    }
+  // Programmatic dependent of the last verify (or of the fold kernels just above, which never
+  // trigger early, so the copy still starts after the folds have finished).
+  const int slices = commit_slices(long(p.io.batch) * count, kCommitThreads, kMaxCommitSlices);
+  const dim3 grid(unsigned(p.io.batch), unsigned(slices));
+  if (bf16)
+    launch_layers(gdn_verify_kvbuffer_commit_kernel<__nv_bfloat16>, layers, count, grid, dim3(kCommitThreads), stream, true);
+  else
+    launch_layers(gdn_verify_kvbuffer_commit_kernel<float>, layers, count, grid, dim3(kCommitThreads), stream, true);
+}
+
+void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
+  gdn_verify_kvbuffer_commit(&p, 1, stream);
+}
+
+}  // namespace kvbuf

@@ -1,0 +1,244 @@
+// Device and dispatch helpers shared by the Mamba-2 decode kernels (include from .cu files only).
+//
+// Warp rows (the shape of gdn_decode_recurrent's one-warp kernel): a warp owns 8 consecutive
+// state rows S[p0 .. p0+7, :] of one head; lane l holds columns [l NL, (l+1) NL), NL = N / 32, of
+// every row (one float4 per row for N = 128, float2 for N = 64), so each row is one coalesced
+// 512 (256) byte access and the warp's 8 rows are all in flight after one round trip. The same
+// lane holds the same columns of B and C. A block has rows_per_block / 8 such warps.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "kernels/common/bulk_copy.cuh"
+#include "kernels/common/common.cuh"
+#include "kernels/mamba2/mamba2_decode.h"
+
+namespace kvbuf::mamba2_detail {
+
+constexpr int kWarpRows = 8;          // state rows per warp
+constexpr int kMaxRowsPerBlock = 64;  // 8 warps
+
+template <int N>
+struct RowVec {
+  static_assert(N == 64 || N == 128, "one float2 or float4 per lane per row");
+  static constexpr int NL = N / 32;
+  using F = typename std::conditional<NL == 4, float4, float2>::type;  // fp32 slice
+  using H = typename std::conditional<NL == 4, uint2, uint32_t>::type;  // bf16 slice
+};
+
+// This lane's NL fp32 columns of a row starting at `row` (already offset by lane * NL).
+template <int N>
+__device__ __forceinline__ void load_row(const float* row, float* s) {
+  const auto v = *reinterpret_cast<const typename RowVec<N>::F*>(row);
+  s[0] = v.x, s[1] = v.y;
+  if constexpr (N == 128) s[2] = reinterpret_cast<const float4&>(v).z, s[3] = reinterpret_cast<const float4&>(v).w;
+}
+template <int N>
+__device__ __forceinline__ void store_row(float* row, const float* s) {
+  typename RowVec<N>::F v;
+  v.x = s[0], v.y = s[1];
+  if constexpr (N == 128) reinterpret_cast<float4&>(v).z = s[2], reinterpret_cast<float4&>(v).w = s[3];
+  *reinterpret_cast<typename RowVec<N>::F*>(row) = v;
+}
+// This lane's NL bf16 columns of an N-vector as raw bits (issue early) and as fp32.
+template <int N>
+__device__ __forceinline__ typename RowVec<N>::H load_bf16_raw(const __nv_bfloat16* v, int lane) {
+  return reinterpret_cast<const typename RowVec<N>::H*>(v)[lane];
+}
+template <int N>
+__device__ __forceinline__ void bf16_slice(typename RowVec<N>::H raw, float* f) {
+  if constexpr (N == 128) {
+    const float2 a = bf16x2_to_float2(raw.x), b = bf16x2_to_float2(raw.y);
+    f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+  } else {
+    const float2 a = bf16x2_to_float2(raw);
+    f[0] = a.x, f[1] = a.y;
+  }
+}
+// 8 consecutive bf16 (16 bytes: the x values of a warp's 8 rows) as fp32.
+__device__ __forceinline__ void bf16x8(uint4 raw, float* f) {
+  const float2 a = bf16x2_to_float2(raw.x), b = bf16x2_to_float2(raw.y);
+  const float2 c = bf16x2_to_float2(raw.z), d = bf16x2_to_float2(raw.w);
+  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y, f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
+}
+
+template <int NL>
+__device__ __forceinline__ float dot(const float* a, const float* b) {
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < NL; ++i) s = fmaf(a[i], b[i], s);
+  return s;
+}
+
+// The x values of a warp's R rows (8: one uint4 of bf16, 4: a uint2, 2: one bf16 pair) as fp32.
+__device__ __forceinline__ void warp_x(uint4 raw, float (&x)[8]) { bf16x8(raw, x); }
+__device__ __forceinline__ void warp_x(uint2 raw, float (&x)[4]) {
+  const float2 a = bf16x2_to_float2(raw.x), b = bf16x2_to_float2(raw.y);
+  x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
+}
+__device__ __forceinline__ void warp_x(uint32_t raw, float (&x)[2]) {
+  const float2 v = bf16x2_to_float2(raw);
+  x[0] = v.x, x[1] = v.y;
+}
+// The raw bf16 x of R rows as warp_x takes them.
+template <int R>
+using WarpXRaw = std::conditional_t<R == 8, uint4, std::conditional_t<R == 4, uint2, uint32_t>>;
+
+// The R per-row partial sums v[i] of every lane (R = 2, 4 or 8) reduced over the warp by halving
+// exchanges (R = 8: 4 + 2 + 1 shuffles, then 2 to finish: 9 instead of 40, gdn_decode_recurrent.cu
+// log v6): lane l ends with the full sum of row l / kRowLanes<R>.
+template <int R>
+constexpr int kRowLanes = 32 / R;
+template <int R>
+__device__ __forceinline__ float row_sums(float (&v)[R], int lane) {
+#pragma unroll
+  for (int half = R / 2, mask = 16; half >= 1; half /= 2, mask /= 2) {
+    const bool upper = lane & mask;
+#pragma unroll
+    for (int j = 0; j < half; ++j) {
+      const float send = upper ? v[j] : v[j + half];
+      const float keep = upper ? v[j + half] : v[j];
+      v[j] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+    }
+  }
+  float s = v[0];
+#pragma unroll
+  for (int mask = 1; mask < kRowLanes<R>; mask *= 2) s += __shfl_xor_sync(0xffffffffu, s, mask);
+  return s;
+}
+
+// The step size of head h for request row `row`: dt + dt_bias, through softplus when asked
+// (softplus(x) = x above 20, where log1p(e^x) rounds to x in fp32).
+__device__ __forceinline__ float token_dt(const Mamba2StepIO& io, int row, int h) {
+  float d = __bfloat162float(io.dt[size_t(row) * io.NH + h]);
+  if (io.dt_bias) d += io.dt_bias[h];
+  if (io.dt_softplus) d = d > 20.f ? d : log1pf(expf(d));
+  return d;
+}
+
+// silu(z) = z sigmoid(z) with the fast exponential and division (relative error ~1e-6, far below
+// the bf16 output's rounding; z << 0 gives -0).
+__device__ __forceinline__ float silu(float z) { return __fdividef(z, 1.f + __expf(-z)); }
+
+// Block decomposition: grid (P / rows_per_block, NH, batch), rows_per_block / 8 warps per block;
+// warp w of block x owns rows p0 = (x * warps + w) * 8 .. p0 + 7 of head blockIdx.y.
+struct WarpCoords {
+  int row, h, g, p0, lane, warp;
+};
+__device__ __forceinline__ WarpCoords warp_coords(const Mamba2StepIO& io) {
+  WarpCoords c;
+  c.lane = threadIdx.x & 31;
+  c.warp = threadIdx.x >> 5;
+  c.row = blockIdx.z;
+  c.h = blockIdx.y;
+  c.g = c.h / (io.NH / io.G);
+  c.p0 = (blockIdx.x * (blockDim.x >> 5) + c.warp) * kWarpRows;
+  return c;
+}
+inline dim3 decode_grid(const Mamba2StepIO& io, int rows_per_block) {
+  return dim3(unsigned(io.P / rows_per_block), unsigned(io.NH), unsigned(io.batch));
+}
+inline dim3 decode_block(int rows_per_block) { return dim3(unsigned(rows_per_block / kWarpRows * 32)); }
+
+// Output of this lane's row (lane 4 i writes row i): y + D x, times silu(z) when z is given.
+__device__ __forceinline__ void write_output(const Mamba2StepIO& io, size_t xo, int lane, float y, float D,
+                                             float x_own) {
+  if ((lane & 3) != 0) return;
+  const int i = lane >> 2;
+  float o = fmaf(D, x_own, y);
+  if (io.z) o *= silu(__bfloat162float(io.z[xo + i]));
+  io.out[xo + i] = __float2bfloat16_rn(o);
+}
+
+// One selective-state step of a warp's R rows held in registers (lane l's N / 32 columns each):
+// S <- decay S + (dt x) B, each row stored to `dst` (rows N apart) and y[i] = this lane's part of
+// row i's dot with C. Used by the recurrent decode and the classic verify kernels.
+template <int N, int R>
+__device__ __forceinline__ void step_warp_rows(float (&s)[R][N / 32], const float (&x)[R], const float* Bv, const float* Cv,
+                                               float dt, float decay, float* dst, float (&y)[R]) {
+  constexpr int NL = N / 32;
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const float dx = dt * x[i];
+#pragma unroll
+    for (int e = 0; e < NL; ++e) s[i][e] = fmaf(decay, s[i][e], dx * Bv[e]);
+    store_row<N>(dst + size_t(i) * N, s[i]);
+    y[i] = dot<NL>(s[i], Cv);
+  }
+}
+
+// The buffered entries' part of a fold, for rows 4 half .. 4 half + 3 of a warp's 8:
+// s[i] += sum_{j < n} (w[j] x_j[4 half + i]) B_j over this lane's NL columns, B_j the bf16 row at
+// keys + j N, x_j a uint4 of the warp's 8 rows (xw[j]). Used by the KVBuffer decode's fold (the
+// verify's, fold_warp_rows in mamba2_verify_kvbuffer.cu, has its own row passes and B stride).
+template <int N>
+__device__ __forceinline__ void add_buffered_entries(float (&s)[kWarpRows / 2][N / 32], const __nv_bfloat16* keys,
+                                                     const uint4* xw, const float* w, int n, int half, int lane) {
+  constexpr int NL = N / 32, H = kWarpRows / 2;
+#pragma unroll 2
+  for (int j = 0; j < n; ++j) {
+    float Bj[NL];
+    bf16_slice<N>(load_bf16_raw<N>(keys + j * N, lane), Bj);
+    const uint2 xr = reinterpret_cast<const uint2*>(xw + j)[half];
+    const float2 xa = bf16x2_to_float2(xr.x), xb = bf16x2_to_float2(xr.y);
+    const float xj[H] = {xa.x, xa.y, xb.x, xb.y};
+    const float wj = w[j];
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      const float wx = wj * xj[i];
+#pragma unroll
+      for (int e = 0; e < NL; ++e) s[i][e] = fmaf(wx, Bj[e], s[i][e]);
+    }
+  }
+}
+
+// Lane 0 of each warp: the warp's 8 contiguous S0 rows into its part of a shared-memory tile by one
+// bulk copy on the warp's own mbarrier (wait with tile_wait); the S0 bytes are then in
+// flight without holding registers. Used by the KVBuffer decode kernel.
+template <int N>
+__device__ __forceinline__ void issue_warp_rows(float* tile_rows, const float* src, uint64_t* bar, int lane) {
+  constexpr uint32_t kBytes = kWarpRows * N * sizeof(float);
+  if (lane == 0) {
+    tile_init(1, bar);
+    expect_copy_bytes(bar, kBytes);
+    bulk_copy(tile_rows, src, kBytes, bar);
+  }
+  __syncwarp();  // the barrier's initialisation before any lane waits on it
+}
+
+// Validation shared by the dispatch functions (throws std::invalid_argument naming `who`).
+void validate_step_io(const Mamba2StepIO& io, const char* who);
+// P rows per block: io.rows_per_block when set, else the largest power of 2 <= min(P, max_rows)
+// dividing P, halved (down to 8) while the grid would have fewer than min_blocks_per_sm blocks
+// per SM.
+struct RowsRule {
+  int max_rows, min_blocks_per_sm;
+};
+int choose_rows_per_block(const Mamba2StepIO& io, RowsRule rule);
+// The rules, measured (kernels/mamba2/notes/mamba2_decode.md, run 1): the recurrent kernel keeps
+// one-warp blocks (within 3% of every other shape at every batch); the KVBuffer kernel takes whole
+// heads at every batch (its blocks share the C_t . B_j dots over their rows: 64 rows beat 32, 16
+// and 8 at batch 1, 8, 64 and 256, C = 16).
+constexpr RowsRule kRecurrentRows{8, 1};
+constexpr RowsRule kKVBufferRows{64, 0};
+
+// The one dispatch on the head dims: calls f(std::integral_constant<int, N>{}) for a supported
+// d_state N (P is a runtime multiple of 8), else throws "unsupported head dims".
+template <class F>
+void dispatch_head_dims(const Mamba2StepIO& io, const char* who, F&& f) {
+  switch (io.N) {
+    case 128:
+      return f(std::integral_constant<int, 128>{});
+    case 64:
+      return f(std::integral_constant<int, 64>{});
+    default:
+      throw std::invalid_argument(std::string(who) + ": unsupported head dims P=" + std::to_string(io.P) +
+                                  " N=" + std::to_string(io.N) + " (supported: N in {64, 128}, P a multiple of 8)");
+  }
+}
+
+}  // namespace kvbuf::mamba2_detail

@@ -1,0 +1,182 @@
+// mamba2_decode_recurrent: the classic selective state update of Mamba-2 (vLLM's
+// selective_state_update), one token per request, in place.
+//
+// Math (docs/kvbuffer-math.md section 8, reference/mamba2.h), per head h of group g = h / (NH / G):
+//   dt = softplus(dt_raw + dt_bias)      (or dt_raw + dt_bias as given)
+//   S[p,:] <- e^{dt A} S[p,:] + (dt x[p]) B          (S is P x N, fp32)
+//   y[p]    = S[p,:].C + D x[p],   y *= silu(z) when z is given
+// Layouts: S [slots, NH, P, N] fp32, N contiguous, in place; x, z, out [B, NH, P] bf16; B, C
+//   [B, G, N] bf16; dt [B, NH] bf16; dt_bias, A, D [NH] fp32; slot [B] int32 (negative: padding,
+//   output zeros only).
+// Work split: warp rows (mamba2_decode_device.h): one warp per 8 state rows, lane l holds columns
+//   [l N/32, (l+1) N/32) of the 8 rows in registers (the shape of gdn_decode_recurrent's one-warp
+//   kernel, which reaches 97% of copy there); block = rows_per_block / 8 warps of one head, grid
+//   (P / rows_per_block, NH, batch). The token's x, B, C, dt are issued before the slot's round
+//   trip ends; then the 8 rows are loaded at once, updated, stored, and their 8 dot products with
+//   C reduced by halving exchanges (9 shuffles); lane 4 i writes row i's output.
+// Memory: the state is read and written once (2 P N 4 bytes per head and request); everything
+//   else is < 1% of that. Target: the copy bandwidth at batch >= 64.
+// rows_per_block (0 = chosen): 8 by default (one-warp blocks, log in kernels/mamba2/notes/mamba2_decode.md);
+//   up to batch kPairMaxBatch the pair shape below (8-row blocks of 4 warps, 2 rows per warp):
+//   3.62 / 4.85 / 6.93 / 11.04 us at batch 1 / 2 / 4 / 8 against the one-warp shape's 4.62 / 5.50 /
+//   7.30 / 11.36 (5f7bc96, results/archive/mamba2_recurrent_*_h200.csv; vLLM 3.58 / 11.2 at 1 / 8);
+//   in the paper preset's Mamba-2 rows (f0e8dce, results/decode_h200.csv) 3.53 / 10.91 at 1 / 8.
+// Template parameter: d_state N in {64, 128}; P is a runtime multiple of rows_per_block.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/common/common.cuh"
+#include "kernels/mamba2/mamba2_decode.h"
+#include "kernels/mamba2/mamba2_decode_device.h"
+
+namespace kvbuf {
+namespace mamba2_detail {
+
+void validate_step_io(const Mamba2StepIO& io, const char* who) {
+  auto fail = [&](const std::string& m) { throw std::invalid_argument(std::string(who) + ": " + m); };
+  if (io.batch < 0) fail("batch must be >= 0");
+  if (io.batch > kMaxBatch)
+    fail("unsupported batch " + std::to_string(io.batch) + " (at most " + std::to_string(kMaxBatch) + " rows per launch)");
+  if (io.G <= 0 || io.NH <= 0 || io.NH % io.G != 0) fail("need G > 0 and NH a multiple of G");
+  // N is checked by dispatch_head_dims, the one list of instantiated d_state values.
+  if (io.P <= 0 || io.P % kWarpRows != 0)
+    fail("unsupported head dims P=" + std::to_string(io.P) + " (P a multiple of 8)");
+  if (!io.slot || !io.x || !io.B || !io.C || !io.dt || !io.A || !io.D || !io.out)
+    fail("slot, x, B, C, dt, A, D and out must be set");
+  if (io.rows_per_block != 0) {
+    const int r = io.rows_per_block;
+    if (!(r == 8 || r == 16 || r == 32 || r == 64) || io.P % r != 0)
+      fail("unsupported rows_per_block " + std::to_string(r) + " (8, 16, 32 or 64, dividing P)");
+  }
+}
+
+int choose_rows_per_block(const Mamba2StepIO& io, RowsRule rule) {
+  if (io.rows_per_block) return io.rows_per_block;
+  const int sms = multiprocessor_count();
+  int rows = kWarpRows;
+  while (rows * 2 <= std::min(io.P, rule.max_rows) && io.P % (rows * 2) == 0) rows *= 2;
+  const long heads = long(io.batch) * io.NH;
+  while (rows > kWarpRows && heads * (io.P / rows) < long(rule.min_blocks_per_sm) * sms) rows /= 2;
+  return rows;
+}
+
+namespace {
+
+// A warp's R state rows (lane l's columns at `rows`, rows N apart): loaded at once, updated
+// S <- e^{dt A} S + (dt x) B, stored back; y[i] = this lane's part of row i's dot with C, and x
+// the rows' x as fp32.
+template <int N, int R, class XRaw>
+__device__ __forceinline__ void update_warp_rows(float* rows, XRaw xraw, float (&x)[R], typename RowVec<N>::H braw,
+                                                 typename RowVec<N>::H craw, float dt, float A, float (&y)[R]) {
+  constexpr int NL = N / 32;
+  float s[R][NL];
+#pragma unroll
+  for (int i = 0; i < R; ++i) load_row<N>(rows + size_t(i) * N, s[i]);
+  float Bv[NL], Cv[NL];
+  warp_x(xraw, x);
+  bf16_slice<N>(braw, Bv);
+  bf16_slice<N>(craw, Cv);
+  step_warp_rows<N, R>(s, x, Bv, Cv, dt, expf(dt * A), rows, y);
+}
+
+template <int N>
+__global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_recurrent_kernel(Mamba2RecurrentParams p) {
+  constexpr int NL = N / 32, R = kWarpRows;
+  const Mamba2StepIO& io = p.io;
+  const WarpCoords c = warp_coords(io);
+  const int lane = c.lane;
+  const int slot = io.slot[c.row];
+  // The token's inputs do not depend on the slot: issued before its round trip ends.
+  const size_t xo = (size_t(c.row) * io.NH + c.h) * io.P + c.p0;
+  const uint4 xraw = *reinterpret_cast<const uint4*>(io.x + xo);
+  const size_t bco = (size_t(c.row) * io.G + c.g) * N;
+  const auto braw = load_bf16_raw<N>(io.B + bco, lane), craw = load_bf16_raw<N>(io.C + bco, lane);
+  const float dt = token_dt(io, c.row, c.h);
+  const float A = io.A[c.h], D = io.D[c.h];
+  if (slot < 0) {
+    if (lane < R) io.out[xo + lane] = __float2bfloat16_rn(0.f);
+    return;
+  }
+  float x[R], y8[R];
+  update_warp_rows<N, R>(p.state + ((size_t(slot) * io.NH + c.h) * io.P + c.p0) * N + lane * NL, xraw, x, braw, craw,
+                         dt, A, y8);
+  const float y = row_sums<R>(y8, lane);
+  // x of this lane's row (lane >> 2) & 7 without a dynamically indexed register array.
+  const float x_own = __bfloat162float(io.x[xo + ((lane >> 2) & (R - 1))]);
+  write_output(io, xo, lane, y, D, x_own);
+}
+
+// Small batches (log run 6): one warp per 2 state rows, 4 warps per block, the shape of vLLM's
+// selective_state_update at d_state 128 (4 rows per 128-thread block): at batch 1 the 512 one-warp
+// blocks of the shape above leave ~4 warps per SM, each running an 8-row chain after its loads
+// (8 updates, 8 dots, the halving reduction); here 4x the warps run a quarter of it each.
+constexpr int kPairRows = 2, kPairWarps = 4;
+constexpr int kPairMaxBatch = 8;  // the pair shape up to this batch (rows_per_block 0)
+
+template <int N>
+__global__ void __launch_bounds__(kPairWarps * 32) mamba2_decode_recurrent_pair_kernel(Mamba2RecurrentParams p) {
+  constexpr int NL = N / 32;
+  const Mamba2StepIO& io = p.io;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row = blockIdx.z, h = blockIdx.y, g = h / (io.NH / io.G);
+  const int p0 = (blockIdx.x * kPairWarps + warp) * kPairRows;
+  const int slot = io.slot[row];
+  const size_t xo = (size_t(row) * io.NH + h) * io.P + p0;  // even: 4-byte aligned bf16 pairs
+  const uint32_t xraw = *reinterpret_cast<const uint32_t*>(io.x + xo);
+  const uint32_t zraw = io.z ? *reinterpret_cast<const uint32_t*>(io.z + xo) : 0u;
+  const size_t bco = (size_t(row) * io.G + g) * N;
+  const auto braw = load_bf16_raw<N>(io.B + bco, lane), craw = load_bf16_raw<N>(io.C + bco, lane);
+  const float dt = token_dt(io, row, h);
+  const float A = io.A[h], D = io.D[h];
+  if (slot < 0) {
+    if (lane == 0) *reinterpret_cast<uint32_t*>(io.out + xo) = 0u;
+    return;
+  }
+  float xs[kPairRows], y[kPairRows];
+  update_warp_rows<N, kPairRows>(p.state + ((size_t(slot) * io.NH + h) * io.P + p0) * N + lane * NL, xraw, xs, braw,
+                                 craw, dt, A, y);
+#pragma unroll
+  for (int m = 16; m >= 1; m /= 2) {
+    y[0] += __shfl_xor_sync(0xffffffffu, y[0], m);
+    y[1] += __shfl_xor_sync(0xffffffffu, y[1], m);
+  }
+  if (lane == 0) {
+    float o0 = fmaf(D, xs[0], y[0]), o1 = fmaf(D, xs[1], y[1]);
+    if (io.z) {
+      const float2 z = bf16x2_to_float2(zraw);
+      o0 *= silu(z.x), o1 *= silu(z.y);
+    }
+    *reinterpret_cast<__nv_bfloat162*>(io.out + xo) = __floats2bfloat162_rn(o0, o1);
+  }
+}
+
+bool pair_shape(const Mamba2StepIO& io) { return io.rows_per_block == 0 && io.batch <= kPairMaxBatch; }
+
+}  // namespace
+
+int recurrent_rows(const Mamba2StepIO& io) {
+  return pair_shape(io) ? kPairRows * kPairWarps : choose_rows_per_block(io, kRecurrentRows);
+}
+
+}  // namespace mamba2_detail
+
+int mamba2_decode_recurrent_rows_per_block(const Mamba2StepIO& io) { return mamba2_detail::recurrent_rows(io); }
+
+void mamba2_decode_recurrent(const Mamba2RecurrentParams& p, cudaStream_t stream) {
+  using namespace mamba2_detail;
+  const char* who = "mamba2_decode_recurrent";
+  validate_step_io(p.io, who);
+  if (!p.state) throw std::invalid_argument(std::string(who) + ": state must be set");
+  if (p.io.batch == 0) return;
+  dispatch_head_dims(p.io, who, [&](auto n) {
+    constexpr int N = decltype(n)::value;
+    const int rows = recurrent_rows(p.io);
+    if (pair_shape(p.io))
+      return launch_kernel(mamba2_decode_recurrent_pair_kernel<N>, decode_grid(p.io, rows), dim3(kPairWarps * 32), 0,
+                           stream, false, p);
+    launch_kernel(mamba2_decode_recurrent_kernel<N>, decode_grid(p.io, rows), decode_block(rows), 0, stream, false, p);
+  });
+}
+
+}  // namespace kvbuf
