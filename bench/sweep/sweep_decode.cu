@@ -46,7 +46,7 @@ std::string fmt_g(double x) { return fmt::format("{:.6g}", x); }
 
 int layers_of(const SweepArgs& a) { return a.layers > 0 ? a.layers : a.model.linear_layers; }
 
-// The token inputs of one step (shared by all layers: they are a few KiB and live in L2 anyway).
+// One layer's token inputs and outputs for one step.
 struct StepInputs {
   DeviceBuffer slot, q, k, v, g, beta, out;
   GdnStepIO io;
@@ -132,14 +132,20 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
                       L, free_b / double(1 << 30));
     return false;
   }
-  std::unique_ptr<StepInputs> gin;
-  std::unique_ptr<Mamba2StepInputs> m2in;
-  if (kd.kind == LayerKind::Mamba2) {
-    m2in = std::make_unique<Mamba2StepInputs>(s, batch, a.seed);
-    m2in->io.rows_per_block = a.rows_per_block;
-  } else {
-    gin = std::make_unique<StepInputs>(s, batch, a.seed);
-    gin->io.rows_per_block = a.rows_per_block;
+  // Each layer reads its own token inputs and writes its own outputs, as a model's layers do: one
+  // set shared by every layer would be served from L2 after the first layer, which hides most of
+  // the direct mode's DRAM bytes (its entries and inputs are all it moves).
+  std::vector<std::unique_ptr<StepInputs>> gin;
+  std::vector<std::unique_ptr<Mamba2StepInputs>> m2in;
+  for (int l = 0; l < L; ++l) {
+    const uint64_t layer_seed = a.seed + (uint64_t(l + 1) << 32);
+    if (kd.kind == LayerKind::Mamba2) {
+      m2in.push_back(std::make_unique<Mamba2StepInputs>(s, batch, layer_seed));
+      m2in.back()->io.rows_per_block = a.rows_per_block;
+    } else {
+      gin.push_back(std::make_unique<StepInputs>(s, batch, layer_seed));
+      gin.back()->io.rows_per_block = a.rows_per_block;
+    }
   }
   DevicePools pools(plan);
   const DeviceBuffer row_fill(kd.buffered ? size_t(batch) * 4 : 0), row_has(row_fill.bytes()), row_done(row_fill.bytes()),
@@ -159,7 +165,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
   if (kd.kind == LayerKind::Mamba2) {
     auto params = [&](int l) {
       Mamba2KVBufferParams p;
-      p.io = m2in->io;
+      p.io = m2in[l]->io;
       p.capacity = chunk;
       p.path = kd.path;
       p.state = pools.at<float>(l, "state");
@@ -180,10 +186,10 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
     };
     out.row_groups = 0;
     if (!kd.buffered) {
-      out.rows_per_block = mamba2_decode_recurrent_rows_per_block(m2in->io);
+      out.rows_per_block = mamba2_decode_recurrent_rows_per_block(m2in[0]->io);
       layer_step = [&, params](int l, cudaStream_t st) {
         Mamba2RecurrentParams p;
-        p.io = m2in->io;
+        p.io = m2in[l]->io;
         p.state = params(l).state;
         mamba2_decode_recurrent(p, st);
       };
@@ -199,7 +205,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
   } else {
     auto params = [&](int l) {
       GdnKVBufferParams p;
-      p.io = gin->io;
+      p.io = gin[l]->io;
       p.variant = kd.variant, p.entry = kd.entry, p.capacity = chunk;
       p.path = kd.path, p.scratch = scratch.as<float>();
       p.state = pools.at<float>(l, "state");
@@ -220,11 +226,11 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
       return p;
     };
     if (!kd.buffered) {
-      out.rows_per_block = gdn_decode_recurrent_rows_per_block(gin->io);
+      out.rows_per_block = gdn_decode_recurrent_rows_per_block(gin[0]->io);
       out.row_groups = 0;
       layer_step = [&](int l, cudaStream_t st) {
         GdnRecurrentParams p;
-        p.io = gin->io;
+        p.io = gin[l]->io;
         p.state_in = pools.at<float>(l, "state");
         p.state_out = kd.out_of_place ? pools.at<float>(l, "state_out") : pools.at<float>(l, "state");
         gdn_decode_recurrent(p, st);
