@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Public baseline: FLA's fused recurrent Gated DeltaNet decode, timed with kvbuf's method.
 
-The issue's classic-decode figures quote FLA's Triton kernel (V-major state, final state written
-to a separate buffer). This script measures that kernel on the GPU at hand the way `kvbuf sweep`
-measures ours, so that both sides of the comparison come from one machine and one session:
-one state pool per linear layer (36 for Qwen3-Next: together far larger than the 60 MB L2), all
-layers of a step captured in one CUDA graph, median of many replays, latency per layer = replay
+FLA's Triton kernel (V-major state, final state written to a separate buffer) is the public
+classic decode that PyTorch users run. This script measures it on the GPU at hand the way `kvbuf
+sweep` measures ours, so that both sides of the comparison come from one machine and one session:
+one state pool per linear layer (36 for Qwen3-Next: together far larger than the 60 MB L2) and its
+own token inputs per layer, as a model's layers have (one set shared by every layer would be served
+from L2), all layers of a step captured in one CUDA graph, median of many replays, latency per layer = replay
 time / layers; the device copy bandwidth (bytes read + written by a 2 GiB device-to-device copy)
 measured in the same run. Bytes per layer per step come from kvbuf's bytes model (`kvbuf bytes`,
 mode recurrent: FLA moves the same tensors). Rows are written to the CSV as they are measured.
@@ -183,17 +184,17 @@ def main():
             if need > 0.9 * free:
                 print(f"skip batch {batch}: {need / 2**30:.1f} GiB of states in and out, {free / 2**30:.1f} GiB free")
                 continue
-            io = inputs(batch)
+            ios = [inputs(batch) for _ in range(layers)]
             pools = [torch.randn(batch, HV, V, K, device=dev, generator=gen) * 0.1 for _ in range(layers)]
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):  # compile and warm outside the capture
-                for h in pools:
+                for io, h in zip(ios, pools):
                     step(*io, h)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                outs = [step(*io, h) for h in pools]  # each layer's output and final state stay allocated
+                outs = [step(*io, h) for io, h in zip(ios, pools)]  # each layer's output and final state stay allocated
             for _ in range(3):
                 graph.replay()
             torch.cuda.synchronize()
@@ -221,7 +222,7 @@ def main():
             w.writerow(row)
             f.flush()
             print(f"batch {batch:4d}: {med:9.2f} us per layer ({gbps:.0f} GB/s, {gbps / copy_gbps:.1%} of copy)")
-            del graph, outs, pools, io
+            del graph, outs, pools, ios
             torch.cuda.empty_cache()
 
 
