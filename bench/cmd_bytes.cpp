@@ -53,7 +53,7 @@ int run_bytes(const BytesOptions& o) {
     if (o.drafts > C)
       throw UsageError(fmt::format(
           "--drafts T = {} exceeds buffer capacity --chunk C = {} (need T <= C)", o.drafts, C));
-  const Precision p{parse_dtype_option("--state-dtype", o.state_dtype),
+  const Precision p{parse_state_type_option(o.state_dtype),
                     parse_dtype_option("--entry-dtype", o.entry_dtype),
                     parse_dtype_option("--io-dtype", o.io_dtype)};
   const BufferVariant v = parse_variant_option(o.variant);

@@ -93,22 +93,6 @@ std::vector<ModelSpec> ModelOptions::selected_after_tp() const {
   return out;
 }
 
-int parse_dtype_option(const std::string& option, const std::string& value) {
-  try {
-    return dtype_bytes(value);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(option + ": " + e.what());
-  }
-}
-
-BufferVariant parse_variant_option(const std::string& value) {
-  try {
-    return parse_variant(value);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--variant: ") + e.what());
-  }
-}
-
 namespace {
 CLI::Validator number_rule(const char* name, const char* rule, bool integer, bool allow_zero) {
   return CLI::Validator(

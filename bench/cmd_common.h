@@ -57,9 +57,23 @@ struct ModelOptions {
   bool allow_all_ = false;
 };
 
-// "fp32" etc. -> bytes, as UsageError.
-int parse_dtype_option(const std::string& option, const std::string& value);
-BufferVariant parse_variant_option(const std::string& value);
+// parse(value), its std::invalid_argument turned into a UsageError that names the option.
+template <class Parse>
+auto parse_option(const std::string& option, const std::string& value, Parse parse) -> decltype(parse(value)) {
+  try {
+    return parse(value);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(option + ": " + e.what());
+  }
+}
+// "fp32" etc. -> bytes; "cached-u" or "raw"; "fp32", "bf16" or "fp16" state.
+inline int parse_dtype_option(const std::string& option, const std::string& value) {
+  return parse_option(option, value, dtype_bytes);
+}
+inline BufferVariant parse_variant_option(const std::string& value) { return parse_option("--variant", value, parse_variant); }
+inline StateType parse_state_type_option(const std::string& value) {
+  return parse_option("--state-dtype", value, parse_state_type);
+}
 
 // CLI11 validators whose messages name the rule ("--steps: must be a positive integer, got 0");
 // on a list option they check every element.

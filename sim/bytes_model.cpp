@@ -17,7 +17,7 @@ struct Part {
 };
 
 void check_precision(const Precision& p) {
-  if (p.state_bytes <= 0 || p.entry_bytes <= 0 || p.io_bytes <= 0)
+  if (p.entry_bytes <= 0 || p.io_bytes <= 0)
     throw std::invalid_argument("element sizes must be positive");
 }
 
@@ -74,7 +74,7 @@ void add_entries(StepBytes& b, const LayerShape& s, const Precision& p, BufferVa
 
 void add_state(StepBytes& b, const LayerShape& s, const Precision& p, double reads, double writes) {
   const double w = state_bytes(s, p);
-  b.add("state", dtype_name(p.state_bytes), reads * w, writes * w);
+  b.add("state", state_type_name(p.state), reads * w, writes * w);
 }
 
 void check_chunk(int chunk) {
@@ -215,7 +215,7 @@ StepBytes bytes_verify_classic(const LayerShape& s, const Precision& p, int toke
   add_tokens(b, s, p, tokens);
   add_state(b, s, p, 1, commit_copy ? 1 : 0);
   const double w = state_bytes(s, p);
-  b.add("intermediate_states", dtype_name(p.state_bytes), commit_copy ? w : 0, tokens * w);
+  b.add("intermediate_states", state_type_name(p.state), commit_copy ? w : 0, tokens * w);
   return b;
 }
 

@@ -22,7 +22,7 @@ int dtype_bytes(const std::string& name) {
 
 std::vector<PoolTensor> decode_pools(const PoolLayout& l, bool out_of_place) {
   std::vector<PoolTensor> t = {l.state()};
-  if (out_of_place) t.push_back({"state_out", l.state_elems(), l.precision.state_bytes});
+  if (out_of_place) t.push_back({"state_out", l.state_elems(), l.precision.state_bytes()});
   if (l.capacity > 0) {
     for (const PoolTensor& b : l.buffer()) t.push_back(b);
     for (const PoolTensor& m : l.buffer_metadata()) t.push_back(m);

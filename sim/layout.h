@@ -6,7 +6,7 @@
 //
 // Pools of one layer, indexed by slot (one request), capacity C:
 //   GDN (H key heads, HV value heads, head dims K, V):
-//     state      [slots, HV, V, K]  state dtype (fp32), K contiguous
+//     state      [slots, HV, V, K]  state dtype (StateType), K contiguous
 //     buf_k      [slots, C, H, K]   entry dtype   normalised keys k / sqrt(|k|^2 + 1e-6)
 //     buf_val    [slots, C, HV, V]  entry dtype   cached-u: corrected values u; raw: values v
 //     buf_gcum   [slots, C, HV]     fp32          cumulative log decay G since S0
@@ -46,14 +46,32 @@ enum class EntryType { BF16, FP32 };
 inline int entry_type_bytes(EntryType e) { return e == EntryType::FP32 ? 4 : 2; }
 inline const char* entry_type_name(EntryType e) { return e == EntryType::FP32 ? "fp32" : "bf16"; }
 
-// Element sizes in bytes (s, e, io of the design note section 9).
+// Element type of the recurrent state: the pools, classic verify's step states, the checkpoint S0.
+// Every kernel computes and accumulates in fp32 and rounds once to nearest (even) where it writes a
+// state: the classic kernels at every token, the KVBuffer kernels at every fold. The reference
+// rounds at the same places (reference/state_rounding.h).
+enum class StateType { FP32, BF16, FP16 };
+inline int state_type_bytes(StateType t) { return t == StateType::FP32 ? 4 : 2; }
+inline const char* state_type_name(StateType t) {
+  return t == StateType::FP32 ? "fp32" : t == StateType::BF16 ? "bf16" : "fp16";
+}
+inline StateType parse_state_type(const std::string& name) {
+  if (name == "fp32" || name == "f32") return StateType::FP32;
+  if (name == "bf16") return StateType::BF16;
+  if (name == "fp16" || name == "f16") return StateType::FP16;
+  throw std::invalid_argument("unknown state dtype '" + name + "' (known: fp32, bf16, fp16)");
+}
+
+// Element sizes in bytes (s, e, io of docs/kvbuffer-math.md section 9).
 struct Precision {
-  int state_bytes = 4;  // state element (fp32)
+  StateType state = StateType::FP32;
   int entry_bytes = 2;  // buffer element: k, u or v (GDN), B or x (Mamba-2) (bf16)
   int io_bytes = 2;     // token inputs and outputs (bf16)
+  int state_bytes() const { return state_type_bytes(state); }
 };
-inline Precision precision_of(EntryType e) {
+inline Precision precision_of(EntryType e, StateType state = StateType::FP32) {
   Precision p;
+  p.state = state;
   p.entry_bytes = entry_type_bytes(e);
   return p;
 }
@@ -89,14 +107,14 @@ struct PoolLayout {
     return gdn() ? 2 * entry_key_elems() + entry_value_elems() : entry_value_elems() + 2 * entry_key_elems();
   }
 
-  size_t state_bytes() const { return state_elems() * size_t(precision.state_bytes); }
+  size_t state_bytes() const { return state_elems() * size_t(precision.state_bytes()); }
   size_t entry_key_bytes() const { return entry_key_elems() * size_t(precision.entry_bytes); }
   size_t entry_value_bytes() const { return entry_value_elems() * size_t(precision.entry_bytes); }
   size_t entry_scalar_bytes() const { return size_t(entry_scalars()) * shape.value_heads * 4; }
   size_t entry_bytes() const { return entry_key_bytes() + entry_value_bytes() + entry_scalar_bytes(); }
   size_t conv_bytes() const { return conv_dim() * size_t(shape.conv_width - 1) * size_t(precision.io_bytes); }
 
-  PoolTensor state() const { return {"state", state_elems(), precision.state_bytes}; }
+  PoolTensor state() const { return {"state", state_elems(), precision.state_bytes()}; }
   // buf_k, buf_val, buf_gcum (+ buf_beta): C entries.
   std::vector<PoolTensor> buffer() const {
     const size_t C = size_t(capacity), HV = size_t(shape.value_heads);
@@ -123,7 +141,7 @@ struct PoolLayout {
     return t;
   }
   // Classic verify: the state after each of the T nodes.
-  PoolTensor step_states(int tokens) const { return {"step_states", size_t(tokens) * state_elems(), precision.state_bytes}; }
+  PoolTensor step_states(int tokens) const { return {"step_states", size_t(tokens) * state_elems(), precision.state_bytes()}; }
 };
 
 // Bytes of one request's tensors in `t`, metadata left out unless asked for.

@@ -355,7 +355,7 @@ std::map<std::string, std::string> point_columns(const SweepPoint& p, const std:
   ModelSpec m;
   if (!shape_problem(find_model(p.model), p.tp, m).empty()) return c;  // memory columns need the per-GPU shape
   Precision prec;
-  prec.state_bytes = dtype_bytes(p.state_dtype);
+  prec.state = parse_state_type(p.state_dtype);
   if (p.kernel->buffered) prec.entry_bytes = entry_type_bytes(p.kernel->entry);
   const PoolLayout layout{m.layer, p.chunk, p.kernel->variant, prec};
   double states = 1, entries = 0;

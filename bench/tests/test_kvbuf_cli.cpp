@@ -162,7 +162,7 @@ TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
   expect_usage_error("bytes " + q + "--tp 3", "not divisible by --tp 3");
   expect_usage_error("bytes " + q + "--tp 0", "--tp must be at least 1");
   expect_usage_error("bytes " + q + "--variant fast", "unknown buffer variant");
-  expect_usage_error("bytes " + q + "--state-dtype int4", "unknown dtype");
+  expect_usage_error("bytes " + q + "--state-dtype int4", "unknown state dtype");
   expect_usage_error("bytes " + q + "--csv /nonexistent-dir/x.csv", "cannot write");
   expect_usage_error("bytes " + q + "--kind gdn", "not both");
   expect_usage_error("bytes", "give --model");

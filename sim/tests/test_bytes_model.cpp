@@ -259,7 +259,7 @@ TEST(BytesModel, LargestCapacityIsFast) {
 TEST(BytesModel, SmallCustomShape) {
   // H = 2, HV = 6 (GQA 3), K = 16, V = 24, fp32 entries, bf16 io.
   const LayerShape s{LayerKind::GatedDeltaNet, 2, 6, 16, 24, 4};
-  const Precision p{4, 4, 2};
+  const Precision p{StateType::FP32, 4, 2};
   const double W = 6.0 * 16 * 24 * 4, E = 2 * 16 * 4 + 6 * 24 * 4 + 6 * 4;
   const double io_read = 2 * 2 * 16 * 2 + 6 * 24 * 2 + 2 * 6 * 4, io_write = 6 * 24 * 2;
   EXPECT_DOUBLE_EQ(bytes_recurrent(s, p).total_bytes(), io_read + io_write + 2 * W);

@@ -1,0 +1,42 @@
+// The state element type (StateType, sim/layout.h) on the device: the one dispatch from the run-time
+// type to a kernel's element type S, and S's conversions. Every kernel computes and accumulates in
+// fp32; a state write rounds once to nearest even (from_f32<S>).
+//
+//   dispatch_state_type("gdn_decode_recurrent", p.state_type, [&](auto tag) {
+//     using S = typename decltype(tag)::type;
+//     launch<S>(p);
+//   });
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/common/common.cuh"
+#include "sim/layout.h"  // StateType
+
+namespace kvbuf {
+
+template <class S>
+struct StateTag {
+  using type = S;
+};
+
+// Calls f(StateTag<S>{}) with S = float, __nv_bfloat16 or __half for t and returns what f returns;
+// an unknown value throws std::invalid_argument naming `who`.
+template <class F>
+decltype(auto) dispatch_state_type(const char* who, StateType t, F&& f) {
+  switch (t) {
+    case StateType::FP32: return f(StateTag<float>{});
+    case StateType::BF16: return f(StateTag<__nv_bfloat16>{});
+    case StateType::FP16: return f(StateTag<__half>{});
+  }
+  throw std::invalid_argument(std::string(who) + ": unsupported state dtype " + std::to_string(int(t)));
+}
+
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+
+}  // namespace kvbuf
