@@ -31,9 +31,9 @@
 // inputs; (1) one round trip for everything else: the entries j < n by cp.async into shared memory
 // (keys B_j by the block, x_j of its 8 rows by each warp, G_j, dt_j), then each warp's 8 contiguous
 // S0 rows (8 N sizeof(S) bytes) by one bulk copy on the warp's own mbarrier into a tile of S
-// (mamba2_decode_kvbuffer: kTile) or, in the
-// tile-less instantiation mamba2_decode_direct launches, read from the pool where used (its rows
-// are mostly stateless, and without the 32 KiB tile its blocks fit 6 per SM at every C); (2) one
+// (mamba2_decode_kvbuffer: kTile) or, in the tile-less instantiation mamba2_decode_direct
+// launches, read from the pool where used (its rows are mostly stateless, and without the 32 KiB
+// fp32 tile its blocks fit 6 per SM at every C); (2) one
 // barrier, the n dots c_j split over the warps, lane 0 forms w_j and a_j = w_j c_j, a barrier (n =
 // 0 skips both); (3) outputs: lane j adds a_j x_j into the 8 partial sums of its S0 . C_t slice, one
 // halving reduction; (4) fold 4 rows at a time from shared memory, or append entry n.
