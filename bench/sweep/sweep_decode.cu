@@ -168,7 +168,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
       p.io = m2in[l]->io;
       p.capacity = chunk;
       p.path = kd.path;
-      p.state = pools.at<float>(l, "state");
+      p.state = pools.at<void>(l, "state");
       if (!kd.buffered) return p;
       p.buf_k = pools.at<__nv_bfloat16>(l, "buf_k");
       p.buf_val = pools.at<__nv_bfloat16>(l, "buf_val");
@@ -190,7 +190,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
       layer_step = [&, params](int l, cudaStream_t st) {
         Mamba2RecurrentParams p;
         p.io = m2in[l]->io;
-        p.state = params(l).state;
+        p.state = params(l).state, p.state_type = params(l).state_type;
         mamba2_decode_recurrent(p, st);
       };
     } else {

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/common/decode_path.h"
+#include "sim/layout.h"  // StateType
 
 namespace kvbuf {
 
@@ -38,11 +39,13 @@ struct Mamba2StepIO {
   int rows_per_block = 0;
 };
 
-// Recurrent decode: S [slots, NH, P, N] fp32 (N contiguous), updated in place as serving engines
-// keep it.
+// Recurrent decode: S [slots, NH, P, N] state dtype (fp32, bf16 or fp16), N contiguous, updated in
+// place as serving engines keep it. Arithmetic is fp32; a 16-bit state is rounded to nearest once
+// per write.
 struct Mamba2RecurrentParams {
   Mamba2StepIO io;
-  float* state = nullptr;
+  void* state = nullptr;  // elements of state_type
+  StateType state_type = StateType::FP32;
 };
 void mamba2_decode_recurrent(const Mamba2RecurrentParams& p, cudaStream_t stream);
 
@@ -56,7 +59,7 @@ void mamba2_decode_recurrent(const Mamba2RecurrentParams& p, cudaStream_t stream
 struct Mamba2KVBufferParams {
   Mamba2StepIO io;
   int capacity = 16;
-  float* state = nullptr;             // [slots, NH, P, N] fp32, in place
+  void* state = nullptr;              // [slots, NH, P, N] state dtype (fp32, bf16 or fp16), in place
   __nv_bfloat16* buf_k = nullptr;     // B  [slots, C, G, N]
   __nv_bfloat16* buf_val = nullptr;   // x  [slots, C, NH, P]
   float* buf_gcum = nullptr;          // G  [slots, C, NH] cumulative dt A since S0
@@ -80,6 +83,9 @@ struct Mamba2KVBufferParams {
   // the state pool (every step folds its only token, so the buffer is never read). Refused by
   // mamba2_decode_direct.
   bool every_row_has_state = false;
+  // The state pool's element type (state above; the fold rounds to it once per write). Last, so that
+  // the fp32 kernels' parameter offsets (and their SASS) stay those of a float* state.
+  StateType state_type = StateType::FP32;
 };
 void mamba2_decode_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream);
 

@@ -2,9 +2,13 @@
 //
 // Warp rows (the shape of gdn_decode_recurrent's one-warp kernel): a warp owns 8 consecutive
 // state rows S[p0 .. p0+7, :] of one head; lane l holds columns [l NL, (l+1) NL), NL = N / 32, of
-// every row (one float4 per row for N = 128, float2 for N = 64), so each row is one coalesced
-// 512 (256) byte access and the warp's 8 rows are all in flight after one round trip. The same
-// lane holds the same columns of B and C. A block has rows_per_block / 8 such warps.
+// every row (fp32 state: one float4 per row for N = 128, float2 for N = 64; 16-bit state: 8 or 4
+// bytes), so each row is one coalesced 512 (256) byte access (half that for a 16-bit state) and the
+// warp's 8 rows are all in flight after one round trip. The same lane holds the same columns of B
+// and C. A block has rows_per_block / 8 such warps.
+// State element type S (float, __nv_bfloat16 or __half; kernels/common/state_type.cuh): the row
+// loads and stores below convert to and from fp32 registers, where all arithmetic happens; a 16-bit
+// store rounds each element once to nearest even (as from_f32<S>).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -15,6 +19,7 @@
 
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/common.cuh"
+#include "kernels/common/state_type.cuh"
 #include "kernels/mamba2/mamba2_decode.h"
 
 namespace kvbuf::mamba2_detail {
@@ -27,22 +32,67 @@ struct RowVec {
   static_assert(N == 64 || N == 128, "one float2 or float4 per lane per row");
   static constexpr int NL = N / 32;
   using F = typename std::conditional<NL == 4, float4, float2>::type;  // fp32 slice
-  using H = typename std::conditional<NL == 4, uint2, uint32_t>::type;  // bf16 slice
+  using H = typename std::conditional<NL == 4, uint2, uint32_t>::type;  // bf16 (16-bit) slice
 };
 
-// This lane's NL fp32 columns of a row starting at `row` (already offset by lane * NL).
-template <int N>
-__device__ __forceinline__ void load_row(const float* row, float* s) {
-  const auto v = *reinterpret_cast<const typename RowVec<N>::F*>(row);
-  s[0] = v.x, s[1] = v.y;
-  if constexpr (N == 128) s[2] = reinterpret_cast<const float4&>(v).z, s[3] = reinterpret_cast<const float4&>(v).w;
+// Two 16-bit state elements packed in 32 bits (low element first) as fp32, and back (each rounded
+// once to nearest even, as from_f32<S>).
+template <class S>
+__device__ __forceinline__ float2 state_pair_to_float2(uint32_t x) {
+  if constexpr (std::is_same_v<S, __nv_bfloat16>) {
+    return bf16x2_to_float2(x);
+  } else {
+    static_assert(std::is_same_v<S, __half>, "16-bit state: bf16 or fp16");
+    return __half22float2(reinterpret_cast<const __half2&>(x));
+  }
 }
-template <int N>
-__device__ __forceinline__ void store_row(float* row, const float* s) {
-  typename RowVec<N>::F v;
-  v.x = s[0], v.y = s[1];
-  if constexpr (N == 128) reinterpret_cast<float4&>(v).z = s[2], reinterpret_cast<float4&>(v).w = s[3];
-  *reinterpret_cast<typename RowVec<N>::F*>(row) = v;
+template <class S>
+__device__ __forceinline__ uint32_t float2_to_state_pair(float lo, float hi) {
+  if constexpr (std::is_same_v<S, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return reinterpret_cast<const uint32_t&>(v);
+  } else {
+    static_assert(std::is_same_v<S, __half>, "16-bit state: bf16 or fp16");
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return reinterpret_cast<const uint32_t&>(v);
+  }
+}
+
+// This lane's NL columns (as fp32) of a state row of S starting at `row` (already offset by
+// lane * NL): one float4 / float2 for fp32, one uint2 / uint32_t for a 16-bit S.
+template <int N, class S>
+__device__ __forceinline__ void load_row(const S* row, float* s) {
+  if constexpr (std::is_same_v<S, float>) {
+    const auto v = *reinterpret_cast<const typename RowVec<N>::F*>(row);
+    s[0] = v.x, s[1] = v.y;
+    if constexpr (N == 128) s[2] = reinterpret_cast<const float4&>(v).z, s[3] = reinterpret_cast<const float4&>(v).w;
+  } else {
+    const auto v = *reinterpret_cast<const typename RowVec<N>::H*>(row);
+    if constexpr (N == 128) {
+      const float2 a = state_pair_to_float2<S>(v.x), b = state_pair_to_float2<S>(v.y);
+      s[0] = a.x, s[1] = a.y, s[2] = b.x, s[3] = b.y;
+    } else {
+      const float2 a = state_pair_to_float2<S>(v);
+      s[0] = a.x, s[1] = a.y;
+    }
+  }
+}
+// The same columns stored (a 16-bit S: each rounded once to nearest even).
+template <int N, class S>
+__device__ __forceinline__ void store_row(S* row, const float* s) {
+  if constexpr (std::is_same_v<S, float>) {
+    typename RowVec<N>::F v;
+    v.x = s[0], v.y = s[1];
+    if constexpr (N == 128) reinterpret_cast<float4&>(v).z = s[2], reinterpret_cast<float4&>(v).w = s[3];
+    *reinterpret_cast<typename RowVec<N>::F*>(row) = v;
+  } else {
+    typename RowVec<N>::H v;
+    if constexpr (N == 128)
+      v.x = float2_to_state_pair<S>(s[0], s[1]), v.y = float2_to_state_pair<S>(s[2], s[3]);
+    else
+      v = float2_to_state_pair<S>(s[0], s[1]);
+    *reinterpret_cast<typename RowVec<N>::H*>(row) = v;
+  }
 }
 // This lane's NL bf16 columns of an N-vector as raw bits (issue early) and as fp32.
 template <int N>
@@ -156,10 +206,11 @@ __device__ __forceinline__ void write_output(const Mamba2StepIO& io, size_t xo, 
 
 // One selective-state step of a warp's R rows held in registers (lane l's N / 32 columns each):
 // S <- decay S + (dt x) B, each row stored to `dst` (rows N apart) and y[i] = this lane's part of
-// row i's dot with C. Used by the recurrent decode and the classic verify kernels.
-template <int N, int R>
+// row i's dot with C, from the fp32 row before a 16-bit store rounds it (the output of a token
+// comes from its unrounded state). Used by the recurrent decode and the classic verify kernels.
+template <int N, int R, class S>
 __device__ __forceinline__ void step_warp_rows(float (&s)[R][N / 32], const float (&x)[R], const float* Bv, const float* Cv,
-                                               float dt, float decay, float* dst, float (&y)[R]) {
+                                               float dt, float decay, S* dst, float (&y)[R]) {
   constexpr int NL = N / 32;
 #pragma unroll
   for (int i = 0; i < R; ++i) {
@@ -196,12 +247,14 @@ __device__ __forceinline__ void add_buffered_entries(float (&s)[kWarpRows / 2][N
   }
 }
 
-// Lane 0 of each warp: the warp's 8 contiguous S0 rows into its part of a shared-memory tile by one
-// bulk copy on the warp's own mbarrier (wait with tile_wait); the S0 bytes are then in
-// flight without holding registers. Used by the KVBuffer decode kernel.
-template <int N>
-__device__ __forceinline__ void issue_warp_rows(float* tile_rows, const float* src, uint64_t* bar, int lane) {
-  constexpr uint32_t kBytes = kWarpRows * N * sizeof(float);
+// Lane 0 of each warp: the warp's 8 contiguous S0 rows (8 N sizeof(S) bytes: 1-4 KiB, a multiple
+// of 16 as the bulk copy needs) into its part of a shared-memory tile of S by one bulk copy on the
+// warp's own mbarrier (wait with tile_wait); the S0 bytes are then in flight without holding
+// registers. Used by the KVBuffer decode kernel.
+template <int N, class S>
+__device__ __forceinline__ void issue_warp_rows(S* tile_rows, const S* src, uint64_t* bar, int lane) {
+  constexpr uint32_t kBytes = kWarpRows * N * sizeof(S);
+  static_assert(kBytes % 16 == 0, "bulk copies move multiples of 16 bytes");
   if (lane == 0) {
     tile_init(1, bar);
     expect_copy_bytes(bar, kBytes);

@@ -15,7 +15,9 @@
 // Every decay is e^{G_t - G_j} with G_t - G_j <= 0 (G is a running sum of negative terms): dt A
 // <= -60 per token underflows to 0, nothing overflows.
 //
-// Layouts (sim/layout.h, LayerKind::Mamba2): S [slots, NH, P, N] fp32 N contiguous, in place;
+// Layouts (sim/layout.h, LayerKind::Mamba2): S [slots, NH, P, N] state dtype (fp32, bf16 or fp16),
+//   N contiguous, in place (a 16-bit state is widened to fp32 on load; the fold rounds each element
+//   to nearest once as it writes it; every sum stays fp32);
 //   buf_k = B [slots, C, G, N] bf16; buf_val = x [slots, C, NH, P] bf16; buf_gcum = G and
 //   buf_beta = dt [slots, C, NH] fp32; fill, has_state, done_count [slots] int32; token I/O as
 //   mamba2_decode_recurrent. Entries are bf16: the inputs x and B are bf16, so they are exact.
@@ -28,9 +30,10 @@
 // grid (P / rows_per_block, NH, batch). Phases: (0) the slot and row metadata with the token's
 // inputs; (1) one round trip for everything else: the entries j < n by cp.async into shared memory
 // (keys B_j by the block, x_j of its 8 rows by each warp, G_j, dt_j), then each warp's 8 contiguous
-// S0 rows by one bulk copy on the warp's own mbarrier (mamba2_decode_kvbuffer: kTile) or, in the
-// tile-less instantiation mamba2_decode_direct launches, read from the pool where used (its rows
-// are mostly stateless, and without the 32 KiB tile its blocks fit 6 per SM at every C); (2) one
+// S0 rows (8 N sizeof(S) bytes) by one bulk copy on the warp's own mbarrier into a tile of S
+// (mamba2_decode_kvbuffer: kTile) or, in the tile-less instantiation mamba2_decode_direct
+// launches, read from the pool where used (its rows are mostly stateless, and without the 32 KiB
+// fp32 tile its blocks fit 6 per SM at every C); (2) one
 // barrier, the n dots c_j split over the warps, lane 0 forms w_j and a_j = w_j c_j, a barrier (n =
 // 0 skips both); (3) outputs: lane j adds a_j x_j into the 8 partial sums of its S0 . C_t slice, one
 // halving reduction; (4) fold 4 rows at a time from shared memory, or append entry n.
@@ -38,7 +41,10 @@
 // registers allowed 3-4 blocks per SM; in the tile 5 (48 registers; 35 KiB of shared memory at C =
 // 8); the token's x waits in shared memory, not registers.
 // rows_per_block (0 = chosen): whole heads (64 rows: the c_j once per head) at every batch.
-// Template: d_state N in {64, 128}, kTile; P and C are runtime values.
+// Template: d_state N in {64, 128}, kTile, the state element type S (float, __nv_bfloat16, __half:
+// Mamba2KVBufferParams::state_type through dispatch_state_type); P and C are runtime values. The
+// register and shared-memory figures above and every result below are the fp32 state's; the 16-bit
+// states (half the tile) are not measured yet.
 // Current result (28cea4f, the paper preset, results/decode_h200.csv, H200, Nemotron-3 Nano, 23
 // layer pools per graph): KVBuffer at its best C (8) 4.24 / 9.25 / 43.30 / 80.04 / 155.31 / 305.00
 // us at batch 1 / 8 / 64 / 128 / 256 / 512: 0.89x / 1.18x / 1.60x / 1.68x / 1.70x / 1.72x the
@@ -59,20 +65,21 @@ namespace {
 
 constexpr int kMaxCapacity = 64;
 
-// The block's dynamic shared memory, sized by C and the block's warps: the S0 rows [rows][N] fp32
-// first (128-byte aligned for the bulk copies), then the staged entries j < n <= C - 1: keys
+// The block's dynamic shared memory, sized by C and the block's warps: the S0 rows [rows][N] of S
+// first (128-byte aligned for the bulk copies; each warp's 8 rows 1-4 KiB), then the staged entries
+// j < n <= C - 1: keys
 // [C-1][N] bf16 (B_j), x [warps][C-1] uint4 (x_j of the warp's 8 rows), fp32 [C-1] each: G_j, dt_j,
 // w_j = e^{G_t - G_j} dt_j, a_j = w_j c_j; then one mbarrier per warp (its rows' bulk copy).
-template <int N, bool kTile>
+template <int N, bool kTile, class S>
 struct BlockSmem {
-  float* tile;
+  S* tile;
   __nv_bfloat16* keys;
   uint4* x;
   float *G, *dt, *w, *a;
   uint4* xt;
   uint64_t* bars;
   __device__ BlockSmem(unsigned char* base, int entries, int warps) {
-    tile = reinterpret_cast<float*>(base);
+    tile = reinterpret_cast<S*>(base);
     keys = reinterpret_cast<__nv_bfloat16*>(tile + (kTile ? size_t(warps) * kWarpRows * N : 0));
     x = reinterpret_cast<uint4*>(keys + size_t(entries) * N);
     G = reinterpret_cast<float*>(x + size_t(warps) * entries);
@@ -81,7 +88,7 @@ struct BlockSmem {
     bars = reinterpret_cast<uint64_t*>(xt + warps);
   }
   static size_t bytes(int entries, int warps) {
-    return (kTile ? size_t(warps) * (kWarpRows * N * 4 + 8) : 0) + size_t(warps) * 16 +
+    return (kTile ? size_t(warps) * (kWarpRows * N * sizeof(S) + 8) : 0) + size_t(warps) * 16 +
            size_t(entries) * (N * 2 + size_t(warps) * 16 + 16);
   }
 };
@@ -110,7 +117,7 @@ __device__ __forceinline__ void stage_entries(const Mamba2KVBufferParams& p, con
 // One request row's step (phases 0-4 above) for the block's rows of head c.h: slot and, with
 // scheduler metadata, meta_fill / meta_has were loaded by the caller; the token inputs are issued
 // here before the slot is first used.
-template <int N, bool kTile>
+template <int N, bool kTile, class S>
 __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsigned char* smem, const WarpCoords& c,
                                            int slot, int meta_fill, int meta_has) {
   constexpr int NL = N / 32, R = kWarpRows;
@@ -131,15 +138,15 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
   const int n = row_meta ? meta_fill : load_unsunk(p.fill + slot);
   const bool has_state = (row_meta ? meta_has : load_unsunk(p.has_state + slot)) != 0;
   const bool fold = n + 1 == C;
-  const BlockSmem<N, kTile> st(smem, C - 1, warps);
+  const BlockSmem<N, kTile, S> st(smem, C - 1, warps);
 
   // Phase 1: the entries' small copies (the block waits for them at the first barrier), then the
   // warp's S0 rows by a bulk copy (waited for by the warp where they are used).
   if (n > 0) stage_entries<N>(p, c, slot, n, st);
   cp_async_commit();
-  float* rows = p.state + ((size_t(slot) * NH + c.h) * P + c.p0) * N;
+  S* rows = static_cast<S*>(p.state) + ((size_t(slot) * NH + c.h) * P + c.p0) * N;
   // The warp's S0 rows: its part of the tile, or (no tile) the pool rows themselves.
-  const float* s0rows = kTile ? st.tile + c.warp * kWarpRows * N : rows;
+  const S* s0rows = kTile ? st.tile + c.warp * kWarpRows * N : rows;
   uint64_t* bar = st.bars + c.warp;
   if (kTile && has_state) issue_warp_rows<N>(st.tile + c.warp * kWarpRows * N, rows, bar, lane);
   // The token's x (8 rows) waits in shared memory for the fold or the append, not in registers.
@@ -237,7 +244,7 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
   }
 }
 
-template <int N, bool kTile>
+template <int N, bool kTile, class S>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kTile ? 5 : 6) mamba2_decode_kvbuffer_kernel(Mamba2KVBufferParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const WarpCoords c = warp_coords(p.io);
@@ -247,7 +254,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kTile ? 5 : 6) mamba2_de
   const int slot = p.io.slot[c.row];
   const int meta_fill = row_meta ? p.row_fill[c.row] : 0;
   const int meta_has = row_meta ? p.row_has_state[c.row] : 0;
-  decode_row<N, kTile>(p, smem, c, slot, meta_fill, meta_has);
+  decode_row<N, kTile, S>(p, smem, c, slot, meta_fill, meta_has);
 }
 
 // ---- The split direct path (mamba2_decode_direct with scheduler metadata, P <= 64; Auto: below)
@@ -406,7 +413,7 @@ __device__ __forceinline__ bool state_kernel_row(int slot, int n, int has_state,
   return (slot >= 0) & ((has_state != 0) | (n + 1 == C));
 }
 
-template <int N>
+template <int N, class S>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 4) mamba2_direct_state_kernel(Mamba2KVBufferParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ uint32_t need_mask[kMaxRowsPerBlock * 4 / 32];
@@ -425,7 +432,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 4) mamba2_direct_state_k
       for (uint32_t m = need_mask[w]; m != 0; m &= m - 1, ++rank) {
         if (rank % groups != group) continue;
         c.row = base + w * 32 + __ffs(int(m)) - 1;
-        decode_row<N, false>(p, smem, c, io.slot[c.row], p.row_fill[c.row], p.row_has_state[c.row]);
+        decode_row<N, false, S>(p, smem, c, io.slot[c.row], p.row_fill[c.row], p.row_has_state[c.row]);
         __syncthreads();  // the shared memory of this row before the next one's copies
       }
     }
@@ -440,19 +447,19 @@ bool split_direct(const Mamba2KVBufferParams& p) {
                                           long(p.io.batch) * p.capacity >= kSplitMinRowEntries);
 }
 
-template <int N>
+template <int N, class S>
 void launch_split_direct(const Mamba2KVBufferParams& p, cudaStream_t stream) {
   const int heads_per_group = p.io.NH / p.io.G;
   const dim3 grid_a(unsigned((heads_per_group + kSplitHeads - 1) / kSplitHeads), unsigned(p.io.G), unsigned(p.io.batch));
   launch_kernel(mamba2_direct_buffer_kernel<N>, grid_a, dim3(kSplitThreads),
                 SplitBufferSmem::bytes(p.capacity - 1, p.io.P, p.capacity), stream, false, p);
   const int rows = choose_rows_per_block(p.io, kKVBufferRows);
-  const size_t smem = BlockSmem<N, false>::bytes(p.capacity - 1, rows / kWarpRows);
+  const size_t smem = BlockSmem<N, false, S>::bytes(p.capacity - 1, rows / kWarpRows);
   dim3 grid_b = decode_grid(p.io, rows);
   const long per_wave = long(multiprocessor_count()) *
-                        resident_blocks(mamba2_direct_state_kernel<N>, int(decode_block(rows).x), smem);
+                        resident_blocks(mamba2_direct_state_kernel<N, S>, int(decode_block(rows).x), smem);
   grid_b.z = unsigned(std::clamp(per_wave / (long(grid_b.x) * grid_b.y), 1L, long(p.io.batch)));
-  launch_kernel(mamba2_direct_state_kernel<N>, grid_b, decode_block(rows), smem, stream, true, p);
+  launch_kernel(mamba2_direct_state_kernel<N, S>, grid_b, decode_block(rows), smem, stream, true, p);
 }
 
 // Capacity 1 with every row stateful (Mamba2KVBufferParams::every_row_has_state): the step is the
@@ -480,16 +487,19 @@ void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char
   if (p.io.batch == 0) return;
   if (capacity1_route(p)) {  // mamba2_decode_direct refused the promise above
     Mamba2RecurrentParams r;
-    r.io = p.io, r.state = p.state;
+    r.io = p.io, r.state = p.state, r.state_type = p.state_type;
     return mamba2_decode_recurrent(r, stream);
   }
   dispatch_head_dims(p.io, who, [&](auto n) {
     constexpr int N = decltype(n)::value;
-    if (!kTile && split_direct(p)) return launch_split_direct<N>(p, stream);
-    const int rows = choose_rows_per_block(p.io, kKVBufferRows);
-    const size_t smem = BlockSmem<N, kTile>::bytes(p.capacity - 1, rows / kWarpRows);
-    launch_kernel(mamba2_decode_kvbuffer_kernel<N, kTile>, decode_grid(p.io, rows), decode_block(rows), smem, stream, false,
-                  p);
+    dispatch_state_type(who, p.state_type, [&](auto tag) {
+      using S = typename decltype(tag)::type;
+      if (!kTile && split_direct(p)) return launch_split_direct<N, S>(p, stream);
+      const int rows = choose_rows_per_block(p.io, kKVBufferRows);
+      const size_t smem = BlockSmem<N, kTile, S>::bytes(p.capacity - 1, rows / kWarpRows);
+      launch_kernel(mamba2_decode_kvbuffer_kernel<N, kTile, S>, decode_grid(p.io, rows), decode_block(rows), smem, stream,
+                    false, p);
+    });
   });
 }
 

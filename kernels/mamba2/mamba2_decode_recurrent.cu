@@ -3,9 +3,11 @@
 //
 // Math (docs/kvbuffer-math.md section 8, reference/mamba2.h), per head h of group g = h / (NH / G):
 //   dt = softplus(dt_raw + dt_bias)      (or dt_raw + dt_bias as given)
-//   S[p,:] <- e^{dt A} S[p,:] + (dt x[p]) B          (S is P x N, fp32)
+//   S[p,:] <- e^{dt A} S[p,:] + (dt x[p]) B          (S is P x N, computed in fp32)
 //   y[p]    = S[p,:].C + D x[p],   y *= silu(z) when z is given
-// Layouts: S [slots, NH, P, N] fp32, N contiguous, in place; x, z, out [B, NH, P] bf16; B, C
+// Layouts: S [slots, NH, P, N] state dtype (fp32, bf16 or fp16), N contiguous, in place (a 16-bit
+//   state is widened to fp32 on load and rounded to nearest once on store, after the token's
+//   output is computed from the fp32 row); x, z, out [B, NH, P] bf16; B, C
 //   [B, G, N] bf16; dt [B, NH] bf16; dt_bias, A, D [NH] fp32; slot [B] int32 (negative: padding,
 //   output zeros only).
 // Work split: warp rows (mamba2_decode_device.h): one warp per 8 state rows, lane l holds columns
@@ -14,14 +16,17 @@
 //   (P / rows_per_block, NH, batch). The token's x, B, C, dt are issued before the slot's round
 //   trip ends; then the 8 rows are loaded at once, updated, stored, and their 8 dot products with
 //   C reduced by halving exchanges (9 shuffles); lane 4 i writes row i's output.
-// Memory: the state is read and written once (2 P N 4 bytes per head and request); everything
-//   else is < 1% of that. Target: the copy bandwidth at batch >= 64.
+// Memory: the state is read and written once (2 P N sizeof(S) bytes per head and request);
+//   everything else is < 1% of that at fp32. Target: the copy bandwidth at batch >= 64. Every
+//   result quoted below is the fp32 state's; the 16-bit states are not measured yet.
 // rows_per_block (0 = chosen): 8 by default (one-warp blocks, log in kernels/mamba2/notes/mamba2_decode.md);
 //   up to batch kPairMaxBatch the pair shape below (8-row blocks of 4 warps, 2 rows per warp):
 //   3.62 / 4.85 / 6.93 / 11.04 us at batch 1 / 2 / 4 / 8 against the one-warp shape's 4.62 / 5.50 /
 //   7.30 / 11.36 (5f7bc96, results/archive/mamba2_recurrent_*_h200.csv; vLLM 3.58 / 11.2 at 1 / 8);
 //   in the paper preset's Mamba-2 rows (f0e8dce, results/decode_h200.csv) 3.53 / 10.91 at 1 / 8.
-// Template parameter: d_state N in {64, 128}; P is a runtime multiple of rows_per_block.
+// Template parameters: d_state N in {64, 128} and the state element type S (float, __nv_bfloat16,
+//   __half: Mamba2RecurrentParams::state_type through dispatch_state_type); P is a runtime multiple
+//   of rows_per_block.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -63,11 +68,21 @@ int choose_rows_per_block(const Mamba2StepIO& io, RowsRule rule) {
 
 namespace {
 
+// The kernels' argument: Mamba2RecurrentParams with the state typed and without its run-time type
+// (each instantiation is compiled for one). 128 bytes, as the Params were before state_type: at
+// 136 bytes nvcc no longer loads the struct into registers at entry but reads fields from
+// parameter space where used, a different fp32 SASS.
+template <class S>
+struct RecurrentArgs {
+  Mamba2StepIO io;
+  S* state;
+};
+
 // A warp's R state rows (lane l's columns at `rows`, rows N apart): loaded at once, updated
 // S <- e^{dt A} S + (dt x) B, stored back; y[i] = this lane's part of row i's dot with C, and x
 // the rows' x as fp32.
-template <int N, int R, class XRaw>
-__device__ __forceinline__ void update_warp_rows(float* rows, XRaw xraw, float (&x)[R], typename RowVec<N>::H braw,
+template <int N, int R, class S, class XRaw>
+__device__ __forceinline__ void update_warp_rows(S* rows, XRaw xraw, float (&x)[R], typename RowVec<N>::H braw,
                                                  typename RowVec<N>::H craw, float dt, float A, float (&y)[R]) {
   constexpr int NL = N / 32;
   float s[R][NL];
@@ -80,8 +95,8 @@ __device__ __forceinline__ void update_warp_rows(float* rows, XRaw xraw, float (
   step_warp_rows<N, R>(s, x, Bv, Cv, dt, expf(dt * A), rows, y);
 }
 
-template <int N>
-__global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_recurrent_kernel(Mamba2RecurrentParams p) {
+template <int N, class S>
+__global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_recurrent_kernel(RecurrentArgs<S> p) {
   constexpr int NL = N / 32, R = kWarpRows;
   const Mamba2StepIO& io = p.io;
   const WarpCoords c = warp_coords(io);
@@ -99,8 +114,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_recurrent_
     return;
   }
   float x[R], y8[R];
-  update_warp_rows<N, R>(p.state + ((size_t(slot) * io.NH + c.h) * io.P + c.p0) * N + lane * NL, xraw, x, braw, craw,
-                         dt, A, y8);
+  update_warp_rows<N, R>(p.state + ((size_t(slot) * io.NH + c.h) * io.P + c.p0) * N + lane * NL, xraw,
+                         x, braw, craw, dt, A, y8);
   const float y = row_sums<R>(y8, lane);
   // x of this lane's row (lane >> 2) & 7 without a dynamically indexed register array.
   const float x_own = __bfloat162float(io.x[xo + ((lane >> 2) & (R - 1))]);
@@ -114,8 +129,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_recurrent_
 constexpr int kPairRows = 2, kPairWarps = 4;
 constexpr int kPairMaxBatch = 8;  // the pair shape up to this batch (rows_per_block 0)
 
-template <int N>
-__global__ void __launch_bounds__(kPairWarps * 32) mamba2_decode_recurrent_pair_kernel(Mamba2RecurrentParams p) {
+template <int N, class S>
+__global__ void __launch_bounds__(kPairWarps * 32) mamba2_decode_recurrent_pair_kernel(RecurrentArgs<S> p) {
   constexpr int NL = N / 32;
   const Mamba2StepIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -134,8 +149,8 @@ __global__ void __launch_bounds__(kPairWarps * 32) mamba2_decode_recurrent_pair_
     return;
   }
   float xs[kPairRows], y[kPairRows];
-  update_warp_rows<N, kPairRows>(p.state + ((size_t(slot) * io.NH + h) * io.P + p0) * N + lane * NL, xraw, xs, braw,
-                                 craw, dt, A, y);
+  update_warp_rows<N, kPairRows>(p.state + ((size_t(slot) * io.NH + h) * io.P + p0) * N + lane * NL,
+                                 xraw, xs, braw, craw, dt, A, y);
 #pragma unroll
   for (int m = 16; m >= 1; m /= 2) {
     y[0] += __shfl_xor_sync(0xffffffffu, y[0], m);
@@ -171,11 +186,16 @@ void mamba2_decode_recurrent(const Mamba2RecurrentParams& p, cudaStream_t stream
   if (p.io.batch == 0) return;
   dispatch_head_dims(p.io, who, [&](auto n) {
     constexpr int N = decltype(n)::value;
-    const int rows = recurrent_rows(p.io);
-    if (pair_shape(p.io))
-      return launch_kernel(mamba2_decode_recurrent_pair_kernel<N>, decode_grid(p.io, rows), dim3(kPairWarps * 32), 0,
-                           stream, false, p);
-    launch_kernel(mamba2_decode_recurrent_kernel<N>, decode_grid(p.io, rows), decode_block(rows), 0, stream, false, p);
+    dispatch_state_type(who, p.state_type, [&](auto tag) {
+      using S = typename decltype(tag)::type;
+      const RecurrentArgs<S> args{p.io, static_cast<S*>(p.state)};
+      const int rows = recurrent_rows(p.io);
+      if (pair_shape(p.io))
+        return launch_kernel(mamba2_decode_recurrent_pair_kernel<N, S>, decode_grid(p.io, rows), dim3(kPairWarps * 32), 0,
+                             stream, false, args);
+      launch_kernel(mamba2_decode_recurrent_kernel<N, S>, decode_grid(p.io, rows), decode_block(rows), 0, stream, false,
+                    args);
+    });
   });
 }
 

@@ -22,16 +22,41 @@
 //     0.9-0.98 of this bound in every case (run 1), so a missing term of relative size >= 2^-8 fails.
 //   state: fp32 throughout, no bf16 anywhere (entries hold the bf16 inputs exactly):
 //     |S - S_ref| <= gamma S_abs.
+// 16-bit states (Mamba2DecodeCase::state bf16 or fp16): the initial state is drawn, rounded to the
+// type and uploaded in it; the reference starts from the rounded values and rounds the state where
+// the kernel writes it (reference/state_rounding.h: ref::mamba2_decode_recurrent after every token
+// for the recurrent kernel, the Mamba2KVBuffer model's fold for kvbuffer and direct, whose outputs it
+// then computes from S0 and the buffer as the kernel does). Everything else is fp32 arithmetic as
+// above, so what remains is that error crossing a rounding boundary. The type keeps p significant
+// bits (bf16 8, fp16 11), u_t = 2^-p; one ulp of a normal x is <= 2 u_t |x|; below fp16's normal
+// range (2^-14) an ulp is 2^-24 (floor_t; bf16's 2^-133 never matters).
+//   state: where the kernel's fp32 value and the reference's straddle a rounding boundary they
+//     round one ulp apart (<= 2 u_t |S_ref| + floor_t); such a difference carried from an earlier
+//     write is scaled by the decay since, so bounded by 2 u_t S_abs + floor_t (S_abs >= the decayed
+//     |S| of that write). With the fp32 error of the values before rounding:
+//     |S - S_ref| <= gamma S_abs + 2 u_t (|S_ref| + S_abs) + 2 floor_t (one ulp here, one carried).
+//     A run of further boundary flips on one element (differences of 3 ulp and more) would need the
+//     fp32 error to beat (1 - decay) ulp of the type again and again: dt |A| >= 1e-3 in the typical
+//     regime against fp32 errors of ~2^-16 ulp (bf16); at dt near zero the state does not move
+//     between writes, and both sides round back to the same value.
+//   output: computed from a state (recurrent: the previous token's stored one; kvbuffer: S0) whose
+//     elements differ by at most the above <= 4 u_t S_abs + 2 floor_t, scaled by the decay and
+//     dotted with C: at most 4 u_t y_abs + 2 floor_t sum |C_t|, next to the fp32 term:
+//     |out - ref| <= 2^-8 |ref| + (1 + 2^-8) |silu(z)| ((gamma + 4 u_t) y_abs + 2 floor_t sum |C_t|).
+//   (u_t = floor_t = 0 for fp32: the bounds above.) The bitwise "slot unchanged" check compares the
+//   pool's bytes in its type.
 // NaN never passes (comparisons are written as !(err <= tol)).
 #include "kernels/mamba2/checks/mamba2_decode_checks.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <sstream>
 
@@ -40,6 +65,7 @@
 #include "kernels/mamba2/mamba2_decode.h"
 #include "reference/mamba2.h"
 #include "reference/random_inputs.h"
+#include "reference/state_rounding.h"
 
 namespace kvbuf::mamba2_check {
 
@@ -95,6 +121,36 @@ RequestTokens make_request_tokens(const ref::Mamba2Dims& d, int steps, const std
   return r;
 }
 
+// A state element of type t (its value exactly) into its bytes at dst, and back.
+void encode_state(StateType t, float v, unsigned char* dst) {
+  switch (t) {
+    case StateType::FP32: std::memcpy(dst, &v, 4); return;
+    case StateType::BF16: {
+      const uint16_t b = ref::float_to_bf16_bits(v);
+      std::memcpy(dst, &b, 2);
+      return;
+    }
+    case StateType::FP16: {
+      const uint16_t b = __half_as_ushort(__float2half_rn(v));
+      std::memcpy(dst, &b, 2);
+      return;
+    }
+  }
+}
+double decode_state(StateType t, const unsigned char* src) {
+  if (t == StateType::FP32) {
+    float v;
+    std::memcpy(&v, src, 4);
+    return v;
+  }
+  uint16_t b;
+  std::memcpy(&b, src, 2);
+  return t == StateType::BF16 ? double(ref::bf16_bits_to_float(b)) : double(__half2float(__ushort_as_half(b)));
+}
+// u_t and floor_t of the header comment (0 for fp32).
+double state_unit(StateType t) { return t == StateType::BF16 ? std::ldexp(1.0, -8) : t == StateType::FP16 ? std::ldexp(1.0, -11) : 0.0; }
+double state_floor(StateType t) { return t == StateType::BF16 ? std::ldexp(1.0, -133) : t == StateType::FP16 ? std::ldexp(1.0, -24) : 0.0; }
+
 // Reference state of one head, [P, N] rows of the serving layout.
 double state_at(const ref::Mamba2State<double>& s, int h, int p, int n) { return s[h](p, n); }
 
@@ -127,6 +183,7 @@ std::string describe(const Mamba2DecodeCase& c) {
   }
   field("dt", std::string(checks::dt_regime_name(c.dt)), std::string(checks::dt_regime_name(d.dt)));
   field("z_gate", c.z_gate, d.z_gate), field("rows_per_block", c.rows_per_block, d.rows_per_block);
+  field("state", std::string(state_type_name(c.state)), std::string(state_type_name(d.state)));
   s << " (other fields at Mamba2DecodeCase's defaults)";
   return s.str();
 }
@@ -154,6 +211,14 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
   const int slots = B + 2;  // two slots no row addresses: must stay untouched
   const size_t head_elems = size_t(P) * N, slot_elems = size_t(NH) * head_elems;
   const double nan = std::numeric_limits<double>::quiet_NaN();
+  const StateType stype = cs.state;
+  const bool state16 = stype != StateType::FP32;
+  const size_t sbytes = size_t(state_type_bytes(stype));
+  const double u_t = state_unit(stype), floor_t = state_floor(stype);
+  // 16-bit buffered kernels: the reference is the Mamba2KVBuffer model rounding S0 at its folds
+  // (per request, below); otherwise the recurrent reference (rounding after every token at 16 bits).
+  const bool model_ref = state16 && !recurrent;
+  const ref::StateStore store = state16 ? ref::StateStore(stype) : std::nullopt;
 
   // Layer parameters.
   std::vector<float> A(NH), D(NH), dt_bias(NH);
@@ -174,12 +239,13 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
   std::vector<RequestTokens> req(B);
   for (int r = 0; r < B; ++r) req[r] = make_request_tokens(dims, own_steps[r], A, D, dt_bias, cs.dt, rng);
 
-  // State pool: N(0, 1); direct-mode requests' slots NaN (never to be read). The reference states
-  // start as each request's slot (or zero), with their |.| twins for the tolerance.
+  // State pool: N(0, 1) rounded to the state type; direct-mode requests' slots NaN (never to be
+  // read). The reference states start as each request's slot (or zero), with their |.| twins for
+  // the tolerance.
   std::vector<float> pool_host(size_t(slots) * slot_elems);
   {
     std::normal_distribution<float> nd(0.f, 1.f);
-    for (auto& x : pool_host) x = nd(rng);
+    for (auto& x : pool_host) x = float(ref::round_to_state(nd(rng), stype));
     for (int r = 0; r < B; ++r)
       if (direct[r]) std::fill_n(pool_host.begin() + size_t(slot_perm[r]) * slot_elems, slot_elems, float(nan));
   }
@@ -196,8 +262,16 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
     for (const auto& m : ref_state[r]) abs_state[r].push_back(m.cwiseAbs());
     gamma[r] = ref::mamba2_f32_gamma(req[r].tok, C);
   }
-  DeviceBuffer pool(pool_host.size() * 4);
-  pool.upload(pool_host);
+  std::vector<std::unique_ptr<ref::Mamba2KVBuffer<double>>> model(B);
+  if (model_ref)
+    for (int r = 0; r < B; ++r)
+      model[r] = direct[r] ? std::make_unique<ref::Mamba2KVBuffer<double>>(dims, C, store)
+                           : std::make_unique<ref::Mamba2KVBuffer<double>>(dims, C, ref_state[r], store);
+  // The pool's bytes in the state type (pool_bytes: what the device holds after the last check).
+  std::vector<unsigned char> pool_bytes(pool_host.size() * sbytes);
+  for (size_t i = 0; i < pool_host.size(); ++i) encode_state(stype, pool_host[i], pool_bytes.data() + i * sbytes);
+  DeviceBuffer pool(pool_bytes.size());
+  pool.upload(pool_bytes);
 
   // Buffer pools poisoned with NaN (0xff bytes) so that reading an entry never written shows.
   DeviceBuffer buf_k(size_t(slots) * C * G * N * 2), buf_val(size_t(slots) * C * NH * P * 2);
@@ -260,11 +334,11 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
 
     if (recurrent) {
       Mamba2RecurrentParams p;
-      p.io = io, p.state = pool.as<float>();
+      p.io = io, p.state = pool.as<void>(), p.state_type = stype;
       mamba2_decode_recurrent(p, 0);
     } else {
       Mamba2KVBufferParams p;
-      p.io = io, p.capacity = C, p.state = pool.as<float>();
+      p.io = io, p.capacity = C, p.state = pool.as<void>(), p.state_type = stype;
       p.buf_k = buf_k.as<__nv_bfloat16>(), p.buf_val = buf_val.as<__nv_bfloat16>();
       p.buf_gcum = buf_g.as<float>(), p.buf_beta = buf_dt.as<float>();
       p.path = cs.path, p.every_row_has_state = cs.every_row_has_state;
@@ -280,7 +354,7 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
     }
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<uint16_t> out = d_out.download<uint16_t>();
-    const std::vector<float> pool_now = pool.download<float>();
+    const std::vector<unsigned char> pool_now = pool.download<unsigned char>();
     const std::vector<int32_t> fill_dev = d_fill.download<int32_t>(), has_dev = d_has.download<int32_t>();
     std::vector<bool> slot_written(slots, false);
 
@@ -297,16 +371,25 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
       }
       const int t = step - start[r];
       const auto tok = ref::mamba2_slice_tokens(req[r].tok, t, 1);
-      ref::mamba2_decode_recurrent<double>(tok, ref_state[r], y_ref);
+      if (model_ref) {
+        y_ref.resize(size_t(NH) * P);
+        model[r]->decode(req[r].tok, t, y_ref.data());
+      } else {
+        ref::mamba2_decode_recurrent<double>(tok, ref_state[r], y_ref, store);
+      }
       auto tok_abs = tok;
       for (auto* v : {&tok_abs.x, &tok_abs.B, &tok_abs.C, &tok_abs.D})
         for (auto& e : *v) e = std::abs(e);
       ref::mamba2_decode_recurrent<double>(tok_abs, abs_state[r], y_abs);
+      std::vector<double> c_abs(G, 0.0);  // sum |C_t| per group (the 16-bit floor term)
+      for (int g = 0; g < G; ++g)
+        for (int n = 0; n < N; ++n) c_abs[g] += std::abs(tok.C[size_t(g) * N + n]);
       for (int i = 0; i < NH * P; ++i) {
         const double gate = cs.z_gate ? silu(req[r].zval[size_t(t) * NH * P + i]) : 1.0;
         const double ref_o = y_ref[i] * gate;
         const double err = std::abs(double(ref::bf16_bits_to_float(o[i])) - ref_o);
-        const double tol = std::ldexp(std::abs(ref_o), -8) + (1 + std::ldexp(1.0, -8)) * std::abs(gate) * gamma[r] * y_abs[i];
+        const double from_state = (gamma[r] + 4 * u_t) * y_abs[i] + 2 * floor_t * c_abs[(i / P) / (NH / G)];
+        const double tol = std::ldexp(std::abs(ref_o), -8) + (1 + std::ldexp(1.0, -8)) * std::abs(gate) * from_state;
         const double ratio = err / std::max(tol, std::numeric_limits<double>::min());
         res.max_out_ratio = std::max(res.max_out_ratio, std::isnan(ratio) ? INFINITY : ratio);
         if (!(err <= tol)) {
@@ -328,13 +411,15 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
       }
       if (!folded) continue;
       slot_written[slot_perm[r]] = true;
-      const float* s = pool_now.data() + size_t(slot_perm[r]) * slot_elems;
+      const unsigned char* s = pool_now.data() + size_t(slot_perm[r]) * slot_elems * sbytes;
+      const ref::Mamba2State<double>& s_ref = model_ref ? model[r]->checkpoint() : ref_state[r];
       double worst = 0;
       for (int h = 0; h < NH; ++h)
         for (int p = 0; p < P; ++p)
           for (int n = 0; n < N; ++n) {
-            const double err = std::abs(double(s[h * head_elems + size_t(p) * N + n]) - state_at(ref_state[r], h, p, n));
-            const double tol = gamma[r] * state_at(abs_state[r], h, p, n);
+            const double want = state_at(s_ref, h, p, n), s_abs = state_at(abs_state[r], h, p, n);
+            const double err = std::abs(decode_state(stype, s + (h * head_elems + size_t(p) * N + n) * sbytes) - want);
+            const double tol = gamma[r] * s_abs + 2 * u_t * (std::abs(want) + s_abs) + 2 * floor_t;
             worst = std::max(worst, std::isnan(err) ? INFINITY : err / std::max(tol, std::numeric_limits<double>::min()));
           }
       res.max_state_ratio = std::max(res.max_state_ratio, worst);
@@ -345,10 +430,10 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
     }
     // Every slot without a fold (recurrent: without an update) this step: bitwise unchanged.
     for (int sl = 0; sl < slots; ++sl) {
-      const size_t off = size_t(sl) * slot_elems;
+      const size_t off = size_t(sl) * slot_elems * sbytes;
       if (slot_written[sl]) {
-        std::copy_n(pool_now.begin() + off, slot_elems, pool_host.begin() + off);
-      } else if (std::memcmp(pool_now.data() + off, pool_host.data() + off, slot_elems * 4) != 0) {
+        std::copy_n(pool_now.begin() + off, slot_elems * sbytes, pool_bytes.begin() + off);
+      } else if (std::memcmp(pool_now.data() + off, pool_bytes.data() + off, slot_elems * sbytes) != 0) {
         fail("slot " + std::to_string(sl) + " changed at step " + std::to_string(step) + " without a fold");
       }
     }
@@ -508,16 +593,99 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
     c.path = DecodePath::Single, c.capacity = 64, c.batch = 8, c.name = "direct-single-forced-C64-b8-rowmeta-z";
     add(c);
   }
+  // 16-bit states (bf16, fp16): every kernel and launch shape again, each name with its type.
+  // Recurrent: the pair shape (batch <= 8), the one-warp shape (batch 64, rows_per_block 8 and 32),
+  // N = 64, dt near zero (the state barely moves between roundings) and large. KVBuffer: C = 1
+  // (also routed to the recurrent kernel), 4, 16, 64 with staggered fills, pool and row metadata,
+  // direct rows mixed in, one-warp blocks at C = 64, N = 64, the Nemotron-3 Nano shape. Direct: the
+  // single kernel, the split path forced and chosen by Auto, the single kernel forced.
+  for (StateType st : {StateType::BF16, StateType::FP16}) {
+    const std::string t = std::string("-") + state_type_name(st);
+    {
+      Mamba2DecodeCase r;
+      r.kernel = Kernel::Recurrent, r.state = st, r.z_gate = true, r.name = "recurrent" + t + "-P64-N128-b3-z";
+      add(r);
+      r.z_gate = false, r.N = 64, r.batch = 64, r.pad_rows = 3, r.recurrent_steps = 3, r.name = "recurrent" + t + "-P64-N64-b64";
+      add(r);
+      r.N = 128, r.batch = 3, r.pad_rows = 1, r.recurrent_steps = 4, r.rows_per_block = 32;
+      r.name = "recurrent" + t + "-rows32-b3";
+      add(r);
+      r.rows_per_block = 0, r.batch = 1, r.pad_rows = 0, r.recurrent_steps = 6;
+      for (auto [regime, tag] : {std::pair{DtRegime::NearZero, "dt-near-zero"}, std::pair{DtRegime::Large, "dt-large"}}) {
+        r.dt = regime, r.name = "recurrent" + t + "-" + tag + "-b1";
+        add(r);
+      }
+      r.dt = DtRegime::Typical, r.G = 8, r.NH = 64, r.z_gate = true, r.batch = 64, r.pad_rows = 2, r.recurrent_steps = 3;
+      r.name = "recurrent" + t + "-nemotron-nano-shape-b64-z";
+      add(r);
+    }
+    for (int C : {1, 4, 16}) {
+      Mamba2DecodeCase c;
+      c.state = st, c.capacity = C, c.batch = 3, c.name = "kvbuffer" + t + "-C" + std::to_string(C) + "-b3";
+      add(c);
+      c.row_metadata = true, c.z_gate = true, c.name = "kvbuffer" + t + "-C" + std::to_string(C) + "-b3-rowmeta-z";
+      add(c);
+    }
+    {
+      Mamba2DecodeCase c;
+      c.state = st, c.capacity = 1, c.row_metadata = true, c.every_row_has_state = true, c.cycles = 4;
+      c.batch = 3, c.name = "kvbuffer" + t + "-C1-every-row-stateful-b3";
+      add(c);
+      c.batch = 64, c.pad_rows = 2, c.G = 8, c.NH = 64, c.z_gate = true;
+      c.name = "kvbuffer" + t + "-C1-every-row-stateful-nemotron-nano-shape-b64-z";
+      add(c);
+    }
+    {
+      Mamba2DecodeCase c;
+      c.state = st, c.batch = 64, c.pad_rows = 2, c.capacity = 16, c.direct_every = 4, c.z_gate = true;
+      c.name = "kvbuffer" + t + "-C16-b64-mixed-direct-z";
+      add(c);
+      c.batch = 3, c.pad_rows = 1, c.direct_every = 0, c.G = 8, c.NH = 64, c.name = "kvbuffer" + t + "-nemotron-nano-shape-C16-b3-z";
+      add(c);
+      c.G = 2, c.NH = 4, c.capacity = 8, c.N = 64, c.z_gate = false, c.name = "kvbuffer" + t + "-P64-N64-C8-b3";
+      add(c);
+      c.N = 128, c.dt = DtRegime::Large, c.direct_every = 2, c.name = "kvbuffer" + t + "-C8-dt-large-mixed-direct-b3";
+      add(c);
+      c.dt = DtRegime::Typical, c.direct_every = 0, c.rows_per_block = 16, c.z_gate = true;
+      c.name = "kvbuffer" + t + "-C8-rows16-b3-z";
+      add(c);
+      c.capacity = 64, c.rows_per_block = 8, c.name = "kvbuffer" + t + "-C64-rows8-b3-z";
+      add(c);
+    }
+    {
+      Mamba2DecodeCase c;
+      c.state = st, c.kernel = Kernel::Direct, c.capacity = 16, c.batch = 3, c.direct_every = 1;
+      c.name = "direct" + t + "-C16-b3";
+      add(c);
+      c.batch = 64, c.pad_rows = 2, c.direct_every = 2, c.row_metadata = true, c.z_gate = true;
+      c.name = "direct" + t + "-C16-b64-mixed-rowmeta-z";  // Auto: the split path (64 x 16 >= 256)
+      add(c);
+      c.batch = 3, c.pad_rows = 1, c.direct_every = 1, c.path = DecodePath::Split;
+      for (int C : {4, 64}) {
+        c.capacity = C, c.name = "direct-split" + t + "-C" + std::to_string(C) + "-b3-rowmeta-z";
+        add(c);
+      }
+      c.G = 8, c.NH = 64, c.capacity = 16, c.cycles = 2, c.name = "direct-split" + t + "-nemotron-nano-shape-C16-b3-rowmeta-z";
+      add(c);
+      c.path = DecodePath::Auto, c.G = 2, c.NH = 4, c.N = 64, c.batch = 64, c.pad_rows = 2, c.capacity = 64, c.z_gate = false;
+      c.cycles = 3, c.name = "direct-split" + t + "-P64-N64-C64-b64-rowmeta";
+      add(c);
+      c.path = DecodePath::Single, c.N = 128, c.batch = 8, c.z_gate = true, c.name = "direct-single" + t + "-forced-C64-b8-rowmeta-z";
+      add(c);
+    }
+  }
   if (!quick) return cs;
   // Quick: every kernel, both capacities' extremes, direct rows mixed in, extreme dt, the
-  // Nemotron-3 Nano head shape, one-warp blocks at C = 64.
+  // Nemotron-3 Nano head shape, one-warp blocks at C = 64; 16-bit states in each kernel.
   const std::vector<std::string> keep{"recurrent-P64-N128-b3-z", "recurrent-dt-large-b1",
                                       "recurrent-nemotron-nano-shape-b3-z", "kvbuffer-C1-b3", "kvbuffer-C1-every-row-stateful-b3",
                                       "kvbuffer-C16-b3-rowmeta-z",
                                       "kvbuffer-C16-b64-mixed-direct-z", "kvbuffer-C8-dt-large-mixed-direct-b3",
                                       "kvbuffer-nemotron-nano-shape-C16-b3-z", "kvbuffer-C64-rows8-b3-z",
                                       "direct-C64-b3", "direct-C16-b64-mixed-rowmeta-z",
-                                      "direct-split-C64-b3-rowmeta-z", "direct-split-G8-NH16-C16-b64-mixed-rowmeta-z"};
+                                      "direct-split-C64-b3-rowmeta-z", "direct-split-G8-NH16-C16-b64-mixed-rowmeta-z",
+                                      "recurrent-bf16-P64-N128-b3-z", "kvbuffer-fp16-C16-b64-mixed-direct-z",
+                                      "direct-split-bf16-C4-b3-rowmeta-z"};
   std::vector<Mamba2DecodeCase> quick_cases;
   for (const auto& c : cs)
     if (std::find(keep.begin(), keep.end(), c.name) != keep.end()) quick_cases.push_back(c);

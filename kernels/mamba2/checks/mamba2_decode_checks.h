@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/common/checks/check_common.h"
+#include "sim/layout.h"  // StateType
 
 namespace kvbuf::mamba2_check {
 
@@ -33,6 +34,9 @@ struct Mamba2DecodeCase {
   bool row_metadata = false;  // fill/has_state as per-row step inputs instead of pool arrays
   bool every_row_has_state = false;  // the scheduler's promise (only for cases without direct rows)
   DecodePath path = DecodePath::Auto;  // mamba2_decode_direct's launch shape
+  // The state pool's element type: the initial state is rounded to it and uploaded in it, and the
+  // float64 reference rounds the state where the kernel writes it (mamba2_decode_checks.cu).
+  StateType state = StateType::FP32;
 };
 
 struct CaseResult {

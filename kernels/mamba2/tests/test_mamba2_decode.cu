@@ -106,5 +106,27 @@ TEST(Mamba2DecodeDispatch, RefusesUnsupportedShapes) {
   expect_refusal([&] { mamba2_decode_direct(b, 0); }, "P <= 64");
 }
 
+// A state dtype outside StateType: refused by the one dispatch, before any launch.
+TEST(Mamba2DecodeDispatch, RefusesUnknownStateType) {
+  Mamba2RecurrentParams p;
+  p.io.batch = 1, p.io.G = 1, p.io.NH = 2, p.io.P = 64, p.io.N = 128;
+  p.io.slot = fake<const int32_t>();
+  p.io.x = p.io.B = p.io.C = p.io.dt = fake<const __nv_bfloat16>();
+  p.io.A = p.io.D = fake<const float>();
+  p.io.out = fake<__nv_bfloat16>();
+  p.state = fake<uint16_t>();
+  p.state_type = static_cast<StateType>(7);
+  expect_refusal([&] { mamba2_decode_recurrent(p, 0); }, "unsupported state dtype");
+  Mamba2KVBufferParams b;
+  b.io = p.io, b.capacity = 8, b.state = p.state, b.state_type = p.state_type;
+  b.buf_k = b.buf_val = fake<__nv_bfloat16>();
+  b.buf_gcum = b.buf_beta = fake<float>();
+  b.fill = b.has_state = b.done_count = fake<int32_t>();
+  expect_refusal([&] { mamba2_decode_kvbuffer(b, 0); }, "unsupported state dtype");
+  expect_refusal([&] { mamba2_decode_direct(b, 0); }, "unsupported state dtype");
+  b.row_fill = b.row_has_state = fake<const int32_t>(), b.every_row_has_state = true, b.capacity = 1;
+  expect_refusal([&] { mamba2_decode_kvbuffer(b, 0); }, "unsupported state dtype");  // the recurrent route
+}
+
 }  // namespace
 }  // namespace kvbuf::mamba2_check
