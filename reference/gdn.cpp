@@ -138,14 +138,16 @@ T gdn_gate_beta(T b) {
 }
 
 template <class T>
-void gdn_decode_recurrent(const GdnTokens<T>& x, GdnState<T>& state, std::vector<T>& o) {
+void gdn_decode_recurrent(const GdnTokens<T>& x, GdnState<T>& state, std::vector<T>& o, StateStore store) {
   gdn_validate(x);
   validate_state(state, x.dims, "gdn_decode_recurrent");
   const GdnDims& d = x.dims;
   o.assign(size_t(x.steps) * d.HV * d.V, T(0));
-  for (int t = 0; t < x.steps; ++t)
+  for (int t = 0; t < x.steps; ++t) {
     for (int h = 0; h < d.HV; ++h)
       recurrent_step(x, t, h, state[h], &o[(size_t(t) * d.HV + h) * d.V]);
+    round_state(state, store);
+  }
 }
 
 template <class T>
@@ -201,16 +203,16 @@ void gdn_prefill_chunk(const GdnTokens<T>& x, int chunk, GdnState<T>& state, std
 // ---- GdnKVBuffer -----------------------------------------------------------------------------
 
 template <class T>
-GdnKVBuffer<T>::GdnKVBuffer(const GdnDims& d, int capacity, BufferVariant variant, GdnState<T> s0)
-    : dims_(d), capacity_(capacity), variant_(variant), has_state_(true), s0_(std::move(s0)) {
+GdnKVBuffer<T>::GdnKVBuffer(const GdnDims& d, int capacity, BufferVariant variant, GdnState<T> s0, StateStore store)
+    : dims_(d), capacity_(capacity), variant_(variant), has_state_(true), store_(store), s0_(std::move(s0)) {
   gdn_validate_dims(d);
   validate_capacity(capacity, "GdnKVBuffer");
   validate_state(s0_, d, "GdnKVBuffer");
 }
 
 template <class T>
-GdnKVBuffer<T>::GdnKVBuffer(const GdnDims& d, int capacity, BufferVariant variant)
-    : dims_(d), capacity_(capacity), variant_(variant), has_state_(false) {
+GdnKVBuffer<T>::GdnKVBuffer(const GdnDims& d, int capacity, BufferVariant variant, StateStore store)
+    : dims_(d), capacity_(capacity), variant_(variant), has_state_(false), store_(store) {
   gdn_validate_dims(d);
   validate_capacity(capacity, "GdnKVBuffer");
   s0_ = gdn_zero_state<T>(d);
@@ -291,6 +293,7 @@ template <class T>
 void GdnKVBuffer<T>::fold() {
   if (fill() == 0) return;
   s0_ = state();
+  round_state(s0_, store_);
   has_state_ = true;
   ++folds_;
   k_.clear();
@@ -488,12 +491,12 @@ void GdnKVBuffer<T>::accept_path(const std::vector<int>& path) {
 
 template <class T>
 void gdn_decode_kvbuffer(const GdnTokens<T>& x, int capacity, BufferVariant variant,
-                         GdnState<T>& state, std::vector<T>& o) {
+                         GdnState<T>& state, std::vector<T>& o, StateStore store) {
   gdn_validate(x);
   validate_capacity(capacity, "gdn_decode_kvbuffer");
   validate_state(state, x.dims, "gdn_decode_kvbuffer");
   const GdnDims& d = x.dims;
-  GdnKVBuffer<T> buf(d, capacity, variant, state);
+  GdnKVBuffer<T> buf(d, capacity, variant, state, store);
   o.assign(size_t(x.steps) * d.HV * d.V, T(0));
   for (int t = 0; t < x.steps; ++t) buf.decode(x, t, &o[size_t(t) * d.HV * d.V]);
   buf.fold();
@@ -502,11 +505,11 @@ void gdn_decode_kvbuffer(const GdnTokens<T>& x, int capacity, BufferVariant vari
 
 template <class T>
 bool gdn_decode_direct(const GdnTokens<T>& x, int capacity, BufferVariant variant,
-                       GdnState<T>& state, std::vector<T>& o) {
+                       GdnState<T>& state, std::vector<T>& o, StateStore store) {
   gdn_validate(x);
   validate_capacity(capacity, "gdn_decode_direct");
   const GdnDims& d = x.dims;
-  GdnKVBuffer<T> buf(d, capacity, variant);
+  GdnKVBuffer<T> buf(d, capacity, variant, store);
   o.assign(size_t(x.steps) * d.HV * d.V, T(0));
   for (int t = 0; t < x.steps; ++t) buf.decode(x, t, &o[size_t(t) * d.HV * d.V]);
   const bool overflowed = buf.has_state();
@@ -599,13 +602,14 @@ void gdn_verify_tree(GdnKVBuffer<T>& buffer, const GdnTokens<T>& nodes,
   template GdnState<T> gdn_zero_state<T>(const GdnDims&);                                         \
   template T gdn_gate_g<T>(T, T, T);                                                              \
   template T gdn_gate_beta<T>(T);                                                                 \
-  template void gdn_decode_recurrent<T>(const GdnTokens<T>&, GdnState<T>&, std::vector<T>&);      \
+  template void gdn_decode_recurrent<T>(const GdnTokens<T>&, GdnState<T>&, std::vector<T>&,       \
+                                        StateStore);                                              \
   template void gdn_prefill_chunk<T>(const GdnTokens<T>&, int, GdnState<T>&, std::vector<T>&);    \
   template class GdnKVBuffer<T>;                                                                  \
   template void gdn_decode_kvbuffer<T>(const GdnTokens<T>&, int, BufferVariant, GdnState<T>&,     \
-                                       std::vector<T>&);                                          \
+                                       std::vector<T>&, StateStore);                              \
   template bool gdn_decode_direct<T>(const GdnTokens<T>&, int, BufferVariant, GdnState<T>&,       \
-                                     std::vector<T>&);                                            \
+                                     std::vector<T>&, StateStore);                                \
   template void gdn_verify_classic_window<T>(const GdnTokens<T>&, int, GdnState<T>&,              \
                                              std::vector<T>&, std::vector<GdnState<T>>&);         \
   template void gdn_verify_classic<T>(const GdnTokens<T>&, int, int, GdnState<T>&,                \

@@ -12,6 +12,7 @@
 #include <Eigen/Dense>
 #include <vector>
 
+#include "reference/state_rounding.h"
 #include "sim/layout.h"  // BufferVariant
 
 namespace kvbuf::ref {
@@ -77,9 +78,10 @@ template <class T>
 T gdn_gate_beta(T b);
 
 // 1. Recurrent decode: runs all tokens through the recurrence, updating `state` in place;
-//    writes o [T, HV, V].
+//    writes o [T, HV, V]. With `store`, the state is rounded to that type after every token (after
+//    the token's output), as a classic kernel stores it.
 template <class T>
-void gdn_decode_recurrent(const GdnTokens<T>& x, GdnState<T>& state, std::vector<T>& o);
+void gdn_decode_recurrent(const GdnTokens<T>& x, GdnState<T>& state, std::vector<T>& o, StateStore store = {});
 
 // 2. Chunkwise prefill, WY/UT form (section 4 applied per chunk; chunk is usually 16, 32 or 64, the
 //    last chunk may be shorter; any chunk >= 1 is accepted). Per chunk of L tokens and value head,
@@ -104,10 +106,11 @@ void gdn_prefill_chunk(const GdnTokens<T>& x, int chunk, GdnState<T>& state, std
 template <class T>
 class GdnKVBuffer {
  public:
-  // Buffered mode from checkpoint s0 (HV matrices K x V).
-  GdnKVBuffer(const GdnDims& d, int capacity, BufferVariant variant, GdnState<T> s0);
+  // Buffered mode from checkpoint s0 (HV matrices K x V). With `store`, every fold rounds S0 to
+  // that type, as a KVBuffer kernel stores it (s0 itself is taken as given).
+  GdnKVBuffer(const GdnDims& d, int capacity, BufferVariant variant, GdnState<T> s0, StateStore store = {});
   // Direct mode: no state until the first fold.
-  GdnKVBuffer(const GdnDims& d, int capacity, BufferVariant variant);
+  GdnKVBuffer(const GdnDims& d, int capacity, BufferVariant variant, StateStore store = {});
 
   const GdnDims& dims() const { return dims_; }
   int capacity() const { return capacity_; }
@@ -167,6 +170,7 @@ class GdnKVBuffer {
   int capacity_;
   BufferVariant variant_;
   bool has_state_;
+  StateStore store_;
   int folds_ = 0;
   GdnState<T> s0_;
   // Buffered entries, per token j: k [H*K], u [HV*V] (CachedU) or v [HV*V], beta [HV] (Raw), G [HV].
@@ -177,10 +181,10 @@ class GdnKVBuffer {
 
 // 3. KVBuffer decode: buffer of `capacity` from checkpoint `state`, all tokens of x (folding each
 //    time the buffer fills), then the remaining buffer is folded, so `state` is the state after all
-//    tokens. Writes o [T, HV, V].
+//    tokens. Writes o [T, HV, V]. `store` as for GdnKVBuffer (the last fold rounds too).
 template <class T>
 void gdn_decode_kvbuffer(const GdnTokens<T>& x, int capacity, BufferVariant variant,
-                         GdnState<T>& state, std::vector<T>& o);
+                         GdnState<T>& state, std::vector<T>& o, StateStore store = {});
 
 // 5. Short-context direct mode: no state while the context fits (the input value of `state` is
 //    ignored: S0 = 0); the fold on overflow creates it. At the end `state` is the state after all
@@ -188,7 +192,7 @@ void gdn_decode_kvbuffer(const GdnTokens<T>& x, int capacity, BufferVariant vari
 //    (a state was created before the end).
 template <class T>
 bool gdn_decode_direct(const GdnTokens<T>& x, int capacity, BufferVariant variant,
-                       GdnState<T>& state, std::vector<T>& o);
+                       GdnState<T>& state, std::vector<T>& o, StateStore store = {});
 
 // 4a. Classic verify, one window of T tokens (last accepted + T-1 drafts) from `state`: writes
 //     o [T, HV, V] and the T intermediate states (states[i] = state after token i), then commits the

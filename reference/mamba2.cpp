@@ -249,12 +249,16 @@ Mamba2State<T> make_random_mamba2_state(const Mamba2Dims& d, std::mt19937_64& rn
 }
 
 template <class T>
-void mamba2_decode_recurrent(const Mamba2Tokens<T>& x, Mamba2State<T>& state, std::vector<T>& y) {
+void mamba2_decode_recurrent(const Mamba2Tokens<T>& x, Mamba2State<T>& state, std::vector<T>& y,
+                             StateStore store) {
   mamba2_validate(x);
   validate_state(x.dims, state);
   const size_t per_token = size_t(x.dims.NH) * x.dims.P;
   y.assign(size_t(x.steps) * per_token, T(0));
-  for (int t = 0; t < x.steps; ++t) recurrent_step(x, t, state, y.data() + t * per_token);
+  for (int t = 0; t < x.steps; ++t) {
+    recurrent_step(x, t, state, y.data() + t * per_token);
+    round_state(state, store);
+  }
 }
 
 template <class T>
@@ -282,16 +286,16 @@ void mamba2_prefill_chunk(const Mamba2Tokens<T>& x, int chunk, Mamba2State<T>& s
 // ---- Mamba2KVBuffer ----
 
 template <class T>
-Mamba2KVBuffer<T>::Mamba2KVBuffer(const Mamba2Dims& d, int capacity, Mamba2State<T> s0)
-    : dims_(d), capacity_(capacity), has_state_(true), s0_(std::move(s0)) {
+Mamba2KVBuffer<T>::Mamba2KVBuffer(const Mamba2Dims& d, int capacity, Mamba2State<T> s0, StateStore store)
+    : dims_(d), capacity_(capacity), has_state_(true), store_(store), s0_(std::move(s0)) {
   mamba2_validate_dims(d);
   if (capacity < 1) fail("buffer capacity must be >= 1, got " + str(capacity));
   validate_state(d, s0_);
 }
 
 template <class T>
-Mamba2KVBuffer<T>::Mamba2KVBuffer(const Mamba2Dims& d, int capacity)
-    : dims_(d), capacity_(capacity), has_state_(false) {
+Mamba2KVBuffer<T>::Mamba2KVBuffer(const Mamba2Dims& d, int capacity, StateStore store)
+    : dims_(d), capacity_(capacity), has_state_(false), store_(store) {
   mamba2_validate_dims(d);
   if (capacity < 1) fail("buffer capacity must be >= 1, got " + str(capacity));
   s0_ = mamba2_zero_state<T>(d);
@@ -396,6 +400,7 @@ void Mamba2KVBuffer<T>::fold() {
   const auto entries = gather_entries(*this);
   for (int h = 0; h < dims_.NH; ++h)
     rank_update(s0_[h], entries[h].X, entries[h].B, entries[h].dt, entries[h].G);
+  round_state(s0_, store_);
   has_state_ = true;
   ++folds_;
   x_.clear();
@@ -408,9 +413,9 @@ void Mamba2KVBuffer<T>::fold() {
 
 template <class T>
 void mamba2_decode_kvbuffer(const Mamba2Tokens<T>& x, int capacity, Mamba2State<T>& state,
-                            std::vector<T>& y) {
+                            std::vector<T>& y, StateStore store) {
   mamba2_validate(x);
-  Mamba2KVBuffer<T> buf(x.dims, capacity, state);
+  Mamba2KVBuffer<T> buf(x.dims, capacity, state, store);
   const size_t per_token = size_t(x.dims.NH) * x.dims.P;
   y.assign(size_t(x.steps) * per_token, T(0));
   for (int t = 0; t < x.steps; ++t) buf.decode(x, t, y.data() + t * per_token);
@@ -420,9 +425,9 @@ void mamba2_decode_kvbuffer(const Mamba2Tokens<T>& x, int capacity, Mamba2State<
 
 template <class T>
 bool mamba2_decode_direct(const Mamba2Tokens<T>& x, int capacity, Mamba2State<T>& state,
-                          std::vector<T>& y) {
+                          std::vector<T>& y, StateStore store) {
   mamba2_validate(x);
-  Mamba2KVBuffer<T> buf(x.dims, capacity);
+  Mamba2KVBuffer<T> buf(x.dims, capacity, store);
   const size_t per_token = size_t(x.dims.NH) * x.dims.P;
   y.assign(size_t(x.steps) * per_token, T(0));
   for (int t = 0; t < x.steps; ++t) buf.decode(x, t, y.data() + t * per_token);
@@ -685,14 +690,14 @@ std::vector<CrossCheck> run_mamba2_cross_checks(uint64_t seed) {
   template Mamba2State<T> make_random_mamba2_state<T>(const Mamba2Dims&, std::mt19937_64&,        \
                                                       double);                                    \
   template void mamba2_decode_recurrent<T>(const Mamba2Tokens<T>&, Mamba2State<T>&,               \
-                                           std::vector<T>&);                                      \
+                                           std::vector<T>&, StateStore);                          \
   template void mamba2_prefill_chunk<T>(const Mamba2Tokens<T>&, int, Mamba2State<T>&,             \
                                         std::vector<T>&);                                         \
   template class Mamba2KVBuffer<T>;                                                               \
   template void mamba2_decode_kvbuffer<T>(const Mamba2Tokens<T>&, int, Mamba2State<T>&,           \
-                                          std::vector<T>&);                                       \
+                                          std::vector<T>&, StateStore);                           \
   template bool mamba2_decode_direct<T>(const Mamba2Tokens<T>&, int, Mamba2State<T>&,             \
-                                        std::vector<T>&);                                         \
+                                        std::vector<T>&, StateStore);                             \
   template void mamba2_verify_classic_window<T>(const Mamba2Tokens<T>&, int, Mamba2State<T>&,     \
                                                 std::vector<T>&, std::vector<Mamba2State<T>>&);   \
   template void mamba2_verify_classic<T>(const Mamba2Tokens<T>&, int, int, Mamba2State<T>&,       \

@@ -108,7 +108,8 @@ Mamba2State<To> mamba2_cast_state(const Mamba2State<From>& s) {
 // 1. Recurrent decode (ground truth): all tokens through the recurrence, `state` updated in place;
 //    writes y [T, NH, P].
 template <class T>
-void mamba2_decode_recurrent(const Mamba2Tokens<T>& x, Mamba2State<T>& state, std::vector<T>& y);
+void mamba2_decode_recurrent(const Mamba2Tokens<T>& x, Mamba2State<T>& state, std::vector<T>& y,
+                             StateStore store = {});
 
 // 2. Chunkwise prefill, SSD form (chunk usually 16, 32 or 64; the last chunk may be shorter; any
 //    chunk >= 1 is accepted). Per chunk of L tokens and head, G cumulative within the chunk,
@@ -129,9 +130,10 @@ template <class T>
 class Mamba2KVBuffer {
  public:
   // Buffered mode from checkpoint s0 (NH matrices P x N).
-  Mamba2KVBuffer(const Mamba2Dims& d, int capacity, Mamba2State<T> s0);
+  // With `store`, every fold rounds S0 to that type, as a KVBuffer kernel stores it.
+  Mamba2KVBuffer(const Mamba2Dims& d, int capacity, Mamba2State<T> s0, StateStore store = {});
   // Direct mode: no state until the first fold.
-  Mamba2KVBuffer(const Mamba2Dims& d, int capacity);
+  Mamba2KVBuffer(const Mamba2Dims& d, int capacity, StateStore store = {});
 
   const Mamba2Dims& dims() const { return dims_; }
   int capacity() const { return capacity_; }
@@ -168,6 +170,7 @@ class Mamba2KVBuffer {
   Mamba2Dims dims_;
   int capacity_;
   bool has_state_;
+  StateStore store_;
   int folds_ = 0;
   Mamba2State<T> s0_;
   std::vector<std::vector<T>> x_, B_, dt_, G_;
@@ -180,7 +183,7 @@ class Mamba2KVBuffer {
 //    tokens. Writes y [T, NH, P].
 template <class T>
 void mamba2_decode_kvbuffer(const Mamba2Tokens<T>& x, int capacity, Mamba2State<T>& state,
-                            std::vector<T>& y);
+                            std::vector<T>& y, StateStore store = {});
 
 // 5. Short-context direct mode: no state while the context fits (the input value of `state` is
 //    ignored: S0 = 0); the fold on overflow creates it. At the end `state` is the state after all
@@ -188,7 +191,7 @@ void mamba2_decode_kvbuffer(const Mamba2Tokens<T>& x, int capacity, Mamba2State<
 //    (a state was created before the end).
 template <class T>
 bool mamba2_decode_direct(const Mamba2Tokens<T>& x, int capacity, Mamba2State<T>& state,
-                          std::vector<T>& y);
+                          std::vector<T>& y, StateStore store = {});
 
 // 4a. Classic verify, one window of T tokens from `state`: writes y [T, NH, P] and the T
 //     intermediate states (states[i] = state after token i), then commits the accepted one:

@@ -10,7 +10,7 @@
 namespace kvbuf {
 namespace {
 
-const Precision kDefault{4, 2, 2};  // fp32 state, bf16 entries, bf16 io
+const Precision kDefault{StateType::FP32, 2, 2};  // fp32 state, bf16 entries, bf16 io
 
 LayerShape qwen3_next() { return find_model("qwen3-next-80b-a3b").layer; }
 
@@ -34,7 +34,7 @@ TEST(BytesModel, StateEntryAndConvSizes) {
   // conv_dim = 2 H K + HV V = 8192 channels, w - 1 = 3 previous inputs, bf16.
   EXPECT_DOUBLE_EQ(conv_state_bytes(qwen3_next(), kDefault), 8192.0 * 3 * 2);
   // fp32 buffer entries double the k and u parts only.
-  EXPECT_DOUBLE_EQ(buffer_entry_bytes(qwen3_next(), {4, 4, 2}, BufferVariant::CachedU),
+  EXPECT_DOUBLE_EQ(buffer_entry_bytes(qwen3_next(), {StateType::FP32, 4, 2}, BufferVariant::CachedU),
                    16 * 128 * 4 + 32 * 128 * 4 + 32 * 4);
 }
 
@@ -65,6 +65,28 @@ TEST(BytesModel, Recurrent) {
   EXPECT_EQ(b.find("state")->dtype, "fp32");
   EXPECT_EQ(b.find("q")->dtype, "bf16");
   EXPECT_EQ(b.find("gates")->dtype, "fp32");
+}
+
+// A 16-bit state halves every state term (read, written, the classic verify's step states) and is
+// named by its type; entries and token inputs keep theirs.
+TEST(BytesModel, SixteenBitStates) {
+  for (StateType t : {StateType::BF16, StateType::FP16}) {
+    const Precision p{t, 2, 2};
+    EXPECT_DOUBLE_EQ(state_bytes(qwen3_next(), p), kState / 2) << state_type_name(t);
+    const StepBytes r = bytes_recurrent(qwen3_next(), p);
+    EXPECT_DOUBLE_EQ(r.read_bytes(), kTokenRead + kState / 2);
+    EXPECT_DOUBLE_EQ(r.write_bytes(), kTokenWrite + kState / 2);
+    EXPECT_EQ(r.find("state")->dtype, state_type_name(t));
+    const StepBytes c = bytes_kvbuffer_cycle(qwen3_next(), p, BufferVariant::CachedU, 16);
+    const StepBytes c32 = bytes_kvbuffer_cycle(qwen3_next(), kDefault, BufferVariant::CachedU, 16);
+    EXPECT_DOUBLE_EQ(c32.total_bytes() - c.total_bytes(), (kState + kState / 16) / 2);
+    const StepBytes v = bytes_verify_classic(qwen3_next(), p, 4, true);
+    EXPECT_EQ(v.find("intermediate_states")->dtype, state_type_name(t));
+  }
+  EXPECT_EQ(parse_state_type("fp16"), StateType::FP16);
+  EXPECT_EQ(parse_state_type("bf16"), StateType::BF16);
+  EXPECT_EQ(parse_state_type("f32"), StateType::FP32);
+  EXPECT_THROW(parse_state_type("fp8"), std::invalid_argument);
 }
 
 TEST(BytesModel, KvbufferAtEveryFill) {
@@ -304,7 +326,7 @@ TEST(BytesModel, RejectsBadArguments) {
                std::invalid_argument);
   EXPECT_THROW(bytes_kvbuffer_cycle(s, kDefault, BufferVariant::CachedU, kMaxBufferCapacity + 1),
                std::invalid_argument);
-  EXPECT_THROW(bytes_recurrent(s, {0, 2, 2}), std::invalid_argument);
+  EXPECT_THROW(bytes_recurrent(s, {StateType::FP32, 0, 2}), std::invalid_argument);
   EXPECT_THROW(parse_variant("fast"), std::invalid_argument);
   EXPECT_THROW(dtype_bytes("int3"), std::invalid_argument);
 }
