@@ -15,7 +15,8 @@
 // chunk, one mbarrier each) of the block's contiguous S rows into shared memory, all in flight at
 // once; meanwhile every group normalises k, q and the block stages v; then each group takes one
 // row per chunk, as soon as its chunk lands, and stores the new row straight to global memory.
-// rows_per_block: up to 64 (32 KiB tiles), smaller for small batches (8 blocks per SM wanted).
+// rows_per_block: up to 64 (32 KiB tiles of an fp32 state, 16 KiB of a 16-bit one), smaller for small
+// batches (8 blocks per SM wanted).
 // One-warp shape (rows_per_block 8, from batch 32 up): one warp per 8 rows, the tile in registers
 // (log v4).
 // Template parameters: head dims K = V in {64, 128}, state element type S (float, __nv_bfloat16 or
