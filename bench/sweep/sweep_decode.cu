@@ -208,7 +208,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
       p.io = gin[l]->io;
       p.variant = kd.variant, p.entry = kd.entry, p.capacity = chunk;
       p.path = kd.path, p.scratch = scratch.as<float>();
-      p.state = pools.at<float>(l, "state");
+      p.state = pools.at<void>(l, "state");
       p.buf_k = pools.at<void>(l, "buf_k");
       p.buf_val = pools.at<void>(l, "buf_val");
       p.buf_gcum = pools.at<float>(l, "buf_gcum");
@@ -231,8 +231,8 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
       layer_step = [&](int l, cudaStream_t st) {
         GdnRecurrentParams p;
         p.io = gin[l]->io;
-        p.state_in = pools.at<float>(l, "state");
-        p.state_out = kd.out_of_place ? pools.at<float>(l, "state_out") : pools.at<float>(l, "state");
+        p.state_in = pools.at<void>(l, "state");
+        p.state_out = kd.out_of_place ? pools.at<void>(l, "state_out") : pools.at<void>(l, "state");
         gdn_decode_recurrent(p, st);
       };
     } else {

@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "kernels/common/decode_path.h"  // DecodePath
-#include "sim/layout.h"         // BufferVariant, EntryType
+#include "sim/layout.h"         // BufferVariant, EntryType, StateType
 
 namespace kvbuf {
 
@@ -39,13 +39,15 @@ struct GdnStepIO {
   int rows_per_block = 0;
 };
 
-// Recurrent decode: S [slots, HV, V, K] fp32. state_in == state_out is the in-place placement of
-// serving engines; distinct pools are the out-of-place placement of FLA (every slot of state_out
-// that a row addresses is fully written).
+// Recurrent decode: S [slots, HV, V, K] state dtype (fp32, bf16 or fp16), K contiguous.
+// state_in == state_out is the in-place placement of serving engines; distinct pools are the
+// out-of-place placement of FLA (every slot of state_out that a row addresses is fully written).
+// Both pools hold state_type; arithmetic is fp32 and a state write rounds once to nearest.
 struct GdnRecurrentParams {
   GdnStepIO io;
-  const float* state_in = nullptr;
-  float* state_out = nullptr;
+  const void* state_in = nullptr;
+  void* state_out = nullptr;
+  StateType state_type = StateType::FP32;  // of state_in and state_out
 };
 void gdn_decode_recurrent(const GdnRecurrentParams& p, cudaStream_t stream);
 
@@ -60,7 +62,11 @@ struct GdnKVBufferParams {
   BufferVariant variant = BufferVariant::CachedU;
   EntryType entry = EntryType::BF16;
   int capacity = 16;
-  float* state = nullptr;      // [slots, HV, V, K] fp32, in place
+  // S0 [slots, HV, V, K] state dtype (fp32, bf16 or fp16), K contiguous, in place; a fold computes
+  // in fp32 and rounds once to nearest when it writes the state. (state_type sits here, in the
+  // padding before the pointer: the other fields keep their offsets.)
+  StateType state_type = StateType::FP32;
+  void* state = nullptr;
   void* buf_k = nullptr;       // [slots, C, H, K] entry type
   void* buf_val = nullptr;     // [slots, C, HV, V] entry type: u (cached-u) or v (raw)
   float* buf_gcum = nullptr;   // [slots, C, HV]

@@ -1,11 +1,14 @@
 // Device helpers shared by the GDN decode kernels (include from .cu files only).
 //
-// Row groups: a state row S[v, :] (K fp32) is handled by a group of 8 consecutive lanes. Lane l
-// of a group holds the K/32 float4 chunks c = i*8 + l (i = 0 .. K/32-1), i.e. elements
-// 4c .. 4c+3, so each load instruction of the group reads 128 contiguous bytes of the row.
-// The same lane owns the same elements of k, q and of every buffered key.
+// Row groups: a state row S[v, :] (K elements) is handled by a group of 8 consecutive lanes. Lane l
+// of a group holds the K/32 chunks of 4 elements c = i*8 + l (i = 0 .. K/32-1), i.e. elements
+// 4c .. 4c+3, so each load instruction of the group reads 8 x 16 (fp32) or 8 x 8 (bf16, fp16)
+// contiguous bytes of the row. The same lane owns the same elements of k, q and of every buffered key.
+// The state element type S (float, __nv_bfloat16 or __half) is a template parameter of the
+// kernels; every value is converted to fp32 on load, and a store rounds once to nearest.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <stdexcept>
@@ -13,6 +16,7 @@
 
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/common.cuh"
+#include "kernels/common/state_type.cuh"
 #include "kernels/gdn/gdn_decode.h"
 
 namespace kvbuf::gdn_detail {
@@ -50,6 +54,16 @@ __device__ __forceinline__ void load_slice(const __nv_bfloat16* p, int lane, flo
   }
 }
 template <int K>
+__device__ __forceinline__ void load_slice(const __half* p, int lane, float* x) {
+#pragma unroll
+  for (int i = 0; i < K / 32; ++i) {
+    const uint2 raw = reinterpret_cast<const uint2*>(p)[i * kGroupLanes + lane];
+    const float2 a = __half22float2(reinterpret_cast<const __half2&>(raw.x));
+    const float2 b = __half22float2(reinterpret_cast<const __half2&>(raw.y));
+    x[4 * i] = a.x, x[4 * i + 1] = a.y, x[4 * i + 2] = b.x, x[4 * i + 3] = b.y;
+  }
+}
+template <int K>
 __device__ __forceinline__ void store_slice(float* p, int lane, const float* x) {
 #pragma unroll
   for (int i = 0; i < K / 32; ++i)
@@ -62,6 +76,18 @@ __device__ __forceinline__ void store_slice(__nv_bfloat16* p, int lane, const fl
   for (int i = 0; i < K / 32; ++i) {
     const __nv_bfloat162 lo = __floats2bfloat162_rn(x[4 * i], x[4 * i + 1]);
     const __nv_bfloat162 hi = __floats2bfloat162_rn(x[4 * i + 2], x[4 * i + 3]);
+    uint2 raw;
+    raw.x = *reinterpret_cast<const unsigned*>(&lo);
+    raw.y = *reinterpret_cast<const unsigned*>(&hi);
+    reinterpret_cast<uint2*>(p)[i * kGroupLanes + lane] = raw;
+  }
+}
+template <int K>
+__device__ __forceinline__ void store_slice(__half* p, int lane, const float* x) {
+#pragma unroll
+  for (int i = 0; i < K / 32; ++i) {
+    const __half2 lo = __floats2half2_rn(x[4 * i], x[4 * i + 1]);
+    const __half2 hi = __floats2half2_rn(x[4 * i + 2], x[4 * i + 3]);
     uint2 raw;
     raw.x = *reinterpret_cast<const unsigned*>(&lo);
     raw.y = *reinterpret_cast<const unsigned*>(&hi);
@@ -178,34 +204,35 @@ __device__ __forceinline__ void write_zero_output(const GdnStepIO& io, const Blo
 }
 
 // ---- State tiles through the bulk copy engine (sm_90): one thread issues cp.async.bulk copies of
-// the block's contiguous state rows into shared memory, 16 rows (kGroups: one per group) per chunk,
-// each chunk completing on its own mbarrier, all chunks in flight at once. The copies overlap the
-// block's other loads and arithmetic and put up to rows x K x 4 bytes in flight per block without
-// holding registers.
+// the block's contiguous state rows (K elements of the state type S, K * sizeof(S) bytes: 256 or
+// 512 for fp32, 128 or 256 for 16-bit states, multiples of 16 as the copies need) into shared
+// memory, 16 rows (kGroups: one per group) per chunk, each chunk completing on its own mbarrier, all
+// chunks in flight at once. The copies overlap the block's other loads and arithmetic and put up
+// to rows x K x sizeof(S) bytes in flight per block without holding registers.
 constexpr int kMaxChunks = 8;  // rows_per_block <= 128
 
-// Thread 0 only: start the copies of rows [0, 16 * chunks) of `src` (rows of K floats) into
-// `tile` on initialised barriers. The block must pass a __syncthreads() after the initialisation
-// and before any wait.
-template <int K>
-__device__ __forceinline__ void tile_copy(float* tile, const float* src, int chunks, uint64_t* bars) {
-  constexpr uint32_t kChunkBytes = kGroups * K * sizeof(float);
+// Thread 0 only: start the copies of rows [0, 16 * chunks) of `src` (rows of K elements of S)
+// into `tile` on initialised barriers. The block must pass a __syncthreads() after the
+// initialisation and before any wait.
+template <int K, class S>
+__device__ __forceinline__ void tile_copy(S* tile, const S* src, int chunks, uint64_t* bars) {
+  constexpr uint32_t kChunkBytes = kGroups * K * sizeof(S);
   for (int c = 0; c < chunks; ++c) {
     expect_copy_bytes(bars + c, kChunkBytes);
     bulk_copy(tile + size_t(c) * kGroups * K, src + size_t(c) * kGroups * K, kChunkBytes, bars + c);
   }
 }
 // Both, for a block that fills its tile once.
-template <int K>
-__device__ __forceinline__ void tile_issue(float* tile, const float* src, int chunks, uint64_t* bars) {
+template <int K, class S>
+__device__ __forceinline__ void tile_issue(S* tile, const S* src, int chunks, uint64_t* bars) {
   tile_init(chunks, bars);
   tile_copy<K>(tile, src, chunks, bars);
 }
 
-// Row rl of the block's S0 tile (chunk ch) once its copy (phase parity) has landed, or zeros for a
-// request without a state (direct mode).
-template <int K>
-__device__ __forceinline__ void load_tile_row(bool has_state, const float* tile, uint64_t* bars, int ch, int rl,
+// Row rl of the block's S0 tile (chunk ch) once its copy (phase parity) has landed, as fp32, or
+// zeros for a request without a state (direct mode).
+template <int K, class S>
+__device__ __forceinline__ void load_tile_row(bool has_state, const S* tile, uint64_t* bars, int ch, int rl,
                                               int lane, float* s, uint32_t parity = 0) {
   if (has_state) {
     tile_wait(bars + ch, parity);

@@ -16,7 +16,8 @@
 // Direct mode (has_state == 0): no S0 read; the fold creates the state and sets has_state.
 // Every exponent is G_t - G_j <= 0: no exp(-G), nothing overflows (section 2).
 //
-// Layouts (sim/layout.h): S [slots, HV, V, K] fp32 K contiguous, in place;
+// Layouts (sim/layout.h): S [slots, HV, V, K] state dtype (fp32, bf16 or fp16) K contiguous, in
+//   place (arithmetic in fp32; a fold rounds once to nearest when it writes S);
 //   buf_k [slots, C, H, K] E; buf_val [slots, C, HV, V] E; buf_gcum, buf_beta [slots, C, HV] fp32;
 //   fill, has_state, done_count [slots] int32; token I/O as gdn_decode_recurrent.
 // Races: blocks of one request (value heads x V tiles) read fill/has_state at entry; the last of
@@ -33,8 +34,10 @@
 // their scales multiply the few sums that use them. Dynamic shared memory (single kernel): the S0
 // tile at offset 0 (128-byte aligned), the buffer staging, then the per-row arrays (barriers, v,
 // outputs, appended entries) at an offset the host computes. C is a runtime value (1..64): only
-// buffer sizes and trip counts depend on it. Templates: K = V in {64, 128}, entry type E in
-// {bf16, fp32}, variant {cached-u, raw}.
+// buffer sizes and trip counts depend on it. Templates: K = V in {64, 128}, state element type S
+// in {float, __nv_bfloat16, __half} (GdnKVBufferParams::state_type, dispatch_state_type; the S0
+// tile in shared memory holds S, rows of K * sizeof(S) bytes), entry type E in {bf16, fp32},
+// variant {cached-u, raw}. The results below are the fp32 state's; 16-bit states are not measured yet.
 //
 // Two launch shapes (GdnKVBufferParams::path), same math and layouts:
 //   single: the kernel below, one block per (row, value head, V tile) does everything.
@@ -152,18 +155,19 @@ __device__ __forceinline__ void single_store(const GdnKVBufferParams& p, const B
 
 // Phase 2, second part: the S0 tile by bulk copies (thread 0, one barrier per chunk), or, without a
 // state, a zero tile for the cached-u row loop.
-template <int K, bool RAW>
-__device__ __forceinline__ void single_issue_tile(bool has_state, float* tile, const float* state,
+template <int K, bool RAW, class S>
+__device__ __forceinline__ void single_issue_tile(bool has_state, S* tile, const S* state,
                                                   const BlockCoords& c, int rows, int chunks, uint64_t* bars) {
   if (has_state) {
     if (threadIdx.x == 0) tile_issue<K>(tile, state + size_t(c.v0) * K, chunks, bars);
   } else if (!RAW) {
-    for (int i = threadIdx.x; i < rows * K / 4; i += kThreads)
+    constexpr int kPerVec = 16 / int(sizeof(S));  // elements per 16-byte store
+    for (int i = threadIdx.x; i < rows * K / kPerVec; i += kThreads)
       reinterpret_cast<float4*>(tile)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
 }
 
-template <int K, int V, class E, bool RAW>
+template <int K, int V, class S, class E, bool RAW>
 __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVBufferParams p, int rows, int rows_offset) {
   static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
   constexpr int N = K / 8;
@@ -175,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   // tile its alignment (log v26).
   const int C = p.capacity;
   const int ustride = rows + kUtilePad;
-  float* const tile = smem;                                          // [rows, K] S0 rows
+  S* const tile = reinterpret_cast<S*>(smem);                        // [rows, K] S0 rows
   E* const skeys = reinterpret_cast<E*>(tile + rows * K);            // [C][K] keys k_j
   E* const utile = skeys + C * K;                                    // cached: [C][ustride] u_j
   float* const sG = reinterpret_cast<float*>(utile + (RAW ? 0 : C * ustride));  // G_j
@@ -219,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   const bool fold = n + 1 == C;
   const int chunks = rows / kGroups;
   const size_t head = (size_t(slot) * HV + c.h) * V * K;
-  float* state = p.state + head;
+  S* state = static_cast<S*>(p.state) + head;
 
   // Phase 2, issue. Everything else the block reads goes to shared memory in one round trip by
   // cp.async (no registers held): keys [n][K], (cached-u) the u tile [n][rows], G_j (and beta_j),
@@ -526,9 +530,9 @@ struct SplitStateShared {
 
 // Kernel B's work for request row c.row (slot, fill n, has_state): its S0 tile copies go out on
 // barriers initialised by the caller and complete phase `parity`.
-template <int K, int V, class E>
+template <int K, int V, class S, class E>
 __device__ __forceinline__ void split_state_row(const GdnKVBufferParams& p, int rows, const BlockCoords& c, int slot,
-                                                int n, bool has_state, uint32_t parity, float* tile,
+                                                int n, bool has_state, uint32_t parity, S* tile,
                                                 SplitStateShared& sh) {
   constexpr int N = K / 8;
   const GdnStepIO& io = p.io;
@@ -536,7 +540,7 @@ __device__ __forceinline__ void split_state_row(const GdnKVBufferParams& p, int 
   const bool fold = n + 1 == C;
   const int H = io.H, HV = io.HV, kh = c.kh;
   const int chunks = rows / kGroups;
-  float* state = p.state + (size_t(slot) * HV + c.h) * V * K;
+  S* state = static_cast<S*>(p.state) + (size_t(slot) * HV + c.h) * V * K;
   if (has_state && threadIdx.x == 0) tile_copy<K>(tile, state + size_t(c.v0) * K, chunks, sh.bars);
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
   TokenKQRaw<K> kq_raw;
@@ -607,10 +611,14 @@ __device__ __forceinline__ void split_state_row(const GdnKVBufferParams& p, int 
   }
 }
 
-template <int K, int V, class E, bool COMPACT>
+template <int K, int V, class S, class E, bool COMPACT>
 __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(GdnKVBufferParams p, int rows) {
   static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
-  extern __shared__ __align__(128) float tile[];  // [rows, K] S0 rows, then the fold's keys and u tile
+  // [rows, K] S0 rows of S, then the fold's keys and u tile. (Declared float and named `tile` as
+  // before 16-bit states: renaming this extern array changed ptxas's schedule of another kernel in
+  // this file, gdn_decode_kvbuffer_kernel<128, 128, float, float, true>, from identical PTX.)
+  extern __shared__ __align__(128) float tile[];
+  S* const s0_tile = reinterpret_cast<S*>(tile);
   __shared__ __align__(16) SplitStateShared sh;
   const GdnStepIO& io = p.io;
   BlockCoords c = block_coords<V>(rows);
@@ -621,7 +629,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
     const bool has_state = p.row_has_state[c.row] != 0;
     if (!state_kernel_row(slot, n, has_state, C)) return;  // kernel A wrote the zero output / finished the token
     if (has_state && threadIdx.x == 0) tile_init(chunks, sh.bars);
-    split_state_row<K, V, E>(p, rows, c, slot, n, has_state, 0, tile, sh);
+    split_state_row<K, V, S, E>(p, rows, c, slot, n, has_state, 0, s0_tile, sh);
   } else {
     constexpr int kPer = kCompactMaxBatch / kThreads, kWarps = kThreads / 32;
     __shared__ int s_count[kPer][kWarps];       // rows needing kernel B per (chunk of rows, warp)
@@ -668,7 +676,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
       c.row = s_rows[t];
       const int slot = io.slot[c.row], n = p.row_fill[c.row];
       const bool has_state = p.row_has_state[c.row] != 0;
-      split_state_row<K, V, E>(p, rows, c, slot, n, has_state, parity, tile, sh);
+      split_state_row<K, V, S, E>(p, rows, c, slot, n, has_state, parity, s0_tile, sh);
       if (has_state) parity ^= 1u;
     }
   }
@@ -683,7 +691,7 @@ SingleSmemLayout kvbuffer_smem_layout(const GdnKVBufferParams& p, int rows) {
   const size_t C = size_t(p.capacity), K = size_t(p.io.K);
   const size_t esz = p.entry == EntryType::FP32 ? 4 : 2;
   const bool raw = p.variant == BufferVariant::Raw;
-  size_t bytes = size_t(rows) * K * 4 + C * K * esz + 4 * C * 4;
+  size_t bytes = size_t(rows) * K * state_type_bytes(p.state_type) + C * K * esz + 4 * C * 4;
   if (raw)
     bytes += (C * C + 2 * C + size_t(kGroups) * C) * 4;
   else
@@ -692,77 +700,77 @@ SingleSmemLayout kvbuffer_smem_layout(const GdnKVBufferParams& p, int rows) {
   return {rows_offset, rows_offset + kMaxChunks * sizeof(uint64_t) + size_t(rows) * (2 + 2 + esz)};
 }
 
-template <int K, int V, class E, bool RAW>
+template <int K, int V, class S, class E, bool RAW>
 void launch_kvbuffer(const GdnKVBufferParams& p, int rows, cudaStream_t stream) {
   const dim3 grid = decode_grid(p.io, rows);
   const SingleSmemLayout layout = kvbuffer_smem_layout(p, rows);
-  launch_kernel(gdn_decode_kvbuffer_kernel<K, V, E, RAW>, grid, dim3(kThreads), layout.bytes, stream, false, p, rows,
+  launch_kernel(gdn_decode_kvbuffer_kernel<K, V, S, E, RAW>, grid, dim3(kThreads), layout.bytes, stream, false, p, rows,
                 int(layout.rows_offset));
 }
 
-template <int K, class E>
+template <int K, class S, class E>
 size_t split_state_smem_bytes(const GdnKVBufferParams& p, int rows) {
   const size_t C = size_t(p.capacity);
-  return size_t(rows) * K * sizeof(float) + C * K * sizeof(E) + C * size_t(rows + kUtilePad) * sizeof(E);
+  return size_t(rows) * K * sizeof(S) + C * K * sizeof(E) + C * size_t(rows + kUtilePad) * sizeof(E);
 }
 
 // Kernel B's row groups G, or 0 for one block row per request (the plain kernel). compact_allowed:
 // the direct entry point, for at most kCompactMaxBatch rows. split_row_groups, or as many groups as one wave of blocks holds, taken
 // from C = kCompactMinCapacity where the plain grid would run kCompactMinWaves waves or more
 // (B / G: its blocks mostly exit; log v21).
-template <int K, int V, class E>
+template <int K, int V, class S, class E>
 int split_state_row_groups(const GdnKVBufferParams& p, int rows, bool compact_allowed) {
   if (!compact_allowed || p.io.batch > kCompactMaxBatch) return 0;
   long groups = p.split_row_groups;
   if (!groups && p.capacity >= kCompactMinCapacity) {
     const dim3 grid = decode_grid(p.io, rows);
-    const int per_sm = resident_blocks(gdn_kvbuffer_split_state_kernel<K, V, E, true>, kThreads,
-                                       split_state_smem_bytes<K, E>(p, rows));
+    const int per_sm = resident_blocks(gdn_kvbuffer_split_state_kernel<K, V, S, E, true>, kThreads,
+                                       split_state_smem_bytes<K, S, E>(p, rows));
     groups = long(multiprocessor_count()) * per_sm / (long(grid.x) * grid.y);
     if (p.io.batch < kCompactMinWaves * groups) groups = 0;
   }
   return groups > 0 && groups < p.io.batch ? int(groups) : 0;
 }
 
-template <int K, int V, class E>
+template <int K, int V, class S, class E>
 void launch_split(const GdnKVBufferParams& p, int rows, bool compact_allowed, cudaStream_t stream) {
   const int R = p.io.HV / p.io.H;
   const size_t C = size_t(p.capacity);
   const size_t smem_a = R * C * V * sizeof(E) + (2 * C + 2 * R * C + 2 * size_t(R)) * sizeof(float);
   launch_kernel(gdn_kvbuffer_split_buffer_kernel<K, V, E>, dim3(unsigned(long(p.io.batch) * p.io.H)), dim3(kThreads),
                 smem_a, stream, false, p);
-  const size_t smem_b = split_state_smem_bytes<K, E>(p, rows);
+  const size_t smem_b = split_state_smem_bytes<K, S, E>(p, rows);
   // Programmatic dependent launch: B may start once every block of A has started (A triggers at
   // entry); B's griddepcontrol.wait orders its reads of A's scratch.
   dim3 grid = decode_grid(p.io, rows);
-  const int groups = split_state_row_groups<K, V, E>(p, rows, compact_allowed);
+  const int groups = split_state_row_groups<K, V, S, E>(p, rows, compact_allowed);
   if (!groups)
-    return launch_kernel(gdn_kvbuffer_split_state_kernel<K, V, E, false>, grid, dim3(kThreads), smem_b, stream, true,
+    return launch_kernel(gdn_kvbuffer_split_state_kernel<K, V, S, E, false>, grid, dim3(kThreads), smem_b, stream, true,
                          p, rows);
   grid.z = unsigned(groups);
-  launch_kernel(gdn_kvbuffer_split_state_kernel<K, V, E, true>, grid, dim3(kThreads), smem_b, stream, true, p, rows);
+  launch_kernel(gdn_kvbuffer_split_state_kernel<K, V, S, E, true>, grid, dim3(kThreads), smem_b, stream, true, p, rows);
 }
 
-template <int K, int V>
+template <int K, int V, class S>
 void dispatch_entry(const GdnKVBufferParams& p, int rows, bool split, bool compact_allowed, cudaStream_t stream) {
   const bool raw = p.variant == BufferVariant::Raw;
   if (split) {
     switch (p.entry) {
       case EntryType::BF16:
-        return launch_split<K, V, __nv_bfloat16>(p, rows, compact_allowed, stream);
+        return launch_split<K, V, S, __nv_bfloat16>(p, rows, compact_allowed, stream);
       case EntryType::FP32:
-        return launch_split<K, V, float>(p, rows, compact_allowed, stream);
+        return launch_split<K, V, S, float>(p, rows, compact_allowed, stream);
       default:
         throw std::invalid_argument("gdn_decode_kvbuffer: unsupported entry type");
     }
   }
   switch (p.entry) {
     case EntryType::BF16:
-      return raw ? launch_kvbuffer<K, V, __nv_bfloat16, true>(p, rows, stream)
-                 : launch_kvbuffer<K, V, __nv_bfloat16, false>(p, rows, stream);
+      return raw ? launch_kvbuffer<K, V, S, __nv_bfloat16, true>(p, rows, stream)
+                 : launch_kvbuffer<K, V, S, __nv_bfloat16, false>(p, rows, stream);
     case EntryType::FP32:
-      return raw ? launch_kvbuffer<K, V, float, true>(p, rows, stream)
-                 : launch_kvbuffer<K, V, float, false>(p, rows, stream);
+      return raw ? launch_kvbuffer<K, V, S, float, true>(p, rows, stream)
+                 : launch_kvbuffer<K, V, S, float, false>(p, rows, stream);
     default:
       throw std::invalid_argument("gdn_decode_kvbuffer: unsupported entry type");
   }
@@ -806,8 +814,11 @@ void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* w
   if (p.io.batch == 0) return;
   if (capacity1_route(p)) return run_kvbuffer_capacity1(p, stream, who);
   const LaunchShape shape = launch_shape(p, split_min_capacity);
-  dispatch_head_dims(who, p.io.K, p.io.V, [&](auto K, auto V) {
-    dispatch_entry<K, V>(p, shape.rows, shape.split, direct_entry, stream);
+  dispatch_state_type(who, p.state_type, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dispatch_head_dims(who, p.io.K, p.io.V, [&](auto K, auto V) {
+      dispatch_entry<K, V, S>(p, shape.rows, shape.split, direct_entry, stream);
+    });
   });
 }
 
@@ -837,9 +848,13 @@ int gdn_decode_direct_row_groups(const GdnKVBufferParams& p) {
   const LaunchShape shape = launch_shape(p, kSplitMinCapacityDirect);
   if (!shape.split) return 0;
   const bool bf16 = p.entry == EntryType::BF16;
-  return dispatch_head_dims("gdn_decode_direct_row_groups", p.io.K, p.io.V, [&](auto K, auto V) {
-    return bf16 ? split_state_row_groups<K, V, __nv_bfloat16>(p, shape.rows, true)
-                : split_state_row_groups<K, V, float>(p, shape.rows, true);
+  const char* who = "gdn_decode_direct_row_groups";
+  return dispatch_state_type(who, p.state_type, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    return dispatch_head_dims(who, p.io.K, p.io.V, [&](auto K, auto V) {
+      return bf16 ? split_state_row_groups<K, V, S, __nv_bfloat16>(p, shape.rows, true)
+                  : split_state_row_groups<K, V, S, float>(p, shape.rows, true);
+    });
   });
 }
 

@@ -6,7 +6,8 @@
 //   u_v = beta (v_v - e^g a_v)
 //   o_v = e^g b_v + (k.q) u_v                               (= S_new[v,:].q)
 //   S_new[v,:] = e^g S[v,:] + u_v k
-// Layouts: S_in, S_out [slots, HV, V, K] fp32, K contiguous (same pointer = in place);
+// Layouts: S_in, S_out [slots, HV, V, K] state dtype (fp32, bf16 or fp16), K contiguous (same
+//          pointer = in place); arithmetic in fp32, each state write rounded once to nearest;
 //          q, k [B, H, K] bf16; v, out [B, HV, V] bf16; g, beta [B, HV] fp32 (or a, b bf16 [B, HV]
 //          + A_log, dt_bias [HV] fp32); slot [B] int32 (negative: padding, output zeros only).
 // Work split (tile shape): block = (row, value head, tile of rows_per_block state rows), 128 threads = 16
@@ -14,10 +15,13 @@
 // chunk, one mbarrier each) of the block's contiguous S rows into shared memory, all in flight at
 // once; meanwhile every group normalises k, q and the block stages v; then each group takes one
 // row per chunk, as soon as its chunk lands, and stores the new row straight to global memory.
-// rows_per_block: up to 64 (32 KiB tiles), smaller for small batches (8 blocks per SM wanted).
+// rows_per_block: up to 64 (32 KiB tiles of an fp32 state, 16 KiB of a 16-bit one), smaller for small
+// batches (8 blocks per SM wanted).
 // One-warp shape (rows_per_block 8, from batch 32 up): one warp per 8 rows, the tile in registers
 // (log v4).
-// Template parameters: head dims K = V in {64, 128}.
+// Template parameters: head dims K = V in {64, 128}, state element type S (float, __nv_bfloat16 or
+// __half: GdnRecurrentParams::state_type through dispatch_state_type). The current result below is
+// the fp32 state's; the 16-bit states are not measured yet.
 //
 // Current result (f831236, results/decode_h200.csv and fla_h200.csv; H200, Qwen3-Next shapes, 36
 // layer pools in one CUDA graph, per layer, median): out of place 3.51 / 10.91 / 34.76 / 67.02 /
@@ -67,14 +71,25 @@ int choose_rows_per_block(const GdnStepIO& io, RowsRule rule) {
   return rows;
 }
 
+// The kernels' parameter: GdnRecurrentParams less state_type, which the kernels have as their
+// element type S. Appending state_type to the kernel parameter block moved row_has_state and rows
+// by 8 bytes (other constant-bank offsets in the fp32 kernels' SASS); without it the block is
+// what it was before 16-bit states.
+struct RecurrentArgs {
+  GdnStepIO io;
+  const void* state_in;
+  void* state_out;
+};
+
 // STATE_FLAG (KVBuffer at capacity 1, below): row_has_state[row] == 0 marks a request without a
 // state (direct mode): S = 0 is not read, and the step writes S = u k^T, creating the state.
-template <int K, int V, bool STATE_FLAG>
-__global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecurrentParams p, const int32_t* row_has_state,
+template <int K, int V, class S, bool STATE_FLAG>
+__global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(RecurrentArgs p, const int32_t* row_has_state,
                                                                         int rows) {
   static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
-  constexpr int N = K / 8;  // floats per lane per row
-  extern __shared__ __align__(128) float tile[];  // [rows, K]: this block's state rows
+  constexpr int N = K / 8;  // elements per lane per row
+  extern __shared__ __align__(128) float smem[];
+  S* const tile = reinterpret_cast<S*>(smem);  // [rows, K]: this block's state rows
   __shared__ __align__(8) uint64_t bars[kMaxChunks];
   __shared__ float sv[kMaxChunks * kGroups];  // v of this block's rows
   const GdnStepIO& io = p.io;
@@ -87,7 +102,8 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
   }
   const size_t head = (size_t(slot) * io.HV + c.h) * V * K;
   const int chunks = rows / kGroups;
-  if (has_state && threadIdx.x == 0) tile_issue<K>(tile, p.state_in + head + size_t(c.v0) * K, chunks, bars);
+  if (has_state && threadIdx.x == 0)
+    tile_issue<K>(tile, static_cast<const S*>(p.state_in) + head + size_t(c.v0) * K, chunks, bars);
 
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
   const int kh = c.kh;
@@ -96,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
   float g, beta;
   load_gates(io, c.row, c.h, g, beta);
   const float decay = expf(g);
-  float* s_out = p.state_out + head;
+  S* s_out = static_cast<S*>(p.state_out) + head;
   const __nv_bfloat16* vin = io.v + (size_t(c.row) * io.HV + c.h) * V;
   __nv_bfloat16* out = io.out + (size_t(c.row) * io.HV + c.h) * V;
   for (int r = threadIdx.x; r < rows; r += kThreads) sv[r] = __bfloat162float(vin[c.v0 + r]);
@@ -117,15 +133,77 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(GdnRecur
   }
 }
 
+// NL consecutive elements of a state row (one lane's share in the one-warp shape) as one access:
+// Vec is float4 / float2 for fp32 and 8 / 4 bytes for 16-bit states; to_f32 converts a load,
+// update computes the new elements and rounds them to nearest even (16-bit) for the store.
+template <class S, int NL>
+struct LaneElems {  // fp32
+  using Vec = typename std::conditional<NL == 4, float4, float2>::type;
+  __device__ __forceinline__ static void to_f32(const Vec& x, float* s) {
+    s[0] = x.x, s[1] = x.y;
+    if constexpr (NL == 4) s[2] = reinterpret_cast<const float4&>(x).z, s[3] = reinterpret_cast<const float4&>(x).w;
+  }
+  // decay s + uv k (the row update) as one access. (Through an array of floats, ptxas ordered two
+  // register zeroings of one fp32 instantiation differently.)
+  __device__ __forceinline__ static Vec update(float decay, const float* s, float uv, const float* k) {
+    Vec y;
+    y.x = fmaf(decay, s[0], uv * k[0]), y.y = fmaf(decay, s[1], uv * k[1]);
+    if constexpr (NL == 4) {
+      reinterpret_cast<float4&>(y).z = fmaf(decay, s[2], uv * k[2]);
+      reinterpret_cast<float4&>(y).w = fmaf(decay, s[3], uv * k[3]);
+    }
+    return y;
+  }
+};
+// Two 16-bit elements packed in 32 bits (low element first), to and from fp32.
+__device__ __forceinline__ float2 unpack2(uint32_t w, __nv_bfloat16*) { return bf16x2_to_float2(w); }
+__device__ __forceinline__ float2 unpack2(uint32_t w, __half*) {
+  return __half22float2(reinterpret_cast<const __half2&>(w));
+}
+__device__ __forceinline__ uint32_t pack2(float a, float b, __nv_bfloat16*) {
+  const __nv_bfloat162 x = __floats2bfloat162_rn(a, b);
+  return reinterpret_cast<const uint32_t&>(x);
+}
+__device__ __forceinline__ uint32_t pack2(float a, float b, __half*) {
+  const __half2 x = __floats2half2_rn(a, b);
+  return reinterpret_cast<const uint32_t&>(x);
+}
+template <class S, int NL>
+struct LaneElems16 {  // bf16, fp16
+  using Vec = typename std::conditional<NL == 4, uint2, uint32_t>::type;
+  __device__ __forceinline__ static void to_f32(const Vec& x, float* s) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(&x);
+#pragma unroll
+    for (int e = 0; e < NL / 2; ++e) {
+      const float2 f = unpack2(w[e], static_cast<S*>(nullptr));
+      s[2 * e] = f.x, s[2 * e + 1] = f.y;
+    }
+  }
+  __device__ __forceinline__ static Vec update(float decay, const float* s, float uv, const float* k) {
+    Vec x;
+    uint32_t* w = reinterpret_cast<uint32_t*>(&x);
+#pragma unroll
+    for (int e = 0; e < NL / 2; ++e)
+      w[e] = pack2(fmaf(decay, s[2 * e], uv * k[2 * e]), fmaf(decay, s[2 * e + 1], uv * k[2 * e + 1]),
+                   static_cast<S*>(nullptr));
+    return x;
+  }
+};
+template <int NL>
+struct LaneElems<__nv_bfloat16, NL> : LaneElems16<__nv_bfloat16, NL> {};
+template <int NL>
+struct LaneElems<__half, NL> : LaneElems16<__half, NL> {};
+
 // Warp-row shape (rows_per_block = kWarpRows, log v4): one warp per block owns 8 state rows (4 KiB);
 // lane l holds columns [l K/32, (l+1) K/32) of all 8 rows in registers, so the block's whole tile
 // is in flight after one round trip (the slot) and up to 32 one-warp blocks share an SM. The 16
 // row sums are reduced by halving exchanges (log v6); lane 4 i writes row i's output.
-template <int K, int V, bool STATE_FLAG>
-__global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurrentParams p, const int32_t* row_has_state) {
-  static_assert(K == 64 || K == 128, "one float2 or float4 per lane per row");
-  constexpr int NL = K / 32, R = kWarpRows;  // floats per lane per row, rows per block
-  using Vec = typename std::conditional<NL == 4, float4, float2>::type;
+template <int K, int V, class S, bool STATE_FLAG>
+__global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(RecurrentArgs p, const int32_t* row_has_state) {
+  static_assert(K == 64 || K == 128, "2 or 4 elements per lane per row");
+  constexpr int NL = K / 32, R = kWarpRows;  // elements per lane per row, rows per block
+  using Lane = LaneElems<S, NL>;
+  using Vec = typename Lane::Vec;
   const GdnStepIO& io = p.io;
   const BlockCoords c = block_coords<V>(R);
   const int lane = threadIdx.x;
@@ -151,9 +229,8 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurr
   float s[R][NL];
 #pragma unroll
   for (int i = 0; i < R; ++i) {
-    const Vec x = has_state ? *reinterpret_cast<const Vec*>(p.state_in + head + size_t(i) * K) : Vec{};
-    s[i][0] = x.x, s[i][1] = x.y;
-    if constexpr (NL == 4) s[i][2] = reinterpret_cast<const float4&>(x).z, s[i][3] = reinterpret_cast<const float4&>(x).w;
+    const Vec x = has_state ? *reinterpret_cast<const Vec*>(static_cast<const S*>(p.state_in) + head + size_t(i) * K) : Vec{};
+    Lane::to_f32(x, s[i]);
   }
   float k[NL], q[NL];
 #pragma unroll
@@ -194,24 +271,19 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(GdnRecurr
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     const float uv = __shfl_sync(0xffffffffu, uv_own, 4 * i);
-    Vec y;
-    y.x = fmaf(decay, s[i][0], uv * k[0]), y.y = fmaf(decay, s[i][1], uv * k[1]);
-    if constexpr (NL == 4) {
-      reinterpret_cast<float4&>(y).z = fmaf(decay, s[i][2], uv * k[2]);
-      reinterpret_cast<float4&>(y).w = fmaf(decay, s[i][3], uv * k[3]);
-    }
-    *reinterpret_cast<Vec*>(p.state_out + head + size_t(i) * K) = y;
+    *reinterpret_cast<Vec*>(static_cast<S*>(p.state_out) + head + size_t(i) * K) = Lane::update(decay, s[i], uv, k);
   }
 }
 
-template <int K, int V, bool STATE_FLAG>
+template <int K, int V, class S, bool STATE_FLAG>
 void launch_recurrent(const GdnRecurrentParams& p, const int32_t* row_has_state, int rows, dim3 grid,
                       cudaStream_t stream) {
+  const RecurrentArgs a{p.io, p.state_in, p.state_out};
   if (rows == kWarpRows)
-    return launch_kernel(gdn_decode_recurrent_warp_kernel<K, V, STATE_FLAG>, grid, dim3(32), 0, stream, false, p,
+    return launch_kernel(gdn_decode_recurrent_warp_kernel<K, V, S, STATE_FLAG>, grid, dim3(32), 0, stream, false, a,
                          row_has_state);
-  launch_kernel(gdn_decode_recurrent_kernel<K, V, STATE_FLAG>, grid, dim3(kThreads), size_t(rows) * K * sizeof(float),
-                stream, false, p, row_has_state, rows);
+  launch_kernel(gdn_decode_recurrent_kernel<K, V, S, STATE_FLAG>, grid, dim3(kThreads), size_t(rows) * K * sizeof(S),
+                stream, false, a, row_has_state, rows);
 }
 
 // The one-warp shape from this batch up (log v4), the shared-memory tiles below it.
@@ -225,9 +297,12 @@ void run_recurrent(const GdnRecurrentParams& p, const int32_t* row_has_state, cu
   const int rows = recurrent_rows(p.io);
   const dim3 grid = decode_grid(p.io, rows);
   const bool flag = row_has_state != nullptr;
-  dispatch_head_dims(who, p.io.K, p.io.V, [&](auto K, auto V) {
-    flag ? launch_recurrent<K, V, true>(p, row_has_state, rows, grid, stream)
-         : launch_recurrent<K, V, false>(p, row_has_state, rows, grid, stream);
+  dispatch_state_type(who, p.state_type, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dispatch_head_dims(who, p.io.K, p.io.V, [&](auto K, auto V) {
+      flag ? launch_recurrent<K, V, S, true>(p, row_has_state, rows, grid, stream)
+           : launch_recurrent<K, V, S, false>(p, row_has_state, rows, grid, stream);
+    });
   });
 }
 
@@ -235,6 +310,7 @@ void run_kvbuffer_capacity1(const GdnKVBufferParams& p, cudaStream_t stream, con
   GdnRecurrentParams r;
   r.io = p.io;
   r.state_in = r.state_out = p.state;
+  r.state_type = p.state_type;
   run_recurrent(r, p.every_row_has_state ? nullptr : p.row_has_state, stream, who);
 }
 }  // namespace gdn_detail

@@ -20,11 +20,28 @@
 //     tol_out = u + 2u + 2u = 5 * 2^-8. Each fold adds a 2u error on its increment and earlier
 //     errors only decay (|e^G| <= 1; the delta rule contracts for beta in [0, 1]); over the <= 4
 //     folds a case checks: tol_state = 4 * 2^-8.
+// 16-bit states (DecodeCase::state bf16 or fp16): the kernel computes in fp32 and rounds each
+//   state element once to nearest where it writes the state (recurrent: every step; buffered: every
+//   fold), and the reference rounds its float64 state at exactly those places (ref::StateStore),
+//   starting from the same rounded initial state. us = 2^-8 (bf16, 8 significant bits) or 2^-11
+//   (fp16, 11 bits) is the unit roundoff; one ulp is at most 2us relative to the element.
+//   recurrent and fp32 entries: before rounding, kernel and reference agree to the fp32 arithmetic
+//     (~1e-6), so they round to the same value except for elements within that distance of a
+//     rounding boundary, which then differ by one ulp. A difference of one ulp is carried by the
+//     next update as e^g ulp (<= 1 ulp, g <= 0) plus the fp32 error, so it rounds to at most one
+//     ulp again: every element stays within one ulp, norm-wise <= 2us (the bound; in practice a
+//     small fraction of the elements differs). Outputs computed from such states differ by about
+//     that relative amount: tol_state = 1e-4 + 2us, tol_out = 2^-8 + 1e-4 + 2us.
+//   bf16 entries: before rounding the states differ by the entry error (above), so both roundings
+//     count in full at every fold: |round(a) - round(b)| <= |a - b| + us |a| + us |b|, 2us per
+//     fold, and earlier folds' differences only decay: over the <= 4 folds a case checks 8us on the
+//     state, which the outputs read: tol_state = 4 * 2^-8 + 8us, tol_out = 5 * 2^-8 + 8us.
 // NaN never passes (comparisons are written as !(err <= tol)). Output errors are per request token
 // (all HV x V values), state errors per request (all HV x K x V values).
 #include "kernels/gdn/checks/gdn_decode_checks.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -71,6 +88,7 @@ std::string describe(const DecodeCase& c) {
     field("path", checks::path_name(c.path), std::string(checks::path_name(d.path)));
     field("split_row_groups", c.split_row_groups, d.split_row_groups);
   }
+  field("state", std::string(state_type_name(c.state)), std::string(state_type_name(d.state)));
   field("gates", checks::gate_range_name(c.gates), checks::gate_range_name(d.gates));
   field("gates_in_kernel", c.gates_in_kernel, d.gates_in_kernel);
   field("rows_per_block", c.rows_per_block, d.rows_per_block);
@@ -103,14 +121,48 @@ float bf16_to_float(__nv_bfloat16 b) {
   std::memcpy(&bits, &b, 2);
   return ref::bf16_bits_to_float(bits);
 }
+// State pool elements in type t (values already representable in t: rounded by ref::round_to_state)
+// as bytes, and back to float.
+std::vector<uint8_t> to_state_bytes(const std::vector<float>& x, StateType t) {
+  const size_t sz = size_t(state_type_bytes(t));
+  std::vector<uint8_t> r(x.size() * sz);
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (t == StateType::FP32) {
+      std::memcpy(&r[i * 4], &x[i], 4);
+    } else if (t == StateType::BF16) {
+      const uint16_t bits = ref::float_to_bf16_bits(x[i]);
+      std::memcpy(&r[i * 2], &bits, 2);
+    } else {
+      const __half h = __float2half_rn(x[i]);
+      std::memcpy(&r[i * 2], &h, 2);
+    }
+  }
+  return r;
+}
+float state_elem(const uint8_t* p, size_t i, StateType t) {
+  if (t == StateType::FP32) {
+    float f;
+    std::memcpy(&f, p + i * 4, 4);
+    return f;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, p + i * 2, 2);
+  if (t == StateType::BF16) return ref::bf16_bits_to_float(bits);
+  __half h;
+  std::memcpy(&h, &bits, 2);
+  return __half2float(h);
+}
 }  // namespace
 
 CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
   CaseResult res;
   const bool recurrent = cs.kernel == Kernel::RecurrentInPlace || cs.kernel == Kernel::RecurrentOutOfPlace;
   const bool bf16_entries = !recurrent && cs.entry == EntryType::BF16;
-  res.tol_out = bf16_entries ? 5 * std::ldexp(1.0, -8) : std::ldexp(1.0, -8) + 1e-4;
-  res.tol_state = bf16_entries ? 4 * std::ldexp(1.0, -8) : 1e-4;
+  // 16-bit states (header): us, and where the reference rounds its state.
+  const double us = cs.state == StateType::BF16 ? std::ldexp(1.0, -8) : cs.state == StateType::FP16 ? std::ldexp(1.0, -11) : 0.0;
+  const ref::StateStore store = cs.state == StateType::FP32 ? ref::StateStore{} : ref::StateStore{cs.state};
+  res.tol_out = bf16_entries ? 5 * std::ldexp(1.0, -8) + 8 * us : std::ldexp(1.0, -8) + 1e-4 + 2 * us;
+  res.tol_state = bf16_entries ? 4 * std::ldexp(1.0, -8) + 8 * us : 1e-4 + 2 * us;
   auto fail = [&](const std::string& m) {
     if (res.passed) res.message = m;
     res.passed = false;
@@ -132,11 +184,14 @@ CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
   const int total_steps = plan.total_steps;
   std::vector<int> fill(B, 0), folds(B, 0);
 
-  // State pool(s): random N(0, 1); the reference states start as each request's slot (or zero).
+  // State pool(s): random N(0, 1) rounded to the state type; the reference states start as each
+  // request's slot (or zero).
   std::vector<float> pool_init(size_t(slots) * slot_elems);
   {
     std::normal_distribution<float> nd(0.f, 1.f);
     for (auto& x : pool_init) x = nd(rng);
+    if (store)
+      for (auto& x : pool_init) x = float(ref::round_to_state(x, *store));
   }
   std::vector<ref::GdnState<double>> ref_state(B);
   for (int r = 0; r < B; ++r) {
@@ -147,9 +202,11 @@ CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
       for (int v = 0; v < V; ++v)
         for (int k = 0; k < K; ++k) ref_state[r][h](k, v) = s[h * head_elems + size_t(v) * K + k];
   }
-  DeviceBuffer pool_a(pool_init.size() * 4), pool_b(pool_init.size() * 4);
-  pool_a.upload(pool_init);
-  pool_b.upload(pool_init);
+  const size_t ssz = size_t(state_type_bytes(cs.state)), slot_bytes = slot_elems * ssz;
+  const std::vector<uint8_t> pool_bytes = to_state_bytes(pool_init, cs.state);
+  DeviceBuffer pool_a(pool_bytes.size()), pool_b(pool_bytes.size());
+  pool_a.upload(pool_bytes);
+  pool_b.upload(pool_bytes);
 
   // Buffer pools poisoned with NaN (0xff bytes) so that reading an entry never written shows.
   const size_t esz = (cs.entry == EntryType::BF16) ? 2 : 4;
@@ -192,7 +249,7 @@ CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
   std::normal_distribution<double> normal(0.0, 1.0);
   std::vector<float> out_host(size_t(rows) * HV * V);
   std::vector<__nv_bfloat16> out_raw(out_host.size());
-  std::vector<float> state_host(slot_elems);
+  std::vector<uint8_t> state_host(slot_bytes);
   std::vector<double> o_ref;
   const bool check_every_state = recurrent;
 
@@ -237,18 +294,19 @@ CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
     d_g.upload(g), d_beta.upload(beta), d_a.upload(to_bf16(a)), d_b.upload(to_bf16(b));
     d_out.poison();
 
-    float* s_in = (step % 2 == 0) ? pool_a.as<float>() : pool_b.as<float>();
-    float* s_out = cs.kernel == Kernel::RecurrentOutOfPlace ? ((step % 2 == 0) ? pool_b.as<float>() : pool_a.as<float>())
-                                                            : s_in;
-    if (cs.kernel != Kernel::RecurrentOutOfPlace) s_in = s_out = pool_a.as<float>();
+    uint8_t* s_in = (step % 2 == 0) ? pool_a.as<uint8_t>() : pool_b.as<uint8_t>();
+    uint8_t* s_out = cs.kernel == Kernel::RecurrentOutOfPlace
+                         ? ((step % 2 == 0) ? pool_b.as<uint8_t>() : pool_a.as<uint8_t>())
+                         : s_in;
+    if (cs.kernel != Kernel::RecurrentOutOfPlace) s_in = s_out = pool_a.as<uint8_t>();
     if (recurrent) {
       GdnRecurrentParams p;
-      p.io = io, p.state_in = s_in, p.state_out = s_out;
+      p.io = io, p.state_in = s_in, p.state_out = s_out, p.state_type = cs.state;
       gdn_decode_recurrent(p, 0);
     } else {
       GdnKVBufferParams p;
       p.io = io, p.variant = cs.variant, p.entry = cs.entry, p.capacity = C;
-      p.state = s_out, p.buf_k = buf_k.as<void>(), p.buf_val = buf_val.as<void>(), p.buf_gcum = buf_g.as<float>();
+      p.state = s_out, p.state_type = cs.state, p.buf_k = buf_k.as<void>(), p.buf_val = buf_val.as<void>(), p.buf_gcum = buf_g.as<float>();
       p.buf_beta = buf_beta.as<float>(), p.fill = d_fill.as<int32_t>(), p.has_state = d_has.as<int32_t>();
       p.done_count = d_done.as<int32_t>();
       p.path = cs.path, p.scratch = d_scratch.as<float>(), p.split_row_groups = cs.split_row_groups;
@@ -278,7 +336,9 @@ CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
           }
         continue;
       }
-      ref::gdn_decode_recurrent<double>(tok[r], ref_state[r], o_ref);
+      // The recurrent kernels write the state after every token (rounded there); the buffered ones
+      // only at folds (below).
+      ref::gdn_decode_recurrent<double>(tok[r], ref_state[r], o_ref, recurrent ? store : ref::StateStore{});
       double num = 0, den = 0;
       for (int i = 0; i < HV * V; ++i) {
         const double d = double(o[i]) - o_ref[i];
@@ -297,20 +357,20 @@ CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
       if (!recurrent) {
         folded = fill[r] + 1 == C;
         fill[r] = folded ? 0 : fill[r] + 1;
-        if (folded) ++folds[r], direct[r] = false;
+        if (folded) ++folds[r], direct[r] = false, ref::round_state(ref_state[r], store);
         if (!cs.row_metadata &&
             (fill_dev[slot_perm[r]] != fill[r] || has_dev[slot_perm[r]] != (direct[r] ? 0 : 1)))
           fail("fill/has_state of request " + std::to_string(r) + " wrong after step " + std::to_string(step));
       }
       if (folded || check_every_state) {
-        KVB_CUDA_CHECK(cudaMemcpy(state_host.data(), s_out + size_t(slot_perm[r]) * slot_elems,
-                                  slot_elems * 4, cudaMemcpyDeviceToHost));
+        KVB_CUDA_CHECK(cudaMemcpy(state_host.data(), s_out + size_t(slot_perm[r]) * slot_bytes, slot_bytes,
+                                  cudaMemcpyDeviceToHost));
         double sn = 0, sd = 0;
         for (int h = 0; h < HV; ++h)
           for (int vv = 0; vv < V; ++vv)
             for (int kk = 0; kk < K; ++kk) {
               const double ref_x = ref_state[r][h](kk, vv);
-              const double d = double(state_host[h * head_elems + size_t(vv) * K + kk]) - ref_x;
+              const double d = double(state_elem(state_host.data(), h * head_elems + size_t(vv) * K + kk, cs.state)) - ref_x;
               sn += d * d, sd += ref_x * ref_x;
             }
         const double serr = std::sqrt(sn) / std::max(std::sqrt(sd), 1e-30);
@@ -327,10 +387,10 @@ CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
       if (folds[r] < cs.cycles) fail("request " + std::to_string(r) + " folded only " + std::to_string(folds[r]) + " times");
   // Slots no row addressed: bitwise unchanged in every pool the kernel wrote.
   for (int extra = B; extra < slots; ++extra) {
-    const size_t off = size_t(slot_perm[extra]) * slot_elems;
+    const size_t off = size_t(slot_perm[extra]) * slot_bytes;
     for (DeviceBuffer* pool : {&pool_a, &pool_b}) {
-      KVB_CUDA_CHECK(cudaMemcpy(state_host.data(), pool->as<float>() + off, slot_elems * 4, cudaMemcpyDeviceToHost));
-      if (std::memcmp(state_host.data(), pool_init.data() + off, slot_elems * 4) != 0)
+      KVB_CUDA_CHECK(cudaMemcpy(state_host.data(), pool->as<uint8_t>() + off, slot_bytes, cudaMemcpyDeviceToHost));
+      if (std::memcmp(state_host.data(), pool_bytes.data() + off, slot_bytes) != 0)
         fail("an unaddressed slot was modified");
     }
   }
@@ -522,6 +582,107 @@ std::vector<DecodeCase> decode_cases(bool quick) {
     c.entry = EntryType::BF16, c.K = 128, c.path = DecodePath::Auto, c.split_row_groups = 0, c.batch = 64,
     c.capacity = 32, c.direct_every = 1, c.name = "direct-auto-C32-b64";
     add(c);
+  }
+  // 16-bit states (bf16, fp16), every kernel and path: recurrent in place / out of place, tiles and
+  // one warp; KVBuffer single kernel (cached-u and raw, bf16 and fp32 entries, C 1 / 4 / 16, K 64 and
+  // 128, pool fill counters and scheduler metadata, mixed direct rows); gdn_decode_direct; capacity 1
+  // through the recurrent kernels; the split path (forced, Auto, compacted kernel B).
+  for (StateType st : {StateType::BF16, StateType::FP16}) {
+    const std::string sp = std::string("state-") + state_type_name(st) + "-";
+    {
+      DecodeCase r;
+      r.state = st;
+      r.kernel = Kernel::RecurrentInPlace, r.name = sp + "recurrent-inplace-K128-b3";
+      add(r);
+      r.kernel = Kernel::RecurrentOutOfPlace, r.K = 64, r.name = sp + "recurrent-oop-K64-b3";
+      if (!quick) add(r);
+      r.rows_per_block = 8, r.K = 128, r.name = sp + "recurrent-warp-oop-K128-b3";
+      add(r);
+      r.kernel = Kernel::RecurrentInPlace, r.K = 64, r.gates = ref::GateRange::extreme(), r.name = sp + "recurrent-warp-inplace-K64-extreme-gates-b3";
+      if (!quick) add(r);
+      r.rows_per_block = 0, r.K = 128, r.gates = ref::GateRange::typical(), r.batch = 64, r.pad_rows = 3, r.recurrent_steps = 3;
+      r.name = sp + "recurrent-inplace-K128-b64";  // one warp by default at batch 64
+      if (!quick) add(r);
+      r.rows_per_block = 16, r.kernel = Kernel::RecurrentOutOfPlace, r.gates_in_kernel = true, r.name = sp + "recurrent-tiles16-oop-gates-in-kernel-b64";
+      if (!quick) add(r);
+    }
+    for (auto variant : {BufferVariant::CachedU, BufferVariant::Raw})
+      for (auto entry : {EntryType::BF16, EntryType::FP32}) {
+        const std::string tag = std::string(variant == BufferVariant::Raw ? "raw" : "cachedu") + "-" + entry_type_name(entry);
+        for (int C : {1, 4, 16}) {
+          DecodeCase c;
+          c.state = st, c.variant = variant, c.entry = entry, c.capacity = C, c.batch = 3;
+          c.name = sp + "kvbuffer-" + tag + "-C" + std::to_string(C) + "-b3";
+          if (!quick || (C == 4 && variant == BufferVariant::CachedU && entry == EntryType::BF16)) add(c);
+        }
+        DecodeCase c;
+        c.state = st, c.variant = variant, c.entry = entry, c.K = 64, c.capacity = 4, c.batch = 3;
+        c.name = sp + "kvbuffer-" + tag + "-K64-C4-b3";
+        if (!quick) add(c);
+      }
+    {
+      DecodeCase c;
+      c.state = st, c.capacity = 16, c.batch = 20, c.pad_rows = 2, c.direct_every = 3;
+      c.name = sp + "kvbuffer-cachedu-bf16-C16-b20-mixed-direct";
+      if (!quick) add(c);
+      c.row_metadata = true, c.variant = BufferVariant::Raw, c.capacity = 4, c.name = sp + "rowmeta-raw-C4-b20-mixed-direct";
+      if (!quick) add(c);
+      c.variant = BufferVariant::CachedU, c.capacity = 8, c.batch = 3, c.rows_per_block = 64, c.direct_every = 2, c.K = 64;
+      c.name = sp + "tile64-K64-rowmeta-C8-b3-mixed-direct";
+      if (!quick) add(c);
+    }
+    {
+      DecodeCase c;
+      c.state = st, c.kernel = Kernel::Direct, c.direct_every = 1, c.capacity = 16, c.batch = 3;
+      c.name = sp + "direct-cachedu-bf16-C16-b3";
+      add(c);
+      c.variant = BufferVariant::Raw, c.capacity = 4, c.name = sp + "direct-raw-bf16-C4-b3";
+      if (!quick) add(c);
+    }
+    {
+      DecodeCase c;
+      c.state = st, c.row_metadata = true, c.capacity = 1, c.cycles = 4;
+      c.batch = 3, c.direct_every = 2, c.name = sp + "capacity1-tiles-mixed-direct-b3";
+      if (!quick) add(c);
+      c.batch = 40, c.pad_rows = 3, c.direct_every = 3, c.name = sp + "capacity1-warp-mixed-direct-b40";
+      add(c);
+      c.K = 64, c.direct_every = 0, c.every_row_has_state = true, c.name = sp + "capacity1-every-row-stateful-warp-K64-b40";
+      if (!quick) add(c);
+      c.K = 128, c.every_row_has_state = false, c.kernel = Kernel::Direct, c.direct_every = 1, c.batch = 3, c.pad_rows = 1;
+      c.name = sp + "capacity1-direct-b3";
+      if (!quick) add(c);
+    }
+    for (auto entry : {EntryType::BF16, EntryType::FP32})
+      for (int C : {1, 4, 16, 64}) {
+        DecodeCase c;
+        c.state = st, c.row_metadata = true, c.path = DecodePath::Split, c.entry = entry, c.capacity = C, c.batch = 3;
+        c.direct_every = C == 16 ? 2 : 0;
+        c.name = sp + "split-" + entry_type_name(entry) + "-C" + std::to_string(C) + "-b3" + (c.direct_every ? "-mixed-direct" : "");
+        if (!quick || (C == 16 && entry == EntryType::BF16)) add(c);
+      }
+    {
+      DecodeCase c;
+      c.state = st, c.row_metadata = true, c.path = DecodePath::Split;
+      c.K = 64, c.capacity = 8, c.gates = ref::GateRange::extreme(), c.name = sp + "split-bf16-K64-C8-b3-extreme-gates";
+      if (!quick) add(c);
+      c.K = 128, c.gates = ref::GateRange::typical(), c.kernel = Kernel::Direct, c.direct_every = 1, c.capacity = 16;
+      c.name = sp + "split-direct-bf16-C16-b3";
+      if (!quick) add(c);
+      c.path = DecodePath::Auto, c.batch = 64, c.pad_rows = 2, c.direct_every = 5, c.capacity = 8;
+      c.name = sp + "auto-split-direct-bf16-C8-b64-mixed";
+      if (!quick) add(c);
+      c.kernel = Kernel::KVBuffer, c.capacity = 64, c.pad_rows = 1, c.direct_every = 0, c.name = sp + "auto-split-bf16-C64-b64";
+      if (!quick) add(c);
+      c.kernel = Kernel::Direct, c.path = DecodePath::Single, c.capacity = 8, c.direct_every = 3;
+      c.name = sp + "single-direct-bf16-C8-b64-mixed";
+      if (!quick) add(c);
+      c.path = DecodePath::Split, c.batch = 20, c.pad_rows = 3, c.direct_every = 2, c.split_row_groups = 3;
+      c.name = sp + "compact-direct-bf16-C8-b20-groups3-mixed";
+      if (!quick) add(c);
+      c.capacity = 16, c.entry = EntryType::FP32, c.K = 64, c.batch = 12, c.split_row_groups = 2;
+      c.name = sp + "compact-direct-fp32-K64-C16-b12-groups2-mixed";
+      if (!quick) add(c);
+    }
   }
   return cs;
 }

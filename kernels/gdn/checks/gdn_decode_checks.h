@@ -37,10 +37,13 @@ struct DecodeCase {
   // passes the split path's scratch.
   DecodePath path = DecodePath::Auto;
   int split_row_groups = 0;  // gdn_decode_direct's split state kernel: row groups (0 = one wave)
+  // The state pools' element type (every kernel: recurrent pools, S0 of the buffered kernels); the
+  // float64 reference rounds its state to it where the kernel writes one.
+  StateType state = StateType::FP32;
 };
 
 // The case as `field=value` (the fields that differ from DecodeCase's defaults, plus the kernel,
-// K, batch and, for buffered kernels, the buffer), for failure messages.
+// K, batch and, for buffered kernels, the buffer; the state type when not fp32), for failure messages.
 std::string describe(const DecodeCase& c);
 // gtest's printer for the case (ADL), instead of its bytes.
 void PrintTo(const DecodeCase& c, std::ostream* os);

@@ -50,12 +50,15 @@ TEST(GdnDecodeDispatch, RefusesUnsupportedShapes) {
   p.io.q = p.io.k = p.io.v = reinterpret_cast<const __nv_bfloat16*>(dummy);
   p.io.out = reinterpret_cast<__nv_bfloat16*>(dummy);
   p.io.g = p.io.beta = reinterpret_cast<const float*>(dummy);
-  p.state_in = p.state_out = reinterpret_cast<float*>(dummy);
+  p.state_in = p.state_out = dummy;
   EXPECT_THROW(gdn_decode_recurrent(p, 0), std::invalid_argument);
   p.io.K = p.io.V = 128;
   p.io.rows_per_block = 48;
   EXPECT_THROW(gdn_decode_recurrent(p, 0), std::invalid_argument);
   p.io.rows_per_block = 0;
+  p.state_type = static_cast<StateType>(7);  // no such state type
+  EXPECT_THROW(gdn_decode_recurrent(p, 0), std::invalid_argument);
+  p.state_type = StateType::FP32;
   p.io.batch = 65536;  // beyond the grid's z dimension
   EXPECT_THROW(gdn_decode_recurrent(p, 0), std::invalid_argument);
   p.io.batch = 1;
@@ -65,7 +68,7 @@ TEST(GdnDecodeDispatch, RefusesUnsupportedShapes) {
   GdnKVBufferParams b;
   b.io = p.io;
   b.io.beta = b.io.g;
-  b.state = reinterpret_cast<float*>(dummy);
+  b.state = dummy;
   b.buf_k = b.buf_val = dummy;
   b.buf_gcum = reinterpret_cast<float*>(dummy);
   b.fill = b.has_state = b.done_count = dummy;
@@ -93,6 +96,9 @@ TEST(GdnDecodeDispatch, RefusesUnsupportedShapes) {
   EXPECT_THROW(gdn_decode_direct(b, 0), std::invalid_argument);
   b.split_row_groups = 0, b.every_row_has_state = true;  // a promise direct mode cannot keep
   EXPECT_THROW(gdn_decode_direct(b, 0), std::invalid_argument);
+  b.every_row_has_state = false, b.state_type = static_cast<StateType>(7);  // no such state type
+  EXPECT_THROW(gdn_decode_kvbuffer(b, 0), std::invalid_argument);
+  EXPECT_THROW(gdn_decode_direct(b, 0), std::invalid_argument);
   cudaFree(dummy);
 }
 
@@ -104,7 +110,7 @@ TEST(GdnDecodeDispatch, DirectRowGroups) {
   p.io.batch = 64;
   p.io.H = 16, p.io.HV = 32, p.io.K = 128, p.io.V = 128;  // Qwen3-Next
   p.io.slot = dummy;
-  p.state = reinterpret_cast<float*>(dummy);
+  p.state = dummy;
   p.buf_k = p.buf_val = dummy;
   p.buf_gcum = reinterpret_cast<float*>(dummy);
   p.row_fill = p.row_has_state = dummy;
@@ -119,6 +125,12 @@ TEST(GdnDecodeDispatch, DirectRowGroups) {
   const int g = gdn_decode_direct_row_groups(p);
   EXPECT_GE(g, 1);
   EXPECT_LT(g, 512 / 12);
+  for (StateType st : {StateType::BF16, StateType::FP16}) {  // half the S0 tile: at least as many blocks per SM
+    p.state_type = st;
+    EXPECT_GE(gdn_decode_direct_row_groups(p), g);
+    EXPECT_LT(gdn_decode_direct_row_groups(p), 512 / 12);
+  }
+  p.state_type = StateType::FP32;
   p.io.batch = 8;  // the plain grid would run fewer than 12 waves: not compacted
   EXPECT_EQ(gdn_decode_direct_row_groups(p), 0);
   p.capacity = 1;  // the recurrent kernels
