@@ -27,6 +27,7 @@ struct CapacityOptions {
   int chunk = 16;
   std::string scheduler = "reserve";
   std::string variant = "cached-u";
+  std::string state_dtype = "fp32";
   std::string csv;
   bool measure = false;
   bool count_scratch = false;
@@ -68,9 +69,13 @@ int run_capacity(const CapacityOptions& o) {
           "--drafts T = {} exceeds buffer capacity --chunk C = {} (need T <= C)", T, o.chunk));
   const SchedulerPolicy scheduler = parse_scheduler(o.scheduler);
   const BufferVariant variant = parse_variant(o.variant);
+  const StateType state = parse_state_type_option(o.state_dtype);
 #ifndef KVBUF_WITH_CUDA
   if (o.measure) throw UsageError("kvbuf capacity --measure requires a CUDA build");
 #endif
+  if (o.measure && state != StateType::FP32)
+    throw UsageError("kvbuf capacity --measure runs the verify kernels, which keep an fp32 state so far: give "
+                     "--state-dtype fp32 (the model takes any)");
 
   std::unique_ptr<CsvWriter> csv;
   if (!o.csv.empty()) {
@@ -82,6 +87,7 @@ int run_capacity(const CapacityOptions& o) {
                                           "drafts",
                                           "chunk",
                                           "variant",
+                                          "state_dtype",
                                           "scheduler",
                                           "verify_scratch_counted",
                                           "context_tokens",
@@ -108,9 +114,9 @@ int run_capacity(const CapacityOptions& o) {
   }
 
   fmt::print(
-      "capacity: {:.1f} GiB GPU memory, context {} tokens, C = {}, {} buffer entries, scheduler {} "
+      "capacity: {:.1f} GiB GPU memory, context {} tokens, C = {}, {} buffer entries, {} states, scheduler {} "
       "({}), tp {}\n",
-      o.gpu_mem_gib, o.context, o.chunk, variant_name(variant), scheduler_name(scheduler),
+      o.gpu_mem_gib, o.context, o.chunk, variant_name(variant), state_type_name(state), scheduler_name(scheduler),
       scheduler == SchedulerPolicy::Reserve
           ? "full-attention KV of the whole context reserved per request"
           : "half the context's full-attention KV per request on average",
@@ -138,6 +144,7 @@ int run_capacity(const CapacityOptions& o) {
       in.drafts = T;
       in.chunk = o.chunk;
       in.variant = variant;
+      in.precision.state = state;
       in.scheduler = scheduler;
       in.count_verify_scratch = o.count_scratch;
       const CapacityResult r = capacity_model(in);
@@ -183,6 +190,7 @@ int run_capacity(const CapacityOptions& o) {
                   std::to_string(T),
                   std::to_string(o.chunk),
                   variant_name(variant),
+                  state_type_name(state),
                   scheduler_name(scheduler),
                   o.count_scratch ? "1" : "0",
                   std::to_string(o.context),
@@ -241,6 +249,8 @@ Command add_capacity_command(CLI::App& app) {
   c.app->add_option("--variant", o->variant, "GDN buffer variant")
       ->capture_default_str()
       ->check(CLI::IsMember({variant_name(BufferVariant::CachedU), variant_name(BufferVariant::Raw)}));
+  c.app->add_option("--state-dtype", o->state_dtype, "state element type: fp32, bf16 or fp16")
+      ->capture_default_str();
   c.app->add_option("--csv", o->csv, "also write the rows to this CSV file");
   c.app->add_flag("--count-scratch", o->count_scratch,
                   "count the T verify-scratch entries per request and layer our kernels allocate "

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/common/common.cuh"
+#include "kernels/common/state_type.cuh"
 
 namespace kvbuf {
 
@@ -17,26 +18,28 @@ __device__ __forceinline__ float hash_uniform(uint64_t i, uint64_t seed) {
   x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29, x *= 0x94D049BB133111EBull, x ^= x >> 32;
   return float(x >> 40) * (1.0f / 16777216.0f);  // [0, 1)
 }
-__global__ void fill_f32_kernel(float* dst, size_t n, uint64_t seed, float lo, float hi) {
+template <class E>
+__global__ void fill_kernel(E* dst, size_t n, uint64_t seed, float lo, float hi) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    dst[i] = lo + (hi - lo) * hash_uniform(i, seed);
-}
-__global__ void fill_bf16_kernel(__nv_bfloat16* dst, size_t n, uint64_t seed, float lo, float hi) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    dst[i] = __float2bfloat16_rn(lo + (hi - lo) * hash_uniform(i, seed));
+    dst[i] = from_f32<E>(lo + (hi - lo) * hash_uniform(i, seed));
 }
 unsigned grid_for(size_t n) { return unsigned(std::min<size_t>((n + 255) / 256, 132 * 32)); }
+template <class E>
+void fill(void* dst, size_t n, uint64_t seed, float lo, float hi, cudaStream_t s) {
+  if (!n) return;
+  fill_kernel<E><<<grid_for(n), 256, 0, s>>>(static_cast<E*>(dst), n, seed, lo, hi);
+  KVB_CUDA_CHECK_LAUNCH();
+}
 }  // namespace
 
 void fill_uniform_f32(float* dst, size_t n, uint64_t seed, float lo, float hi, cudaStream_t s) {
-  if (!n) return;
-  fill_f32_kernel<<<grid_for(n), 256, 0, s>>>(dst, n, seed, lo, hi);
-  KVB_CUDA_CHECK_LAUNCH();
+  fill<float>(dst, n, seed, lo, hi, s);
 }
 void fill_uniform_bf16(void* dst, size_t n, uint64_t seed, float lo, float hi, cudaStream_t s) {
-  if (!n) return;
-  fill_bf16_kernel<<<grid_for(n), 256, 0, s>>>(static_cast<__nv_bfloat16*>(dst), n, seed, lo, hi);
-  KVB_CUDA_CHECK_LAUNCH();
+  fill<__nv_bfloat16>(dst, n, seed, lo, hi, s);
+}
+void fill_uniform_state(void* dst, size_t n, StateType t, uint64_t seed, float lo, float hi, cudaStream_t s) {
+  dispatch_state_type("fill_uniform_state", t, [&](auto tag) { fill<typename decltype(tag)::type>(dst, n, seed, lo, hi, s); });
 }
 void fill_uniform(void* dst, size_t n, int elem_bytes, uint64_t seed, float lo, float hi, cudaStream_t s) {
   if (elem_bytes == 4)

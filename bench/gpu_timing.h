@@ -26,6 +26,8 @@ namespace kvbuf {
 // uniform in [lo, hi) as fp32 or bf16.
 void fill_uniform_f32(float* dst, size_t n, uint64_t seed, float lo, float hi, cudaStream_t s = 0);
 void fill_uniform_bf16(void* dst, size_t n, uint64_t seed, float lo, float hi, cudaStream_t s = 0);
+// A state pool's elements in its StateType (fp32, bf16 or fp16).
+void fill_uniform_state(void* dst, size_t n, StateType t, uint64_t seed, float lo, float hi, cudaStream_t s = 0);
 // fp32 or bf16 by element size (2 or 4 bytes).
 void fill_uniform(void* dst, size_t n, int elem_bytes, uint64_t seed, float lo, float hi, cudaStream_t s = 0);
 

@@ -1,4 +1,4 @@
-// The model catalog of issue 2: linear-attention layer shapes before tensor parallelism.
+// The model catalog: linear-attention layer shapes before tensor parallelism.
 // Mamba-2 maps groups -> key_heads, heads -> value_heads, d_state -> head_k, head_dim -> head_v.
 #include "sim/catalog.h"
 
@@ -40,6 +40,11 @@ ModelSpec mamba2(const char* name, int linear, int total, int attn_layers, int h
   m.attn_head_dim = 128;
   m.params_billion = params_billion;
   m.blocks = blocks;
+  return m;
+}
+
+ModelSpec with_engine_state(ModelSpec m, StateType t) {
+  m.engine_state = t;
   return m;
 }
 
@@ -102,8 +107,9 @@ BlockShapes nemotron_moe(int hidden, int layers, int experts, int top_k, int exp
 
 const std::vector<ModelSpec>& model_catalog() {
   static const std::vector<ModelSpec> catalog = {
-      gdn("qwen3-next-80b-a3b", 36, 48, 32, 16, 2, 80,
-          qwen_moe(2048, 151936, 48, 512, 10, 512, 512)),
+      with_engine_state(gdn("qwen3-next-80b-a3b", 36, 48, 32, 16, 2, 80,
+                            qwen_moe(2048, 151936, 48, 512, 10, 512, 512)),
+                        StateType::BF16),
       gdn("qwen3.5-0.8b", 18, 24, 16, 8, 2, 0.8, qwen_dense(1024, 3584, 24, true)),
       gdn("qwen3.5-2b", 18, 24, 16, 8, 2, 2, qwen_dense(2048, 6144, 24, true)),
       gdn("qwen3.5-4b", 24, 32, 32, 16, 4, 4, qwen_dense(2560, 9216, 32, true)),

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/state_type.h"
+
 namespace kvbuf {
 
 enum class LayerKind { GatedDeltaNet, Mamba2 };
@@ -65,6 +67,11 @@ struct ModelSpec {
   double params_billion = 0;  // total parameters, for weight memory (bf16 by default)
   int tp = 1;                 // tensor-parallel degree already applied to the heads
   BlockShapes blocks;         // never divided by tp (step_model divides the weights)
+  // The state dtype serving engines keep for this model by default: vLLM's mamba-ssm cache dtype
+  // defaults to the model dtype (bf16) for Qwen3-Next; Qwen3.5's configs ask for an fp32 state
+  // (mamba_ssm_dtype: float32); vLLM forces fp32 for Nemotron-H, the only dtype "known to have no
+  // accuracy issues".
+  StateType engine_state = StateType::FP32;
   int full_attn_layers() const { return attn_layers; }
   // bf16 K and V of every full-attention layer for one token of context, on one GPU.
   double attn_kv_bytes_per_token() const {

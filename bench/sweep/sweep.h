@@ -39,6 +39,7 @@ struct SweepArgs {
 // A decode point's measured latency (per layer per step) at its capacity C (0 = not buffered).
 struct DecodePoint {
   std::string kernel;
+  StateType state = StateType::FP32;
   int batch = 0, chunk = 0;
   double median_us = 0;
 };
@@ -53,7 +54,7 @@ void print_decode_summary(const SweepArgs& args, const std::vector<DecodePoint>&
 // set for a failure). direct_fill >= 0: every request stateless at that fill (a short context).
 // A steady-state measurement is appended to `points`.
 std::vector<std::string> decode_row(const SweepArgs& args, const SweepKernel& kernel, int batch, int chunk,
-                                    int direct_fill, std::vector<DecodePoint>& points, bool& failed);
+                                    int direct_fill, StateType state, std::vector<DecodePoint>& points, bool& failed);
 
 // The verify rows, point by point, into one CSV (verify_base_columns() of bench/sweep/sweep_grid.h); a
 // point that cannot run is a row whose note says why. For the verify-to-decode ratio of the summary
@@ -115,7 +116,7 @@ struct DecodeTiming {
   double bytes_per_layer_step = 0;  // whole batch, from sim/bytes_model.h
   int rows_per_block = 0, row_groups = 0;
 };
-bool time_decode_point(const SweepArgs& args, const SweepKernel& kernel, int batch, int chunk, DecodeTiming& out,
-                       std::string& why, int direct_fill = -1);
+bool time_decode_point(const SweepArgs& args, const SweepKernel& kernel, int batch, int chunk, StateType state,
+                       DecodeTiming& out, std::string& why, int direct_fill = -1);
 
 }  // namespace kvbuf

@@ -97,8 +97,9 @@ std::pair<float, float> pool_value_range(const std::string& tensor) {
 }
 
 // Bytes per layer per step for the whole batch, from sim/bytes_model.h.
-double step_bytes(const LayerShape& s, const SweepKernel& kd, int batch, int chunk, int direct_fill) {
-  const Precision p = precision_of(kd.entry);
+double step_bytes(const LayerShape& s, const SweepKernel& kd, int batch, int chunk, StateType state_type,
+                  int direct_fill) {
+  const Precision p = precision_of(kd.entry, state_type);
   StepBytes b;
   if (direct_fill >= 0)
     b = bytes_direct_at_fill(s, p, direct_fill);
@@ -115,8 +116,8 @@ double step_bytes(const LayerShape& s, const SweepKernel& kd, int batch, int chu
 
 }  // namespace
 
-bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int chunk, DecodeTiming& out,
-                       std::string& why, int direct_fill) {
+bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int chunk, StateType state_type,
+                       DecodeTiming& out, std::string& why, int direct_fill) {
   if (direct_fill >= 0 && !(kd.buffered && !kd.pool_fill && direct_fill <= chunk - 2))
     throw std::invalid_argument(fmt::format("decode sweep: a fixed fill {} needs a buffered kernel with scheduler "
                                             "metadata and C >= fill + 2, not {} at C {}",
@@ -124,7 +125,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
   const bool stateless = kd.direct || direct_fill >= 0;
   const LayerShape& s = a.model.layer;
   const int L = layers_of(a);
-  const PoolLayout layout{s, kd.buffered ? chunk : 0, kd.variant, precision_of(kd.entry)};
+  const PoolLayout layout{s, kd.buffered ? chunk : 0, kd.variant, precision_of(kd.entry, state_type)};
   const PoolPlan plan(decode_pools(layout, kd.out_of_place), size_t(batch), L);
   const size_t free_b = gpu_free_bytes();
   if (plan.total_bytes() + (size_t(1) << 30) > free_b) {
@@ -158,7 +159,11 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
     for (const PoolTensor& t : plan.tensors()) {
       if (t.metadata) continue;
       const auto [lo, hi] = pool_value_range(t.name);
-      fill_uniform(pools.at<void>(l, t.name), t.elems_per_slot * batch, t.elem_bytes, seed++, lo, hi);
+      const size_t n = t.elems_per_slot * batch;
+      if (t.name == "state" || t.name == "state_out")
+        fill_uniform_state(pools.at<void>(l, t.name), n, state_type, seed++, lo, hi);
+      else
+        fill_uniform(pools.at<void>(l, t.name), n, t.elem_bytes, seed++, lo, hi);
     }
   // The kernel launch of one layer, per family.
   std::function<void(int, cudaStream_t)> layer_step;
@@ -168,7 +173,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
       p.io = m2in[l]->io;
       p.capacity = chunk;
       p.path = kd.path;
-      p.state = pools.at<void>(l, "state");
+      p.state = pools.at<void>(l, "state"), p.state_type = state_type;
       if (!kd.buffered) return p;
       p.buf_k = pools.at<__nv_bfloat16>(l, "buf_k");
       p.buf_val = pools.at<__nv_bfloat16>(l, "buf_val");
@@ -208,7 +213,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
       p.io = gin[l]->io;
       p.variant = kd.variant, p.entry = kd.entry, p.capacity = chunk;
       p.path = kd.path, p.scratch = scratch.as<float>();
-      p.state = pools.at<void>(l, "state");
+      p.state = pools.at<void>(l, "state"), p.state_type = state_type;
       p.buf_k = pools.at<void>(l, "buf_k");
       p.buf_val = pools.at<void>(l, "buf_val");
       p.buf_gcum = pools.at<float>(l, "buf_gcum");
@@ -233,6 +238,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
         p.io = gin[l]->io;
         p.state_in = pools.at<void>(l, "state");
         p.state_out = kd.out_of_place ? pools.at<void>(l, "state_out") : pools.at<void>(l, "state");
+        p.state_type = state_type;
         gdn_decode_recurrent(p, st);
       };
     } else {
@@ -299,43 +305,49 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
     }
   }
   out.t = time_graph_steps(step, how);
-  out.bytes_per_layer_step = step_bytes(s, kd, batch, std::max(chunk, 1), direct_fill);
+  out.bytes_per_layer_step = step_bytes(s, kd, batch, std::max(chunk, 1), state_type, direct_fill);
   return true;
 }
 
 void print_decode_summary(const SweepArgs& a, const std::vector<DecodePoint>& rows) {
   const std::string baseline = a.model.layer.kind == LayerKind::Mamba2 ? "mamba2-recurrent" : "recurrent";
-  std::vector<int> batches;
-  std::vector<std::string> kernels;
-  std::map<std::pair<std::string, int>, const DecodePoint*> best;
-  for (const DecodePoint& r : rows) {
-    if (std::find(batches.begin(), batches.end(), r.batch) == batches.end()) batches.push_back(r.batch);
-    if (std::find(kernels.begin(), kernels.end(), r.kernel) == kernels.end()) kernels.push_back(r.kernel);
-    auto& b = best[{r.kernel, r.batch}];
-    if (!b || r.median_us < b->median_us) b = &r;
-  }
-  fmt::print("\nSummary: latency per layer (us, median) at the best chunk C [C], speedup vs recurrent (in place); "
-             "{} | commit {}\n",
-             a.gpu, a.commit);
-  fmt::print("{:>6}", "batch");
-  for (const auto& k : kernels) fmt::print(" {:>22}", k);
-  fmt::print("\n");
-  for (int b : batches) {
-    fmt::print("{:>6}", b);
-    const auto rec = best.find({baseline, b});
-    for (const auto& k : kernels) {
-      const auto it = best.find({k, b});
-      if (it == best.end()) {
-        fmt::print(" {:>22}", "-");
-        continue;
-      }
-      std::string cell = fmt::format("{:.2f}", it->second->median_us);
-      if (it->second->chunk > 0) cell += fmt::format(" [{}]", it->second->chunk);
-      if (rec != best.end() && k != baseline)
-        cell += fmt::format(" {:.2f}x", rec->second->median_us / it->second->median_us);
-      fmt::print(" {:>22}", cell);
+  std::vector<StateType> states;
+  for (const DecodePoint& r : rows)
+    if (std::find(states.begin(), states.end(), r.state) == states.end()) states.push_back(r.state);
+  for (StateType state : states) {  // one table per state dtype, each against its own recurrent
+    std::vector<int> batches;
+    std::vector<std::string> kernels;
+    std::map<std::pair<std::string, int>, const DecodePoint*> best;
+    for (const DecodePoint& r : rows) {
+      if (r.state != state) continue;
+      if (std::find(batches.begin(), batches.end(), r.batch) == batches.end()) batches.push_back(r.batch);
+      if (std::find(kernels.begin(), kernels.end(), r.kernel) == kernels.end()) kernels.push_back(r.kernel);
+      auto& b = best[{r.kernel, r.batch}];
+      if (!b || r.median_us < b->median_us) b = &r;
     }
+    fmt::print("\nSummary, {} states: latency per layer (us, median) at the best chunk C [C], speedup vs recurrent "
+               "(in place); {} | commit {}\n",
+               state_type_name(state), a.gpu, a.commit);
+    fmt::print("{:>6}", "batch");
+    for (const auto& k : kernels) fmt::print(" {:>22}", k);
     fmt::print("\n");
+    for (int b : batches) {
+      fmt::print("{:>6}", b);
+      const auto rec = best.find({baseline, b});
+      for (const auto& k : kernels) {
+        const auto it = best.find({k, b});
+        if (it == best.end()) {
+          fmt::print(" {:>22}", "-");
+          continue;
+        }
+        std::string cell = fmt::format("{:.2f}", it->second->median_us);
+        if (it->second->chunk > 0) cell += fmt::format(" [{}]", it->second->chunk);
+        if (rec != best.end() && k != baseline)
+          cell += fmt::format(" {:.2f}x", rec->second->median_us / it->second->median_us);
+        fmt::print(" {:>22}", cell);
+      }
+      fmt::print("\n");
+    }
   }
 }
 
@@ -351,7 +363,7 @@ void print_decode_header(const SweepArgs& a) {
 }
 
 std::vector<std::string> decode_row(const SweepArgs& a, const SweepKernel& kd, int batch, int chunk, int direct_fill,
-                                    std::vector<DecodePoint>& points, bool& failed) {
+                                    StateType state_type, std::vector<DecodePoint>& points, bool& failed) {
   const int L = layers_of(a);
   failed = false;
   const std::string variant = kd.buffered ? variant_name(kd.variant) : "none";
@@ -367,25 +379,26 @@ std::vector<std::string> decode_row(const SweepArgs& a, const SweepKernel& kd, i
   DecodeTiming d;
   std::string why;
   try {
-    if (!time_decode_point(a, kd, batch, chunk, d, why, direct_fill)) {
-      fmt::print("skip {} batch {} chunk {}: {}\n", kd.name, batch, chunk, why);
+    if (!time_decode_point(a, kd, batch, chunk, state_type, d, why, direct_fill)) {
+      fmt::print("skip {} batch {} chunk {} state {}: {}\n", kd.name, batch, chunk, state_type_name(state_type), why);
       return row(std::vector<std::string>(12), "skipped: " + why);
     }
   } catch (const std::invalid_argument&) {
     throw;
   } catch (const std::exception& e) {
     failed = true;
-    fmt::print("FAILED {} batch {} chunk {}: {}\n", kd.name, batch, chunk, e.what());
+    fmt::print("FAILED {} batch {} chunk {} state {}: {}\n", kd.name, batch, chunk, state_type_name(state_type), e.what());
     cudaGetLastError();
     return row(std::vector<std::string>(12), std::string("failed: ") + e.what());
   }
   const TimingStats& t = d.t;
   const double gbps = d.bytes_per_layer_step / (t.median_us * 1e-6) / 1e9;
-  fmt::print("{:<14} batch {:>4} chunk {:>3}{}: {:9.2f} us/layer (min {:.2f}, max {:.2f}, {} samples)  {:7.0f} GB/s  "
+  fmt::print("{:<14} {} batch {:>4} chunk {:>3}{}: {:9.2f} us/layer (min {:.2f}, max {:.2f}, {} samples)  {:7.0f} GB/s  "
              "{:5.1f}% of copy\n",
-             kd.name, batch, chunk, direct_fill >= 0 ? fmt::format(" fill {:>2}", direct_fill) : "", t.median_us,
+             kd.name, state_type_name(state_type), batch, chunk,
+             direct_fill >= 0 ? fmt::format(" fill {:>2}", direct_fill) : "", t.median_us,
              t.min_us, t.max_us, t.samples, gbps, 100 * gbps / a.copy_gbps);
-  if (direct_fill < 0) points.push_back({kd.name, batch, chunk, t.median_us});
+  if (direct_fill < 0) points.push_back({kd.name, state_type, batch, chunk, t.median_us});
   return row({std::to_string(d.rows_per_block), std::to_string(d.row_groups), fmt_g(t.median_us), fmt_g(t.min_us),
               fmt_g(t.max_us), std::to_string(t.samples), fmt_g(d.bytes_per_layer_step), fmt_g(gbps),
               fmt_g(gbps / a.copy_gbps), fmt_g(a.copy_gbps), t.telemetry.clock_mhz(), t.telemetry.power_w()},

@@ -84,6 +84,7 @@ std::string SweepPoint::label() const {
   else
     s += fmt::format(" T {} a {}", drafts, fmt_g(acceptance));
   if (entry_dtype != "none") s += " entry " + entry_dtype;
+  s += " state " + state_dtype;
   s += " [" + mode + "]";
   if (!note.empty()) s += " -- " + note;
   return s;
@@ -103,8 +104,13 @@ std::vector<SweepPoint> expand_grid(const SweepAxes& x) {
     require(t >= 1 && t <= kSweepMaxDrafts, fmt::format("--drafts: {} is not in 1..{}", t, kSweepMaxDrafts));
   for (double a : x.acceptances) require(a >= 0 && a <= 1, fmt::format("--acceptance: {} is not in [0, 1]", a));
   for (int tp : x.tps) require(tp >= 1, fmt::format("--tp: must be a positive integer, got {}", tp));
-  for (const std::string& d : x.state_dtypes)
-    require(d == "fp32", "--state-dtype: " + d + " state is not implemented by the kernels; fp32 only");
+  for (const std::string& d : x.state_dtypes) {
+    try {
+      parse_state_type(d);
+    } catch (const std::invalid_argument& e) {
+      require(false, std::string("--state-dtype: ") + e.what());
+    }
+  }
   std::vector<EntryType> entries;
   for (const std::string& d : x.entry_dtypes) entries.push_back(parse_entry_dtype(d));
 
@@ -171,6 +177,8 @@ std::vector<SweepPoint> expand_grid(const SweepAxes& x) {
           p.kernel = r.kernel, p.batch = batch, p.chunk = r.kernel->buffered ? chunk : 0;
           p.entry_dtype = r.entry;
           if (p.note.empty()) p.note = r.note;
+          if (p.note.empty() && parse_state_type(state_dtype) != StateType::FP32 && !r.kernel->any_state_type)
+            p.note = fmt::format("{} keeps an fp32 state: no {} state kernel yet", r.kernel->name, state_dtype);
           return p;
         };
         for (int batch : x.batches)

@@ -52,7 +52,7 @@ struct ModelGroup {
 };
 
 std::string measurement_key(const SweepPoint& p) {
-  return fmt::format("{}|{}|{}|{}|{}", p.kernel->name, p.batch, p.chunk, p.mode, p.direct_fill);
+  return fmt::format("{}|{}|{}|{}|{}|{}", p.kernel->name, p.batch, p.chunk, p.mode, p.direct_fill, p.state_dtype);
 }
 
 }  // namespace
@@ -122,7 +122,8 @@ int run_sweep_on_gpu(const std::vector<SweepPoint>& points, const SweepSettings&
       auto it = g.decode_rows.find(key);
       if (it == g.decode_rows.end()) {
         bool point_failed = false;
-        auto row = decode_row(g.args, *p.kernel, p.batch, p.chunk, p.direct_fill, g.decode_points, point_failed);
+        auto row = decode_row(g.args, *p.kernel, p.batch, p.chunk, p.direct_fill, parse_state_type(p.state_dtype),
+                              g.decode_points, point_failed);
         failed += point_failed;
         it = g.decode_rows.emplace(key, std::move(row)).first;
       }

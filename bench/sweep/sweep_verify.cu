@@ -155,7 +155,7 @@ class VerifySweep {
     for (int T : a.drafts)
       if (T < 1 || T > kGdnVerifyMaxTokens) throw std::invalid_argument("verify sweep: T must be in 1..8, got " + std::to_string(T));
     for (const DecodePoint& d : decode_points)
-      if (d.kernel == decode_kernel()) decode_[d.batch].push_back({d.chunk, d.median_us});
+      if (d.kernel == decode_kernel() && d.state == StateType::FP32) decode_[d.batch].push_back({d.chunk, d.median_us});
   }
 
   // One point: a classic method (C = 0) or a KVBuffer method at C >= T. Returns false on a failure.

@@ -69,6 +69,9 @@ TEST(KvbufCli, ModelsListsTheCatalog) {
   ASSERT_EQ(r.status, 0) << r.err;
   for (const char* name : {"qwen3-next-80b-a3b", "qwen3.5-397b-a17b", "nemotron-3-super-120b-a12b"})
     EXPECT_NE(r.out.find(name), std::string::npos) << name;
+  const size_t next = r.out.find("qwen3-next-80b-a3b");
+  const std::string next_line = r.out.substr(next, r.out.find('\n', next) - next);
+  EXPECT_NE(next_line.rfind("bf16"), std::string::npos) << next_line;  // its engine state dtype
 }
 
 TEST(KvbufCli, BytesTableAndCsv) {
@@ -144,6 +147,23 @@ TEST(KvbufCli, CapacityModelled) {
   const CliRun one = kvbuf("capacity --model qwen3-next-80b-a3b --tp 2 --drafts 4 --chunk 16");
   ASSERT_EQ(one.status, 0) << one.err;
   EXPECT_NE(one.out.find("4.576x"), std::string::npos) << one.out;
+  // A 16-bit state halves the states, not the entries: KVBuffer's advantage shrinks.
+  const fs::path csv16 = scratch_dir("capacity") / "capacity_bf16.csv";
+  const CliRun bf16 = kvbuf("capacity --model qwen3-next-80b-a3b --tp 2 --drafts 4 --chunk 16 --state-dtype bf16 --csv " +
+                            csv16.string());
+  ASSERT_EQ(bf16.status, 0) << bf16.err;
+  EXPECT_NE(bf16.out.find("bf16 states"), std::string::npos) << bf16.out;
+  std::ifstream in16(csv16);
+  std::string header, row;
+  std::getline(in16, header);
+  std::getline(in16, row);
+  EXPECT_NE(header.find(",variant,state_dtype,scheduler,"), std::string::npos) << header;
+  EXPECT_NE(row.find(",cached-u,bf16,reserve,"), std::string::npos) << row;
+  const size_t x = bf16.out.find("x |");
+  ASSERT_NE(x, std::string::npos) << bf16.out;
+  const double ratio = std::stod(bf16.out.substr(bf16.out.rfind(' ', x) + 1));
+  EXPECT_GT(ratio, 3.0);
+  EXPECT_LT(ratio, 4.576);
 }
 
 TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
@@ -188,6 +208,7 @@ TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
   expect_usage_error("capacity " + q + "--gpu-mem-gib inf", "--gpu-mem-gib: must be a positive finite number, got inf");
   expect_usage_error("capacity " + q + "--weights-gib -1", "--weights-gib: Value -1 not in range");
   expect_usage_error("capacity " + q + "--scheduler fifo", "--scheduler: fifo not in {reserve,mean}");
+  expect_usage_error("capacity " + q + "--state-dtype fp8", "--state-dtype: unknown state dtype 'fp8'");
   expect_usage_error("capacity --model all --tp 16", "not divisible by --tp 16");
   expect_usage_error("capacity --model nope", "unknown model");
   expect_usage_error("capacity " + q + "--csv /nonexistent-dir/c.csv", "cannot write");
@@ -237,7 +258,7 @@ TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
   expect_usage_error("sweep --model qwen3-next-80b-a3b,nope --dry-run", "--model: nope not in");
   expect_usage_error("sweep --context 0,-4 --dry-run", "--context: must be a non-negative integer, got -4");
   expect_usage_error("sweep --tp 0 --dry-run", "--tp: must be a positive integer, got 0");
-  expect_usage_error("sweep --state-dtype fp32,bf16 --dry-run", "bf16 state is not implemented by the kernels");
+  expect_usage_error("sweep --state-dtype fp32,fp8 --dry-run", "--state-dtype: fp8 not in");
   expect_usage_error("sweep --entry-dtype fp8 --dry-run", "--entry-dtype: fp8 not in");
   expect_usage_error("sweep --shard 2/2 --dry-run", "--shard: part 2 of 2 does not exist");
   expect_usage_error("sweep --shard half --dry-run", "--shard: expected i/n");
@@ -262,13 +283,13 @@ TEST(KvbufCliSweep, DryRunListsTheGrid) {
   EXPECT_NE(r.out.find("36 points (36 decode, 0 verify; 20 with a note"), std::string::npos) << r.out;
   const auto points = dry_run_points(r);
   ASSERT_EQ(points.size(), 36u);
-  EXPECT_EQ(points[0], "qwen3-next-80b-a3b tp 1 recurrent batch 1 C 0 context 0 [recurrent]");
+  EXPECT_EQ(points[0], "qwen3-next-80b-a3b tp 1 recurrent batch 1 C 0 context 0 state fp32 [recurrent]");
   auto has = [&](const std::string& line) {
     return std::find(points.begin(), points.end(), line) != points.end();
   };
-  EXPECT_TRUE(has("qwen3-next-80b-a3b tp 1 kvbuffer batch 8 C 4 context 2 entry bf16 [direct]"));
-  EXPECT_TRUE(has("qwen3-next-80b-a3b tp 1 kvbuffer batch 8 C 4 context 8 entry bf16 [buffered]"));
-  EXPECT_TRUE(has("qwen3-next-80b-a3b tp 1 direct batch 8 C 4 context 8 entry bf16 [direct] -- context 8 does not "
+  EXPECT_TRUE(has("qwen3-next-80b-a3b tp 1 kvbuffer batch 8 C 4 context 2 entry bf16 state fp32 [direct]"));
+  EXPECT_TRUE(has("qwen3-next-80b-a3b tp 1 kvbuffer batch 8 C 4 context 8 entry bf16 state fp32 [buffered]"));
+  EXPECT_TRUE(has("qwen3-next-80b-a3b tp 1 direct batch 8 C 4 context 8 entry bf16 state fp32 [direct] -- context 8 does not "
                   "fit a direct-mode buffer of C = 4 (needs C >= 10)"));
   for (const std::string& p : points)
     if (p.find(" tp 3 ") != std::string::npos) EXPECT_NE(p.find("-- tp 3: "), std::string::npos) << p;

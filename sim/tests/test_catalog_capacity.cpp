@@ -49,6 +49,15 @@ TEST(Catalog, ShapesFromTheIssue) {
   EXPECT_DOUBLE_EQ(q.attn_kv_bytes_per_token(), 12.0 * 2 * 2 * 256 * 2);
 }
 
+// The state dtype engines keep by default: Qwen3-Next's model dtype in vLLM, fp32 for Qwen3.5 (its
+// configs' mamba_ssm_dtype) and Nemotron-3 (vLLM forces it).
+TEST(Catalog, EngineStateDtypes) {
+  for (const ModelSpec& m : model_catalog()) {
+    const StateType want = m.name == "qwen3-next-80b-a3b" ? StateType::BF16 : StateType::FP32;
+    EXPECT_EQ(m.engine_state, want) << m.name;
+  }
+}
+
 TEST(Catalog, UnknownModelListsTheKnownOnes) {
   try {
     find_model("gpt-5");

@@ -129,6 +129,29 @@ TEST(SweepGrid, EntryDtypeAxisUsesTheTableTwin) {
   EXPECT_EQ(seen.at("recurrent/none"), "");
 }
 
+// The state dtype axis: every decode kernel runs each type; a verify kernel's 16-bit points are
+// rows that say it keeps an fp32 state; the memory columns follow the type.
+TEST(SweepGrid, StateDtypeAxis) {
+  SweepAxes a = small_axes();
+  a.kernels = {"recurrent", "kvbuffer", "direct", "verify-classic", "verify-kvbuffer"};
+  a.contexts = {0};
+  a.batches = {8};
+  a.chunks = {8};
+  a.drafts = {4};
+  a.state_dtypes = {"fp32", "bf16", "fp16"};
+  const auto ps = expand_grid(a);
+  ASSERT_EQ(ps.size(), 15u);
+  std::map<std::string, std::string> bytes;  // kernel/state -> request_state_bytes
+  for (const SweepPoint& p : ps) {
+    const bool runs = p.decode() || p.state_dtype == "fp32";
+    EXPECT_EQ(p.note.empty(), runs) << p.label() << ": " << p.note;
+    if (!runs) EXPECT_NE(p.note.find("keeps an fp32 state"), std::string::npos) << p.note;
+    if (p.decode()) bytes[p.kernel->name + "/" + p.state_dtype] = point_columns(p, "", "").at("request_state_bytes");
+  }
+  EXPECT_EQ(std::stod(bytes.at("recurrent/fp32")), 2 * std::stod(bytes.at("recurrent/bf16")));
+  EXPECT_EQ(bytes.at("recurrent/bf16"), bytes.at("recurrent/fp16"));
+}
+
 TEST(SweepGrid, BadAxisValuesAreRefused) {
   auto refused = [](auto edit, const std::string& part) {
     SweepAxes a = small_axes();
@@ -140,7 +163,7 @@ TEST(SweepGrid, BadAxisValuesAreRefused) {
       EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
     }
   };
-  refused([](SweepAxes& a) { a.state_dtypes = {"bf16"}; }, "bf16 state is not implemented");
+  refused([](SweepAxes& a) { a.state_dtypes = {"fp8"}; }, "unknown state dtype 'fp8'");
   refused([](SweepAxes& a) { a.chunks = {65}; }, "--chunk: 65");
   refused([](SweepAxes& a) { a.batches = {0}; }, "--batch");
   refused([](SweepAxes& a) { a.drafts = {9}; }, "--drafts: 9");
