@@ -1,6 +1,10 @@
 #include "kernels/common/checks/check_common.h"
 
+#include <cuda_fp16.h>
+
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <numeric>
 #include <sstream>
 
@@ -84,6 +88,37 @@ DecodeSchedule decode_schedule(int batch, int rows, int slots, bool recurrent, i
     s.total_steps = std::max(s.total_steps, s.start[r] + s.own_steps[r]);
   }
   return s;
+}
+
+void encode_state(StateType t, float v, unsigned char* dst) {
+  switch (t) {
+    case StateType::FP32: std::memcpy(dst, &v, 4); return;
+    case StateType::BF16: {
+      const uint16_t b = ref::float_to_bf16_bits(v);
+      std::memcpy(dst, &b, 2);
+      return;
+    }
+    case StateType::FP16: {
+      const uint16_t b = __half_as_ushort(__float2half_rn(v));
+      std::memcpy(dst, &b, 2);
+      return;
+    }
+  }
+}
+
+double decode_state(StateType t, const unsigned char* src) {
+  if (t == StateType::FP32) {
+    float v;
+    std::memcpy(&v, src, 4);
+    return v;
+  }
+  uint16_t b;
+  std::memcpy(&b, src, 2);
+  return t == StateType::BF16 ? double(ref::bf16_bits_to_float(b)) : double(__half2float(__ushort_as_half(b)));
+}
+
+double state_unit(StateType t) {
+  return t == StateType::BF16 ? std::ldexp(1.0, -8) : t == StateType::FP16 ? std::ldexp(1.0, -11) : 0.0;
 }
 
 }  // namespace kvbuf::checks

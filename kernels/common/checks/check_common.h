@@ -10,6 +10,7 @@
 
 #include "kernels/common/decode_path.h"
 #include "reference/random_inputs.h"
+#include "sim/state_type.h"
 
 namespace kvbuf::checks {
 
@@ -68,6 +69,14 @@ struct DecodeSchedule {
 };
 DecodeSchedule decode_schedule(int batch, int rows, int slots, bool recurrent, int C, int cycles, int recurrent_steps,
                                int direct_every, std::mt19937_64& rng);
+
+// A state element of type t on the host: its bytes at dst from a value already representable in t
+// (ref::round_to_state), and its value from its bytes. u_t, the unit roundoff the checks' 16-bit
+// tolerances are written in: 2^-8 for bf16 (8 significant bits), 2^-11 for fp16, 0 for fp32 (whose
+// error the fp32 tolerances already hold).
+void encode_state(StateType t, float v, unsigned char* dst);
+double decode_state(StateType t, const unsigned char* src);
+double state_unit(StateType t);
 
 // A case result's line: "PASS|FAIL name: details -- message" (no " -- message" without one).
 std::string result_line(bool passed, const std::string& name, const std::string& details,

@@ -122,35 +122,12 @@ float bf16_to_float(__nv_bfloat16 b) {
   return ref::bf16_bits_to_float(bits);
 }
 // State pool elements in type t (values already representable in t: rounded by ref::round_to_state)
-// as bytes, and back to float.
+// as bytes.
 std::vector<uint8_t> to_state_bytes(const std::vector<float>& x, StateType t) {
   const size_t sz = size_t(state_type_bytes(t));
   std::vector<uint8_t> r(x.size() * sz);
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (t == StateType::FP32) {
-      std::memcpy(&r[i * 4], &x[i], 4);
-    } else if (t == StateType::BF16) {
-      const uint16_t bits = ref::float_to_bf16_bits(x[i]);
-      std::memcpy(&r[i * 2], &bits, 2);
-    } else {
-      const __half h = __float2half_rn(x[i]);
-      std::memcpy(&r[i * 2], &h, 2);
-    }
-  }
+  for (size_t i = 0; i < x.size(); ++i) checks::encode_state(t, x[i], &r[i * sz]);
   return r;
-}
-float state_elem(const uint8_t* p, size_t i, StateType t) {
-  if (t == StateType::FP32) {
-    float f;
-    std::memcpy(&f, p + i * 4, 4);
-    return f;
-  }
-  uint16_t bits;
-  std::memcpy(&bits, p + i * 2, 2);
-  if (t == StateType::BF16) return ref::bf16_bits_to_float(bits);
-  __half h;
-  std::memcpy(&h, &bits, 2);
-  return __half2float(h);
 }
 }  // namespace
 
@@ -159,7 +136,7 @@ CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
   const bool recurrent = cs.kernel == Kernel::RecurrentInPlace || cs.kernel == Kernel::RecurrentOutOfPlace;
   const bool bf16_entries = !recurrent && cs.entry == EntryType::BF16;
   // 16-bit states (header): us, and where the reference rounds its state.
-  const double us = cs.state == StateType::BF16 ? std::ldexp(1.0, -8) : cs.state == StateType::FP16 ? std::ldexp(1.0, -11) : 0.0;
+  const double us = checks::state_unit(cs.state);
   const ref::StateStore store = cs.state == StateType::FP32 ? ref::StateStore{} : ref::StateStore{cs.state};
   res.tol_out = bf16_entries ? 5 * std::ldexp(1.0, -8) + 8 * us : std::ldexp(1.0, -8) + 1e-4 + 2 * us;
   res.tol_state = bf16_entries ? 4 * std::ldexp(1.0, -8) + 8 * us : 1e-4 + 2 * us;
@@ -370,7 +347,7 @@ CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
           for (int vv = 0; vv < V; ++vv)
             for (int kk = 0; kk < K; ++kk) {
               const double ref_x = ref_state[r][h](kk, vv);
-              const double d = double(state_elem(state_host.data(), h * head_elems + size_t(vv) * K + kk, cs.state)) - ref_x;
+              const double d = checks::decode_state(cs.state, state_host.data() + (h * head_elems + size_t(vv) * K + kk) * state_type_bytes(cs.state)) - ref_x;
               sn += d * d, sd += ref_x * ref_x;
             }
         const double serr = std::sqrt(sn) / std::max(std::sqrt(sd), 1e-30);

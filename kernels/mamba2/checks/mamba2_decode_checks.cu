@@ -121,34 +121,7 @@ RequestTokens make_request_tokens(const ref::Mamba2Dims& d, int steps, const std
   return r;
 }
 
-// A state element of type t (its value exactly) into its bytes at dst, and back.
-void encode_state(StateType t, float v, unsigned char* dst) {
-  switch (t) {
-    case StateType::FP32: std::memcpy(dst, &v, 4); return;
-    case StateType::BF16: {
-      const uint16_t b = ref::float_to_bf16_bits(v);
-      std::memcpy(dst, &b, 2);
-      return;
-    }
-    case StateType::FP16: {
-      const uint16_t b = __half_as_ushort(__float2half_rn(v));
-      std::memcpy(dst, &b, 2);
-      return;
-    }
-  }
-}
-double decode_state(StateType t, const unsigned char* src) {
-  if (t == StateType::FP32) {
-    float v;
-    std::memcpy(&v, src, 4);
-    return v;
-  }
-  uint16_t b;
-  std::memcpy(&b, src, 2);
-  return t == StateType::BF16 ? double(ref::bf16_bits_to_float(b)) : double(__half2float(__ushort_as_half(b)));
-}
-// u_t and floor_t of the header comment (0 for fp32).
-double state_unit(StateType t) { return t == StateType::BF16 ? std::ldexp(1.0, -8) : t == StateType::FP16 ? std::ldexp(1.0, -11) : 0.0; }
+// floor_t of the header comment (0 for fp32).
 double state_floor(StateType t) { return t == StateType::BF16 ? std::ldexp(1.0, -133) : t == StateType::FP16 ? std::ldexp(1.0, -24) : 0.0; }
 
 // Reference state of one head, [P, N] rows of the serving layout.
@@ -214,7 +187,7 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
   const StateType stype = cs.state;
   const bool state16 = stype != StateType::FP32;
   const size_t sbytes = size_t(state_type_bytes(stype));
-  const double u_t = state_unit(stype), floor_t = state_floor(stype);
+  const double u_t = checks::state_unit(stype), floor_t = state_floor(stype);
   // 16-bit buffered kernels: the reference is the Mamba2KVBuffer model rounding S0 at its folds
   // (per request, below); otherwise the recurrent reference (rounding after every token at 16 bits).
   const bool model_ref = state16 && !recurrent;
@@ -269,7 +242,7 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
                            : std::make_unique<ref::Mamba2KVBuffer<double>>(dims, C, ref_state[r], store);
   // The pool's bytes in the state type (pool_bytes: what the device holds after the last check).
   std::vector<unsigned char> pool_bytes(pool_host.size() * sbytes);
-  for (size_t i = 0; i < pool_host.size(); ++i) encode_state(stype, pool_host[i], pool_bytes.data() + i * sbytes);
+  for (size_t i = 0; i < pool_host.size(); ++i) checks::encode_state(stype, pool_host[i], pool_bytes.data() + i * sbytes);
   DeviceBuffer pool(pool_bytes.size());
   pool.upload(pool_bytes);
 
@@ -418,7 +391,7 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
         for (int p = 0; p < P; ++p)
           for (int n = 0; n < N; ++n) {
             const double want = state_at(s_ref, h, p, n), s_abs = state_at(abs_state[r], h, p, n);
-            const double err = std::abs(decode_state(stype, s + (h * head_elems + size_t(p) * N + n) * sbytes) - want);
+            const double err = std::abs(checks::decode_state(stype, s + (h * head_elems + size_t(p) * N + n) * sbytes) - want);
             const double tol = gamma[r] * s_abs + 2 * u_t * (std::abs(want) + s_abs) + 2 * floor_t;
             worst = std::max(worst, std::isnan(err) ? INFINITY : err / std::max(tol, std::numeric_limits<double>::min()));
           }
