@@ -97,6 +97,8 @@ class Inputs:
             return loader(p), p
 
         self.decode, self.decode_path = load(args.decode, f"decode_{gpu}.csv", load_decode)
+        # The decode kernels with 16-bit states (kvbuf sweep --state-dtype bf16,fp16), beside fp32.
+        self.decode16, self.decode16_path = load(args.decode16, f"decode16_{gpu}.csv", load_decode)
         self.verify, self.verify_path = load(args.verify, f"verify_{gpu}.csv", load_verify)
         # The short-context sweep (kvbuf sweep --context ...), where it ran apart from the decode sweep.
         self.context, self.context_path = load(args.context, f"context_{gpu}.csv", load_decode)
@@ -327,6 +329,14 @@ def fig_decode_latency(inputs, fam):
         pts = sorted((r["batch"], r["latency_us_median"]) for r in rows
                      if r["kernel"] == fam.direct and r["chunk"] == direct_chunk)
         ax.plot(*zip(*pts), "v-", ms=4, label=f"direct mode, C={direct_chunk} (stateless, context < {direct_chunk})")
+    rows16 = [r for r in inputs.decode16 or [] if fam.owns(r["kernel"]) and r.get("state_dtype") == "bf16"
+              and not r.get("context_tokens")]
+    by16 = best_by(rows16, lambda r: (r["kernel"], r["batch"]))
+    for kernel, label, style in ((fam.recurrent, "recurrent (in place), bf16 state", "o:"),
+                                 (fam.kvbuffer, "KVBuffer at its best C, bf16 state", "D:")):
+        pts = sorted((b, r["latency_us_median"]) for (k, b), r in by16.items() if k == kernel)
+        if pts:
+            ax.plot(*zip(*pts), style, ms=3, alpha=0.8, label=label)
     by_public = defaultdict(list)
     for label, b, lat, _ in public:
         by_public[label].append((b, lat))
@@ -348,7 +358,10 @@ def fig_decode_latency(inputs, fam):
         print(f"decode_latency_{fam.name}: no measured {fam.title} rows in {inputs.decode_path}; "
               "drawn with the public numbers only, marked 'no measurement'")
     legend(ax)
-    caption(fig, provenance(("kvbuf", inputs.decode_path, rows), public_source) +
+    sources = [("kvbuf", inputs.decode_path, rows), public_source]
+    if rows16:
+        sources.append(("kvbuf, bf16 states", inputs.decode16_path, rows16))
+    caption(fig, provenance(*sources) +
             (". Roofline = modelled bytes (sim/bytes_model.h) / the copy bandwidth measured in the same run." if rows else
              ". No kvbuf rows: no roofline (it needs the copy bandwidth measured in the sweep)."))
     return fig
@@ -798,7 +811,7 @@ def parse_args(argv):
     ap.add_argument("--kvbuf", help="the kvbuf binary, for the modelled lines (kvbuf bytes, kvbuf capacity)")
     ap.add_argument("--only", help=f"comma-separated figure names: {', '.join(FIGURES)}")
     ap.add_argument("--formats", default="png,svg", help="comma-separated: png, svg")
-    for name in ("decode", "verify", "context", "fla", "public-mamba2", "ncu"):
+    for name in ("decode", "decode16", "verify", "context", "fla", "public-mamba2", "ncu"):
         ap.add_argument(f"--{name}", help=f"the {name} CSV instead of the default in --results")
     ap.add_argument("--capacity", help="comma-separated capacity CSVs instead of RESULTS/capacity_GPU*.csv")
     try:

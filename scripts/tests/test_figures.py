@@ -153,6 +153,13 @@ class Figures(unittest.TestCase):
         has_context = any((row.get("context_tokens") or "0") != "0" for row in decode_rows)
         if has_context or os.path.isfile(os.path.join(RESULTS, "context_h200.csv")):
             self.assertNotIn("no context_tokens rows", r.stdout)
+        # The 16-bit state rows, where measured, stand beside the fp32 ones, named in the caption.
+        if os.path.isfile(os.path.join(RESULTS, "decode16_h200.csv")):
+            for fam in ("gdn", "mamba2"):
+                with open(os.path.join(self.out, f"decode_latency_{fam}.svg")) as f:
+                    svg = f.read().replace("\n", "")
+                self.assertIn("KVBuffer at its best C, bf16 state", svg)
+                self.assertIn("decode16_h200.csv", svg)
 
     def test_synthetic_results_draw_every_figure(self):
         synthetic_results(self.tmp.name)
