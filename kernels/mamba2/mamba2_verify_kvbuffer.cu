@@ -50,8 +50,8 @@
 // fill, buffered entries and first S0 rows before it waits, and a first-wave block of folding
 // chains folds its first head then: a layer's first wave of blocks starts while the previous
 // layer's last blocks run, and only the window's inputs wait for that layer.
-// A 16-bit state: the S0 tiles and stages hold S (half the bytes per copy, the skew in S's elements:
-// kernels read 8 elements per lane and half warp, see tile_skew), every product and sum is fp32
+// A 16-bit state: the S0 tiles and stages hold S (half the bytes per copy; the skew in S's elements,
+// s0_product reading 8 of them per lane in one 16-byte load: tile_skew), every product and sum is fp32
 // (s0_product widens S exactly to fp32 before its hi + lo split), and a fold rounds each element
 // to nearest once: the value written to the pool is the one written back to the tile, so the
 // outputs after a fold read the rounded S0, as a later verify would (the reference's StateStore).
