@@ -439,21 +439,41 @@ bool mamba2_decode_direct(const Mamba2Tokens<T>& x, int capacity, Mamba2State<T>
 
 template <class T>
 void mamba2_verify_classic_window(const Mamba2Tokens<T>& window, int accept, Mamba2State<T>& state,
-                                  std::vector<T>& y, std::vector<Mamba2State<T>>& states) {
+                                  std::vector<T>& y, std::vector<Mamba2State<T>>& states, StateStore store) {
   mamba2_validate(window);
-  validate_state(window.dims, state);
   if (window.steps < 1) fail("verify needs at least one token");
   if (accept < 0 || accept > window.steps)
     fail("accepted length " + str(accept) + " outside 0.." + str(window.steps));
+  std::vector<int> chain(size_t(window.steps));
+  for (int t = 0; t < window.steps; ++t) chain[size_t(t)] = t - 1;
+  mamba2_verify_classic_tree(window, chain, accept - 1, state, y, states, store);
+}
+
+template <class T>
+void mamba2_verify_classic_tree(const Mamba2Tokens<T>& window, const std::vector<int>& parents, int accept_node,
+                                Mamba2State<T>& state, std::vector<T>& y, std::vector<Mamba2State<T>>& states,
+                                StateStore store) {
+  mamba2_validate(window);
+  validate_state(window.dims, state);
+  if (window.steps < 1) fail("verify needs at least one token");
+  if (int(parents.size()) != window.steps) fail("parents: " + str(int(parents.size())) + " for " + str(window.steps) + " nodes");
+  for (int t = 0; t < window.steps; ++t)
+    if (parents[size_t(t)] < -1 || parents[size_t(t)] >= t)
+      fail("parent " + str(parents[size_t(t)]) + " of node " + str(t) + " outside -1.." + str(t - 1));
+  if (accept_node < -1 || accept_node >= window.steps)
+    fail("accepted node " + str(accept_node) + " outside -1.." + str(window.steps - 1));
   const size_t per_token = size_t(window.dims.NH) * window.dims.P;
   y.assign(size_t(window.steps) * per_token, T(0));
   states.clear();
-  Mamba2State<T> s = state;
+  Mamba2State<T> s = state;  // the unrounded state of the previous node (the kernel's registers)
   for (int t = 0; t < window.steps; ++t) {
+    const int par = parents[size_t(t)];
+    if (par != t - 1) s = par < 0 ? state : states[size_t(par)];  // a reload of the written state
     recurrent_step(window, t, s, y.data() + t * per_token);
     states.push_back(s);
+    round_state(states.back(), store);
   }
-  if (accept > 0) state = states[size_t(accept - 1)];
+  if (accept_node >= 0) state = states[size_t(accept_node)];
 }
 
 namespace {
@@ -483,13 +503,13 @@ void verify_rounds(const Mamba2Tokens<T>& x, int drafts, int accept, std::vector
 
 template <class T>
 void mamba2_verify_classic(const Mamba2Tokens<T>& x, int drafts, int accept, Mamba2State<T>& state,
-                           std::vector<T>& y) {
+                           std::vector<T>& y, StateStore store) {
   mamba2_validate(x);
   validate_state(x.dims, state);
   check_drafts(drafts, accept);
   std::vector<Mamba2State<T>> states;
   verify_rounds(x, drafts, accept, y, [&](const Mamba2Tokens<T>& w, int keep, std::vector<T>& yw) {
-    mamba2_verify_classic_window(w, keep, state, yw, states);
+    mamba2_verify_classic_window(w, keep, state, yw, states, store);
   });
 }
 
@@ -699,9 +719,13 @@ std::vector<CrossCheck> run_mamba2_cross_checks(uint64_t seed) {
   template bool mamba2_decode_direct<T>(const Mamba2Tokens<T>&, int, Mamba2State<T>&,             \
                                         std::vector<T>&, StateStore);                             \
   template void mamba2_verify_classic_window<T>(const Mamba2Tokens<T>&, int, Mamba2State<T>&,     \
-                                                std::vector<T>&, std::vector<Mamba2State<T>>&);   \
+                                                std::vector<T>&, std::vector<Mamba2State<T>>&,    \
+                                                StateStore);                                      \
+  template void mamba2_verify_classic_tree<T>(const Mamba2Tokens<T>&, const std::vector<int>&, int, \
+                                              Mamba2State<T>&, std::vector<T>&,                   \
+                                              std::vector<Mamba2State<T>>&, StateStore);          \
   template void mamba2_verify_classic<T>(const Mamba2Tokens<T>&, int, int, Mamba2State<T>&,       \
-                                         std::vector<T>&);                                        \
+                                         std::vector<T>&, StateStore);                            \
   template void mamba2_verify_kvbuffer<T>(const Mamba2Tokens<T>&, int, int, int, Mamba2State<T>&, \
                                           std::vector<T>&);
 

@@ -196,18 +196,33 @@ bool mamba2_decode_direct(const Mamba2Tokens<T>& x, int capacity, Mamba2State<T>
 // 4a. Classic verify, one window of T tokens from `state`: writes y [T, NH, P] and the T
 //     intermediate states (states[i] = state after token i), then commits the accepted one:
 //     state <- states[accept - 1] (accept = 0 keeps state). 0 <= accept <= T.
+//     With a StateStore, as mamba2_verify_classic (kernels/mamba2/mamba2_verify_classic.cu) keeps a
+//     16-bit state: states[i] is the written copy, rounded once; the chain goes on from the
+//     unrounded state (the kernel's fp32 registers), and every y comes from the unrounded state.
 template <class T>
 void mamba2_verify_classic_window(const Mamba2Tokens<T>& window, int accept, Mamba2State<T>& state,
-                                  std::vector<T>& y, std::vector<Mamba2State<T>>& states);
+                                  std::vector<T>& y, std::vector<Mamba2State<T>>& states,
+                                  StateStore store = {});
+// 4a. The same for a tree of T nodes: parents[i] is node i's parent, 0-based (-1: `state`,
+//     i.e. the committed state), each < i. Node i starts from node i - 1's unrounded state when
+//     that is its parent (the kernel keeps it in registers), else from its parent's written
+//     (rounded) state, or from `state`. states[i] is node i's written state (rounded with a
+//     StateStore); y [T, NH, P] from the unrounded states. Commits state <- states[accept_node]
+//     (-1 keeps state). A chain (parents[i] = i - 1) is mamba2_verify_classic_window.
+template <class T>
+void mamba2_verify_classic_tree(const Mamba2Tokens<T>& window, const std::vector<int>& parents, int accept_node,
+                                Mamba2State<T>& state, std::vector<T>& y, std::vector<Mamba2State<T>>& states,
+                                StateStore store = {});
 
 // Verify drivers over a whole sequence: rounds of windows of `drafts` tokens (the last window may
 // be shorter); each round accepts min(accept, window) tokens (1 <= accept <= drafts) and the next
 // window starts at the first rejected token. y [T, NH, P] holds each token's output from the round
 // that accepted it; `state` ends as the state after all tokens.
 // 4a. Classic: mamba2_verify_classic_window per round.
+//     With a StateStore the committed state is the rounded written one (mamba2_verify_classic_window).
 template <class T>
 void mamba2_verify_classic(const Mamba2Tokens<T>& x, int drafts, int accept, Mamba2State<T>& state,
-                           std::vector<T>& y);
+                           std::vector<T>& y, StateStore store = {});
 // 4b. Buffered: Mamba2KVBuffer::verify + accept per round (fold first when n + T > C), then the
 //     remaining buffer is folded. drafts <= capacity.
 template <class T>

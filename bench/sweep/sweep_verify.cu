@@ -275,7 +275,7 @@ class VerifySweep {
         if (m2) {  // in place only (cmd: mamba2-verify-classic)
           Mamba2VerifyClassicParams p;
           p.io = m2->io;
-          p.state = states.at<float>(l, "state");
+          p.state = states.at<void>(l, "state");
           p.step_slot = step_slot.as<int32_t>();
           mamba2_verify_classic(p, st);
           continue;
@@ -343,7 +343,7 @@ class VerifySweep {
       Mamba2VerifyKVBufferParams p;
       p.io = m2->io;
       p.capacity = C;
-      p.state = pools.at<float>(l, "state");
+      p.state = pools.at<void>(l, "state");
       p.buf_k = pools.at<__nv_bfloat16>(l, "buf_k");
       p.buf_val = pools.at<__nv_bfloat16>(l, "buf_val");
       p.buf_gcum = pools.at<float>(l, "buf_gcum");

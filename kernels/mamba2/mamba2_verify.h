@@ -23,7 +23,7 @@
 #include <cstdint>
 
 #include "kernels/common/verify_accept.h"
-#include "sim/layout.h"  // VerifyWindow
+#include "sim/layout.h"  // VerifyWindow, StateType
 
 namespace kvbuf {
 
@@ -57,15 +57,22 @@ struct Mamba2VerifyIO {
 // parent is not the previous node reads its parent's state from there. step_slot entries of a row
 // are distinct and differ from slot[row] (padding rows' are not read). Commit by index, no kernel:
 // slot[row] <- step_slot[row, last accepted node] (m = 0 keeps it).
+// A 16-bit state (state_type bf16 or fp16): arithmetic stays fp32; each node's state is rounded to
+// nearest once where it is written, a chain's next node continues from the fp32 registers, and a
+// tree node whose parent is not the previous node reads its parent's rounded state back.
 struct Mamba2VerifyClassicParams {
   Mamba2VerifyIO io;
-  float* state = nullptr;              // [slots, NH, P, N] fp32, N contiguous
+  void* state = nullptr;               // [slots, NH, P, N] state_type, N contiguous
   const int32_t* step_slot = nullptr;  // [B, T]
   int rows_per_warp = 0;               // state rows per warp: 0 = chosen from the grid's size; else 2, 4 or 8
+  // The state pool's element type, in the padding after rows_per_warp: the struct's size and its
+  // fields' offsets (and the fp32 kernels' SASS) stay those of a float* state.
+  StateType state_type = StateType::FP32;
 };
 void mamba2_verify_classic(const Mamba2VerifyClassicParams& p, cudaStream_t stream);
 
 // KVBuffer verify and commit on the Mamba-2 pools of sim/layout.h, capacity C (T <= C <= 64).
+// The state pool in fp32, bf16 or fp16 (state_type); arithmetic stays fp32.
 struct Mamba2VerifyKVBufferParams {
   Mamba2VerifyIO io;
   int capacity = 16;
@@ -85,7 +92,12 @@ struct Mamba2VerifyKVBufferParams {
   // step's commit). The head-group kernel's blocks then read their slot, fill, has_state, buffered
   // entries and first S0 rows while that kernel finishes, and only the window's inputs after it.
   bool pools_ready_at_launch = false;
-  float* state = nullptr;            // [slots, NH, P, N] fp32
+  // The state pool's element type (fp32, bf16 or fp16): S0 read in it, a fold rounds to it once per
+  // write (in the verify and in the commit). Here, in the padding after the bool, the struct's size
+  // and the offsets of every other field stay those of an fp32-only Params (the fp32 kernels' SASS
+  // and the all-layers commit's layer table are unchanged).
+  StateType state_type = StateType::FP32;
+  void* state = nullptr;             // [slots, NH, P, N] state_type
   __nv_bfloat16* buf_k = nullptr;    // B  [slots, C, G, N]
   __nv_bfloat16* buf_val = nullptr;  // x  [slots, C, NH, P]
   float* buf_gcum = nullptr;         // G  [slots, C, NH] cumulative dt A since S0

@@ -5,7 +5,7 @@
 // (S_0 = the committed state), dt_t = softplus(dt_raw + dt_bias):
 //   S_t = e^{dt_t A} S_p(t) + dt_t x_t B_t^T;   y_t = S_t C_t + D x_t,  y_t *= silu(z_t) when z is given
 // and S_t is written to pool slot step_slot[row, t] (in place; the scheduler commits by index).
-// Layouts: S [slots, NH, P, N] fp32, N contiguous; x, z, out [B, T, NH, P], B, C [B, T, G, N],
+// Layouts: S [slots, NH, P, N] in the state dtype (fp32, bf16 or fp16: the element S), N contiguous; x, z, out [B, T, NH, P], B, C [B, T, G, N],
 // dt [B, T, NH] bf16; dt_bias, A, D [NH] fp32; step_slot [B, T], parents [B, T] int32.
 // Work split: the recurrent decode kernel's warp rows (mamba2_decode_device.h): a warp owns R state
 // rows of one head (2, 4 or 8 by the grid's size, classic_rows_per_warp), lane l the columns
@@ -14,11 +14,16 @@
 // the warp's rows are updated in registers, stored to the node's slot, and their dot products with
 // C_t reduced by halving exchanges (row_sums). A tree node whose parent is not the previous node
 // reloads its parent's rows (the same lanes stored them, so program order suffices).
-// Memory: S0 read once, T states written: (1 + T) P N 4 bytes per head and request.
+// A 16-bit state: the rows load and store in S and compute in fp32; each node's store rounds once to
+// nearest, the node's output and the next node of a chain use the fp32 rows in registers, and a tree
+// node whose parent is not the previous node reloads the parent's rounded rows (the reference does
+// the same: mamba2_verify_classic_window's StateStore).
+// Memory: S0 read once, T states written: (1 + T) P N sizeof(S) bytes per head and request.
 // Measured (the paper preset, commit 33b750927806, H200, Nemotron-3 Nano shapes, 23 layer pools
 // per CUDA graph, T = 5, results/verify_h200.csv): 6.70 / 30.00 / 212.07 / 419.74 / 834.54 / 1664.97
 // us at batch 1 / 8 / 64 / 128 / 256 / 512, 90-91% of copy from batch 64 (vLLM's 8.03 / 30.1 / 222.4
 // / 443.7 / 893.8 / 1803; kernels/mamba2/notes/mamba2_verify.md run 10).
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
@@ -31,10 +36,15 @@ namespace mamba2_detail {
 namespace {
 
 constexpr int kTMax = kMamba2VerifyMaxTokens;
+// state_type sits in the padding after rows_per_warp: the fields' offsets and the struct's size are
+// those of the fp32-only Params (the fp32 kernels' SASS).
+static_assert(offsetof(Mamba2VerifyClassicParams, rows_per_warp) == 136 && offsetof(Mamba2VerifyClassicParams, state_type) == 140 &&
+                  sizeof(Mamba2VerifyClassicParams) == 144,
+              "Mamba2VerifyClassicParams' layout");
 
 // R state rows per warp (2, 4 or 8; kWarpRows / R warps per block): a block holds 8 rows of one
 // head and stages the window once for its warps.
-template <int N, int R>
+template <int N, int R, class S>
 __global__ void __launch_bounds__(kWarpRows / R * 32) mamba2_verify_classic_kernel(const Mamba2VerifyClassicParams p) {
   constexpr int NL = N / 32;
   const Mamba2VerifyIO& io = p.io;
@@ -62,9 +72,9 @@ __global__ void __launch_bounds__(kWarpRows / R * 32) mamba2_verify_classic_kern
     zero_padding_outputs(io, row, h, pb, kWarpRows);
     return;
   }
-  auto rows_of = [&](int s) { return p.state + ((size_t(s) * io.NH + h) * io.P + p0) * N + lane * NL; };
+  auto rows_of = [&](int s) { return static_cast<S*>(p.state) + ((size_t(s) * io.NH + h) * io.P + p0) * N + lane * NL; };
   float s[R][NL];
-  auto load_rows = [&](const float* src) {
+  auto load_rows = [&](const S* src) {
 #pragma unroll
     for (int i = 0; i < R; ++i) load_row<N>(src + size_t(i) * N, s[i]);
   };
@@ -80,7 +90,7 @@ __global__ void __launch_bounds__(kWarpRows / R * 32) mamba2_verify_classic_kern
     float Bv[NL], Cv[NL], x[R];
     bf16_slice<N>(load_bf16_raw<N>(s_B[t], lane), Bv);
     bf16_slice<N>(load_bf16_raw<N>(s_C[t], lane), Cv);
-    float* dst = rows_of(__shfl_sync(0xffffffffu, node_slot, t));
+    S* dst = rows_of(__shfl_sync(0xffffffffu, node_slot, t));
     float y[R];
     warp_x(*reinterpret_cast<const WarpXRaw<R>*>(s_x[t] + warp * R), x);
     step_warp_rows<N, R>(s, x, Bv, Cv, dt, decay, dst, y);
@@ -117,18 +127,23 @@ void mamba2_verify_classic(const Mamba2VerifyClassicParams& p, cudaStream_t stre
   validate_verify_io(p.io, who);
   if (p.io.batch > 0 && (!p.state || !p.step_slot))
     throw std::invalid_argument(std::string(who) + ": state and step_slot must be set");
+  if (p.state_type != StateType::FP32 && p.state_type != StateType::BF16 && p.state_type != StateType::FP16)
+    throw std::invalid_argument(std::string(who) + ": unsupported state dtype " + std::to_string(int(p.state_type)));
   if (!(p.rows_per_warp == 0 || p.rows_per_warp == 2 || p.rows_per_warp == 4 || p.rows_per_warp == 8))
     throw std::invalid_argument(std::string(who) + ": unsupported rows_per_warp " + std::to_string(p.rows_per_warp) +
                                 " (0 = chosen, 2, 4 or 8)");
   if (p.io.batch == 0) return;
   const dim3 grid(unsigned(p.io.P / kWarpRows), unsigned(p.io.NH), unsigned(p.io.batch));
-  dispatch_verify_dims(p.io, who, [&](auto n) {
-    constexpr int N = decltype(n)::value;
-    switch (classic_rows_per_warp(p)) {
-      case 2: return launch_kernel(mamba2_verify_classic_kernel<N, 2>, grid, dim3(kWarpRows / 2 * 32), 0, stream, false, p);
-      case 4: return launch_kernel(mamba2_verify_classic_kernel<N, 4>, grid, dim3(kWarpRows / 4 * 32), 0, stream, false, p);
-      default: return launch_kernel(mamba2_verify_classic_kernel<N, 8>, grid, dim3(32), 0, stream, false, p);
-    }
+  dispatch_state_type(who, p.state_type, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dispatch_verify_dims(p.io, who, [&](auto n) {
+      constexpr int N = decltype(n)::value;
+      switch (classic_rows_per_warp(p)) {
+        case 2: return launch_kernel(mamba2_verify_classic_kernel<N, 2, S>, grid, dim3(kWarpRows / 2 * 32), 0, stream, false, p);
+        case 4: return launch_kernel(mamba2_verify_classic_kernel<N, 4, S>, grid, dim3(kWarpRows / 4 * 32), 0, stream, false, p);
+        default: return launch_kernel(mamba2_verify_classic_kernel<N, 8, S>, grid, dim3(32), 0, stream, false, p);
+      }
+    });
   });
 }
 

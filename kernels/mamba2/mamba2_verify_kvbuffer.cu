@@ -18,7 +18,8 @@
 // commit only moves the fill to n + m (rollback drops the rejected entries past it); the other
 // windows, and every window of the one-head kernel, go through the scratch.
 //
-// Layouts (sim/layout.h, LayerKind::Mamba2): S [slots, NH, P, N] fp32; buf_k = B [slots, C, G, N],
+// Layouts (sim/layout.h, LayerKind::Mamba2): S [slots, NH, P, N] in the state dtype (fp32, bf16 or
+// fp16: the element S of every kernel that reads or writes it, through dispatch_state_type); buf_k = B [slots, C, G, N],
 // buf_val = x [slots, C, NH, P] bf16; buf_gcum = G, buf_beta = dt [slots, C, NH] fp32; token I/O
 // as mamba2_verify.h; scratch win_k [B, T, G, N], win_u [B, T, NH, P] bf16, win_gcum, win_beta
 // [B, T, NH] fp32, win_base [B, 2].
@@ -26,7 +27,7 @@
 // * mamba2_verify_kvbuffer_kernel, one head per block (small batches): rows_per_block (64 for
 //   P = 64: the whole head) rows, the decode kernels' warp rows (8 per warp), on the KVBuffer decode
 //   kernel's skeleton (mamba2_decode_kvbuffer.cu): S0 in a shared-memory tile, each warp's 8 rows by
-//   two bulk copies (warp tiles with a 16-byte skew, kTileSkew) issued with fill and has_state, 4
+//   two bulk copies (warp tiles with a skew, tile_skew) issued with fill and has_state, 4
 //   blocks per SM.
 // * mamba2_verify_kvbuffer_group_kernel, heads_per_block (up to 8) heads of one group per block
 //   (4 or 8 heads, the most with which the grid fills kGroupMinWaves waves; the one-head kernel
@@ -49,7 +50,12 @@
 // fill, buffered entries and first S0 rows before it waits, and a first-wave block of folding
 // chains folds its first head then: a layer's first wave of blocks starts while the previous
 // layer's last blocks run, and only the window's inputs wait for that layer.
-// Memory: S0 read once (P N 4 bytes per head), the buffer's x and B (n (P + N) 2), the window's
+// A 16-bit state: the S0 tiles and stages hold S (half the bytes per copy; the skew in S's elements,
+// s0_product reading 8 of them per lane in one 16-byte load: tile_skew), every product and sum is fp32
+// (s0_product widens S exactly to fp32 before its hi + lo split), and a fold rounds each element
+// to nearest once: the value written to the pool is the one written back to the tile, so the
+// outputs after a fold read the rounded S0, as a later verify would (the reference's StateStore).
+// Memory: S0 read once (P N sizeof(S) bytes per head), the buffer's x and B (n (P + N) 2), the window's
 // entries written (T (P + N) 2 + 8 T, into the buffer or the scratch); a fold writes S0 once.
 // Measured (the paper preset restricted to this kernel, commit 26ee87c4107a, H200, Nemotron-3 Nano
 // shapes, 23 layer pools per CUDA graph, every layer's verify then one commit of all layers, the
@@ -64,8 +70,10 @@
 // 14%; the block prologue's dependent loads behind barriers, ~18%). From batch 256 both kernels run
 // at the 700 W cap, where the same binary varies 1-6% between calls with the SM clock
 // (kernels/mamba2/notes/mamba2_verify.md runs 7-15).
+#include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include <cub/block/block_scan.cuh>
 
@@ -81,6 +89,11 @@ namespace {
 
 constexpr int kTMax = kMamba2VerifyMaxTokens;
 constexpr int kMaxCapacity = 64;
+// state_type sits in the padding after pools_ready_at_launch: the fields' offsets and the struct's
+// size are those of the fp32-only Params (the fp32 kernels' SASS, the commit's layer table).
+static_assert(offsetof(Mamba2VerifyKVBufferParams, state_type) == 140 && offsetof(Mamba2VerifyKVBufferParams, state) == 144 &&
+                  sizeof(Mamba2VerifyKVBufferParams) == 256,
+              "Mamba2VerifyKVBufferParams' layout");
 constexpr int kMaxHeadsPerBlock = 8;
 // Resident blocks per SM the launch bounds ask for: the one-head kernel at 4 (64 registers, no
 // spills, measured 3-4% faster than 5 with spills: kernels/mamba2/notes/mamba2_verify.md runs 3-4), the
@@ -104,17 +117,23 @@ constexpr double kGroupMinWaves = 1.5;
 
 // ---- Pieces shared by the two verify kernels.
 
-// A warp's 8 S0 rows in shared memory (its tile): rows 0-3, then rows 4-7 kTileSkew floats further,
-// so that the two rows a quarter warp reads in s0_product (tile rows i and i + 4, fragment_row)
-// are 16 bytes apart in the banks and every lane loads its columns in one order (the unskewed tile
-// needed per-lane load orders: 2 x 32 register selects per head and S0 product).
-constexpr int kTileSkew = 4;
-__host__ __device__ constexpr int warp_tile_floats(int n_dim) { return kWarpRows * n_dim + kTileSkew; }
-template <int N>
-__host__ __device__ constexpr int warp_tile_floats() { return warp_tile_floats(N); }
+// A warp's 8 S0 rows in shared memory (its tile), elements of the state type S: rows 0-3, then
+// rows 4-7 tile_skew elements further, so that the two rows a quarter warp reads in s0_product
+// (tile rows i and i + 4, fragment_row) do not share banks and every lane loads its columns in one
+// order (the unskewed tile needed per-lane load orders: 2 x 32 register selects per head and S0
+// product). fp32: 4 floats (16 bytes; a lane's two 16-byte loads of 4 columns interleave the two
+// rows); a 16-bit S: 32 elements (64 bytes; a lane's one 16-byte load of 8 columns, the 4 lanes of
+// a row cover 64 bytes).
+__host__ __device__ constexpr int tile_skew(int state_bytes) { return state_bytes == 4 ? 4 : 32; }
+// A warp tile's bytes for the host layouts (VerifySmem, GroupSmem), and its elements in the kernels.
+__host__ __device__ constexpr int warp_tile_bytes(int n_dim, int state_bytes) {
+  return (kWarpRows * n_dim + tile_skew(state_bytes)) * state_bytes;
+}
+template <int N, class S>
+__host__ __device__ constexpr int warp_tile_elems() { return kWarpRows * N + tile_skew(int(sizeof(S))); }
 template <int N, class F>
 __device__ __forceinline__ F* tile_row(F* tile, int r) {
-  return tile + r * N + (r >= kWarpRows / 2 ? kTileSkew : 0);
+  return tile + r * N + (r >= kWarpRows / 2 ? tile_skew(int(sizeof(F))) : 0);
 }
 // Strides of the other staged pieces, for the device code and the host layouts (VerifySmem,
 // GroupSmem): bf16 rows of B and C padded to N + 32 elements (conflict-free fragment loads of the
@@ -131,15 +150,16 @@ __device__ __forceinline__ int fragment_row(int g) { return (g >> 1) + (g & 1) *
 // Lane 0: the warp's 8 S0 rows at src into its tile `dst` by two bulk copies (the halves) on `bar`
 // (initialised by the block before a block barrier). The proxy fence orders the warp's earlier
 // reads and writes of dst (a previous head's) before the copies' writes.
-template <int N>
-__device__ __forceinline__ void issue_s0_rows(float* dst, const float* src, uint64_t* bar) {
+template <int N, class S>
+__device__ __forceinline__ void issue_s0_rows(S* dst, const S* src, uint64_t* bar) {
   constexpr int kHalfRows = kWarpRows / 2;
-  constexpr uint32_t kHalfBytes = kHalfRows * N * sizeof(float);
+  constexpr uint32_t kHalfBytes = kHalfRows * N * sizeof(S);
+  static_assert(kHalfBytes % 16 == 0 && tile_skew(int(sizeof(S))) * sizeof(S) % 16 == 0, "bulk copies of 16-byte pieces");
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   expect_copy_bytes(bar, 2 * kHalfBytes);
 #pragma unroll
   for (int half = 0; half < 2; ++half)
-    bulk_copy(dst + half * (kHalfRows * N + kTileSkew), src + half * kHalfRows * N, kHalfBytes, bar);
+    bulk_copy(dst + half * (kHalfRows * N + tile_skew(int(sizeof(S)))), src + half * kHalfRows * N, kHalfBytes, bar);
 }
 
 // The block's 16-byte cp.async pieces of group g's rows of bf16 B and C (bc_row_stride): the
@@ -245,16 +265,31 @@ __device__ __forceinline__ void entry_dots(const __nv_bfloat16* s_cwin, const __
 // keeps fp32 accuracy; tokens in n (B = C_t, exact in TF32; columns n >= T are dropped by the
 // caller). Lane (fg, fc) gets the sums of tile row fragment_row(fg) for tokens 2 fc and 2 fc + 1.
 // Column 32 q + 8 c + u is k = c of step (q, u) and 32 q + 8 c + 4 + u is k = c + 4. cp: the C pairs
-// (layout_c_pairs) of the token whose B the lane supplies, + fc.
-template <int N>
-__device__ __forceinline__ float2 s0_product(const float* tile, const float2* cp, int fg, int fc) {
+// (layout_c_pairs) of the token whose B the lane supplies, + fc. A 16-bit S0 is widened exactly to
+// fp32 first (its lo parts are then zero).
+template <class S>
+__device__ __forceinline__ void load_tile8(const S* src, float (&sl)[4], float (&sh)[4]) {  // 8 columns as 4 + 4
+  if constexpr (std::is_same_v<S, float>) {
+    const float4 s_lo = *reinterpret_cast<const float4*>(src);
+    const float4 s_hi = *reinterpret_cast<const float4*>(src + 4);
+    sl[0] = s_lo.x, sl[1] = s_lo.y, sl[2] = s_lo.z, sl[3] = s_lo.w;
+    sh[0] = s_hi.x, sh[1] = s_hi.y, sh[2] = s_hi.z, sh[3] = s_hi.w;
+  } else {
+    const uint4 v = *reinterpret_cast<const uint4*>(src);
+    const float2 a = state_pair_to_float2<S>(v.x), b = state_pair_to_float2<S>(v.y);
+    const float2 c = state_pair_to_float2<S>(v.z), e = state_pair_to_float2<S>(v.w);
+    sl[0] = a.x, sl[1] = a.y, sl[2] = b.x, sl[3] = b.y;
+    sh[0] = c.x, sh[1] = c.y, sh[2] = e.x, sh[3] = e.y;
+  }
+}
+template <int N, class S>
+__device__ __forceinline__ float2 s0_product(const S* tile, const float2* cp, int fg, int fc) {
   float d[4] = {0.f, 0.f, 0.f, 0.f}, d_odd[4] = {0.f, 0.f, 0.f, 0.f};  // two chains of products
-  const float* srow = tile_row<N>(tile, fragment_row(fg)) + 8 * fc;
+  const S* srow = tile_row<N>(tile, fragment_row(fg)) + 8 * fc;
 #pragma unroll
   for (int q = 0; q < N / 32; ++q) {
-    const float4 s_lo = *reinterpret_cast<const float4*>(srow + 32 * q);
-    const float4 s_hi = *reinterpret_cast<const float4*>(srow + 32 * q + 4);
-    const float sl[4] = {s_lo.x, s_lo.y, s_lo.z, s_lo.w}, sh[4] = {s_hi.x, s_hi.y, s_hi.z, s_hi.w};
+    float sl[4], sh[4];
+    load_tile8(srow + 32 * q, sl, sh);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const float2 b = cp[(q * 4 + u) * 4];
@@ -272,8 +307,9 @@ __device__ __forceinline__ float2 s0_product(const float* tile, const float2* cp
 // (kernels/mamba2/notes/mamba2_verify.md run 10). On the tensor cores the fold measured slower twice: m =
 // columns, n = rows, 13% (127 registers, scattered stores); m = the rows split hi + lo, B_j by
 // ldmatrix .trans, 6% although 12% fewer instructions (bank conflicts on the tile and the B rows).
-template <int N, int RP>
-__device__ __forceinline__ void fold_warp_rows(float* tile_rows, float* state_rows, const __nv_bfloat16* s_b, const uint4* xw,
+// A 16-bit S: the sums in fp32, each element rounded to nearest once, the same value to both.
+template <int N, int RP, class S>
+__device__ __forceinline__ void fold_warp_rows(S* tile_rows, S* state_rows, const __nv_bfloat16* s_b, const uint4* xw,
                                                const float* fw, float eGn, bool has_state, int n, int lane) {
   constexpr int NL = N / 32, BS = bc_row_stride(N);
   static_assert(RP == 4 || RP == 8, "a pass folds 4 or 8 of the warp's rows");
@@ -332,7 +368,7 @@ __device__ __forceinline__ float entry_coefficient(float dot, int e, int n_eff, 
 // entry_row_stride).
 struct VerifySmem {
   int ws;       // coefficient row stride (floats)
-  int tile;     // [warps] warp tiles (kTileSkew), fp32
+  int tile;     // [warps] warp tiles (tile_skew) of the state type
   int b_rows;   // [C + T, BS] bf16
   int c_win;    // [T, BS] bf16
   int c_pairs;  // [T, cps] float2: C_t as B operands
@@ -347,11 +383,11 @@ struct VerifySmem {
   int bytes;
   // Resolved on the host and passed with the launch: computed in the kernel from the runtime C, T
   // and rows, they took ~120 of the kernel's 2512 SASS instructions, run once by every warp.
-  VerifySmem(int n_dim, int c, int rows, int t) {
+  VerifySmem(int n_dim, int c, int rows, int t, int state_bytes) {
     const int bs = bc_row_stride(n_dim), cps = c_pair_stride(n_dim);
     ws = entry_row_stride(c);
     tile = 0;
-    b_rows = tile + rows / kWarpRows * warp_tile_floats(n_dim) * 4;
+    b_rows = tile + rows / kWarpRows * warp_tile_bytes(n_dim, state_bytes);
     c_win = b_rows + (c + t) * bs * 2;
     c_pairs = c_win + t * bs * 2;
     x_buf = c_pairs + t * cps * 8;
@@ -366,7 +402,7 @@ struct VerifySmem {
   }
 };
 
-template <int N>
+template <int N, class S>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
     mamba2_verify_kvbuffer_kernel(const Mamba2VerifyKVBufferParams p, const VerifySmem L) {
   constexpr int R = kWarpRows, CPS = c_pair_stride(N);
@@ -390,7 +426,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   const bool group_leader = h == g * heads_per_group;
   extern __shared__ __align__(128) unsigned char smem[];
   const int WS = L.ws;
-  float* s_tile = reinterpret_cast<float*>(smem + L.tile);
+  S* s_tile = reinterpret_cast<S*>(smem + L.tile);
   __nv_bfloat16* s_b = reinterpret_cast<__nv_bfloat16*>(smem + L.b_rows);  // B_j at j BS, window B_q at (C + q) BS
   __nv_bfloat16* s_cwin = reinterpret_cast<__nv_bfloat16*>(smem + L.c_win);
   float2* s_cp = reinterpret_cast<float2*>(smem + L.c_pairs);
@@ -438,8 +474,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
     return;
   }
   __syncthreads();  // the barriers' initialisation before any copy
-  float* state_rows = p.state + ((size_t(slot) * NH + h) * P + p0) * N;
-  float* tile_rows = s_tile + warp * warp_tile_floats<N>();
+  S* state_rows = static_cast<S*>(p.state) + ((size_t(slot) * NH + h) * P + p0) * N;
+  S* tile_rows = s_tile + warp * warp_tile_elems<N, S>();
   if (lane == 0) issue_s0_rows<N>(tile_rows, state_rows, bar);
   const float dt_lane = warp == 0 && lane < T ? token_step(io, dt_raw) : 0.f;
   const int par_lane = warp == 0 && lane < T ? parent_of(par_raw, lane) : -1;
@@ -562,7 +598,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
 
 // Dynamic shared memory of the head-group block, byte offsets, for d_state N, capacity C, `rows` rows
 // per block, T tokens and `heads` heads per block. First the S0 stages, [ring][warps], each a warp's
-// 8 rows [8, N] fp32 (one bulk copy); then 16-byte aligned pieces; then the mbarriers, one per
+// 8 rows [8, N] of the state type (one bulk copy per half); then 16-byte aligned pieces; then the mbarriers, one per
 // stage. The entries' x are kept per head and warp as a uint4 of the warp's 8 rows: the n buffered
 // ones at 0.., the window's at C.. B and C rows and the C pairs as in VerifySmem. The coefficients
 // W[t][e] are kept per head as each lane's B operand pair of each 8-entry step, written after the
@@ -585,13 +621,13 @@ struct GroupSmem {
   int bars;     // [ring, warps] mbarriers
   int bytes;
   // Resolved on the host and passed with the launch, as VerifySmem (48 of 3136 SASS instructions).
-  GroupSmem(int n_dim, int c, int rows, int t, int heads) {
+  GroupSmem(int n_dim, int c, int rows, int t, int heads, int state_bytes) {
     const int bs = bc_row_stride(n_dim), cps = c_pair_stride(n_dim), warps = rows / kWarpRows;
     ws = entry_row_stride(c);
     ksteps = (c + t + 7) / 8;
     ring = heads < kStages ? heads : kStages;
     stages = 0;
-    x_all = stages + ring * warps * warp_tile_floats(n_dim) * 4;
+    x_all = stages + ring * warps * warp_tile_bytes(n_dim, state_bytes);
     b_rows = x_all + heads * warps * (c + t) * 16;
     c_pairs = b_rows + (c + t) * bs * 2;
     dots = c_pairs + t * cps * 8;
@@ -606,7 +642,7 @@ struct GroupSmem {
   }
 };
 
-template <int N>
+template <int N, class S>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     mamba2_verify_kvbuffer_group_kernel(const Mamba2VerifyKVBufferParams p, const int heads_per_block, const GroupSmem L,
                                         const int first_wave_blocks) {
@@ -630,7 +666,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   const int heads_per_group = NH / G, g = h0 / heads_per_group;  // the block's heads share group g
   extern __shared__ __align__(128) unsigned char smem[];
   const int WS = L.ws, KS = L.ksteps, CT = C + T;
-  float* s_stages = reinterpret_cast<float*>(smem + L.stages);
+  S* s_stages = reinterpret_cast<S*>(smem + L.stages);
   uint4* s_x = reinterpret_cast<uint4*>(smem + L.x_all);
   __nv_bfloat16* s_b = reinterpret_cast<__nv_bfloat16*>(smem + L.b_rows);  // B_j at j BS, window B_q at (C + q) BS
   __nv_bfloat16* s_cwin = reinterpret_cast<__nv_bfloat16*>(smem + L.c_win);
@@ -659,9 +695,9 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   bool has_state = false;
   if (slot >= 0) n = p.fill[slot], has_state = p.has_state[slot] != 0;
   __syncthreads();  // the barriers' initialisation before any copy
-  auto stage = [&](int hh) { return s_stages + ((hh % kStages) * warps + warp) * warp_tile_floats<N>(); };
+  auto stage = [&](int hh) { return s_stages + ((hh % kStages) * warps + warp) * warp_tile_elems<N, S>(); };
   auto stage_bar = [&](int hh) { return s_bars + (hh % kStages) * warps + warp; };
-  auto s0_rows = [&](int hh) { return p.state + ((size_t(slot) * NH + h0 + hh) * P + p0) * N; };
+  auto s0_rows = [&](int hh) { return static_cast<S*>(p.state) + ((size_t(slot) * NH + h0 + hh) * P + p0) * N; };
   // The first wave's blocks (the lowest indices, dispatched first) of a layer whose pools are ready
   // at launch start while the kernel before runs its last blocks, and wait for it.
   const bool first_wave = p.pools_ready_at_launch &&
@@ -799,13 +835,13 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     const int h = h0 + hh;
     const GatePair gate = gate_next;
     if (hh + 1 < HB) gate_next = load_gate(hh + 1);
-    float* tile_rows = stage(hh);
+    S* tile_rows = stage(hh);
     const uint4* xw = s_x + (hh * warps + warp) * CT;  // x_j of the warp's rows at j, window x_t at C + t
     tile_wait(stage_bar(hh), (hh / kStages) & 1);
 
     // Phase 5, fold when due, written to the pool once and to the stage for the outputs.
     if (fold && hh >= s_fold_from)
-      fold_warp_rows<N, kWarpRows>(tile_rows, p.state + ((size_t(slot) * NH + h) * P + p0) * N, s_b, xw, s_fw + hh * C,
+      fold_warp_rows<N, kWarpRows>(tile_rows, static_cast<S*>(p.state) + ((size_t(slot) * NH + h) * P + p0) * N, s_b, xw, s_fw + hh * C,
                         expf(s_gbuf[hh * C + n - 1]), has_state, n, lane);
 
     // Phase 6, outputs: e^{G_t} s0_product, then + sum_e x_e[r] W[t][e] (m16n8k8 TF32, A = x exact,
@@ -954,8 +990,9 @@ __global__ void __launch_bounds__(kCommitThreads)
 
 // The commit's fold of a full buffer, one warp per 8 state rows (the recurrent decode's shape):
 // S0 <- e^{G_{C-1}} S0 + sum_j e^{G_{C-1}-G_j} dt_j x_j B_j^T over the n0 buffered entries and the
-// m accepted nodes (C in all); rows whose buffer is not full exit at once.
-template <int N>
+// m accepted nodes (C in all); rows whose buffer is not full exit at once. A 16-bit S: read and
+// widened to fp32, each element rounded to nearest once at the store.
+template <int N, class S>
 __global__ void __launch_bounds__(32) mamba2_verify_kvbuffer_commit_fold_kernel(const Mamba2VerifyKVBufferParams p) {
   constexpr int NL = N / 32, R = kWarpRows;
   const Mamba2VerifyIO& io = p.io;
@@ -972,7 +1009,7 @@ __global__ void __launch_bounds__(32) mamba2_verify_kvbuffer_commit_fold_kernel(
   auto entry_scalar = [&](const float* buf, const float* win, int j) {
     return j < n0 ? buf[(size_t(slot) * C + j) * NH + h] : win[(size_t(row) * T + accepted_node(p, row, j - n0)) * NH + h];
   };
-  float* state_rows = p.state + ((size_t(slot) * NH + h) * P + p0) * N + lane * NL;
+  S* state_rows = static_cast<S*>(p.state) + ((size_t(slot) * NH + h) * P + p0) * N + lane * NL;
   float s[R][NL];
   const float G_last = entry_scalar(p.buf_gcum, p.win_gcum, C - 1), eGn = expf(G_last);
 #pragma unroll
@@ -1013,6 +1050,8 @@ void validate(const Mamba2VerifyKVBufferParams& p, const char* who) {
   if (p.heads_per_block != 0 && (p.heads_per_block > kMaxHeadsPerBlock || (p.heads_per_block & (p.heads_per_block - 1)) ||
                               (p.io.NH / p.io.G) % p.heads_per_block != 0))
     fail("unsupported heads_per_block " + std::to_string(p.heads_per_block) + " (1, 2, 4 or 8, dividing NH / G)");
+  if (p.state_type != StateType::FP32 && p.state_type != StateType::BF16 && p.state_type != StateType::FP16)
+    fail("unsupported state dtype " + std::to_string(int(p.state_type)));
   if (p.capacity < p.io.tokens || p.capacity > kMaxCapacity)
     fail("unsupported capacity C = " + std::to_string(p.capacity) + " (T <= C <= 64)");
   if (p.io.batch > 0 && (!p.state || !p.buf_k || !p.buf_val || !p.buf_gcum || !p.buf_beta || !p.fill || !p.has_state ||
@@ -1038,7 +1077,8 @@ int verify_heads_per_block(const Mamba2VerifyKVBufferParams& p, int rows, Kernel
   const double wave_blocks = double(kGroupBlocksPerSM) * multiprocessor_count();
   const int threads = int(decode_block(rows).x);
   auto fits = [&](int hb) {
-    return resident_blocks(group_kernel, threads, size_t(GroupSmem(p.io.N, p.capacity, rows, p.io.tokens, hb).bytes)) >=
+    const GroupSmem layout(p.io.N, p.capacity, rows, p.io.tokens, hb, state_type_bytes(p.state_type));
+    return resident_blocks(group_kernel, threads, size_t(layout.bytes)) >=
            kGroupBlocksPerSM;
   };
   for (int heads = kMaxHeadsPerBlock; heads >= kGroupMinHeadsPerBlock; heads /= 2)
@@ -1088,22 +1128,25 @@ void mamba2_verify_kvbuffer(const Mamba2VerifyKVBufferParams& p, cudaStream_t st
   validate(p, who);
   if (p.io.batch == 0) return;
   const int rows = verify_rows(p.io.P);
-  dispatch_verify_dims(p.io, who, [&](auto n) {
-    constexpr int N = decltype(n)::value;
-    const int heads = verify_heads_per_block(p, rows, mamba2_verify_kvbuffer_group_kernel<N>);
-    if (heads == 1) {
-      const dim3 grid(unsigned(p.io.P / rows), unsigned(p.io.NH), unsigned(p.io.batch));
-      const VerifySmem layout(p.io.N, p.capacity, rows, p.io.tokens);
-      launch_kernel(mamba2_verify_kvbuffer_kernel<N>, grid, decode_block(rows), size_t(layout.bytes), stream, true, p,
-                    layout);
-    } else {
-      const dim3 grid(unsigned(p.io.P / rows), unsigned(p.io.NH / heads), unsigned(p.io.batch));
-      const GroupSmem layout(p.io.N, p.capacity, rows, p.io.tokens, heads);
-      const int first_wave = resident_blocks(mamba2_verify_kvbuffer_group_kernel<N>, int(decode_block(rows).x),
-                                             size_t(layout.bytes)) * multiprocessor_count();
-      launch_kernel(mamba2_verify_kvbuffer_group_kernel<N>, grid, decode_block(rows), size_t(layout.bytes), stream, true,
-                    p, heads, layout, first_wave);
-    }
+  dispatch_state_type(who, p.state_type, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dispatch_verify_dims(p.io, who, [&](auto n) {
+      constexpr int N = decltype(n)::value;
+      const int heads = verify_heads_per_block(p, rows, mamba2_verify_kvbuffer_group_kernel<N, S>);
+      if (heads == 1) {
+        const dim3 grid(unsigned(p.io.P / rows), unsigned(p.io.NH), unsigned(p.io.batch));
+        const VerifySmem layout(p.io.N, p.capacity, rows, p.io.tokens, int(sizeof(S)));
+        launch_kernel(mamba2_verify_kvbuffer_kernel<N, S>, grid, decode_block(rows), size_t(layout.bytes), stream, true, p,
+                      layout);
+      } else {
+        const dim3 grid(unsigned(p.io.P / rows), unsigned(p.io.NH / heads), unsigned(p.io.batch));
+        const GroupSmem layout(p.io.N, p.capacity, rows, p.io.tokens, heads, int(sizeof(S)));
+        const int first_wave = resident_blocks(mamba2_verify_kvbuffer_group_kernel<N, S>, int(decode_block(rows).x),
+                                               size_t(layout.bytes)) * multiprocessor_count();
+        launch_kernel(mamba2_verify_kvbuffer_group_kernel<N, S>, grid, decode_block(rows), size_t(layout.bytes), stream,
+                      true, p, heads, layout, first_wave);
+      }
+    });
   });
 }
 
@@ -1122,9 +1165,12 @@ namespace {
 bool takes_group_kernel(const Mamba2VerifyKVBufferParams& p, const char* who) {
   validate(p, who);
   bool group = false;
-  dispatch_verify_dims(p.io, who, [&](auto n) {
-    constexpr int N = decltype(n)::value;
-    group = verify_heads_per_block(p, verify_rows(p.io.P), mamba2_verify_kvbuffer_group_kernel<N>) > 1;
+  dispatch_state_type(who, p.state_type, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dispatch_verify_dims(p.io, who, [&](auto n) {
+      constexpr int N = decltype(n)::value;
+      group = verify_heads_per_block(p, verify_rows(p.io.P), mamba2_verify_kvbuffer_group_kernel<N, S>) > 1;
+    });
   });
   return group;
 }
@@ -1155,9 +1201,12 @@ void mamba2_verify_kvbuffer_commit(const Mamba2VerifyKVBufferParams* layers, int
     for (int l = 0; l < count; ++l) {
       const Params& q = layers[l];
       const dim3 grid(unsigned(q.io.P / kWarpRows), unsigned(q.io.NH), unsigned(q.io.batch));
-      dispatch_verify_dims(q.io, who, [&](auto n) {
-        constexpr int N = decltype(n)::value;
-        launch_kernel(mamba2_verify_kvbuffer_commit_fold_kernel<N>, grid, dim3(32), 0, stream, true, q);
+      dispatch_state_type(who, q.state_type, [&](auto tag) {
+        using S = typename decltype(tag)::type;
+        dispatch_verify_dims(q.io, who, [&](auto n) {
+          constexpr int N = decltype(n)::value;
+          launch_kernel(mamba2_verify_kvbuffer_commit_fold_kernel<N, S>, grid, dim3(32), 0, stream, true, q);
+        });
       });
     }
   // Programmatic dependent of the last verify (or of the fold kernels just above, which never

@@ -30,10 +30,35 @@
 //   output: the bf16 store rounds by at most 2^-8 of the computed value:
 //     |out - ref| <= 2^-8 |ref| + (1 + 2^-8) |silu(z)| gamma y_abs.
 //   state: fp32 throughout, entries hold the bf16 inputs exactly: |S - S_ref| <= gamma S_abs.
+// 16-bit states (VerifyCase::state bf16 or fp16; kernels/mamba2/checks/mamba2_decode_checks.cu
+// derives the same bounds for the decode kernels): the initial pool is drawn, rounded to the type
+// and uploaded in it, read back in its bytes (the "unchanged" checks compare those) and compared as
+// float64. The reference rounds where the kernel writes (reference/state_rounding.h):
+//   KVBuffer: S0 at every fold, at the kernel's fold points (the verify's fold first, the commit's
+//     fold of a full buffer): the request's float64 state is rounded there, and the window's outputs
+//     and every later state go on from the rounded S0 as the kernel's do.
+//   classic: ref::mamba2_verify_classic_tree with the StateStore: each node's written state rounded
+//     once, a chain going on from the unrounded state, a node whose parent is not the previous node
+//     starting from its parent's rounded state, the commit by index keeping the rounded state.
+// Everything else is fp32 arithmetic as above, so what remains is that error crossing a rounding
+// boundary. The type keeps p significant bits (bf16 8, fp16 11), u_t = 2^-p; one ulp of a normal x
+// is <= 2 u_t |x|; below fp16's normal range (2^-14) an ulp is 2^-24 (floor_t; bf16's 2^-133 never
+// matters).
+//   state: the kernel's fp32 value and the reference's may straddle a rounding boundary and round
+//     one ulp apart (<= 2 u_t |S_ref| + floor_t); such a difference carried from an earlier write
+//     (an earlier fold, node or round) is scaled by the decay since, so bounded by
+//     2 u_t S_abs + floor_t. With the fp32 error of the values before rounding:
+//     |S - S_ref| <= gamma S_abs + 2 u_t (|S_ref| + S_abs) + 2 floor_t (one ulp here, one carried).
+//   output: computed from a state whose elements differ by at most <= 4 u_t S_abs + 2 floor_t,
+//     scaled by the decay and dotted with C_t: at most 4 u_t y_abs + 2 floor_t sum |C_t|, added to
+//     the fp32 term: |out - ref| <= 2^-8 |ref| + (1 + 2^-8) |silu(z)| ((gamma + 4 u_t) y_abs +
+//     2 floor_t sum |C_t|).
+//   (u_t = floor_t = 0 for fp32: the bounds above, unchanged.)
 // NaN never passes (comparisons are written as !(err <= tol)).
 #include "kernels/mamba2/checks/mamba2_verify_checks.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -47,6 +72,7 @@
 #include "kernels/common/device_buffer.h"
 #include "kernels/mamba2/mamba2_verify.h"
 #include "reference/mamba2.h"
+#include "reference/state_rounding.h"
 
 namespace kvbuf::mamba2_verify_check {
 
@@ -63,6 +89,7 @@ std::string describe(const VerifyCase& c) {
   if (c.method == VerifyMethod::Classic) s << " rows_per_warp=" << c.rows_per_warp;
   s << " T=" << c.T << " " << (c.tree ? "tree" : "chain") << " batch=" << c.batch << " pad_rows=" << c.pad_rows
     << " z=" << (c.z_gate ? "on" : "off") << " dt=" << checks::dt_regime_name(c.dt) << " rounds=" << c.rounds;
+  if (c.state != StateType::FP32) s << " state=" << state_type_name(c.state);
   return s.str();
 }
 
@@ -87,6 +114,53 @@ using ref::Mamba2Tokens;
 uint16_t bf16_bits(double x) { return ref::float_to_bf16_bits(float(x)); }
 double bf16_value(uint16_t b) { return ref::bf16_bits_to_float(b); }
 double softplus(double x) { return x > 30 ? x : std::log1p(std::exp(x)); }
+
+// A state element of type t (its value exactly) into its bytes at dst, and back.
+void encode_state(StateType t, float v, unsigned char* dst) {
+  switch (t) {
+    case StateType::FP32: std::memcpy(dst, &v, 4); return;
+    case StateType::BF16: {
+      const uint16_t b = ref::float_to_bf16_bits(v);
+      std::memcpy(dst, &b, 2);
+      return;
+    }
+    case StateType::FP16: {
+      const uint16_t b = __half_as_ushort(__float2half_rn(v));
+      std::memcpy(dst, &b, 2);
+      return;
+    }
+  }
+}
+double decode_state(StateType t, const unsigned char* src) {
+  if (t == StateType::FP32) {
+    float v;
+    std::memcpy(&v, src, 4);
+    return v;
+  }
+  uint16_t b;
+  std::memcpy(&b, src, 2);
+  return t == StateType::BF16 ? double(ref::bf16_bits_to_float(b)) : double(__half2float(__ushort_as_half(b)));
+}
+// The pool as values (rounded to the type first, NaN kept) in its bytes, and its bytes as float64.
+std::vector<unsigned char> encode_pool(StateType t, std::vector<float>& pool) {
+  const size_t sb = size_t(state_type_bytes(t));
+  std::vector<unsigned char> bytes(pool.size() * sb);
+  for (size_t i = 0; i < pool.size(); ++i) {
+    if (t != StateType::FP32 && !std::isnan(pool[i])) pool[i] = float(ref::round_to_state(pool[i], t));
+    encode_state(t, pool[i], bytes.data() + i * sb);
+  }
+  return bytes;
+}
+std::vector<double> decode_pool(StateType t, const std::vector<unsigned char>& bytes) {
+  const size_t sb = size_t(state_type_bytes(t));
+  std::vector<double> v(bytes.size() / sb);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = decode_state(t, bytes.data() + i * sb);
+  return v;
+}
+// u_t and floor_t of the header comment (0 for fp32).
+double state_unit(StateType t) { return t == StateType::BF16 ? std::ldexp(1.0, -8) : t == StateType::FP16 ? std::ldexp(1.0, -11) : 0.0; }
+double state_floor(StateType t) { return t == StateType::BF16 ? std::ldexp(1.0, -133) : t == StateType::FP16 ? std::ldexp(1.0, -24) : 0.0; }
+ref::StateStore state_store(StateType t) { return t == StateType::FP32 ? ref::StateStore{} : ref::StateStore(t); }
 double silu(double z) { return z / (1 + std::exp(-z)); }
 
 // One layer's A, D and dt_bias per head.
@@ -203,16 +277,20 @@ struct Request {
 
 class Checker {
  public:
-  Checker(const VerifyCase& c, VerifyResult& res) : c_(c), res_(res) {}
+  Checker(const VerifyCase& c, VerifyResult& res)
+      : c_(c), res_(res), u_t_(state_unit(c.state)), floor_t_(state_floor(c.state)) {}
 
   void fail(const std::string& m) {
     if (res_.passed) res_.message = m;
     res_.passed = false;
   }
   // The outputs of node t of a request (out_row: the row's [T, NH, P] bf16) against the recurrence
-  // along its root path; returns the path's state and |.| state and the gamma used.
+  // along its root path; returns the path's state and |.| state and the gamma used. y_node and
+  // s_node (16-bit classic: the reference's node outputs [NH, P] and written state) replace the
+  // path's where the kernel's rounding makes them differ.
   void node(const Request& q, const Window& w, int t, const uint16_t* out_row, int window, Mamba2State<double>& s,
-            Mamba2State<double>& s_abs, double& gamma, const std::string& where) {
+            Mamba2State<double>& s_abs, double& gamma, const std::string& where, const double* y_node = nullptr,
+            const Mamba2State<double>* s_node = nullptr) {
     const auto tok = select_tokens(w.tok, checks::root_path(w.par0, t));
     s = q.ref, s_abs = q.abs;
     std::vector<double> y, y_abs;
@@ -221,13 +299,20 @@ class Checker {
     Mamba2Tokens<double> seq = q.history;
     append_tokens(seq, tok);
     gamma = ref::mamba2_f32_gamma(seq, window);
+    if (s_node) s = *s_node;
     const size_t per = size_t(c_.NH) * c_.P, last = size_t(tok.steps - 1) * per;
     double worst = 0;
     for (size_t i = 0; i < per; ++i) {
       const double gate = c_.z_gate ? silu(w.z[size_t(t) * per + i]) : 1.0;
-      const double ref_o = y[last + i] * gate;
+      const double ref_o = (y_node ? y_node[i] : y[last + i]) * gate;
       const double err = std::abs(bf16_value(out_row[size_t(t) * per + i]) - ref_o);
-      const double tol = std::ldexp(std::abs(ref_o), -8) + (1 + std::ldexp(1.0, -8)) * std::abs(gate) * gamma * y_abs[last + i];
+      double tol = std::ldexp(std::abs(ref_o), -8) + (1 + std::ldexp(1.0, -8)) * std::abs(gate) * gamma * y_abs[last + i];
+      if (u_t_ > 0) {  // a 16-bit state (header comment)
+        const int g = int(i / c_.P) / (c_.NH / c_.G);
+        double c_abs = 0;
+        for (int n = 0; n < c_.N; ++n) c_abs += std::abs(w.tok.C[(size_t(t) * c_.G + g) * c_.N + n]);
+        tol += (1 + std::ldexp(1.0, -8)) * std::abs(gate) * (4 * u_t_ * y_abs[last + i] + 2 * floor_t_ * c_abs);
+      }
       worst = std::max(worst, std::isnan(err) ? INFINITY : err / std::max(tol, kTiny));
       if (!(err <= tol)) {
         fail("output of node " + std::to_string(t + 1) + " " + where + ", element " + std::to_string(i) + ": " +
@@ -248,7 +333,8 @@ class Checker {
       for (int p = 0; p < c_.P; ++p)
         for (int n = 0; n < c_.N; ++n) {
           const double err = std::abs(double(S[(size_t(h) * c_.P + p) * c_.N + n]) - ref_s[h](p, n));
-          const double tol = gamma * abs_s[h](p, n);
+          double tol = gamma * abs_s[h](p, n);
+          if (u_t_ > 0) tol += 2 * u_t_ * (std::abs(ref_s[h](p, n)) + abs_s[h](p, n)) + 2 * floor_t_;
           worst = std::max(worst, std::isnan(err) ? INFINITY : err / std::max(tol, kTiny));
         }
     res_.max_state_ratio = std::max(res_.max_state_ratio, worst);
@@ -269,6 +355,7 @@ class Checker {
   static constexpr double kTiny = std::numeric_limits<double>::min();
   const VerifyCase& c_;
   VerifyResult& res_;
+  const double u_t_, floor_t_;  // the header comment's, 0 for fp32
 };
 
 // What a request accepts: the root path of a random node (trees) or a prefix of random length
@@ -373,10 +460,14 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   for (int i = 0; i < slots; ++i) slot_perm[i] = i;
   std::shuffle(slot_perm.begin(), slot_perm.end(), rng);
 
-  // State pool N(0, 1); direct-mode requests (every other one) start with no state: NaN.
+  // State pool N(0, 1) (rounded to the state type); direct-mode requests (every other one) start
+  // with no state: NaN.
   std::vector<float> pool(size_t(slots) * slot_elems);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (auto& x : pool) x = nd(rng);
+  const size_t sbytes = size_t(state_type_bytes(c.state));
+  const ref::StateStore store = state_store(c.state);
+  if (store) encode_pool(c.state, pool);
   std::vector<Request> req(c.batch);
   std::vector<int32_t> h_fill(slots, 0), h_has(slots, 1);
   for (int r = 0; r < c.batch; ++r) {
@@ -389,12 +480,12 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
     q.abs = abs_state(q.ref);
     h_has[q.slot] = q.has_state;
   }
-  DeviceBuffer state(pool.size() * 4), buf_k(size_t(slots) * C * c.G * c.N * 2), buf_x(size_t(slots) * C * c.NH * c.P * 2),
+  DeviceBuffer state(pool.size() * sbytes), buf_k(size_t(slots) * C * c.G * c.N * 2), buf_x(size_t(slots) * C * c.NH * c.P * 2),
       buf_g(size_t(slots) * C * c.NH * 4), buf_dt(size_t(slots) * C * c.NH * 4), fill(slots * 4), has_state(slots * 4);
   DeviceBuffer win_k(size_t(rows) * T * c.G * c.N * 2), win_u(size_t(rows) * T * c.NH * c.P * 2),
       win_g(size_t(rows) * T * c.NH * 4), win_dt(size_t(rows) * T * c.NH * 4), win_base(size_t(rows) * 8);
   DeviceBuffer accept_len(size_t(rows) * 4), accept_nodes(size_t(rows) * T * 4), row_order(size_t(rows) * 4);
-  state.upload(pool);
+  state.upload(encode_pool(c.state, pool));
   fill.upload(h_fill), has_state.upload(h_has);
   for (DeviceBuffer* b : {&buf_k, &buf_x, &buf_g, &buf_dt}) b->poison();
   RowBuffers rb(c, rows);
@@ -408,7 +499,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   p.capacity = C;
   p.heads_per_block = c.heads_per_block;
   p.pools_ready_at_launch = c.pools_ready_at_launch;
-  p.state = state.as<float>();
+  p.state = state.as<unsigned char>(), p.state_type = c.state;
   p.buf_k = buf_k.as<__nv_bfloat16>(), p.buf_val = buf_x.as<__nv_bfloat16>();
   p.buf_gcum = buf_g.as<float>(), p.buf_beta = buf_dt.as<float>();
   p.fill = fill.as<int32_t>(), p.has_state = has_state.as<int32_t>();
@@ -423,7 +514,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   for (int round = 0; round < rounds && res.passed; ++round) {
     const std::vector<Window> w = draw_round(c, layer, rng, rb, rows);
     for (DeviceBuffer* b : {&win_k, &win_u, &win_g, &win_dt, &win_base}) b->poison();
-    const std::vector<float> before = state.download<float>();
+    const std::vector<unsigned char> before = state.download<unsigned char>();
     const std::string at = "in round " + std::to_string(round);
     // The protocol's fold decision per row (sim/layout.h).
     std::vector<bool> folds(rows, false);
@@ -445,7 +536,8 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
     mamba2_verify_kvbuffer(p, 0);
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
     const auto out = rb.out.download<uint16_t>();
-    const auto S = state.download<float>();
+    const auto S_bytes = state.download<unsigned char>();
+    const std::vector<double> S = decode_pool(c.state, S_bytes);
     const auto x_in = rb.x.download<uint16_t>(), x_buf = buf_x.download<uint16_t>(), x_win = win_u.download<uint16_t>();
     for (int row = 0; row < rows; ++row) {
       if (row_req[row] < 0) {
@@ -466,9 +558,10 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
       if (folded) {
         ++res.verify_folds;
         q.fill = 0, q.has_state = true;
+        ref::round_state(q.ref, store);  // the fold writes S0 in the state type
         check.state(S.data() + off, q.ref, q.abs, ref::mamba2_f32_gamma(q.history, window),
                     "S0 after the verify's fold of request " + std::to_string(row_req[row]) + " " + at);
-      } else if (std::memcmp(S.data() + off, before.data() + off, slot_elems * 4) != 0) {
+      } else if (std::memcmp(S_bytes.data() + off * sbytes, before.data() + off * sbytes, slot_elems * sbytes) != 0) {
         check.fail("state of request " + std::to_string(row_req[row]) + " changed by a verify without a fold " + at);
       }
       const uint16_t* out_row = out.data() + size_t(row) * T * c.NH * c.P;
@@ -488,12 +581,12 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
       for (size_t i = 0; i < path.size(); ++i) h_nodes[size_t(row) * T + i] = path[i] + 1;
       accept_path(q, w[row], path);
       q.fill += int(path.size());
-      if (q.fill == C) q.fill = 0, q.has_state = true, ++res.commit_folds;
+      if (q.fill == C) q.fill = 0, q.has_state = true, ++res.commit_folds, ref::round_state(q.ref, store);
     }
     accept_len.upload(h_len), accept_nodes.upload(h_nodes);
     mamba2_verify_kvbuffer_commit(p, 0);
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto S2 = state.download<float>();
+    const std::vector<double> S2 = decode_pool(c.state, state.download<unsigned char>());
     const auto d_fill = fill.download<int32_t>(), d_has = has_state.download<int32_t>();
     const auto bk = buf_k.download<uint16_t>(), bx = buf_x.download<uint16_t>();
     const auto bg = buf_g.download<float>(), bdt = buf_dt.download<float>();
@@ -552,6 +645,9 @@ VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
   std::vector<float> pool(size_t(pool_slots) * slot_elems);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (auto& x : pool) x = nd(rng);
+  const size_t sbytes = size_t(state_type_bytes(c.state));
+  const ref::StateStore store = state_store(c.state);
+  const std::vector<unsigned char> pool_bytes = encode_pool(c.state, pool);  // pool rounded to the type
   std::vector<Request> req(c.batch);
   for (int r = 0; r < c.batch; ++r) {
     Request& q = req[r];
@@ -560,13 +656,13 @@ VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
     q.ref = random_state(c, pool.data() + size_t(q.slot) * slot_elems);
     q.abs = abs_state(q.ref);
   }
-  DeviceBuffer state(pool.size() * 4), step_slot(size_t(rows) * T * 4);
-  state.upload(pool);
+  DeviceBuffer state(pool.size() * sbytes), step_slot(size_t(rows) * T * 4);
+  state.upload(pool_bytes);
   RowBuffers rb(c, rows);
   rb.A.upload(layer.A), rb.D.upload(layer.D), rb.dt_bias.upload(layer.dt_bias);
   Mamba2VerifyClassicParams p;
   p.io = rb.io(c, rows);
-  p.state = state.as<float>();
+  p.state = state.as<unsigned char>(), p.state_type = c.state;
   p.step_slot = step_slot.as<int32_t>();
   p.rows_per_warp = c.rows_per_warp;
 
@@ -588,16 +684,18 @@ VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
     rb.slot.upload(h_slot);
     step_slot.upload(h_step);
     for (int x = 0; x < pool_slots; ++x)
-      if (is_step[x]) KVB_CUDA_CHECK(cudaMemset(state.as<float>() + size_t(x) * slot_elems, 0xff, slot_elems * 4));
-    const auto before = state.download<float>();
+      if (is_step[x])
+        KVB_CUDA_CHECK(cudaMemset(state.as<unsigned char>() + size_t(x) * slot_elems * sbytes, 0xff, slot_elems * sbytes));
+    const auto before = state.download<unsigned char>();
     mamba2_verify_classic(p, 0);
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
     const auto out = rb.out.download<uint16_t>();
-    const auto S = state.download<float>();
+    const auto S_bytes = state.download<unsigned char>();
+    const std::vector<double> S = decode_pool(c.state, S_bytes);
     const std::string at = "in round " + std::to_string(round);
+    const size_t slot_bytes = slot_elems * sbytes;
     for (int x = 0; x < pool_slots; ++x)
-      if (!is_step[x] &&
-          std::memcmp(S.data() + size_t(x) * slot_elems, before.data() + size_t(x) * slot_elems, slot_elems * 4) != 0)
+      if (!is_step[x] && std::memcmp(S_bytes.data() + x * slot_bytes, before.data() + x * slot_bytes, slot_bytes) != 0)
         check.fail("slot " + std::to_string(x) + " (no node's) changed by the verify " + at);
     for (int row = 0; row < rows; ++row) {
       if (row_req[row] < 0) {
@@ -607,10 +705,18 @@ VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
       Request& q = req[row_req[row]];
       const std::string who = "request " + std::to_string(row_req[row]) + " " + at;
       const uint16_t* out_row = out.data() + size_t(row) * T * c.NH * c.P;
+      // A 16-bit state: the nodes as the kernel rounds them (ref::mamba2_verify_classic_tree).
+      std::vector<double> y_tree;
+      std::vector<Mamba2State<double>> s_tree;
+      if (store) {
+        Mamba2State<double> from = q.ref;
+        ref::mamba2_verify_classic_tree<double>(w[row].tok, w[row].par0, -1, from, y_tree, s_tree, store);
+      }
       for (int t = 0; t < T; ++t) {
         Mamba2State<double> s, s_abs;
         double gamma = 0;
-        check.node(q, w[row], t, out_row, 1, s, s_abs, gamma, "of " + who);
+        check.node(q, w[row], t, out_row, 1, s, s_abs, gamma, "of " + who,
+                   store ? y_tree.data() + size_t(t) * c.NH * c.P : nullptr, store ? &s_tree[size_t(t)] : nullptr);
         check.state(S.data() + size_t(h_step[size_t(row) * T + t]) * slot_elems, s, s_abs, gamma,
                     "state of node " + std::to_string(t + 1) + " of " + who);
       }
@@ -618,6 +724,7 @@ VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
       const std::vector<int> path = draw_accepted_path(c, w[row], rng);
       accept_path(q, w[row], path);
       if (!path.empty()) q.slot = h_step[size_t(row) * T + path.back()];
+      if (store && !path.empty()) q.ref = s_tree[size_t(path.back())];  // the node's written (rounded) state
       check.state(S.data() + size_t(q.slot) * slot_elems, q.ref, q.abs,
                   q.history.steps ? ref::mamba2_f32_gamma(q.history, 1) : 0.0, "committed state of " + who);
     }
@@ -734,6 +841,47 @@ std::vector<VerifyCase> verify_cases(bool quick) {
     add(v, true);
     v.T = 6, v.z_gate = false, v.name = "tree-T6-b3";
     add(v, false);
+  }
+  // 16-bit states, 13 per type (one in quick): KVBuffer one-head (heads_per_block 1 or the choice
+  // at batch 3) and head-group kernels (h2, h8: windows in the buffer), chains and trees, folds in
+  // the verify (n + depth >= C) and in the commit (T == C: C1-T1, C8-T8), the early fold of the
+  // pools-first path, N = 64; classic chains and trees over the three warp shapes. Every accepted
+  // length and ragged fills come up over the rounds, with a padding row.
+  for (StateType st : {StateType::BF16, StateType::FP16}) {
+    const std::string ty = std::string("-") + state_type_name(st);
+    auto kv = [&](int C, int T, int heads, bool tree, bool z, const std::string& name, bool in_quick) {
+      VerifyCase v;
+      v.method = K, v.state = st, v.C = C, v.T = T, v.heads_per_block = heads, v.tree = tree, v.z_gate = z;
+      v.name = name + ty;
+      add(v, in_quick);
+      return v;
+    };
+    kv(1, 1, 1, false, false, "C1-T1-b3-h1", false);
+    kv(4, 4, 2, false, false, "C4-T4-b3-h2", false);
+    kv(8, 8, 1, false, false, "C8-T8-b3-h1", false);
+    kv(8, 8, 2, false, false, "C8-T8-b3-h2", false);
+    kv(16, 5, 0, false, true, "C16-T5-b3-z", false);
+    kv(16, 6, 2, true, true, "tree-C16-T6-b3-z-h2", st == StateType::BF16);
+    kv(8, 8, 1, true, false, "tree-C8-T8-b3-h1", false);
+    {
+      VerifyCase v;
+      v.method = K, v.state = st, v.G = 1, v.NH = 8, v.C = 16, v.T = 5, v.batch = 16, v.pad_rows = 2, v.z_gate = true;
+      v.heads_per_block = 8, v.pools_ready_at_launch = true, v.row_order = true;
+      v.name = "G1-NH8-C16-T5-b16-z-h8-pools-first" + ty;
+      add(v, false);
+      v = VerifyCase{};
+      v.method = K, v.state = st, v.N = 64, v.C = 8, v.T = 5, v.heads_per_block = 2, v.name = "P64-N64-C8-T5-b3-h2" + ty;
+      add(v, false);
+    }
+    auto cl = [&](int T, int rows, bool tree, bool z, const std::string& name, bool in_quick) {
+      VerifyCase v;
+      v.method = CL, v.state = st, v.T = T, v.rows_per_warp = rows, v.tree = tree, v.z_gate = z, v.name = name + ty;
+      add(v, in_quick);
+    };
+    cl(4, 0, false, false, "T4-b3", false);
+    cl(8, 8, false, true, "T8-b3-z-r8", false);
+    cl(8, 0, true, true, "tree-T8-b3-z", st == StateType::FP16);
+    cl(7, 4, true, false, "tree-T7-b3-r4", false);
   }
   return cs;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/common/checks/check_common.h"
+#include "sim/state_type.h"  // StateType
 
 namespace kvbuf::mamba2_verify_check {
 
@@ -33,6 +34,7 @@ struct VerifyCase {
   // Typical: dt_raw + dt_bias in about [-9, 6], dt in about [1e-4, 6]; NearZero: in [-16, -15].
   DtRegime dt = DtRegime::Typical;
   int rounds = 0;  // 0: enough for 3 flush cycles (KVBuffer) or 12 (classic)
+  StateType state = StateType::FP32;  // the state pool's type (the Params' state_type)
 };
 
 // The name with its method, unique over verify_cases().

@@ -115,6 +115,31 @@ TEST(Mamba2VerifyBadInput, UnsupportedShapesThrow) {
   EXPECT_THROW(mamba2_verify_kvbuffer(k, 0), std::invalid_argument);
 }
 
+// A state dtype outside StateType: refused by every entry point, on the host before any launch.
+TEST(Mamba2VerifyBadInput, RefusesUnknownStateType) {
+  auto expect_refusal = [](auto&& f) {
+    try {
+      f();
+      ADD_FAILURE() << "not refused";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("unsupported state dtype"), std::string::npos) << e.what();
+    }
+  };
+  Mamba2VerifyClassicParams c;
+  set_io(c.io);
+  c.state = fake<uint16_t>(), c.step_slot = fake<const int32_t>();
+  c.state_type = static_cast<StateType>(7);
+  expect_refusal([&] { mamba2_verify_classic(c, 0); });
+  Mamba2VerifyKVBufferParams k;
+  set_io(k.io);
+  set_pools(k);
+  k.state_type = static_cast<StateType>(7);
+  k.accept.accept_len = fake<const int32_t>();
+  expect_refusal([&] { mamba2_verify_kvbuffer(k, 0); });
+  expect_refusal([&] { mamba2_verify_kvbuffer_commit(k, 0); });
+  expect_refusal([&] { mamba2_verify_kvbuffer_order(k, fake<int32_t>(), 0); });
+}
+
 // GPU (occupancy queries, no launch): the row order pays where the verify takes its head-group
 // kernel: Nemotron-3 Nano's heads at batch 512, not at batch 8 (the one-head kernel) unless
 // heads_per_block forces the head-group kernel.
@@ -157,8 +182,10 @@ TEST(Mamba2VerifyRowOrder, HeadGroupKernelFromOneAndAHalfWaves) {
 // GPU: the commit of 2 layer tables' worth of layers in one call (two launches) leaves every
 // layer's pools as one commit per layer does; random scratch, bases (some with the window in the
 // buffer) and accepted nodes, a padding row, T < C and T == C (the commit's fold).
-TEST(Mamba2VerifyCommitLayers, EqualsOneCommitPerLayer) {
+// mixed: the layers' state pools in fp32, bf16 and fp16 in turn (one call folds each in its type).
+void expect_commit_layers_equal_per_layer(bool mixed) {
   const int B = checks::CommitRows::kRows, slots = checks::CommitRows::kSlots, T = checks::CommitRows::kTokens;
+  int made = 0;
   auto make = [&](checks::CommitLayerTensors& l, std::mt19937_64& r, int C, const checks::CommitRows& rows) {
     Mamba2VerifyKVBufferParams p;
     Mamba2VerifyIO& io = p.io;
@@ -169,7 +196,14 @@ TEST(Mamba2VerifyCommitLayers, EqualsOneCommitPerLayer) {
     p.capacity = C;
     p.accept = VerifyAccept{rows.len.as<int32_t>(), C == T ? nullptr : rows.nodes.as<int32_t>()};
     const size_t entries = size_t(slots) * C, window = size_t(B) * T;
-    p.state = l.add_f32(size_t(slots) * io.NH * io.P * io.N, r, -1.f, 1.f);
+    const size_t state_elems = size_t(slots) * io.NH * io.P * io.N;
+    constexpr StateType kTypes[] = {StateType::FP32, StateType::BF16, StateType::FP16};
+    // make is called twice per layer (the per-layer set, then the all-at-once set): both in one type.
+    p.state_type = mixed ? kTypes[made++ / 2 % 3] : StateType::FP32;
+    if (p.state_type == StateType::FP32)
+      p.state = l.add_f32(state_elems, r, -1.f, 1.f);
+    else
+      p.state = l.add_bf16(state_elems, r);  // as fp16 bits: finite values below 2
     p.buf_k = l.add_bf16(entries * io.G * io.N, r);
     p.buf_val = l.add_bf16(entries * io.NH * io.P, r);
     p.buf_gcum = l.add_f32(entries * io.NH, r, -2.f, 0.f);
@@ -188,6 +222,9 @@ TEST(Mamba2VerifyCommitLayers, EqualsOneCommitPerLayer) {
       [](const Mamba2VerifyKVBufferParams& p, cudaStream_t s) { mamba2_verify_kvbuffer_commit(p, s); },
       [](const Mamba2VerifyKVBufferParams* p, int n, cudaStream_t s) { mamba2_verify_kvbuffer_commit(p, n, s); });
 }
+TEST(Mamba2VerifyCommitLayers, EqualsOneCommitPerLayer) { expect_commit_layers_equal_per_layer(false); }
+// The same with the layers' states in fp32, bf16 and fp16 in one call.
+TEST(Mamba2VerifyCommitLayers, EqualsOneCommitPerLayerMixedStateTypes) { expect_commit_layers_equal_per_layer(true); }
 
 }  // namespace
 }  // namespace kvbuf::mamba2_verify_check
