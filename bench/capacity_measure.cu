@@ -87,8 +87,8 @@ class CapacityProbe {
       KVB_CUDA_CHECK(cudaMemset(at(l, "conv"), 0, plan.tensor_bytes("conv")));
       if (!a_.kvbuffer) {
         GdnVerifyClassicParams p;
-        p.io = io, p.state = reinterpret_cast<float*>(at(l, "state"));
-        p.step_states = reinterpret_cast<float*>(at(l, "step_states")), p.accept = accept;
+        p.io = io, p.state = at(l, "state");
+        p.step_states = at(l, "step_states"), p.accept = accept;
         gdn_verify_classic(p, 0);
         gdn_verify_classic_commit(p, 0);
         continue;
@@ -97,7 +97,7 @@ class CapacityProbe {
       KVB_CUDA_CHECK(cudaMemcpy(at(l, "has_state"), ones.data(), size_t(B) * 4, cudaMemcpyHostToDevice));
       GdnVerifyKVBufferParams p;
       p.io = io, p.entry = EntryType::BF16, p.capacity = a_.chunk;
-      p.state = reinterpret_cast<float*>(at(l, "state"));
+      p.state = at(l, "state");
       p.buf_k = at(l, "buf_k"), p.buf_val = at(l, "buf_val");
       p.buf_gcum = reinterpret_cast<float*>(at(l, "buf_gcum"));
       p.fill = reinterpret_cast<int32_t*>(at(l, "fill"));

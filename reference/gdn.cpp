@@ -520,7 +520,7 @@ bool gdn_decode_direct(const GdnTokens<T>& x, int capacity, BufferVariant varian
 
 template <class T>
 void gdn_verify_classic_window(const GdnTokens<T>& window, int accept, GdnState<T>& state,
-                               std::vector<T>& o, std::vector<GdnState<T>>& states) {
+                               std::vector<T>& o, std::vector<GdnState<T>>& states, StateStore store) {
   gdn_validate(window);
   validate_state(state, window.dims, "gdn_verify_classic_window");
   const GdnDims& d = window.dims;
@@ -533,6 +533,7 @@ void gdn_verify_classic_window(const GdnTokens<T>& window, int accept, GdnState<
   GdnState<T> S = state;
   for (int t = 0; t < window.steps; ++t) {
     for (int h = 0; h < d.HV; ++h) recurrent_step(window, t, h, S[h], &o[(size_t(t) * d.HV + h) * d.V]);
+    round_state(S, store);  // as written; the next token starts from it
     states[t] = S;
   }
   if (accept > 0) state = states[accept - 1];
@@ -549,7 +550,7 @@ void validate_rounds(int drafts, int accept, const char* who) {
 
 template <class T>
 void gdn_verify_classic(const GdnTokens<T>& x, int drafts, int accept, GdnState<T>& state,
-                        std::vector<T>& o) {
+                        std::vector<T>& o, StateStore store) {
   gdn_validate(x);
   validate_rounds(drafts, accept, "gdn_verify_classic");
   validate_state(state, x.dims, "gdn_verify_classic");
@@ -559,7 +560,7 @@ void gdn_verify_classic(const GdnTokens<T>& x, int drafts, int accept, GdnState<
   std::vector<GdnState<T>> states;
   for (int pos = 0; pos < x.steps;) {
     const int W = std::min(drafts, x.steps - pos), m = std::min(accept, W);
-    gdn_verify_classic_window(gdn_slice_tokens(x, pos, W), m, state, ow, states);
+    gdn_verify_classic_window(gdn_slice_tokens(x, pos, W), m, state, ow, states, store);
     std::copy(ow.begin(), ow.begin() + m * row, o.begin() + pos * row);
     pos += m;
   }
@@ -567,7 +568,7 @@ void gdn_verify_classic(const GdnTokens<T>& x, int drafts, int accept, GdnState<
 
 template <class T>
 void gdn_verify_kvbuffer(const GdnTokens<T>& x, int capacity, BufferVariant variant, int drafts,
-                         int accept, GdnState<T>& state, std::vector<T>& o) {
+                         int accept, GdnState<T>& state, std::vector<T>& o, StateStore store) {
   gdn_validate(x);
   validate_capacity(capacity, "gdn_verify_kvbuffer");
   validate_rounds(drafts, accept, "gdn_verify_kvbuffer");
@@ -576,7 +577,7 @@ void gdn_verify_kvbuffer(const GdnTokens<T>& x, int capacity, BufferVariant vari
          " drafts exceed the buffer capacity C=" + std::to_string(capacity));
   validate_state(state, x.dims, "gdn_verify_kvbuffer");
   const size_t row = size_t(x.dims.HV) * x.dims.V;
-  GdnKVBuffer<T> buf(x.dims, capacity, variant, state);
+  GdnKVBuffer<T> buf(x.dims, capacity, variant, state, store);
   o.assign(size_t(x.steps) * row, T(0));
   std::vector<T> ow;
   for (int pos = 0; pos < x.steps;) {
@@ -611,11 +612,12 @@ void gdn_verify_tree(GdnKVBuffer<T>& buffer, const GdnTokens<T>& nodes,
   template bool gdn_decode_direct<T>(const GdnTokens<T>&, int, BufferVariant, GdnState<T>&,       \
                                      std::vector<T>&, StateStore);                                \
   template void gdn_verify_classic_window<T>(const GdnTokens<T>&, int, GdnState<T>&,              \
-                                             std::vector<T>&, std::vector<GdnState<T>>&);         \
+                                             std::vector<T>&, std::vector<GdnState<T>>&,          \
+                                             StateStore);                                         \
   template void gdn_verify_classic<T>(const GdnTokens<T>&, int, int, GdnState<T>&,                \
-                                      std::vector<T>&);                                           \
+                                      std::vector<T>&, StateStore);                               \
   template void gdn_verify_kvbuffer<T>(const GdnTokens<T>&, int, BufferVariant, int, int,         \
-                                       GdnState<T>&, std::vector<T>&);                            \
+                                       GdnState<T>&, std::vector<T>&, StateStore);                \
   template void gdn_verify_tree<T>(GdnKVBuffer<T>&, const GdnTokens<T>&, const std::vector<int>&, \
                                    std::vector<T>&);
 

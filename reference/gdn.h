@@ -197,23 +197,28 @@ bool gdn_decode_direct(const GdnTokens<T>& x, int capacity, BufferVariant varian
 // 4a. Classic verify, one window of T tokens (last accepted + T-1 drafts) from `state`: writes
 //     o [T, HV, V] and the T intermediate states (states[i] = state after token i), then commits the
 //     accepted one: state <- states[accept - 1] (accept = 0 keeps state). 0 <= accept <= T.
+//     With `store`, each token's state is rounded to that type after the token's output, as
+//     gdn_verify_classic.cu writes it, and the next token starts from the rounded state (the kernel's
+//     registers take the value written; a tree node reloads its parent's written state): states[i]
+//     and o are those of gdn_decode_recurrent with the same store.
 template <class T>
 void gdn_verify_classic_window(const GdnTokens<T>& window, int accept, GdnState<T>& state,
-                               std::vector<T>& o, std::vector<GdnState<T>>& states);
+                               std::vector<T>& o, std::vector<GdnState<T>>& states, StateStore store = {});
 
 // Verify drivers over a whole sequence: rounds of windows of `drafts` tokens (the last window may
 // be shorter); each round accepts min(accept, window) tokens (1 <= accept <= drafts) and the next
 // window starts at the first rejected token. o [T, HV, V] holds each token's output from the round
 // that accepted it; `state` ends as the state after all tokens.
-// 4a. Classic: gdn_verify_classic_window per round.
+// 4a. Classic: gdn_verify_classic_window per round (`store` as there).
 template <class T>
 void gdn_verify_classic(const GdnTokens<T>& x, int drafts, int accept, GdnState<T>& state,
-                        std::vector<T>& o);
+                        std::vector<T>& o, StateStore store = {});
 // 4b. Buffered (chain): GdnKVBuffer::verify + accept per round (fold first when n + T > C), then
-//     the remaining buffer is folded. drafts <= capacity.
+//     the remaining buffer is folded. drafts <= capacity. `store` as for GdnKVBuffer (every fold,
+//     the last one too, rounds S0).
 template <class T>
 void gdn_verify_kvbuffer(const GdnTokens<T>& x, int capacity, BufferVariant variant, int drafts,
-                         int accept, GdnState<T>& state, std::vector<T>& o);
+                         int accept, GdnState<T>& state, std::vector<T>& o, StateStore store = {});
 // 4c. Tree verify of one window on `buffer` (parents as in GdnKVBuffer::verify): o [T, HV, V];
 //     follow with buffer.accept_path(path).
 template <class T>

@@ -282,13 +282,13 @@ class VerifySweep {
         }
         GdnVerifyClassicParams p;
         p.io = gdn->io;
-        p.state = states.at<float>(l, "state");
+        p.state = states.at<void>(l, "state");
         p.accept = rows.accept;
         if (vm.in_place) {
           p.step_slot = step_slot.as<int32_t>();
           gdn_verify_classic(p, st);
         } else {
-          p.step_states = steps.at<float>(0, "step_states");
+          p.step_states = steps.at<void>(0, "step_states");
           gdn_verify_classic(p, st);
           gdn_verify_classic_commit(p, st);
         }
@@ -363,7 +363,7 @@ class VerifySweep {
       p.io = gdn->io;
       p.entry = EntryType::BF16;
       p.capacity = C;
-      p.state = pools.at<float>(l, "state");
+      p.state = pools.at<void>(l, "state");
       p.buf_k = pools.at<void>(l, "buf_k");
       p.buf_val = pools.at<void>(l, "buf_val");
       p.buf_gcum = pools.at<float>(l, "buf_gcum");

@@ -65,12 +65,19 @@ struct GdnVerifyIO {
 //    keeps it); the row's other T slots receive the next round's states.
 //  * copy (step_states set): node t's state goes to step_states[row, t]; gdn_verify_classic_commit
 //    copies the accepted one into state[slot].
+// States (the pool and step_states) hold state_type (fp32, bf16 or fp16); arithmetic is fp32 and
+// every node's state is rounded once to nearest where it is written. The walk continues from the
+// rounded value (as successive decode steps would, and as a tree node that reloads its parent's
+// written state does), so chains and trees round alike.
 struct GdnVerifyClassicParams {
   GdnVerifyIO io;
-  float* state = nullptr;              // [slots, HV, V, K] fp32, K contiguous
+  void* state = nullptr;               // [slots, HV, V, K] state_type, K contiguous
   const int32_t* step_slot = nullptr;  // [B, T] in place: pool slot receiving the state after node t
-  float* step_states = nullptr;        // [B, T, HV, V, K] fp32 copy variant: the state after every node
+  void* step_states = nullptr;         // [B, T, HV, V, K] state_type copy variant: the state after every node
   VerifyAccept accept;              // commit (copy variant) only
+  // Appended: the fields above keep their offsets (the kernels take them without it, as their
+  // element type S; see ClassicArgs in gdn_verify_classic.cu).
+  StateType state_type = StateType::FP32;  // of state and step_states
 };
 // Writes out and the node states; reads state[slot] (and the parents' states of tree nodes).
 void gdn_verify_classic(const GdnVerifyClassicParams& p, cudaStream_t stream);
@@ -82,7 +89,7 @@ struct GdnVerifyKVBufferParams {
   GdnVerifyIO io;
   EntryType entry = EntryType::BF16;  // buffer and scratch entries (cached-u variant)
   int capacity = 16;                        // C, T <= C <= 64
-  float* state = nullptr;                   // [slots, HV, V, K] fp32
+  void* state = nullptr;                    // [slots, HV, V, K] state_type (S0, rounded at every fold)
   void* buf_k = nullptr;                    // [slots, C, H, K]
   void* buf_val = nullptr;                  // [slots, C, HV, V] corrected values u
   float* buf_gcum = nullptr;                // [slots, C, HV]
@@ -94,6 +101,10 @@ struct GdnVerifyKVBufferParams {
   float* win_gcum = nullptr;    // [B, T, HV]    their G, relative to S0 after the verify's fold
   int32_t* win_base = nullptr;  // [B, 2]        fill and has_state after the verify's fold
   VerifyAccept accept;       // commit only
+  // Appended (no padding above; the kernels take the fields above without it: KVBufferArgs in
+  // gdn_verify_kvbuffer.cu). A fold, in the verify or in the commit, computes in fp32 and rounds S0
+  // once to nearest when it writes it; the verify's outputs after its fold use the rounded S0.
+  StateType state_type = StateType::FP32;  // of state
 };
 void gdn_verify_kvbuffer(const GdnVerifyKVBufferParams& p, cudaStream_t stream);
 void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t stream);
@@ -102,5 +113,8 @@ void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t s
 // sampling, after every layer's verify, so a serving engine commits all layers at once: one kernel's
 // fixed cost per step instead of one per layer (LayerTable, kernels/common/common.cuh).
 void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams* layers, int count, cudaStream_t stream);
+// Layers per launch of that commit (one layer table of the kernels' 192-byte parameters; more
+// layers take more launches).
+constexpr int kGdnVerifyCommitLayersPerLaunch = 64;
 
 }  // namespace kvbuf

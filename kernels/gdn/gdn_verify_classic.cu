@@ -8,8 +8,14 @@
 //             cache does; the scheduler commits by index (slot <- step_slot[row, last accepted]).
 //   copy      (step_states set): S_t goes to the scratch [B, T, HV, V, K]; the commit kernel copies
 //             the last accepted node's state into the pool (m = 0 keeps the state).
-// Layouts: S: [slots, HV, V, K] fp32, K contiguous; q, k [B, T, H, K], v [B, T, HV, V] bf16;
-// g, beta [B, T, HV] fp32; out [B, T, HV, V] bf16.
+// Layouts: S: [slots, HV, V, K] state dtype (fp32, bf16 or fp16), K contiguous; q, k [B, T, H, K],
+// v [B, T, HV, V] bf16; g, beta [B, T, HV] fp32; out [B, T, HV, V] bf16.
+// State dtype (docs/kvbuffer-math.md section 11): arithmetic in fp32; each node's state is rounded
+// once to nearest where it is written, and the walk goes on from the rounded rows (the registers
+// take the value written), so node t's output and state are those of t successive decode steps
+// with a state of that type, whether the parent's rows stay in registers (chains) or are reloaded
+// (trees). Template parameters: K in {64, 128} and the state element S (float, __nv_bfloat16,
+// __half: GdnVerifyClassicParams::state_type through dispatch_state_type).
 //
 // Shape (log v2): one warp per block owns 8 consecutive rows of one value head of one request
 // (grid V/8 x HV x B), as the recurrent decode's one-warp shape (kernels/gdn/notes/gdn_decode_recurrent.md, v4):
@@ -44,6 +50,70 @@ constexpr int kWarpRows = 8;  // state rows per one-warp block
 constexpr int kTMax = kGdnVerifyMaxTokens;
 static_assert(3 * kTMax <= 32, "the window's norm sums fit one 32-value halving exchange");
 
+// The kernels' parameter: GdnVerifyClassicParams less state_type, which the kernels have as their
+// element type S. Appended to the kernel parameter block it would make 136 bytes of 128 (nvcc then
+// reads the parameters differently: other SASS for the fp32 kernels); without it the block is what
+// it was before 16-bit states. The state pointers stay float* (the kernels cast them to S*): as
+// void* they changed the fp32 kernels' address arithmetic.
+struct ClassicArgs {
+  GdnVerifyIO io;
+  float* state;
+  const int32_t* step_slot;
+  float* step_states;
+  VerifyAccept accept;
+};
+ClassicArgs classic_args(const GdnVerifyClassicParams& p) {
+  return {p.io, static_cast<float*>(p.state), p.step_slot, static_cast<float*>(p.step_states), p.accept};
+}
+static_assert(sizeof(ClassicArgs) == 128, "the parameter block of the fp32 kernels before 16-bit states");
+
+// NL consecutive elements of a state row (one lane's share of a row) as one access (fp32: float4 /
+// float2; 16-bit: 8 / 4 bytes), to fp32; store rounds s to S (16-bit: to nearest even), writes it
+// and leaves the rounded values in s.
+template <class S, int NL>
+struct LaneRow {  // fp32
+  using Vec = typename std::conditional<NL == 4, float4, float2>::type;
+  __device__ __forceinline__ static void load(const float* src, float* s) {
+    const Vec x = *reinterpret_cast<const Vec*>(src);
+    s[0] = x.x, s[1] = x.y;
+    if constexpr (NL == 4) s[2] = reinterpret_cast<const float4&>(x).z, s[3] = reinterpret_cast<const float4&>(x).w;
+  }
+  __device__ __forceinline__ static void store(float* dst, float* s) {
+    Vec y;
+    y.x = s[0], y.y = s[1];
+    if constexpr (NL == 4) reinterpret_cast<float4&>(y).z = s[2], reinterpret_cast<float4&>(y).w = s[3];
+    *reinterpret_cast<Vec*>(dst) = y;
+  }
+};
+template <class S, int NL>
+struct LaneRow16 {  // bf16, fp16
+  using Vec = typename std::conditional<NL == 4, uint2, uint32_t>::type;
+  __device__ __forceinline__ static void load(const S* src, float* s) {
+    const Vec x = *reinterpret_cast<const Vec*>(src);
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(&x);
+#pragma unroll
+    for (int e = 0; e < NL / 2; ++e) {
+      const float2 f = state2_to_f32(w[e], src);
+      s[2 * e] = f.x, s[2 * e + 1] = f.y;
+    }
+  }
+  __device__ __forceinline__ static void store(S* dst, float* s) {
+    Vec x;
+    uint32_t* w = reinterpret_cast<uint32_t*>(&x);
+#pragma unroll
+    for (int e = 0; e < NL / 2; ++e) {
+      w[e] = f32_to_state2(s[2 * e], s[2 * e + 1], dst);
+      const float2 f = state2_to_f32(w[e], dst);
+      s[2 * e] = f.x, s[2 * e + 1] = f.y;
+    }
+    *reinterpret_cast<Vec*>(dst) = x;
+  }
+};
+template <int NL>
+struct LaneRow<__nv_bfloat16, NL> : LaneRow16<__nv_bfloat16, NL> {};
+template <int NL>
+struct LaneRow<__half, NL> : LaneRow16<__half, NL> {};
+
 // Asynchronous global -> shared copy of 4 or 8 bytes (a lane's slice of a bf16 key or query).
 template <int BYTES>
 __device__ __forceinline__ void cp_async_small(void* smem_dst, const void* gsrc) {
@@ -75,11 +145,11 @@ __device__ __forceinline__ float halving_sum32(float (&x)[32], int lane) {
   return x[0];
 }
 
-template <int KD>
-__global__ void __launch_bounds__(32) gdn_verify_classic_kernel(const GdnVerifyClassicParams p) {
-  static_assert(KD == 64 || KD == 128, "one float2 or float4 per lane per row");
-  constexpr int NL = KD / 32, R = kWarpRows;  // floats per lane per row, rows per block
-  using Vec = typename std::conditional<NL == 4, float4, float2>::type;
+template <int KD, class S>
+__global__ void __launch_bounds__(32) gdn_verify_classic_kernel(const ClassicArgs p) {
+  static_assert(KD == 64 || KD == 128, "2 or 4 elements per lane per row");
+  constexpr int NL = KD / 32, R = kWarpRows;  // elements per lane per row, rows per block
+  using Lane = LaneRow<S, NL>;
   const GdnVerifyIO& io = p.io;
   const int lane = threadIdx.x, tile = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
   const int v0 = tile * R, T = io.tokens, kh = h / (io.HV / io.H);
@@ -111,20 +181,17 @@ __global__ void __launch_bounds__(32) gdn_verify_classic_kernel(const GdnVerifyC
     return;
   }
   // This lane's slice of the 8 rows of node t's state (t = -1: the committed state S0).
-  auto node_rows = [&](int t) -> float* {
-    if (t < 0) return p.state + ((size_t(slot) * io.HV + h) * io.V + v0) * KD + lane * NL;
+  S* const state = reinterpret_cast<S*>(p.state);
+  auto node_rows = [&](int t) -> S* {
+    if (t < 0) return state + ((size_t(slot) * io.HV + h) * io.V + v0) * KD + lane * NL;
     if (p.step_slot)
-      return p.state + ((size_t(__shfl_sync(0xffffffffu, node_slot, t)) * io.HV + h) * io.V + v0) * KD + lane * NL;
-    return p.step_states + (((size_t(row) * T + t) * io.HV + h) * io.V + v0) * KD + lane * NL;
+      return state + ((size_t(__shfl_sync(0xffffffffu, node_slot, t)) * io.HV + h) * io.V + v0) * KD + lane * NL;
+    return reinterpret_cast<S*>(p.step_states) + (((size_t(row) * T + t) * io.HV + h) * io.V + v0) * KD + lane * NL;
   };
   float s[R][NL];
-  auto load_rows = [&](const float* src) {
+  auto load_rows = [&](const S* src) {
 #pragma unroll
-    for (int i = 0; i < R; ++i) {
-      const Vec x = *reinterpret_cast<const Vec*>(src + size_t(i) * KD);
-      s[i][0] = x.x, s[i][1] = x.y;
-      if constexpr (NL == 4) s[i][2] = reinterpret_cast<const float4&>(x).z, s[i][3] = reinterpret_cast<const float4&>(x).w;
-    }
+    for (int i = 0; i < R; ++i) Lane::load(src + size_t(i) * KD, s[i]);
   };
   load_rows(node_rows(-1));
   cp_async_wait_all();
@@ -191,24 +258,22 @@ __global__ void __launch_bounds__(32) gdn_verify_classic_kernel(const GdnVerifyC
     const float u_own = beta * (__bfloat162float(s_v[t][row_own]) - decay * a);
     if ((lane & 3) == 0)
       io.out[((size_t(row) * T + t) * io.HV + h) * io.V + v0 + row_own] = __float2bfloat16_rn(decay * b + kq * u_own);
-    float* dst = node_rows(t);
+    S* dst = node_rows(t);
 #pragma unroll
     for (int i = 0; i < R; ++i) {
       const float u = __shfl_sync(0xffffffffu, u_own, 4 * i);
 #pragma unroll
       for (int e = 0; e < NL; ++e) s[i][e] = fmaf(decay, s[i][e], u * k[e]);
-      Vec y;
-      y.x = s[i][0], y.y = s[i][1];
-      if constexpr (NL == 4) reinterpret_cast<float4&>(y).z = s[i][2], reinterpret_cast<float4&>(y).w = s[i][3];
-      *reinterpret_cast<Vec*>(dst + size_t(i) * KD) = y;
+      Lane::store(dst + size_t(i) * KD, s[i]);  // 16-bit: the walk goes on from the rounded rows
     }
   }
 }
 
-// Copy variant: one block per (row, head) copies the accepted node's V x K state into the pool,
-// 16 B per access.
+// Copy variant: one block per (row, head) copies the accepted node's V x K state (elements S) into
+// the pool, 16 B per access.
 constexpr int kCopyThreads = 256;
-__global__ void __launch_bounds__(kCopyThreads) gdn_verify_classic_commit_kernel(const GdnVerifyClassicParams p) {
+template <class S>
+__global__ void __launch_bounds__(kCopyThreads) gdn_verify_classic_commit_kernel(const ClassicArgs p) {
   const GdnVerifyIO& io = p.io;
   const int row = blockIdx.x / io.HV, h = blockIdx.x % io.HV;
   const int slot = io.slot[row];
@@ -216,7 +281,7 @@ __global__ void __launch_bounds__(kCopyThreads) gdn_verify_classic_commit_kernel
   if (slot < 0 || m <= 0) return;
   int node = p.accept.accept_nodes ? p.accept.accept_nodes[row * io.tokens + m - 1] - 1 : m - 1;
   node = min(max(node, 0), io.tokens - 1);
-  const size_t n4 = size_t(io.V) * io.K / 4;
+  const size_t n4 = size_t(io.V) * io.K / (16 / sizeof(S));  // 16-byte pieces
   const float4* src = reinterpret_cast<const float4*>(p.step_states) + ((size_t(row) * io.tokens + node) * io.HV + h) * n4;
   float4* dst = reinterpret_cast<float4*>(p.state) + (size_t(slot) * io.HV + h) * n4;
   constexpr int kUnroll = 8;
@@ -236,6 +301,8 @@ void validate(const GdnVerifyClassicParams& p, const char* who) {
   if (p.io.batch > 65535)
     throw std::invalid_argument(std::string(who) + ": unsupported batch " + std::to_string(p.io.batch) +
                                 " (at most 65535 rows per launch)");
+  if (!known_state_type(p.state_type))
+    throw std::invalid_argument(std::string(who) + ": unsupported state dtype " + std::to_string(int(p.state_type)));
   if (p.io.batch > 0 && !p.state) throw std::invalid_argument(std::string(who) + ": null state pool");
   if (p.io.batch > 0 && !p.step_states == !p.step_slot)
     throw std::invalid_argument(std::string(who) + ": set exactly one of step_states (copy) and step_slot (in place)");
@@ -247,8 +314,12 @@ void gdn_verify_classic(const GdnVerifyClassicParams& p, cudaStream_t stream) {
   validate(p, "gdn_verify_classic");
   if (p.io.batch == 0) return;
   const dim3 grid(unsigned(p.io.V / kWarpRows), unsigned(p.io.HV), unsigned(p.io.batch));
-  dispatch_head_dims<KeyHeadDims>("gdn_verify_classic", p.io.K, p.io.V,
-                                  [&](auto K, auto) { gdn_verify_classic_kernel<K><<<grid, 32, 0, stream>>>(p); });
+  const ClassicArgs a = classic_args(p);
+  dispatch_state_type("gdn_verify_classic", p.state_type, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dispatch_head_dims<KeyHeadDims>("gdn_verify_classic", p.io.K, p.io.V,
+                                    [&](auto K, auto) { gdn_verify_classic_kernel<K, S><<<grid, 32, 0, stream>>>(a); });
+  });
   KVB_CUDA_CHECK_LAUNCH();
 }
 
@@ -258,7 +329,11 @@ void gdn_verify_classic_commit(const GdnVerifyClassicParams& p, cudaStream_t str
     throw std::invalid_argument("gdn_verify_classic_commit: the in-place variant (step_slot) commits by index, no kernel");
   if (!p.accept.accept_len) throw std::invalid_argument("gdn_verify_classic_commit: accept_len is null");
   if (p.io.batch == 0) return;
-  gdn_verify_classic_commit_kernel<<<unsigned(p.io.batch) * p.io.HV, kCopyThreads, 0, stream>>>(p);
+  const ClassicArgs a = classic_args(p);
+  dispatch_state_type("gdn_verify_classic_commit", p.state_type, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    gdn_verify_classic_commit_kernel<S><<<unsigned(p.io.batch) * p.io.HV, kCopyThreads, 0, stream>>>(a);
+  });
   KVB_CUDA_CHECK_LAUNCH();
 }
 

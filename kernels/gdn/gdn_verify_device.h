@@ -16,6 +16,7 @@
 #include <string>
 
 #include "kernels/common/common.cuh"
+#include "kernels/common/state_type.cuh"
 #include "kernels/gdn/gdn_verify.h"
 
 namespace kvbuf::gdn_verify_detail {
@@ -56,23 +57,58 @@ __device__ __forceinline__ VerifyBlock verify_block(int HV, int V) {
   return b;
 }
 
-// This lane's K/8 float4 chunks of rows rA and rB (row pointers to K contiguous fp32).
-template <int KD>
-__device__ __forceinline__ void load_row_halves(const float* rowA, const float* rowB, int parity,
+// Chunk c of four consecutive state elements of type S (elements 4c .. 4c+3 from `row`; fp32: one
+// 16-byte access, bf16 and fp16: one 8-byte access) as fp32, and its store: a 16-bit store rounds
+// each element once to nearest even and leaves x holding the rounded values, so that what follows
+// computes with the state as written. (fp32 indexes float4s, as the kernels did before 16-bit
+// states: indexing floats changed their SASS.)
+__device__ __forceinline__ float4 load_state4(const float* row, int c) { return reinterpret_cast<const float4*>(row)[c]; }
+__device__ __forceinline__ void store_state4(float* row, int c, float4& x) { reinterpret_cast<float4*>(row)[c] = x; }
+// Two 16-bit state elements packed in 32 bits (low element first), to and from fp32.
+__device__ __forceinline__ float2 state2_to_f32(uint32_t w, const __nv_bfloat16*) { return bf16x2_to_float2(w); }
+__device__ __forceinline__ float2 state2_to_f32(uint32_t w, const __half*) {
+  return __half22float2(reinterpret_cast<const __half2&>(w));
+}
+__device__ __forceinline__ uint32_t f32_to_state2(float a, float b, const __nv_bfloat16*) {
+  const __nv_bfloat162 x = __floats2bfloat162_rn(a, b);
+  return reinterpret_cast<const uint32_t&>(x);
+}
+__device__ __forceinline__ uint32_t f32_to_state2(float a, float b, const __half*) {
+  const __half2 x = __floats2half2_rn(a, b);
+  return reinterpret_cast<const uint32_t&>(x);
+}
+template <class S>
+__device__ __forceinline__ float4 load_state4(const S* row, int c) {
+  const uint2 raw = reinterpret_cast<const uint2*>(row)[c];
+  const float2 a = state2_to_f32(raw.x, row), b = state2_to_f32(raw.y, row);
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+template <class S>
+__device__ __forceinline__ void store_state4(S* row, int c, float4& x) {
+  const uint2 raw = make_uint2(f32_to_state2(x.x, x.y, row), f32_to_state2(x.z, x.w, row));
+  reinterpret_cast<uint2*>(row)[c] = raw;
+  const float2 a = state2_to_f32(raw.x, row), b = state2_to_f32(raw.y, row);
+  x = make_float4(a.x, a.y, b.x, b.y);
+}
+
+// This lane's K/8 chunks of 4 elements of rows rA and rB (row pointers to K contiguous elements of
+// the state type S), as fp32; the store rounds to S (and leaves the rounded values in xa, xb).
+template <int KD, class S>
+__device__ __forceinline__ void load_row_halves(const S* rowA, const S* rowB, int parity,
                                                 float4 (&xa)[KD / 8], float4 (&xb)[KD / 8]) {
 #pragma unroll
   for (int i = 0; i < KD / 8; ++i) {
-    xa[i] = reinterpret_cast<const float4*>(rowA)[2 * i + parity];
-    xb[i] = reinterpret_cast<const float4*>(rowB)[2 * i + parity];
+    xa[i] = load_state4(rowA, 2 * i + parity);
+    xb[i] = load_state4(rowB, 2 * i + parity);
   }
 }
-template <int KD>
-__device__ __forceinline__ void store_row_halves(float* rowA, float* rowB, int parity,
-                                                 const float4 (&xa)[KD / 8], const float4 (&xb)[KD / 8]) {
+template <int KD, class S>
+__device__ __forceinline__ void store_row_halves(S* rowA, S* rowB, int parity, float4 (&xa)[KD / 8],
+                                                 float4 (&xb)[KD / 8]) {
 #pragma unroll
   for (int i = 0; i < KD / 8; ++i) {
-    reinterpret_cast<float4*>(rowA)[2 * i + parity] = xa[i];
-    reinterpret_cast<float4*>(rowB)[2 * i + parity] = xb[i];
+    store_state4(rowA, 2 * i + parity, xa[i]);
+    store_state4(rowB, 2 * i + parity, xb[i]);
   }
 }
 
@@ -169,6 +205,12 @@ __device__ __forceinline__ void fold_row_halves(float4 (&xa)[KD / 8], float4 (&x
       xb[i] = axpy4(wb, kf, xb[i]);
     }
   }
+}
+
+// The state types the kernels are built for (a value outside StateType is refused before any
+// launch, so that a commit that would not dispatch on it, the copy, refuses it too).
+inline bool known_state_type(StateType t) {
+  return t == StateType::FP32 || t == StateType::BF16 || t == StateType::FP16;
 }
 
 // Checks shared by every verify entry point: shapes the kernels are built for and the token I/O

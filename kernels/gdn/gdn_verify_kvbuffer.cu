@@ -15,13 +15,19 @@
 // T == C (then all C entries are folded instead, fill 0), so 0 <= fill < C holds between steps as
 // the decode kernel expects (protocol in gdn_verify.h).
 //
-// Layouts (sim/layout.h): S: [slots, HV, V, K] fp32, K contiguous; buf_k [slots, C, H, K],
-// buf_val (u) [slots, C, HV, V] in the entry type E (bf16 or fp32); buf_gcum [slots, C, HV] fp32;
+// Layouts (sim/layout.h): S: [slots, HV, V, K] state dtype (fp32, bf16 or fp16), K contiguous;
+// buf_k [slots, C, H, K], buf_val (u) [slots, C, HV, V] in the entry type E (bf16 or fp32);
+// buf_gcum [slots, C, HV] fp32;
 // q, k [B, T, H, K], v [B, T, HV, V] bf16; g, beta [B, T, HV] fp32; out [B, T, HV, V] bf16;
 // scratch win_k [B, T, H, K] E, win_u [B, T, HV, V] E, win_gcum [B, T, HV] fp32, win_base [B, 2].
 // Block: 64 rows of one value head, 128 threads (4 lanes per row, 2 rows per thread: kernel
 // below). The key dot products, the row products S0^T [k | q], the fold and (bf16 entries) the
 // buffer terms run on the tensor cores (m16n8k8 TF32, fp32 operands split hi + lo: mma.h).
+// State dtype (docs/kvbuffer-math.md section 11): S0 is read in its type and computed with in fp32;
+// a fold (the verify's, the commit's) rounds S0 once to nearest where it writes it, and the
+// verify's products after its fold use the rounded S0 (the registers take the value written), as
+// the next step would read it. Template parameter S: float, __nv_bfloat16 or __half
+// (GdnVerifyKVBufferParams::state_type through dispatch_state_type).
 // Candidates' u are rounded to E before later nodes use them, so a verified window rounds where
 // the same tokens would in successive decode steps. A model step runs every layer's verify, then
 // one commit of all layers; each kernel is a programmatic dependent of the kernel before it.
@@ -35,6 +41,7 @@
 // ("log vN" in the comments below).
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/common/common.cuh"
 #include "kernels/gdn/gdn_verify.h"
@@ -45,6 +52,34 @@ namespace kvbuf {
 namespace {
 
 using namespace gdn_verify_detail;
+
+// The kernels' parameter: GdnVerifyKVBufferParams less state_type (their element type S), so that
+// the parameter block and the commit's layer table (192-byte layers) are what they were before
+// 16-bit states, and so is the fp32 kernels' SASS. The state pointer stays float* (the kernels cast
+// it to S*): as void* it changed the fp32 kernels' address arithmetic (so it did in the classic
+// verify).
+struct KVBufferArgs {
+  GdnVerifyIO io;
+  EntryType entry;
+  int capacity;
+  float* state;
+  void* buf_k;
+  void* buf_val;
+  float* buf_gcum;
+  int32_t* fill;
+  int32_t* has_state;
+  void* win_k;
+  void* win_u;
+  float* win_gcum;
+  int32_t* win_base;
+  VerifyAccept accept;
+};
+static_assert(sizeof(KVBufferArgs) == 192, "the parameter block before 16-bit states");
+static_assert(LayerTable<KVBufferArgs>::kMaxLayers == kGdnVerifyCommitLayersPerLaunch, "layers per commit launch");
+KVBufferArgs kvbuffer_args(const GdnVerifyKVBufferParams& p) {
+  return {p.io,        p.entry, p.capacity, static_cast<float*>(p.state), p.buf_k,    p.buf_val, p.buf_gcum,
+          p.fill,      p.has_state, p.win_k, p.win_u,                      p.win_gcum, p.win_base, p.accept};
+}
 
 // Launch shape of the verify kernel (log v5): 4 lanes per state row, 2 rows per thread.
 constexpr int kLanesPerRow = 4, kRowsPerThread = 2;
@@ -112,8 +147,8 @@ struct VerifySmem {
 // The phases stay in the kernel body: moving even phase 9 into a __device__ __forceinline__
 // function changed ptxas's registers, spills and instruction counts of most instantiations
 // (kernels/gdn/notes/gdn_verify_kvbuffer.md, "Readable rewrite").
-template <int KD, int TMAX, class E>
-__global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const GdnVerifyKVBufferParams p) {
+template <int KD, int TMAX, class E, class S>
+__global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const KVBufferArgs p) {
   constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
   constexpr int NT = kVerifyThreads, NF = KD / (4 * LN), KP = KD + 4, ROW_STEP = kRows / RPT;
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
@@ -180,13 +215,13 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   cp_async_commit();
   const int n = p.fill[slot];
   const bool has_state = p.has_state[slot] != 0;
-  float* state_rows = p.state + ((size_t(slot) * io.HV + h) * io.V + v0 + group) * KD;  // row k: + k ROW_STEP K
+  S* state_rows = reinterpret_cast<S*>(p.state) + ((size_t(slot) * io.HV + h) * io.V + v0 + group) * KD;  // row k: + k ROW_STEP K
   float4 x[RPT][NF];
 #pragma unroll
   for (int k = 0; k < RPT; ++k)
 #pragma unroll
     for (int i = 0; i < NF; ++i)
-      x[k][i] = has_state ? reinterpret_cast<const float4*>(state_rows + k * ROW_STEP * KD)[LN * i + part]
+      x[k][i] = has_state ? load_state4(state_rows + k * ROW_STEP * KD, LN * i + part)
                           : make_float4(0.f, 0.f, 0.f, 0.f);
   const E* buf_k = static_cast<const E*>(p.buf_k) + (size_t(slot) * C * io.H + kh) * KD;  // entry j: + j H K
   const E* buf_u = static_cast<const E*>(p.buf_val) + (size_t(slot) * C * io.HV + h) * io.V + v0;
@@ -394,10 +429,11 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
         }
       }
     }
+    // Written back once, rounded to S (16-bit); x keeps the rounded S0 for the products below.
 #pragma unroll
     for (int k = 0; k < RPT; ++k)
 #pragma unroll
-      for (int i = 0; i < NF; ++i) reinterpret_cast<float4*>(state_rows + k * ROW_STEP * KD)[LN * i + part] = x[k][i];
+      for (int i = 0; i < NF; ++i) store_state4(state_rows + k * ROW_STEP * KD, LN * i + part, x[k][i]);
   }
   const bool have_s0 = has_state || fold;
 
@@ -543,8 +579,8 @@ constexpr int kCommitThreads = 256;
 constexpr int kMaxCommitSlices = 8;  // blocks per row and layer at most (commit_slices, kernels/common/common.cuh)
 template <class E>
 __global__ void __launch_bounds__(kCommitThreads)
-    gdn_verify_kvbuffer_commit_kernel(const __grid_constant__ LayerTable<GdnVerifyKVBufferParams> layers) {
-  const GdnVerifyKVBufferParams& p = layers.layer[blockIdx.z];
+    gdn_verify_kvbuffer_commit_kernel(const __grid_constant__ LayerTable<KVBufferArgs> layers) {
+  const KVBufferArgs& p = layers.layer[blockIdx.z];
   const GdnVerifyIO& io = p.io;
   const int row = blockIdx.x, T = io.tokens, C = p.capacity;
   asm volatile("griddepcontrol.wait;" ::: "memory");  // the verify's scratch is complete
@@ -613,8 +649,8 @@ __global__ void __launch_bounds__(kCommitThreads)
 // The commit's fold of a full buffer, one block per (row, head, 64-row tile) as the verify:
 // S0 <- e^{G_C} S0 + sum_j e^{G_C - G_j} k_j u_j^T over the n0 buffered entries and the m accepted
 // nodes (C in all); rows whose buffer is not full exit at once.
-template <int KD, class E>
-__global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_commit_fold_kernel(const GdnVerifyKVBufferParams p) {
+template <int KD, class E, class S>
+__global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_commit_fold_kernel(const KVBufferArgs p) {
   constexpr int NF = KD / 8, KP = KD + 4;
   const GdnVerifyIO& io = p.io;
   const VerifyBlock b = verify_block(io.HV, io.V);
@@ -661,8 +697,8 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_commit_fold_kern
   }
   __syncthreads();
   const size_t head_row0 = (size_t(slot) * io.HV + b.h) * io.V + b.v0;
-  float* rowA = p.state + (head_row0 + b.rA) * KD;
-  float* rowB = p.state + (head_row0 + b.rB) * KD;
+  S* rowA = reinterpret_cast<S*>(p.state) + (head_row0 + b.rA) * KD;
+  S* rowB = reinterpret_cast<S*>(p.state) + (head_row0 + b.rB) * KD;
   float4 xa[NF], xb[NF];
   if (has_state) {
     load_row_halves<KD>(rowA, rowB, b.parity, xa, xb);
@@ -680,6 +716,7 @@ void validate(const GdnVerifyKVBufferParams& p, const char* who) {
   auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(who) + ": " + what); };
   if (p.capacity < io.tokens || p.capacity > 64)
     fail("unsupported capacity C = " + std::to_string(p.capacity) + " (T <= C <= 64)");
+  if (!known_state_type(p.state_type)) fail("unsupported state dtype " + std::to_string(int(p.state_type)));
   if (io.batch > kMaxBatch) fail("batch " + std::to_string(io.batch) + " > " + std::to_string(kMaxBatch) + " (grid z)");
   if (io.batch > 0 && (!p.state || !p.buf_k ||
                        !p.buf_val || !p.buf_gcum || !p.fill || !p.has_state || !p.win_k || !p.win_u ||
@@ -690,21 +727,21 @@ void validate(const GdnVerifyKVBufferParams& p, const char* who) {
 template <class Kernel>
 void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, dim3 blocks, int threads,
             cudaStream_t stream, bool programmatic_dependent = false) {
-  launch_kernel(kernel, blocks, dim3(unsigned(threads)), smem, stream, programmatic_dependent, p);
+  launch_kernel(kernel, blocks, dim3(unsigned(threads)), smem, stream, programmatic_dependent, kvbuffer_args(p));
 }
 
-template <int KD, class E>
+template <int KD, class E, class S>
 void dispatch_tokens(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
   const int T = p.io.tokens;
   const int tmax = T <= 2 ? 2 : T <= 4 ? 4 : T <= 6 ? T : 8;
   const size_t smem = VerifySmem{KD, tmax, p.capacity, sizeof(E)}.bytes();
   const dim3 blocks(unsigned(p.io.V / kRows * (p.io.HV / p.io.H)), unsigned(p.io.H), unsigned(p.io.batch));
   switch (tmax) {
-    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E>, p, smem, blocks, kVerifyThreads, stream, true);
-    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E>, p, smem, blocks, kVerifyThreads, stream, true);
-    case 5: return launch(gdn_verify_kvbuffer_kernel<KD, 5, E>, p, smem, blocks, kVerifyThreads, stream, true);
-    case 6: return launch(gdn_verify_kvbuffer_kernel<KD, 6, E>, p, smem, blocks, kVerifyThreads, stream, true);
-    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 5: return launch(gdn_verify_kvbuffer_kernel<KD, 5, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 6: return launch(gdn_verify_kvbuffer_kernel<KD, 6, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
     default: throw std::invalid_argument("gdn_verify_kvbuffer: unsupported token count " + std::to_string(T));
   }
 }
@@ -715,8 +752,11 @@ void gdn_verify_kvbuffer(const GdnVerifyKVBufferParams& p, cudaStream_t stream) 
   validate(p, "gdn_verify_kvbuffer");
   if (p.io.batch == 0) return;
   const bool bf16 = p.entry == EntryType::BF16;
-  dispatch_head_dims<KeyHeadDims>("gdn_verify_kvbuffer", p.io.K, p.io.V, [&](auto K, auto) {
-    bf16 ? dispatch_tokens<K, __nv_bfloat16>(p, stream) : dispatch_tokens<K, float>(p, stream);
+  dispatch_state_type("gdn_verify_kvbuffer", p.state_type, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dispatch_head_dims<KeyHeadDims>("gdn_verify_kvbuffer", p.io.K, p.io.V, [&](auto K, auto) {
+      bf16 ? dispatch_tokens<K, __nv_bfloat16, S>(p, stream) : dispatch_tokens<K, float, S>(p, stream);
+    });
   });
 }
 
@@ -736,19 +776,25 @@ void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams* layers, int count
       const Params& q = layers[l];
       const size_t smem = size_t(q.capacity) * (q.io.K + 4 + kRows + 1) * sizeof(float);
       const unsigned blocks = unsigned(q.io.batch) * q.io.HV * (q.io.V / kRows);
-      dispatch_head_dims<KeyHeadDims>(who, q.io.K, q.io.V, [&](auto K, auto) {
-        bf16 ? launch(gdn_verify_kvbuffer_commit_fold_kernel<K, __nv_bfloat16>, q, smem, blocks, kThreads, stream, true)
-             : launch(gdn_verify_kvbuffer_commit_fold_kernel<K, float>, q, smem, blocks, kThreads, stream, true);
+      dispatch_state_type(who, q.state_type, [&](auto tag) {
+        using S = typename decltype(tag)::type;
+        dispatch_head_dims<KeyHeadDims>(who, q.io.K, q.io.V, [&](auto K, auto) {
+          bf16 ? launch(gdn_verify_kvbuffer_commit_fold_kernel<K, __nv_bfloat16, S>, q, smem, blocks, kThreads, stream, true)
+               : launch(gdn_verify_kvbuffer_commit_fold_kernel<K, float, S>, q, smem, blocks, kThreads, stream, true);
+        });
       });
     }
   // Programmatic dependent of the last verify (or of the fold kernels just above, which never
   // trigger early, so the copy still starts after the folds have finished).
+  // The copy reads and writes entries only (no state): one kernel whatever the layers' state types.
   const int slices = commit_slices(long(p.io.batch) * count, kCommitThreads, kMaxCommitSlices);
   const dim3 grid(unsigned(p.io.batch), unsigned(slices));
+  std::vector<KVBufferArgs> args(static_cast<size_t>(count));
+  for (int l = 0; l < count; ++l) args[size_t(l)] = kvbuffer_args(layers[l]);
   if (bf16)
-    launch_layers(gdn_verify_kvbuffer_commit_kernel<__nv_bfloat16>, layers, count, grid, dim3(kCommitThreads), stream, true);
+    launch_layers(gdn_verify_kvbuffer_commit_kernel<__nv_bfloat16>, args.data(), count, grid, dim3(kCommitThreads), stream, true);
   else
-    launch_layers(gdn_verify_kvbuffer_commit_kernel<float>, layers, count, grid, dim3(kCommitThreads), stream, true);
+    launch_layers(gdn_verify_kvbuffer_commit_kernel<float>, args.data(), count, grid, dim3(kCommitThreads), stream, true);
 }
 
 void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {

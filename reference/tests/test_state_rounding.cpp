@@ -2,6 +2,7 @@
 // token of the recurrent decode, at every fold of the KV buffer, both families.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -105,6 +106,69 @@ TEST(StateRounding, GdnRecurrentRoundsAfterEveryToken) {
     const double d = rel_diff(stored, exact), u = std::ldexp(1.0, t == StateType::BF16 ? -8 : -11);
     EXPECT_GT(d, 0.0);
     EXPECT_LT(d, x.steps * u) << state_type_name(t);
+  }
+}
+
+// The classic verify with a store rounds every node's state where the kernel writes it and goes on
+// from the rounded state: a window is T recurrent steps with the same store (outputs and states
+// exactly), and the driver over rounds is the recurrent decode of the whole sequence.
+TEST(StateRounding, GdnClassicVerifyRoundsEveryNodeState) {
+  for (StateType t : kSixteenBit) {
+    std::mt19937_64 rng(17);
+    const GdnTokens<double> x = make_random_gdn_tokens<double>(gdn_dims(), 11, rng);
+    GdnState<double> s0 = make_random_gdn_state<double>(gdn_dims(), rng, 0.5);
+    round_state(s0, StateStore(t));
+    const int W = 5;
+    const GdnTokens<double> window = gdn_slice_tokens(x, 0, W);
+    GdnState<double> committed = s0;
+    std::vector<double> o;
+    std::vector<GdnState<double>> states;
+    gdn_verify_classic_window(window, 3, committed, o, states, StateStore(t));
+    ASSERT_EQ(int(states.size()), W);
+    GdnState<double> walked = s0;
+    for (int i = 0; i < W; ++i) {
+      std::vector<double> oi;
+      gdn_decode_recurrent(gdn_slice_tokens(window, i, 1), walked, oi, StateStore(t));
+      EXPECT_TRUE(all_representable(states[i], t)) << state_type_name(t) << " node " << i;
+      EXPECT_EQ(rel_diff(states[i], walked), 0.0) << state_type_name(t) << " node " << i;
+      const size_t row = size_t(gdn_dims().HV) * gdn_dims().V;
+      EXPECT_TRUE(std::equal(oi.begin(), oi.end(), o.begin() + i * row)) << state_type_name(t) << " node " << i;
+    }
+    EXPECT_EQ(rel_diff(committed, states[2]), 0.0);
+    // Without a store nothing is rounded: the same window drifts from the stored one.
+    GdnState<double> exact_state = s0;
+    std::vector<GdnState<double>> exact;
+    std::vector<double> o_exact;
+    gdn_verify_classic_window(window, 0, exact_state, o_exact, exact);
+    EXPECT_FALSE(all_representable(exact[W - 1], t));
+    EXPECT_GT(rel_diff(states[W - 1], exact[W - 1]), 0.0);
+    // Rounds of 4 drafts accepting 3: the recurrent decode of the sequence with the same store.
+    GdnState<double> verified = s0, decoded = s0;
+    std::vector<double> ov, od;
+    gdn_verify_classic(x, 4, 3, verified, ov, StateStore(t));
+    gdn_decode_recurrent(x, decoded, od, StateStore(t));
+    EXPECT_EQ(ov, od) << state_type_name(t);
+    EXPECT_EQ(rel_diff(verified, decoded), 0.0) << state_type_name(t);
+  }
+}
+
+// The buffered verify driver passes its store to the buffer: every fold, the last one too, stores a
+// rounded S0, within a few roundings of the exact state.
+TEST(StateRounding, GdnKVBufferVerifyDriverRoundsFolds) {
+  for (StateType t : kSixteenBit) {
+    std::mt19937_64 rng(19);
+    const GdnTokens<double> x = make_random_gdn_tokens<double>(gdn_dims(), 14, rng);
+    GdnState<double> s0 = make_random_gdn_state<double>(gdn_dims(), rng, 0.5);
+    round_state(s0, StateStore(t));
+    GdnState<double> stored = s0, exact = s0;
+    std::vector<double> o, o_exact;
+    gdn_verify_kvbuffer(x, 6, BufferVariant::CachedU, 4, 3, stored, o, StateStore(t));
+    gdn_verify_kvbuffer(x, 6, BufferVariant::CachedU, 4, 3, exact, o_exact);
+    EXPECT_TRUE(all_representable(stored, t)) << state_type_name(t);
+    EXPECT_FALSE(all_representable(exact, t));
+    const double d = rel_diff(stored, exact), u = std::ldexp(1.0, t == StateType::BF16 ? -8 : -11);
+    EXPECT_GT(d, 0.0);
+    EXPECT_LT(d, 4 * u) << state_type_name(t);  // 14 tokens at C = 6: at most 4 folds
   }
 }
 

@@ -24,10 +24,31 @@
 //    contraction of the recurrence keep the sum of magnitudes within a few times the result, so
 //    we allow 8 u16 (3.1e-2) for outputs and states. (Measured errors are printed per case.)
 //  * Classic (no entries; fp32 states written per node): outputs 2 u16, states 1e-4.
+// 16-bit states (VerifyCase::state bf16 or fp16): the kernels compute in fp32 and round each state
+// element once to nearest where they write a state (classic: every node's state, and the walk goes
+// on from the rounded value; KVBuffer: S0 at every fold, in the verify or in the commit, the
+// verify's outputs after its fold reading the rounded S0). The reference rounds its float64 state at
+// exactly those places (ref::StateStore), from the same rounded initial states uploaded in the
+// type: classic rounds after every node of the root path (ref::gdn_decode_recurrent with the
+// store, which equals ref::gdn_verify_classic_window with it); KVBuffer keeps the exact recurrence
+// of the accepted tokens and rounds it wherever the kernel folds (the state a fold writes is the
+// state accepted so far). us = 2^-8 (bf16, 8 significant bits) or 2^-11 (fp16, 11 bits) is the
+// unit roundoff; one ulp is at most 2 us relative to the element.
+//  * Classic, and KVBuffer with fp32 entries: before rounding, kernel and reference agree to the
+//    fp32 arithmetic (~1e-6), so they round to the same value except for elements within that
+//    distance of a rounding boundary, which then differ by one ulp; the next update carries such a
+//    difference as e^g ulp (<= 1 ulp, g <= 0, the delta rule non-expansive) plus fp32 noise, so it
+//    rounds to at most one ulp again (as the decode checks argue, gdn_decode_checks.cu): states
+//    1e-4 + 2 us, outputs, computed from such states, 2 u16 + 2 us.
+//  * KVBuffer with bf16 entries: before a fold the states already differ by the entry error
+//    (above), so both roundings count in full, 2 us per fold, and earlier differences only decay:
+//    with F the most folds any row of the case went through, states 8 u16 + 2 F us and outputs
+//    (which read S0) 8 u16 + 2 F us. F is counted as the case runs (VerifyResult::max_row_folds).
 // NaN never passes (an error with NaN counts as infinite; comparisons are written as !(err <= tol)).
 #include "kernels/gdn/checks/gdn_verify_checks.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -54,6 +75,7 @@ std::string describe(const VerifyCase& c) {
   s << qualified_name(c) << ": K=" << c.K << " V=" << c.V << " H=" << c.H << " HV=" << c.HV;
   if (c.method == VerifyMethod::KVBuffer) s << " C=" << c.C << " entries=" << (c.bf16_entries ? "bf16" : "fp32");
   if (c.in_place) s << " in-place";
+  if (c.state != StateType::FP32) s << " state=" << state_type_name(c.state);
   s << " T=" << c.T << " " << (c.tree ? "tree" : "chain") << " gates=" << checks::gate_range_name(c.gates)
     << " rounds=" << c.rounds;
   return s.str();
@@ -67,7 +89,7 @@ std::string VerifyResult::line(const std::string& name) const {
   s << "outputs " << out_err << " (tol " << tol_out << ", " << outputs_checked << " node outputs), ";
   if (method == VerifyMethod::KVBuffer)
     s << "states " << state_err << ", S0 after " << verify_folds << " verify folds + " << commit_folds
-      << " commit folds " << fold_err;
+      << " commit folds (at most " << max_row_folds << " per row) " << fold_err;
   else
     s << "node states " << node_state_err << ", committed states " << state_err;
   s << " (tol " << tol_state << ", " << states_checked << " states)";
@@ -81,6 +103,52 @@ using ref::GdnState;
 using ref::GdnTokens;
 
 constexpr double kU16 = 0x1p-8;
+
+// The state type's unit roundoff us (0 for fp32, whose rounding is the kernels' arithmetic) and the
+// reference's store (none for fp32: exact in float64).
+double state_roundoff(StateType t) {
+  return t == StateType::BF16 ? 0x1p-8 : t == StateType::FP16 ? 0x1p-11 : 0.0;
+}
+ref::StateStore state_store(StateType t) { return t == StateType::FP32 ? ref::StateStore{} : ref::StateStore{t}; }
+
+// State elements in type t (values representable in t: rounded by ref::round_to_state) as bytes,
+// and back to double.
+std::vector<uint8_t> to_state_bytes(const std::vector<float>& x, StateType t) {
+  const size_t sz = size_t(state_type_bytes(t));
+  std::vector<uint8_t> r(x.size() * sz);
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (t == StateType::FP32) {
+      std::memcpy(&r[i * 4], &x[i], 4);
+    } else if (t == StateType::BF16) {
+      const uint16_t bits = ref::float_to_bf16_bits(x[i]);
+      std::memcpy(&r[i * 2], &bits, 2);
+    } else {
+      const __half h = __float2half_rn(x[i]);
+      std::memcpy(&r[i * 2], &h, 2);
+    }
+  }
+  return r;
+}
+double state_elem(const uint8_t* p, size_t i, StateType t) {
+  if (t == StateType::FP32) {
+    float f;
+    std::memcpy(&f, p + i * 4, 4);
+    return f;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, p + i * 2, 2);
+  if (t == StateType::BF16) return ref::bf16_bits_to_float(bits);
+  __half h;
+  std::memcpy(&h, &bits, 2);
+  return double(__half2float(h));
+}
+// Standard normal draws, rounded to t, for a state pool of n elements.
+std::vector<float> random_state_values(size_t n, StateType t, std::mt19937_64& rng) {
+  std::vector<float> x(n);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (auto& e : x) e = float(ref::round_to_state(float(normal(rng)), t));
+  return x;
+}
 
 
 std::vector<uint16_t> to_bf16(const std::vector<double>& x) {
@@ -188,13 +256,14 @@ Window draw_window(const VerifyCase& c, std::mt19937_64& rng, RowBuffers& rows) 
 // Node t (0-based) of one request row: its outputs (out_row: the row's bf16 outputs [T, HV, V])
 // against the recurrence over its root path from the row's committed state; returns the state after
 // that path.
+// store: the classic kernel's rounding after every node (none for KVBuffer, fp32).
 GdnState<double> check_node_outputs(const VerifyCase& c, const GdnTokens<double>& win,
                                            const std::vector<int>& par0, int t, const GdnState<double>& committed,
-                                           const uint16_t* out_row, ErrAcc& err) {
+                                           const uint16_t* out_row, ErrAcc& err, ref::StateStore store = {}) {
   const auto path = checks::root_path(par0, t);
   GdnState<double> s = committed;
   std::vector<double> o;
-  ref::gdn_decode_recurrent(select_tokens(win, path), s, o);
+  ref::gdn_decode_recurrent(select_tokens(win, path), s, o, store);
   const size_t last = size_t(path.size() - 1) * c.HV * c.V;
   for (int h = 0; h < c.HV; ++h)
     for (int vv = 0; vv < c.V; ++vv)
@@ -217,11 +286,12 @@ std::vector<int> draw_accepted_path(bool tree, int T, const std::vector<int>& pa
 }
 
 // What row r of window w accepts (draw_accepted_path); advances the row's reference state along it.
+// store as for check_node_outputs.
 std::vector<int> accept_random_path(const VerifyCase& c, const Window& w, int r, GdnState<double>& state,
-                                    std::mt19937_64& rng) {
+                                    std::mt19937_64& rng, ref::StateStore store = {}) {
   const std::vector<int> path = draw_accepted_path(c.tree, c.T, w.par0[r], rng);
   std::vector<double> o;
-  if (!path.empty()) ref::gdn_decode_recurrent(select_tokens(w.tokens[r], path), state, o);
+  if (!path.empty()) ref::gdn_decode_recurrent(select_tokens(w.tokens[r], path), state, o, store);
   return path;
 }
 
@@ -277,8 +347,11 @@ bool padding_row_ok(VerifyResult& res, const std::vector<uint16_t>& h_out, const
 VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   VerifyResult res;
   res.method = VerifyMethod::KVBuffer;
-  res.tol_out = c.bf16_entries ? 8 * kU16 : 2 * kU16;
-  res.tol_state = c.bf16_entries ? 8 * kU16 : 1e-4;
+  // 16-bit states: + 2 us (fp32 entries) or + 2 F us (bf16 entries, F set at the end).
+  const double us = state_roundoff(c.state);
+  const ref::StateStore store = state_store(c.state);
+  res.tol_out = c.bf16_entries ? 8 * kU16 : 2 * kU16 + 2 * us;
+  res.tol_state = c.bf16_entries ? 8 * kU16 : 1e-4 + 2 * us;
   const GdnDims d{c.H, c.HV, c.K, c.V};
   const int B = int(kSlots.size()), T = c.T, C = c.C;
   const size_t esz = c.bf16_entries ? 2 : 4;
@@ -286,7 +359,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
 
   // Pools.
   const size_t state_elems = size_t(kPoolSlots) * c.HV * c.V * c.K;
-  DeviceBuffer state(state_elems * 4), buf_k(size_t(kPoolSlots) * C * c.H * c.K * esz),
+  DeviceBuffer state(state_elems * state_type_bytes(c.state)), buf_k(size_t(kPoolSlots) * C * c.H * c.K * esz),
       buf_u(size_t(kPoolSlots) * C * c.HV * c.V * esz), buf_g(size_t(kPoolSlots) * C * c.HV * 4),
       fill(kPoolSlots * 4), has_state(kPoolSlots * 4);
   DeviceBuffer win_k(size_t(B) * T * c.H * c.K * esz), win_u(size_t(B) * T * c.HV * c.V * esz),
@@ -295,11 +368,10 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   AcceptBuffers accepted(c, B);
   rows.slot.upload(kSlots);
 
-  // Initial states: rows 0 and 3 in buffered mode from a random S0, rows 2 and 4 in direct mode.
-  std::vector<float> h_state(state_elems);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  for (auto& x : h_state) x = float(normal(rng));
-  state.upload(h_state);
+  // Initial states: rows 0 and 3 in buffered mode from a random S0 (rounded to the state type and
+  // uploaded in it), rows 2 and 4 in direct mode.
+  const std::vector<float> h_state = random_state_values(state_elems, c.state, rng);
+  state.upload(to_state_bytes(h_state, c.state));
   std::vector<int> h_fill(kPoolSlots, 0), h_has(kPoolSlots, 1);
   std::vector<GdnState<double>> ref_state(B);
   for (int r = 0; r < B; ++r) {
@@ -323,7 +395,8 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   p.io = rows.io(c);
   p.entry = c.bf16_entries ? EntryType::BF16 : EntryType::FP32;
   p.capacity = C;
-  p.state = state.as<float>();
+  p.state = state.as<void>();
+  p.state_type = c.state;
   p.buf_k = buf_k.as<void>();
   p.buf_val = buf_u.as<void>();
   p.buf_gcum = buf_g.as<float>();
@@ -347,7 +420,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   };
   auto compare_state = [&](int r, bool with_buffer, ErrAcc& acc) {
     const int s = kSlots[r];
-    const auto S = state.download<float>();
+    const auto S = state.download<uint8_t>();
     const auto bk = buf_k.download<uint8_t>(), bu = buf_u.download<uint8_t>();
     const auto bg = buf_g.download<float>();
     const int n = with_buffer ? h_fill[s] : 0;
@@ -356,7 +429,8 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
       const double gn = n > 0 ? bg[(size_t(s) * C + n - 1) * c.HV + h] : 0.0;
       for (int vv = 0; vv < c.V; ++vv)
         for (int kk = 0; kk < c.K; ++kk) {
-          double x = h_has[s] ? std::exp(gn) * S[((size_t(s) * c.HV + h) * c.V + vv) * c.K + kk] : 0.0;
+          double x =
+              h_has[s] ? std::exp(gn) * state_elem(S.data(), ((size_t(s) * c.HV + h) * c.V + vv) * c.K + kk, c.state) : 0.0;
           for (int j = 0; j < n; ++j) {
             const double gj = bg[(size_t(s) * C + j) * c.HV + h];
             x += std::exp(gn - gj) * entry_at(bk, ((size_t(s) * C + j) * c.H + kh) * c.K + kk) *
@@ -369,6 +443,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   };
 
   ErrAcc out_err, state_err, fold_err;
+  std::vector<int> row_folds(B, 0);
   auto measured = [&] {
     res.out_err = out_err.rel();
     res.state_err = state_err.rel();
@@ -397,6 +472,10 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
         continue;
       }
       folded[r] = verify_folds_first(C, checks::window_depth(par0[r], T), h_fill[kSlots[r]]);
+      if (folded[r]) {  // the fold writes the state accepted so far, rounded; the window reads it
+        ref::round_state(ref_state[r], store);
+        ++row_folds[r];
+      }
       for (int t = 0; t < T; ++t) {
         check_node_outputs(c, win[r], par0[r], t, ref_state[r], h_out.data() + base, out_err);
         ++res.outputs_checked;
@@ -423,6 +502,8 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
         h_has[kSlots[r]] = 1;
         ++res.commit_folds;
         folded[r] = true;
+        ref::round_state(ref_state[r], store);  // the commit's fold writes it rounded
+        ++row_folds[r];
       } else {
         folded[r] = false;
       }
@@ -447,6 +528,11 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   }
 
   measured();
+  res.max_row_folds = *std::max_element(row_folds.begin(), row_folds.end());
+  if (c.bf16_entries) {  // both roundings of every fold in full (header)
+    res.tol_out += 2 * res.max_row_folds * us;
+    res.tol_state += 2 * res.max_row_folds * us;
+  }
   if (!(res.out_err <= res.tol_out)) record_failure(res, exceeds("outputs", res.out_err, res.tol_out));
   if (!(res.state_err <= res.tol_state)) record_failure(res, exceeds("states", res.state_err, res.tol_state));
   if (res.verify_folds + res.commit_folds == 0)
@@ -458,33 +544,34 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
 // The classic cases (run_classic_case, run_classic_inplace_case) share what follows.
 
 // The result of a classic case, with its tolerances.
-VerifyResult classic_result() {
+VerifyResult classic_result(const VerifyCase& c) {
   VerifyResult res;
   res.method = VerifyMethod::Classic;
-  res.tol_out = 2 * kU16;
-  res.tol_state = 1e-4;
+  const double us = state_roundoff(c.state);  // 16-bit states: one ulp (header)
+  res.tol_out = 2 * kU16 + 2 * us;
+  res.tol_state = 1e-4 + 2 * us;
   return res;
 }
 
-// One fp32 state [HV, V, K] from the GPU (a pool slot or a node's state) against its reference.
-void check_state(const VerifyCase& c, const float* S, const GdnState<double>& ref_state, ErrAcc& acc,
+// One state [HV, V, K] of the case's type from the GPU (S: its bytes; a pool slot or a node's
+// state) against its reference.
+void check_state(const VerifyCase& c, const uint8_t* S, const GdnState<double>& ref_state, ErrAcc& acc,
                  VerifyResult& res) {
   for (int h = 0; h < c.HV; ++h)
     for (int vv = 0; vv < c.V; ++vv)
-      for (int kk = 0; kk < c.K; ++kk) acc.add(S[(size_t(h) * c.V + vv) * c.K + kk], ref_state[h](kk, vv));
+      for (int kk = 0; kk < c.K; ++kk)
+        acc.add(state_elem(S, (size_t(h) * c.V + vv) * c.K + kk, c.state), ref_state[h](kk, vv));
   ++res.states_checked;
 }
 
-// Random states (standard normal, fp32) in all pool_slots slots of the pool [pool_slots, HV, V, K],
-// uploaded to state; returns the float64 reference state of every row, read from its slot
-// row_slot[r] (none for a padding row, slot -1).
+// Random states (standard normal, rounded to the case's state type and uploaded in it) in all
+// pool_slots slots of the pool [pool_slots, HV, V, K]; returns the float64 reference state of every
+// row, read from its slot row_slot[r] (none for a padding row, slot -1).
 std::vector<GdnState<double>> random_pool_states(const VerifyCase& c, int pool_slots, const std::vector<int>& row_slot,
                                                  std::mt19937_64& rng, DeviceBuffer& state) {
   const size_t slot_elems = size_t(c.HV) * c.V * c.K;
-  std::vector<float> h_state(size_t(pool_slots) * slot_elems);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  for (auto& x : h_state) x = float(normal(rng));
-  state.upload(h_state);
+  const std::vector<float> h_state = random_state_values(size_t(pool_slots) * slot_elems, c.state, rng);
+  state.upload(to_state_bytes(h_state, c.state));
   std::vector<GdnState<double>> ref_state(row_slot.size());
   for (size_t r = 0; r < row_slot.size(); ++r) {
     if (row_slot[r] < 0) continue;
@@ -502,7 +589,8 @@ std::vector<GdnState<double>> random_pool_states(const VerifyCase& c, int pool_s
 GdnVerifyClassicParams classic_params(const VerifyCase& c, const RowBuffers& rows, const DeviceBuffer& state) {
   GdnVerifyClassicParams p;
   p.io = rows.io(c);
-  p.state = state.as<float>();
+  p.state = state.as<void>();
+  p.state_type = c.state;
   return p;
 }
 
@@ -519,12 +607,14 @@ struct ClassicErrors {
 };
 
 // Node t of request row r: its output (check_node_outputs, from the row's committed state) and the
-// state the verify wrote for it (node_state: fp32 [HV, V, K]).
+// state the verify wrote for it (node_state: [HV, V, K] of the case's state type), the reference
+// rounding after every node of the path as the kernel does.
 void check_classic_node(const VerifyCase& c, const Window& w, int r, int t, const GdnState<double>& committed,
-                        const std::vector<uint16_t>& h_out, const float* node_state, ClassicErrors& err,
+                        const std::vector<uint16_t>& h_out, const uint8_t* node_state, ClassicErrors& err,
                         VerifyResult& res) {
   const GdnState<double> s = check_node_outputs(c, w.tokens[r], w.par0[r], t, committed,
-                                                h_out.data() + size_t(r) * c.T * c.HV * c.V, err.out);
+                                                h_out.data() + size_t(r) * c.T * c.HV * c.V, err.out,
+                                                state_store(c.state));
   ++res.outputs_checked;
   check_state(c, node_state, s, err.node_state, res);
 }
@@ -541,17 +631,18 @@ VerifyResult classic_verdict(VerifyResult res) {
 // Classic, copy variant: node t's state goes to step_states[row, t]; gdn_verify_classic_commit
 // copies the last accepted node's state to the row's slot (kSlots).
 VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
-  VerifyResult res = classic_result();
+  VerifyResult res = classic_result(c);
   const int B = int(kSlots.size()), T = c.T;
   std::mt19937_64 rng(seed);
-  const size_t slot_elems = size_t(c.HV) * c.V * c.K;
+  const size_t slot_elems = size_t(c.HV) * c.V * c.K, slot_bytes = slot_elems * state_type_bytes(c.state);
+  const ref::StateStore store = state_store(c.state);
   RowBuffers rows(c, B);
-  DeviceBuffer state(size_t(kPoolSlots) * slot_elems * 4), steps(size_t(B) * T * slot_elems * 4);
+  DeviceBuffer state(size_t(kPoolSlots) * slot_bytes), steps(size_t(B) * T * slot_bytes);
   AcceptBuffers accepted(c, B);
   rows.slot.upload(kSlots);
   std::vector<GdnState<double>> ref_state = random_pool_states(c, kPoolSlots, kSlots, rng, state);
   GdnVerifyClassicParams p = classic_params(c, rows, state);
-  p.step_states = steps.as<float>();
+  p.step_states = steps.as<void>();
   p.accept = accepted.accept(c);
 
   ClassicErrors err;
@@ -562,26 +653,26 @@ VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
     gdn_verify_classic(p, 0);
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
     const auto h_out = rows.out.download<uint16_t>();
-    const auto h_steps = steps.download<float>();
+    const auto h_steps = steps.download<uint8_t>();
     for (int r = 0; r < B; ++r) {
       if (kSlots[r] < 0) {
         if (!padding_row_ok(res, h_out, c, r, round)) return err.measured(res);
         continue;
       }
       for (int t = 0; t < T; ++t)
-        check_classic_node(c, w, r, t, ref_state[r], h_out, h_steps.data() + (size_t(r) * T + t) * slot_elems, err,
+        check_classic_node(c, w, r, t, ref_state[r], h_out, h_steps.data() + (size_t(r) * T + t) * slot_bytes, err,
                            res);
     }
     // Commit: the accepted nodes (1-based) to the kernel, which copies the last one's state.
     accepted.clear();
     for (int r = 0; r < B; ++r)
-      if (kSlots[r] >= 0) accepted.set(r, accept_random_path(c, w, r, ref_state[r], rng));
+      if (kSlots[r] >= 0) accepted.set(r, accept_random_path(c, w, r, ref_state[r], rng, store));
     accepted.upload();
     gdn_verify_classic_commit(p, 0);
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto S = state.download<float>();
+    const auto S = state.download<uint8_t>();
     for (int r = 0; r < B; ++r)
-      if (kSlots[r] >= 0) check_state(c, S.data() + size_t(kSlots[r]) * slot_elems, ref_state[r], err.state, res);
+      if (kSlots[r] >= 0) check_state(c, S.data() + size_t(kSlots[r]) * slot_bytes, ref_state[r], err.state, res);
   }
   return classic_verdict(err.measured(res));
 }
@@ -594,13 +685,14 @@ VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
 // every node's state in its step slot, that no other slot changed (bitwise: the committed states
 // and the unowned slots), and the committed state of every row after the commit.
 VerifyResult run_classic_inplace_case(const VerifyCase& c, uint64_t seed) {
-  VerifyResult res = classic_result();
+  VerifyResult res = classic_result(c);
   const int B = int(kSlots.size()), T = c.T;
   std::mt19937_64 rng(seed);
-  const size_t slot_elems = size_t(c.HV) * c.V * c.K;
+  const size_t slot_elems = size_t(c.HV) * c.V * c.K, slot_bytes = slot_elems * state_type_bytes(c.state);
+  const ref::StateStore store = state_store(c.state);
   const int pool_slots = B * (T + 1) + 3;
   RowBuffers rows(c, B);
-  DeviceBuffer state(size_t(pool_slots) * slot_elems * 4), step_slot(size_t(B) * T * 4);
+  DeviceBuffer state(size_t(pool_slots) * slot_bytes), step_slot(size_t(B) * T * 4);
 
   // Slots owned per row (padding rows own none and get slot -1, step slots -1).
   std::vector<int> perm(pool_slots);
@@ -642,15 +734,15 @@ VerifyResult run_classic_inplace_case(const VerifyCase& c, uint64_t seed) {
     step_slot.upload(h_step);
     rows.out.poison();
     for (int x = 0; x < pool_slots; ++x)
-      if (is_step[x]) KVB_CUDA_CHECK(cudaMemset(state.as<float>() + size_t(x) * slot_elems, 0xff, slot_elems * 4));
-    const auto before = state.download<float>();
+      if (is_step[x]) KVB_CUDA_CHECK(cudaMemset(state.as<uint8_t>() + size_t(x) * slot_bytes, 0xff, slot_bytes));  // NaN
+    const auto before = state.download<uint8_t>();
     gdn_verify_classic(p, 0);
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
     const auto h_out = rows.out.download<uint16_t>();
-    const auto S = state.download<float>();
+    const auto S = state.download<uint8_t>();
     for (int x = 0; x < pool_slots; ++x)
       if (!is_step[x] &&
-          std::memcmp(S.data() + size_t(x) * slot_elems, before.data() + size_t(x) * slot_elems, slot_elems * 4) != 0) {
+          std::memcmp(S.data() + size_t(x) * slot_bytes, before.data() + size_t(x) * slot_bytes, slot_bytes) != 0) {
         record_failure(res, "slot " + std::to_string(x) + (is_owned[x] ? " (a committed state)" : " (owned by no row)") +
                                 " changed by the verify in round " + std::to_string(round));
         return err.measured(res);
@@ -661,15 +753,15 @@ VerifyResult run_classic_inplace_case(const VerifyCase& c, uint64_t seed) {
         continue;
       }
       for (int t = 0; t < T; ++t)
-        check_classic_node(c, w, r, t, ref_state[r], h_out, S.data() + size_t(h_step[size_t(r) * T + t]) * slot_elems,
+        check_classic_node(c, w, r, t, ref_state[r], h_out, S.data() + size_t(h_step[size_t(r) * T + t]) * slot_bytes,
                            err, res);
     }
     // Commit by index: the row's slot becomes the last accepted node's step slot.
     for (int r = 0; r < B; ++r) {
       if (kSlots[r] < 0) continue;
-      const std::vector<int> path = accept_random_path(c, w, r, ref_state[r], rng);
+      const std::vector<int> path = accept_random_path(c, w, r, ref_state[r], rng, store);
       if (!path.empty()) cur[r] = h_step[size_t(r) * T + path.back()];
-      check_state(c, S.data() + size_t(cur[r]) * slot_elems, ref_state[r], err.state, res);
+      check_state(c, S.data() + size_t(cur[r]) * slot_bytes, ref_state[r], err.state, res);
     }
   }
   return classic_verdict(err.measured(res));
@@ -713,6 +805,30 @@ std::vector<VerifyCase> verify_cases(bool quick) {
   add({"inplace_K64_V128_T6_tree_extreme_gates", kClassic, 64, 128, 2, 4, 0, 6, false, true,
        ref::GateRange::extreme(), 20, true},
       false);
+  // 16-bit states, 10 cases per type: KVBuffer chains and trees, bf16 and fp32 entries, folds in the
+  // verify (n + depth >= C) and in the commit (T = C: C4 T4, C1 T1), K 64 and 128; classic copy
+  // (verify + commit) and in place, chains and trees (a tree node reloads its parent's rounded
+  // state). Every case accepts random lengths 0..T (random root paths for trees), so fills stagger.
+  // The all-layers commit of 16-bit states: GdnVerifyCommitLayers.EqualsOneCommitPerLayer*State.
+  for (StateType st : {StateType::BF16, StateType::FP16}) {
+    const std::string sp = std::string("state_") + state_type_name(st) + "_";
+    const bool bf16 = st == StateType::BF16;
+    auto add16 = [&](VerifyCase c, bool in_quick) {
+      c.name = sp + c.name;
+      c.state = st;
+      add(std::move(c), in_quick);
+    };
+    add16({"K128_C16_T4_bf16_chain", kKVBuffer, 128, 128, 2, 4, 16, 4, true, false, {}, 24}, bf16);
+    add16({"small_K64_C4_T4_bf16_chain", kKVBuffer, 64, 64, 2, 4, 4, 4, true, false, {}, 16}, false);  // C = T
+    add16({"K128_C8_T5_fp32_chain", kKVBuffer, 128, 128, 2, 4, 8, 5, false, false, {}, 24}, false);
+    add16({"K128_C1_T1_fp32_chain", kKVBuffer, 128, 128, 2, 4, 1, 1, false, false, {}, 12}, false);
+    add16({"small_K64_C8_T6_bf16_tree", kKVBuffer, 64, 64, 2, 4, 8, 6, true, true, {}, 24}, !bf16);
+    add16({"K128_C12_T8_fp32_tree", kKVBuffer, 128, 128, 2, 4, 12, 8, false, true, {}, 24}, false);
+    add16({"K128_T5_chain", kClassic, 128, 128, 2, 4, 0, 5, false, false, {}, 16}, false);
+    add16({"K128_T8_tree", kClassic, 128, 128, 2, 4, 0, 8, false, true, {}, 16}, false);
+    add16({"inplace_K128_T5_chain", kClassic, 128, 128, 2, 4, 0, 5, false, false, {}, 16, true}, false);
+    add16({"inplace_K64_V128_T6_tree", kClassic, 64, 128, 2, 4, 0, 6, false, true, {}, 16, true}, bf16);
+  }
   return cs;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "reference/random_inputs.h"
+#include "sim/state_type.h"
 
 namespace kvbuf::verify_check {
 
@@ -22,6 +23,7 @@ struct VerifyCase {
   ref::GateRange gates;
   int rounds;
   bool in_place = false;  // Classic only: node states into pool slots, commit by index (gdn_verify.h)
+  StateType state = StateType::FP32;  // the pools' state type (and classic's step states)
 };
 
 // The name with its method, unique over verify_cases().
@@ -42,6 +44,7 @@ struct VerifyResult {
   // KVBuffer: the pool state S0 after every fold (tol_state); verify_folds + commit_folds > 0.
   double fold_err = 0;
   int verify_folds = 0, commit_folds = 0;
+  int max_row_folds = 0;  // the most folds one row went through (16-bit states' tolerance, bf16 entries)
   // Classic: the state every node writes (step_states, or its step slot in place; tol_state).
   double node_state_err = 0;
   long outputs_checked = 0, states_checked = 0;  // node outputs (HV x V each), states (HV x K x V each)
@@ -53,8 +56,10 @@ struct VerifyResult {
 // Runs the case on inputs drawn from `seed`; throws on a CUDA error or a dispatch refusal.
 VerifyResult run_verify_case(const VerifyCase& c, uint64_t seed);
 
-// The cases `kvbuf check` and the gtest binary run: KVBuffer cases first, then classic. `quick`
-// keeps one chain and one tree case per method (bf16 and fp32 entries, T up to 8).
+// The cases `kvbuf check` and the gtest binary run: KVBuffer cases first, then classic (fp32
+// states), then the 16-bit state cases (bf16, then fp16; names "state-bf16-..." and
+// "state-fp16-..."). `quick` keeps one chain and one tree case per method (bf16 and fp32 entries,
+// T up to 8) and three 16-bit cases.
 std::vector<VerifyCase> verify_cases(bool quick);
 
 }  // namespace kvbuf::verify_check

@@ -84,6 +84,12 @@ TEST(GdnVerifyBadInput, UnsupportedShapesThrow) {
     two[0].io.batch = 2, two[1].io.batch = 3;
     EXPECT_THROW(gdn_verify_kvbuffer_commit(two, 0, 0), std::invalid_argument);
     EXPECT_THROW(gdn_verify_kvbuffer_commit(two, 2, 0), std::invalid_argument);
+    // A state type outside StateType, refused before any launch (the commit's copy never reads it).
+    big.io.batch = 2;
+    big.state_type = static_cast<StateType>(7);
+    any(big.accept.accept_len);
+    EXPECT_THROW(gdn_verify_kvbuffer(big, 0), std::invalid_argument);
+    EXPECT_THROW(gdn_verify_kvbuffer_commit(big, 0), std::invalid_argument);
   }
   GdnVerifyClassicParams c;
   c.io.batch = 1;
@@ -101,6 +107,11 @@ TEST(GdnVerifyBadInput, UnsupportedShapesThrow) {
     EXPECT_THROW(gdn_verify_classic(c, 0), std::invalid_argument);  // both
     c.step_states = nullptr;
     EXPECT_THROW(gdn_verify_classic_commit(c, 0), std::invalid_argument);  // in place commits by index
+    c.state_type = static_cast<StateType>(7);  // outside StateType: refused before any launch
+    EXPECT_THROW(gdn_verify_classic(c, 0), std::invalid_argument);
+    c.step_slot = nullptr, any(c.step_states);
+    EXPECT_THROW(gdn_verify_classic_commit(c, 0), std::invalid_argument);
+    c.state_type = StateType::FP32, c.step_slot = reinterpret_cast<const int32_t*>(sink), c.step_states = nullptr;
     c.io.batch = 65535 + 1;
     EXPECT_THROW(gdn_verify_classic(c, 0), std::invalid_argument);  // more rows than the grid's z holds
   }
@@ -108,8 +119,8 @@ TEST(GdnVerifyBadInput, UnsupportedShapesThrow) {
 
 // GPU: the commit of 2 layer tables' worth of layers in one call (two launches) leaves every
 // layer's pools as one commit per layer does; random scratch, bases and accepted nodes, a padding
-// row, T < C and T == C (the commit's fold).
-TEST(GdnVerifyCommitLayers, EqualsOneCommitPerLayer) {
+// row, T < C and T == C (the commit's fold, which writes the state in its type).
+void expect_commit_layers_equal_per_layer(StateType state_type) {
   const int B = checks::CommitRows::kRows, slots = checks::CommitRows::kSlots, T = checks::CommitRows::kTokens;
   auto make = [&](checks::CommitLayerTensors& l, std::mt19937_64& r, int C, const checks::CommitRows& rows) {
     GdnVerifyKVBufferParams p;
@@ -122,7 +133,14 @@ TEST(GdnVerifyCommitLayers, EqualsOneCommitPerLayer) {
     p.capacity = C;
     p.accept = VerifyAccept{rows.len.as<int32_t>(), C == T ? nullptr : rows.nodes.as<int32_t>()};
     const size_t entries = size_t(slots) * C, window = size_t(B) * T;
-    p.state = l.add_f32(size_t(slots) * io.HV * io.V * io.K, r, -1.f, 1.f);
+    // 16-bit states: random bf16 values in [-1, 1] (finite read as fp16 too: the exponent field
+    // stays far from fp16's inf).
+    const size_t state_elems = size_t(slots) * io.HV * io.V * io.K;
+    p.state_type = state_type;
+    if (state_type == StateType::FP32)
+      p.state = l.add_f32(state_elems, r, -1.f, 1.f);
+    else
+      p.state = l.add_bf16(state_elems, r);
     p.buf_k = l.add_bf16(entries * io.H * io.K, r);
     p.buf_val = l.add_bf16(entries * io.HV * io.V, r);
     p.buf_gcum = l.add_f32(entries * io.HV, r, -2.f, 0.f);
@@ -135,10 +153,13 @@ TEST(GdnVerifyCommitLayers, EqualsOneCommitPerLayer) {
     return p;
   };
   checks::expect_layers_commit_equals_per_layer<GdnVerifyKVBufferParams>(
-      LayerTable<GdnVerifyKVBufferParams>::kMaxLayers + 2, 4, make,
+      kGdnVerifyCommitLayersPerLaunch + 2, 4, make,
       [](const GdnVerifyKVBufferParams& p, cudaStream_t s) { gdn_verify_kvbuffer_commit(p, s); },
       [](const GdnVerifyKVBufferParams* p, int n, cudaStream_t s) { gdn_verify_kvbuffer_commit(p, n, s); });
 }
+TEST(GdnVerifyCommitLayers, EqualsOneCommitPerLayer) { expect_commit_layers_equal_per_layer(StateType::FP32); }
+TEST(GdnVerifyCommitLayers, EqualsOneCommitPerLayerBf16State) { expect_commit_layers_equal_per_layer(StateType::BF16); }
+TEST(GdnVerifyCommitLayers, EqualsOneCommitPerLayerFp16State) { expect_commit_layers_equal_per_layer(StateType::FP16); }
 
 }  // namespace
 }  // namespace kvbuf::verify_check
