@@ -117,6 +117,19 @@ double decode_state(StateType t, const unsigned char* src) {
   return t == StateType::BF16 ? double(ref::bf16_bits_to_float(b)) : double(__half2float(__ushort_as_half(b)));
 }
 
+std::vector<uint8_t> encode_states(const std::vector<float>& x, StateType t) {
+  const size_t sz = size_t(state_type_bytes(t));
+  std::vector<uint8_t> r(x.size() * sz);
+  for (size_t i = 0; i < x.size(); ++i) encode_state(t, x[i], &r[i * sz]);
+  return r;
+}
+
+double state_floor(StateType t) {
+  return t == StateType::BF16 ? std::ldexp(1.0, -133) : t == StateType::FP16 ? std::ldexp(1.0, -24) : 0.0;
+}
+
+ref::StateStore state_store(StateType t) { return t == StateType::FP32 ? ref::StateStore{} : ref::StateStore{t}; }
+
 double state_unit(StateType t) {
   return t == StateType::BF16 ? std::ldexp(1.0, -8) : t == StateType::FP16 ? std::ldexp(1.0, -11) : 0.0;
 }

@@ -76,7 +76,14 @@ DecodeSchedule decode_schedule(int batch, int rows, int slots, bool recurrent, i
 // error the fp32 tolerances already hold).
 void encode_state(StateType t, float v, unsigned char* dst);
 double decode_state(StateType t, const unsigned char* src);
+// A pool of such values as bytes of t.
+std::vector<uint8_t> encode_states(const std::vector<float>& x, StateType t);
 double state_unit(StateType t);
+// The spacing of t's smallest numbers (its subnormals): 2^-133 for bf16, 2^-24 for fp16, 0 for fp32.
+double state_floor(StateType t);
+// What the reference rounds to where the kernels write a state: t for 16-bit types; nothing for fp32
+// (its float64 reference stays exact: the fp32 tolerances hold the fp32 rounding).
+ref::StateStore state_store(StateType t);
 
 // A case result's line: "PASS|FAIL name: details -- message" (no " -- message" without one).
 std::string result_line(bool passed, const std::string& name, const std::string& details,

@@ -121,14 +121,6 @@ float bf16_to_float(__nv_bfloat16 b) {
   std::memcpy(&bits, &b, 2);
   return ref::bf16_bits_to_float(bits);
 }
-// State pool elements in type t (values already representable in t: rounded by ref::round_to_state)
-// as bytes.
-std::vector<uint8_t> to_state_bytes(const std::vector<float>& x, StateType t) {
-  const size_t sz = size_t(state_type_bytes(t));
-  std::vector<uint8_t> r(x.size() * sz);
-  for (size_t i = 0; i < x.size(); ++i) checks::encode_state(t, x[i], &r[i * sz]);
-  return r;
-}
 }  // namespace
 
 CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
@@ -180,7 +172,7 @@ CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
         for (int k = 0; k < K; ++k) ref_state[r][h](k, v) = s[h * head_elems + size_t(v) * K + k];
   }
   const size_t ssz = size_t(state_type_bytes(cs.state)), slot_bytes = slot_elems * ssz;
-  const std::vector<uint8_t> pool_bytes = to_state_bytes(pool_init, cs.state);
+  const std::vector<uint8_t> pool_bytes = checks::encode_states(pool_init, cs.state);
   DeviceBuffer pool_a(pool_bytes.size()), pool_b(pool_bytes.size());
   pool_a.upload(pool_bytes);
   pool_b.upload(pool_bytes);

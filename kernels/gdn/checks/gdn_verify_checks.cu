@@ -104,44 +104,6 @@ using ref::GdnTokens;
 
 constexpr double kU16 = 0x1p-8;
 
-// The state type's unit roundoff us (0 for fp32, whose rounding is the kernels' arithmetic) and the
-// reference's store (none for fp32: exact in float64).
-double state_roundoff(StateType t) {
-  return t == StateType::BF16 ? 0x1p-8 : t == StateType::FP16 ? 0x1p-11 : 0.0;
-}
-ref::StateStore state_store(StateType t) { return t == StateType::FP32 ? ref::StateStore{} : ref::StateStore{t}; }
-
-// State elements in type t (values representable in t: rounded by ref::round_to_state) as bytes,
-// and back to double.
-std::vector<uint8_t> to_state_bytes(const std::vector<float>& x, StateType t) {
-  const size_t sz = size_t(state_type_bytes(t));
-  std::vector<uint8_t> r(x.size() * sz);
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (t == StateType::FP32) {
-      std::memcpy(&r[i * 4], &x[i], 4);
-    } else if (t == StateType::BF16) {
-      const uint16_t bits = ref::float_to_bf16_bits(x[i]);
-      std::memcpy(&r[i * 2], &bits, 2);
-    } else {
-      const __half h = __float2half_rn(x[i]);
-      std::memcpy(&r[i * 2], &h, 2);
-    }
-  }
-  return r;
-}
-double state_elem(const uint8_t* p, size_t i, StateType t) {
-  if (t == StateType::FP32) {
-    float f;
-    std::memcpy(&f, p + i * 4, 4);
-    return f;
-  }
-  uint16_t bits;
-  std::memcpy(&bits, p + i * 2, 2);
-  if (t == StateType::BF16) return ref::bf16_bits_to_float(bits);
-  __half h;
-  std::memcpy(&h, &bits, 2);
-  return double(__half2float(h));
-}
 // Standard normal draws, rounded to t, for a state pool of n elements.
 std::vector<float> random_state_values(size_t n, StateType t, std::mt19937_64& rng) {
   std::vector<float> x(n);
@@ -348,8 +310,8 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   VerifyResult res;
   res.method = VerifyMethod::KVBuffer;
   // 16-bit states: + 2 us (fp32 entries) or + 2 F us (bf16 entries, F set at the end).
-  const double us = state_roundoff(c.state);
-  const ref::StateStore store = state_store(c.state);
+  const double us = checks::state_unit(c.state);
+  const ref::StateStore store = checks::state_store(c.state);
   res.tol_out = c.bf16_entries ? 8 * kU16 : 2 * kU16 + 2 * us;
   res.tol_state = c.bf16_entries ? 8 * kU16 : 1e-4 + 2 * us;
   const GdnDims d{c.H, c.HV, c.K, c.V};
@@ -371,7 +333,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   // Initial states: rows 0 and 3 in buffered mode from a random S0 (rounded to the state type and
   // uploaded in it), rows 2 and 4 in direct mode.
   const std::vector<float> h_state = random_state_values(state_elems, c.state, rng);
-  state.upload(to_state_bytes(h_state, c.state));
+  state.upload(checks::encode_states(h_state, c.state));
   std::vector<int> h_fill(kPoolSlots, 0), h_has(kPoolSlots, 1);
   std::vector<GdnState<double>> ref_state(B);
   for (int r = 0; r < B; ++r) {
@@ -430,7 +392,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
       for (int vv = 0; vv < c.V; ++vv)
         for (int kk = 0; kk < c.K; ++kk) {
           double x =
-              h_has[s] ? std::exp(gn) * state_elem(S.data(), ((size_t(s) * c.HV + h) * c.V + vv) * c.K + kk, c.state) : 0.0;
+              h_has[s] ? std::exp(gn) * checks::decode_state(c.state, S.data() + (((size_t(s) * c.HV + h) * c.V + vv) * c.K + kk) * state_type_bytes(c.state)) : 0.0;
           for (int j = 0; j < n; ++j) {
             const double gj = bg[(size_t(s) * C + j) * c.HV + h];
             x += std::exp(gn - gj) * entry_at(bk, ((size_t(s) * C + j) * c.H + kh) * c.K + kk) *
@@ -547,7 +509,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
 VerifyResult classic_result(const VerifyCase& c) {
   VerifyResult res;
   res.method = VerifyMethod::Classic;
-  const double us = state_roundoff(c.state);  // 16-bit states: one ulp (header)
+  const double us = checks::state_unit(c.state);  // 16-bit states: one ulp (header)
   res.tol_out = 2 * kU16 + 2 * us;
   res.tol_state = 1e-4 + 2 * us;
   return res;
@@ -560,7 +522,7 @@ void check_state(const VerifyCase& c, const uint8_t* S, const GdnState<double>& 
   for (int h = 0; h < c.HV; ++h)
     for (int vv = 0; vv < c.V; ++vv)
       for (int kk = 0; kk < c.K; ++kk)
-        acc.add(state_elem(S, (size_t(h) * c.V + vv) * c.K + kk, c.state), ref_state[h](kk, vv));
+        acc.add(checks::decode_state(c.state, S + ((size_t(h) * c.V + vv) * c.K + kk) * state_type_bytes(c.state)), ref_state[h](kk, vv));
   ++res.states_checked;
 }
 
@@ -571,7 +533,7 @@ std::vector<GdnState<double>> random_pool_states(const VerifyCase& c, int pool_s
                                                  std::mt19937_64& rng, DeviceBuffer& state) {
   const size_t slot_elems = size_t(c.HV) * c.V * c.K;
   const std::vector<float> h_state = random_state_values(size_t(pool_slots) * slot_elems, c.state, rng);
-  state.upload(to_state_bytes(h_state, c.state));
+  state.upload(checks::encode_states(h_state, c.state));
   std::vector<GdnState<double>> ref_state(row_slot.size());
   for (size_t r = 0; r < row_slot.size(); ++r) {
     if (row_slot[r] < 0) continue;
@@ -614,7 +576,7 @@ void check_classic_node(const VerifyCase& c, const Window& w, int r, int t, cons
                         VerifyResult& res) {
   const GdnState<double> s = check_node_outputs(c, w.tokens[r], w.par0[r], t, committed,
                                                 h_out.data() + size_t(r) * c.T * c.HV * c.V, err.out,
-                                                state_store(c.state));
+                                                checks::state_store(c.state));
   ++res.outputs_checked;
   check_state(c, node_state, s, err.node_state, res);
 }
@@ -635,7 +597,7 @@ VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
   const int B = int(kSlots.size()), T = c.T;
   std::mt19937_64 rng(seed);
   const size_t slot_elems = size_t(c.HV) * c.V * c.K, slot_bytes = slot_elems * state_type_bytes(c.state);
-  const ref::StateStore store = state_store(c.state);
+  const ref::StateStore store = checks::state_store(c.state);
   RowBuffers rows(c, B);
   DeviceBuffer state(size_t(kPoolSlots) * slot_bytes), steps(size_t(B) * T * slot_bytes);
   AcceptBuffers accepted(c, B);
@@ -689,7 +651,7 @@ VerifyResult run_classic_inplace_case(const VerifyCase& c, uint64_t seed) {
   const int B = int(kSlots.size()), T = c.T;
   std::mt19937_64 rng(seed);
   const size_t slot_elems = size_t(c.HV) * c.V * c.K, slot_bytes = slot_elems * state_type_bytes(c.state);
-  const ref::StateStore store = state_store(c.state);
+  const ref::StateStore store = checks::state_store(c.state);
   const int pool_slots = B * (T + 1) + 3;
   RowBuffers rows(c, B);
   DeviceBuffer state(size_t(pool_slots) * slot_bytes), step_slot(size_t(B) * T * 4);

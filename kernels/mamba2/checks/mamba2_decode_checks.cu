@@ -121,9 +121,6 @@ RequestTokens make_request_tokens(const ref::Mamba2Dims& d, int steps, const std
   return r;
 }
 
-// floor_t of the header comment (0 for fp32).
-double state_floor(StateType t) { return t == StateType::BF16 ? std::ldexp(1.0, -133) : t == StateType::FP16 ? std::ldexp(1.0, -24) : 0.0; }
-
 // Reference state of one head, [P, N] rows of the serving layout.
 double state_at(const ref::Mamba2State<double>& s, int h, int p, int n) { return s[h](p, n); }
 
@@ -187,7 +184,7 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
   const StateType stype = cs.state;
   const bool state16 = stype != StateType::FP32;
   const size_t sbytes = size_t(state_type_bytes(stype));
-  const double u_t = checks::state_unit(stype), floor_t = state_floor(stype);
+  const double u_t = checks::state_unit(stype), floor_t = checks::state_floor(stype);
   // 16-bit buffered kernels: the reference is the Mamba2KVBuffer model rounding S0 at its folds
   // (per request, below); otherwise the recurrent reference (rounding after every token at 16 bits).
   const bool model_ref = state16 && !recurrent;

@@ -115,52 +115,22 @@ uint16_t bf16_bits(double x) { return ref::float_to_bf16_bits(float(x)); }
 double bf16_value(uint16_t b) { return ref::bf16_bits_to_float(b); }
 double softplus(double x) { return x > 30 ? x : std::log1p(std::exp(x)); }
 
-// A state element of type t (its value exactly) into its bytes at dst, and back.
-void encode_state(StateType t, float v, unsigned char* dst) {
-  switch (t) {
-    case StateType::FP32: std::memcpy(dst, &v, 4); return;
-    case StateType::BF16: {
-      const uint16_t b = ref::float_to_bf16_bits(v);
-      std::memcpy(dst, &b, 2);
-      return;
-    }
-    case StateType::FP16: {
-      const uint16_t b = __half_as_ushort(__float2half_rn(v));
-      std::memcpy(dst, &b, 2);
-      return;
-    }
-  }
-}
-double decode_state(StateType t, const unsigned char* src) {
-  if (t == StateType::FP32) {
-    float v;
-    std::memcpy(&v, src, 4);
-    return v;
-  }
-  uint16_t b;
-  std::memcpy(&b, src, 2);
-  return t == StateType::BF16 ? double(ref::bf16_bits_to_float(b)) : double(__half2float(__ushort_as_half(b)));
-}
 // The pool as values (rounded to the type first, NaN kept) in its bytes, and its bytes as float64.
 std::vector<unsigned char> encode_pool(StateType t, std::vector<float>& pool) {
   const size_t sb = size_t(state_type_bytes(t));
   std::vector<unsigned char> bytes(pool.size() * sb);
   for (size_t i = 0; i < pool.size(); ++i) {
     if (t != StateType::FP32 && !std::isnan(pool[i])) pool[i] = float(ref::round_to_state(pool[i], t));
-    encode_state(t, pool[i], bytes.data() + i * sb);
+    checks::encode_state(t, pool[i], bytes.data() + i * sb);
   }
   return bytes;
 }
 std::vector<double> decode_pool(StateType t, const std::vector<unsigned char>& bytes) {
   const size_t sb = size_t(state_type_bytes(t));
   std::vector<double> v(bytes.size() / sb);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = decode_state(t, bytes.data() + i * sb);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = checks::decode_state(t, bytes.data() + i * sb);
   return v;
 }
-// u_t and floor_t of the header comment (0 for fp32).
-double state_unit(StateType t) { return t == StateType::BF16 ? std::ldexp(1.0, -8) : t == StateType::FP16 ? std::ldexp(1.0, -11) : 0.0; }
-double state_floor(StateType t) { return t == StateType::BF16 ? std::ldexp(1.0, -133) : t == StateType::FP16 ? std::ldexp(1.0, -24) : 0.0; }
-ref::StateStore state_store(StateType t) { return t == StateType::FP32 ? ref::StateStore{} : ref::StateStore(t); }
 double silu(double z) { return z / (1 + std::exp(-z)); }
 
 // One layer's A, D and dt_bias per head.
@@ -278,7 +248,7 @@ struct Request {
 class Checker {
  public:
   Checker(const VerifyCase& c, VerifyResult& res)
-      : c_(c), res_(res), u_t_(state_unit(c.state)), floor_t_(state_floor(c.state)) {}
+      : c_(c), res_(res), u_t_(checks::state_unit(c.state)), floor_t_(checks::state_floor(c.state)) {}
 
   void fail(const std::string& m) {
     if (res_.passed) res_.message = m;
@@ -466,7 +436,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   std::normal_distribution<float> nd(0.f, 1.f);
   for (auto& x : pool) x = nd(rng);
   const size_t sbytes = size_t(state_type_bytes(c.state));
-  const ref::StateStore store = state_store(c.state);
+  const ref::StateStore store = checks::state_store(c.state);
   if (store) encode_pool(c.state, pool);
   std::vector<Request> req(c.batch);
   std::vector<int32_t> h_fill(slots, 0), h_has(slots, 1);
@@ -646,7 +616,7 @@ VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
   std::normal_distribution<float> nd(0.f, 1.f);
   for (auto& x : pool) x = nd(rng);
   const size_t sbytes = size_t(state_type_bytes(c.state));
-  const ref::StateStore store = state_store(c.state);
+  const ref::StateStore store = checks::state_store(c.state);
   const std::vector<unsigned char> pool_bytes = encode_pool(c.state, pool);  // pool rounded to the type
   std::vector<Request> req(c.batch);
   for (int r = 0; r < c.batch; ++r) {
