@@ -216,9 +216,7 @@ Command add_sweep_command(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(positive_integer());
-  cmd->add_option("--state-dtype", x.state_dtypes,
-                  "state element types (a kernel that keeps an fp32 state only writes its 16-bit points as rows "
-                  "with a note)")
+  cmd->add_option("--state-dtype", x.state_dtypes, "state element types: fp32, bf16, fp16 (every kernel runs each)")
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));

@@ -31,6 +31,7 @@ struct SweepArgs {
   uint64_t seed = 1;
   std::vector<int> drafts;  // verify: T
   double acceptance = 0.7;  // verify
+  StateType state = StateType::FP32;  // verify: the state type of the runner's points
   // Filled by the command: measured in the same run, the device, the commit.
   double copy_gbps = 0;
   std::string gpu, commit;

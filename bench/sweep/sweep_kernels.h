@@ -26,19 +26,18 @@ struct SweepKernel {
   DecodePath path = DecodePath::Auto;  // the dispatch's choice, or one path forced
   bool tree = false;                         // verify: tree drafts instead of a chain
   bool in_place = false;  // classic verify: node states written into the pool, committed by index
-  bool any_state_type = false;  // runs fp32, bf16 and fp16 states (StateType); else fp32 only
 };
 
 inline const std::vector<SweepKernel>& sweep_kernels() {
   using F = SweepFamily;
   auto recurrent = [](std::string name, bool out_of_place, std::string help) {
     SweepKernel k{std::move(name), F::Decode, std::move(help)};
-    k.out_of_place = out_of_place, k.any_state_type = true;
+    k.out_of_place = out_of_place;
     return k;
   };
   auto buffered = [](std::string name, std::string help, bool direct) {
     SweepKernel k{std::move(name), F::Decode, std::move(help)};
-    k.buffered = true, k.direct = direct, k.any_state_type = true;
+    k.buffered = true, k.direct = direct;
     return k;
   };
   auto with_entry = [](SweepKernel k, BufferVariant v, EntryType e) {

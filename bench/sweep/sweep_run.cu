@@ -129,9 +129,10 @@ int run_sweep_on_gpu(const std::vector<SweepPoint>& points, const SweepSettings&
       }
       csv.row(it->second);
     } else {
-      if (!g.verify || g.args.acceptance != p.acceptance) {
+      const StateType state = parse_state_type(p.state_dtype);
+      if (!g.verify || g.args.acceptance != p.acceptance || g.args.state != state) {
         if (g.verify) g.verify->summary();
-        g.args.acceptance = p.acceptance;
+        g.args.acceptance = p.acceptance, g.args.state = state;
         g.verify = std::make_unique<VerifyRunner>(g.args, g.decode_points);
       }
       failed += !g.verify->run_point(*p.kernel, p.batch, p.drafts, p.chunk, csv);

@@ -151,11 +151,12 @@ class VerifySweep {
   VerifySweep(const SweepArgs& a, const std::vector<DecodePoint>& decode_points)
       : a_(a), s_(a.model.layer), layers_(a.layers > 0 ? a.layers : a.model.linear_layers) {
     if (layers_ < 1) throw std::invalid_argument("verify sweep: layers must be >= 1");
+    p_.state = a.state;
     if (!(a.acceptance >= 0 && a.acceptance <= 1)) throw std::invalid_argument("verify sweep: acceptance must be in [0, 1]");
     for (int T : a.drafts)
       if (T < 1 || T > kGdnVerifyMaxTokens) throw std::invalid_argument("verify sweep: T must be in 1..8, got " + std::to_string(T));
     for (const DecodePoint& d : decode_points)
-      if (d.kernel == decode_kernel() && d.state == StateType::FP32) decode_[d.batch].push_back({d.chunk, d.median_us});
+      if (d.kernel == decode_kernel() && d.state == a.state) decode_[d.batch].push_back({d.chunk, d.median_us});
   }
 
   // One point: a classic method (C = 0) or a KVBuffer method at C >= T. Returns false on a failure.
@@ -259,7 +260,7 @@ class VerifySweep {
     RowMeta& rows = m2 ? m2->rows : gdn->rows;
     DevicePools states(state_plan), steps(step_plan);
     DeviceBuffer step_slot(vm.in_place ? size_t(batch) * T * 4 : 0);
-    fill_uniform_f32(states.at<float>(0, "state"), states.bytes() / 4, a_.seed + 11, -1.f, 1.f);
+    fill_uniform_state(states.at<void>(0, "state"), states.bytes() / p_.state_bytes(), p_.state, a_.seed + 11, -1.f, 1.f);
     if (vm.in_place) {
       std::vector<int32_t> slot0(batch), steps_at(size_t(batch) * T);
       for (int r = 0; r < batch; ++r) {
@@ -275,14 +276,14 @@ class VerifySweep {
         if (m2) {  // in place only (cmd: mamba2-verify-classic)
           Mamba2VerifyClassicParams p;
           p.io = m2->io;
-          p.state = states.at<void>(l, "state");
+          p.state = states.at<void>(l, "state"), p.state_type = p_.state;
           p.step_slot = step_slot.as<int32_t>();
           mamba2_verify_classic(p, st);
           continue;
         }
         GdnVerifyClassicParams p;
         p.io = gdn->io;
-        p.state = states.at<void>(l, "state");
+        p.state = states.at<void>(l, "state"), p.state_type = p_.state;
         p.accept = rows.accept;
         if (vm.in_place) {
           p.step_slot = step_slot.as<int32_t>();
@@ -322,7 +323,8 @@ class VerifySweep {
     DevicePools pools(plan);
     DeviceBuffer row_order(m2 ? size_t(batch) * 4 : 0);  // launch order, where it pays
     for (int l = 0; l < L; ++l) {
-      fill_uniform_f32(pools.at<float>(l, "state"), plan.tensor_bytes("state") / 4, a_.seed + 11 + 8 * l, -1.f, 1.f);
+      fill_uniform_state(pools.at<void>(l, "state"), plan.tensor_bytes("state") / p_.state_bytes(), p_.state,
+                         a_.seed + 11 + 8 * l, -1.f, 1.f);
       fill_uniform_bf16(pools.at<void>(l, "buf_k"), plan.tensor_bytes("buf_k") / 2, a_.seed + 13 + 8 * l, -0.2f, 0.2f);
       fill_uniform_bf16(pools.at<void>(l, "buf_val"), plan.tensor_bytes("buf_val") / 2, a_.seed + 14 + 8 * l, -1.f, 1.f);
       fill_uniform_f32(pools.at<float>(l, "buf_gcum"), plan.tensor_bytes("buf_gcum") / 4, a_.seed + 15 + 8 * l, -0.05f, 0.f);
@@ -343,7 +345,7 @@ class VerifySweep {
       Mamba2VerifyKVBufferParams p;
       p.io = m2->io;
       p.capacity = C;
-      p.state = pools.at<void>(l, "state");
+      p.state = pools.at<void>(l, "state"), p.state_type = p_.state;
       p.buf_k = pools.at<__nv_bfloat16>(l, "buf_k");
       p.buf_val = pools.at<__nv_bfloat16>(l, "buf_val");
       p.buf_gcum = pools.at<float>(l, "buf_gcum");
@@ -363,7 +365,7 @@ class VerifySweep {
       p.io = gdn->io;
       p.entry = EntryType::BF16;
       p.capacity = C;
-      p.state = pools.at<void>(l, "state");
+      p.state = pools.at<void>(l, "state"), p.state_type = p_.state;
       p.buf_k = pools.at<void>(l, "buf_k");
       p.buf_val = pools.at<void>(l, "buf_val");
       p.buf_gcum = pools.at<float>(l, "buf_gcum");
@@ -443,9 +445,9 @@ class VerifySweep {
   // the verify-to-decode ratio against the fastest KVBuffer decode step at that batch.
   void summary() const {
     if (results_.empty()) return;
-    fmt::print("\nverify summary (us per layer per step, median; kvbuffer at its best C; classic = the fastest classic "
-               "row) | {} | commit {}\n",
-               a_.gpu, a_.commit);
+    fmt::print("\nverify summary, {} states (us per layer per step, median; kvbuffer at its best C; classic = the "
+               "fastest classic row) | {} | commit {}\n",
+               state_type_name(p_.state), a_.gpu, a_.commit);
     fmt::print("{:>6} {:>6} {:>2} {:>34} {:>16} {:>9} {:>16} {:>12}\n", "drafts", "batch", "T", "fastest classic",
                "kvbuffer [C]", "speedup", "decode-kvb [C]", "verify/dec");
     for (const bool tree : {false, true})
@@ -481,7 +483,7 @@ class VerifySweep {
   SweepArgs a_;
   LayerShape s_;
   int layers_;
-  Precision p_;  // fp32 state, bf16 entries and io: what the verify kernels run
+  Precision p_;  // the runner's state type (SweepArgs::state), bf16 entries and io
   std::map<std::tuple<std::string, int, int>, std::vector<std::pair<int, double>>> results_;
   std::map<int, std::vector<std::pair<int, double>>> decode_;  // batch -> (C, us) of the KVBuffer decode step
 };
