@@ -81,14 +81,24 @@ TEST(StateRounding, NearestAndIdempotent) {
 
 GdnDims gdn_dims() { return {2, 4, 16, 16}; }
 
+// Random tokens and a random checkpoint already representable in t, as a kernel's pool holds it.
+struct GdnStart {
+  GdnTokens<double> x;
+  GdnState<double> s0;
+};
+GdnStart gdn_start(uint64_t seed, int steps, StateType t) {
+  std::mt19937_64 rng(seed);
+  GdnStart g{make_random_gdn_tokens<double>(gdn_dims(), steps, rng), {}};
+  g.s0 = make_random_gdn_state<double>(gdn_dims(), rng, 0.5);
+  round_state(g.s0, StateStore(t));
+  return g;
+}
+
 // The recurrent decode with a store: the state is representable after the run, and it equals
 // running token by token with the state rounded in between (the rounding sits after every token).
 TEST(StateRounding, GdnRecurrentRoundsAfterEveryToken) {
   for (StateType t : kSixteenBit) {
-    std::mt19937_64 rng(11);
-    const GdnTokens<double> x = make_random_gdn_tokens<double>(gdn_dims(), 12, rng);
-    GdnState<double> s0 = make_random_gdn_state<double>(gdn_dims(), rng, 0.5);
-    round_state(s0, StateStore(t));
+    const auto [x, s0] = gdn_start(11, 12, t);
     GdnState<double> stored = s0, stepped = s0, exact = s0;
     std::vector<double> o, o_step, o_exact;
     gdn_decode_recurrent(x, stored, o, StateStore(t));
@@ -114,10 +124,7 @@ TEST(StateRounding, GdnRecurrentRoundsAfterEveryToken) {
 // exactly), and the driver over rounds is the recurrent decode of the whole sequence.
 TEST(StateRounding, GdnClassicVerifyRoundsEveryNodeState) {
   for (StateType t : kSixteenBit) {
-    std::mt19937_64 rng(17);
-    const GdnTokens<double> x = make_random_gdn_tokens<double>(gdn_dims(), 11, rng);
-    GdnState<double> s0 = make_random_gdn_state<double>(gdn_dims(), rng, 0.5);
-    round_state(s0, StateStore(t));
+    const auto [x, s0] = gdn_start(17, 11, t);
     const int W = 5;
     const GdnTokens<double> window = gdn_slice_tokens(x, 0, W);
     GdnState<double> committed = s0;
@@ -156,10 +163,7 @@ TEST(StateRounding, GdnClassicVerifyRoundsEveryNodeState) {
 // rounded S0, within a few roundings of the exact state.
 TEST(StateRounding, GdnKVBufferVerifyDriverRoundsFolds) {
   for (StateType t : kSixteenBit) {
-    std::mt19937_64 rng(19);
-    const GdnTokens<double> x = make_random_gdn_tokens<double>(gdn_dims(), 14, rng);
-    GdnState<double> s0 = make_random_gdn_state<double>(gdn_dims(), rng, 0.5);
-    round_state(s0, StateStore(t));
+    const auto [x, s0] = gdn_start(19, 14, t);
     GdnState<double> stored = s0, exact = s0;
     std::vector<double> o, o_exact;
     gdn_verify_kvbuffer(x, 6, BufferVariant::CachedU, 4, 3, stored, o, StateStore(t));
@@ -176,10 +180,7 @@ TEST(StateRounding, GdnKVBufferVerifyDriverRoundsFolds) {
 // last fold stored; without a store nothing is rounded.
 TEST(StateRounding, GdnKVBufferRoundsAtEveryFold) {
   for (StateType t : kSixteenBit) {
-    std::mt19937_64 rng(13);
-    const GdnTokens<double> x = make_random_gdn_tokens<double>(gdn_dims(), 13, rng);
-    GdnState<double> s0 = make_random_gdn_state<double>(gdn_dims(), rng, 0.5);
-    round_state(s0, StateStore(t));
+    const auto [x, s0] = gdn_start(13, 13, t);
     GdnKVBuffer<double> stored(gdn_dims(), 4, BufferVariant::CachedU, s0, StateStore(t));
     GdnKVBuffer<double> exact(gdn_dims(), 4, BufferVariant::CachedU, s0);
     std::vector<double> o(size_t(gdn_dims().HV) * gdn_dims().V), o_exact(o.size());
