@@ -54,14 +54,20 @@ T* fake() {
   return reinterpret_cast<T*>(storage);
 }
 
-TEST(Mamba2DecodeDispatch, RefusesUnsupportedShapes) {
+// Recurrent Params of one row with every pointer set (to fake storage) and head dims N, P.
+Mamba2RecurrentParams fake_recurrent_params(int N, int P) {
   Mamba2RecurrentParams p;
-  p.io.batch = 1, p.io.G = 1, p.io.NH = 2, p.io.P = 64, p.io.N = 96;
+  p.io.batch = 1, p.io.G = 1, p.io.NH = 2, p.io.P = P, p.io.N = N;
   p.io.slot = fake<const int32_t>();
   p.io.x = p.io.B = p.io.C = p.io.dt = fake<const __nv_bfloat16>();
   p.io.A = p.io.D = fake<const float>();
   p.io.out = fake<__nv_bfloat16>();
   p.state = fake<float>();
+  return p;
+}
+
+TEST(Mamba2DecodeDispatch, RefusesUnsupportedShapes) {
+  Mamba2RecurrentParams p = fake_recurrent_params(96, 64);
   expect_refusal([&] { mamba2_decode_recurrent(p, 0); }, "unsupported head dims");
   p.io.N = 128, p.io.P = 12;
   expect_refusal([&] { mamba2_decode_recurrent(p, 0); }, "unsupported head dims");
@@ -108,13 +114,7 @@ TEST(Mamba2DecodeDispatch, RefusesUnsupportedShapes) {
 
 // A state dtype outside StateType: refused by the one dispatch, before any launch.
 TEST(Mamba2DecodeDispatch, RefusesUnknownStateType) {
-  Mamba2RecurrentParams p;
-  p.io.batch = 1, p.io.G = 1, p.io.NH = 2, p.io.P = 64, p.io.N = 128;
-  p.io.slot = fake<const int32_t>();
-  p.io.x = p.io.B = p.io.C = p.io.dt = fake<const __nv_bfloat16>();
-  p.io.A = p.io.D = fake<const float>();
-  p.io.out = fake<__nv_bfloat16>();
-  p.state = fake<uint16_t>();
+  Mamba2RecurrentParams p = fake_recurrent_params(128, 64);
   p.state_type = static_cast<StateType>(7);
   expect_refusal([&] { mamba2_decode_recurrent(p, 0); }, "unsupported state dtype");
   Mamba2KVBufferParams b;
