@@ -25,6 +25,7 @@ struct StepOptions {
   double accept_rate = 0.7;
   std::string calibration = "auto";
   std::string results_dir = KVBUF_RESULTS_DIR;
+  std::string state_dtype = "fp32";
 
   void add_to(CLI::App* c, bool model_required) {
     auto* m = c->add_option("--model", model, "catalog model name (see `kvbuf models`)");
@@ -46,6 +47,11 @@ struct StepOptions {
         ->capture_default_str();
     c->add_option("--results", results_dir, "directory of the measured tables (decode_h200.csv, verify_h200.csv)")
         ->capture_default_str();
+    c->add_option("--state-dtype", state_dtype,
+                  "the linear-attention state's element type, both methods (bf16, fp16: the tables decode16_h200.csv "
+                  "and verify16_h200.csv)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   }
 
   GpuSpec gpu_spec() const {
@@ -72,7 +78,7 @@ struct StepOptions {
     const LayerKind kind = model.empty() ? LayerKind::GatedDeltaNet : config_model().kind;
     if (!std::filesystem::is_directory(results_dir)) throw UsageError("--results: no directory '" + results_dir + "'");
     try {
-      return MeasuredLinearTable::load(results_dir, kind);
+      return MeasuredLinearTable::load(results_dir, kind, parse_state_type(state_dtype));
     } catch (const std::invalid_argument& e) {
       throw UsageError(std::string("--results: ") + e.what());
     }
@@ -93,6 +99,7 @@ struct StepOptions {
     c.chunk = chunk;
     c.drafts = drafts;
     c.acceptance = accept_rate;
+    c.state = parse_state_type(state_dtype);
     return c;
   }
 };
@@ -246,8 +253,8 @@ int run_step(const StepCmdOptions& o) {
   const StepModel classic = make_model(o.step.config(DecodeMethod::Classic, gpu), table);
   const StepModel kvb = make_model(o.step.config(DecodeMethod::KVBuffer, gpu), table);
   const StepConfig& c = kvb.config();
-  fmt::print("step model: {} on {} x tp {}, context {} tokens per request, KVBuffer C = {}{}\n", c.model.name,
-             gpu.name, c.tp, o.context, c.chunk,
+  fmt::print("step model: {} on {} x tp {}, context {} tokens per request, {} states, KVBuffer C = {}{}\n",
+             c.model.name, gpu.name, c.tp, o.context, state_type_name(c.state), c.chunk,
              c.drafts ? fmt::format(", speculative T = {} at acceptance {}", c.drafts, c.acceptance) : "");
   fmt::print("{}\n", gpu_line(gpu));
   fmt::print("us per decode step: linear attention (source), full-attention KV, projections, MLP/MoE, LM head, "

@@ -172,7 +172,7 @@ MeasuredLinearTable::MeasuredLinearTable(ModelSpec reference, std::vector<Measur
   }
 }
 
-MeasuredLinearTable MeasuredLinearTable::load(const std::string& results_dir, LayerKind kind) {
+MeasuredLinearTable MeasuredLinearTable::load(const std::string& results_dir, LayerKind kind, StateType state) {
   // Mamba-2 rows name their kernels as GDN's with this prefix (bench/sweep/sweep_kernels.h).
   const std::string prefix = kind == LayerKind::Mamba2 ? "mamba2-" : "";
   auto unprefixed = [&](const std::string& name, std::string* out) {
@@ -190,13 +190,20 @@ MeasuredLinearTable MeasuredLinearTable::load(const std::string& results_dir, La
       throw bad(t.path + ":" + std::to_string(t.line_of_row[r]) + ": model '" + m + "' differs from '" +
                 model + "' (one reference shape per table)");
   };
-  const std::string decode_file = "decode_h200.csv", verify_file = "verify_h200.csv";
+  const bool fp32 = state == StateType::FP32;
+  const std::string decode_file = fp32 ? "decode_h200.csv" : "decode16_h200.csv";
+  const std::string verify_file = fp32 ? "verify_h200.csv" : "verify16_h200.csv";
+  // A row of another state type (a column absent or empty: an fp32 row, as before the axis).
+  auto other_state = [&](const CsvTable& t, size_t r) {
+    const std::string d = t.has_column("state_dtype") ? t.text(r, "state_dtype") : "";
+    return (d.empty() ? std::string("fp32") : d) != state_type_name(state);
+  };
   if (exists(results_dir + "/" + decode_file)) {
     const CsvTable decode = read_csv_table(results_dir + "/" + decode_file);
     const bool has_context = decode.has_column("context_tokens");
     for (size_t r = 0; r < decode.rows.size(); ++r) {
       std::string kernel;
-      if (!unprefixed(decode.text(r, "kernel"), &kernel)) continue;
+      if (!unprefixed(decode.text(r, "kernel"), &kernel) || other_state(decode, r)) continue;
       // The short-context sweep's rows (a request at a given context, direct below C) are not the
       // steady-state step the tables interpolate.
       if (has_context && decode.number(r, "context_tokens") > 0) continue;
@@ -223,7 +230,7 @@ MeasuredLinearTable MeasuredLinearTable::load(const std::string& results_dir, La
     const CsvTable verify = read_csv_table(results_dir + "/" + verify_file);
     for (size_t r = 0; r < verify.rows.size(); ++r) {
       std::string method;
-      if (!unprefixed(verify.text(r, "method"), &method)) continue;
+      if (!unprefixed(verify.text(r, "method"), &method) || other_state(verify, r)) continue;
       const bool tree = method.size() >= 5 && method.compare(method.size() - 5, 5, "-tree") == 0;
       MeasuredPoint p;
       if (method.rfind("verify-classic", 0) == 0 && !tree) {
@@ -352,7 +359,8 @@ double StepModel::expected_emitted() const {
 }
 
 double StepModel::bytes_per_request(LinearKernel k, const LayerShape& s) const {
-  const Precision p;
+  Precision p;
+  p.state = cfg_.state;
   const BufferVariant v = BufferVariant::CachedU;
   switch (k) {
     case LinearKernel::Recurrent: return bytes_recurrent(s, p).total_bytes();
@@ -492,7 +500,9 @@ double StepModel::prefill_us(long tokens) const {
 
 double StepModel::request_bytes(long context_tokens) const {
   const bool kvb = cfg_.method == DecodeMethod::KVBuffer;
-  return linear_bytes_per_request(per_gpu_, Precision{}, BufferVariant::CachedU, kvb, cfg_.drafts,
+  Precision p;
+  p.state = cfg_.state;
+  return linear_bytes_per_request(per_gpu_, p, BufferVariant::CachedU, kvb, cfg_.drafts,
                                   cfg_.chunk, false) +
          double(context_tokens) * per_gpu_.attn_kv_bytes_per_token();
 }

@@ -53,13 +53,14 @@ class MeasuredLinearTable {
  public:
   MeasuredLinearTable() = default;
   MeasuredLinearTable(ModelSpec reference, std::vector<MeasuredPoint> points);
-  // One layer family's rows of the sweeps' tables in results_dir, decode_h200.csv and
-  // verify_h200.csv: recurrent in place, kvbuffer and direct (GDN: bf16 cached-u entries), the
+  // One layer family's rows of the sweeps' tables in results_dir at one state type: decode_h200.csv
+  // and verify_h200.csv for fp32, decode16_h200.csv and verify16_h200.csv (their rows of that
+  // state_dtype) for bf16 and fp16: recurrent in place, kvbuffer and direct (GDN: bf16 cached-u entries), the
   // faster of every verify-classic* chain method per point and verify-kvbuffer; Mamba-2's kernels
   // are the same names with the prefix mamba2-. A missing file adds no points (no rows of the family
   // at all: an empty table, every time modelled); a malformed one throws std::invalid_argument
   // naming file and line.
-  static MeasuredLinearTable load(const std::string& results_dir, LayerKind kind);
+  static MeasuredLinearTable load(const std::string& results_dir, LayerKind kind, StateType state = StateType::FP32);
   const ModelSpec& reference() const { return reference_; }
   // One point per (kernel, batch, C, T): the faster of two methods where both were measured.
   const std::vector<MeasuredPoint>& points() const { return points_; }
@@ -99,6 +100,7 @@ struct StepConfig {
   int chunk = 16;  // C, KVBuffer only
   int drafts = 0;  // T tokens verified per step; 0: plain decode
   double acceptance = 0.7;
+  StateType state = StateType::FP32;  // the linear-attention state's element type (both methods)
 };
 
 struct StepTerms {

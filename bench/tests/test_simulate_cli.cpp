@@ -144,6 +144,12 @@ TEST(KvbufStep, TermsPerBatchAndHeldOut) {
   EXPECT_NE(h.out.find("largest error"), std::string::npos);
   expect_usage_error("step --model qwen3.5-9b --batch 0", "--batch: must be a positive integer, got 0");
   expect_usage_error("step --batch 8", "--model is required");
+  expect_usage_error("step --model qwen3.5-9b --state-dtype fp8", "--state-dtype: fp8 not in");
+  // A bf16 state: the committed 16-bit tables, measured, and the header says which state.
+  const SimRun b = kvbuf("step --model qwen3-next-80b-a3b --tp 2 --batch 256 --context 4096 --state-dtype bf16");
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_NE(b.out.find("bf16 states"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("measured"), std::string::npos) << b.out;
 }
 
 TEST(KvbufStep, CalibrationFromTheResultsDirectoryUnlessNone) {

@@ -133,6 +133,33 @@ TEST(StepModelTable, HeldOutPointsPredictedWithinTenPercent) {
   EXPECT_GT(large_batch, 80);
 }
 
+// A 16-bit state takes its own tables (decode16_h200.csv, verify16_h200.csv, its state_dtype's rows)
+// and halves the state in each request's memory; fp32 keeps decode_h200.csv's rows.
+TEST(StepModel, SixteenBitStatesTakeTheirOwnTables) {
+  const MeasuredLinearTable bf16 =
+      MeasuredLinearTable::load(KVBUF_RESULTS_DIR, LayerKind::GatedDeltaNet, StateType::BF16);
+  const MeasuredLinearTable fp16 =
+      MeasuredLinearTable::load(KVBUF_RESULTS_DIR, LayerKind::GatedDeltaNet, StateType::FP16);
+  ASSERT_FALSE(bf16.empty());
+  LinearLookup r32, r16, v16;
+  ASSERT_TRUE(table().lookup(LinearKernel::Recurrent, 256, 0, 0, &r32));
+  ASSERT_TRUE(bf16.lookup(LinearKernel::Recurrent, 256, 0, 0, &r16));
+  EXPECT_LT(r16.latency_us, 0.6 * r32.latency_us);  // half the state bytes: 138.83 against 261.37 us
+  ASSERT_TRUE(bf16.lookup(LinearKernel::VerifyKVBuffer, 128, 16, 4, &v16));
+  EXPECT_EQ(v16.source, LinearSource::Measured);
+  LinearLookup none;
+  EXPECT_FALSE(fp16.lookup(LinearKernel::VerifyKVBuffer, 128, 16, 4, &none));  // no fp16 verify rows
+  for (const MeasuredPoint& p : bf16.measured_rows()) EXPECT_NE(p.method.find("recurrent-oop"), 0u);
+  StepConfig c = config("qwen3-next-80b-a3b", DecodeMethod::Classic);
+  const StepModel classic32(c, table());
+  c.state = StateType::BF16;
+  const StepModel classic16(c, bf16);
+  // The linear pools of a request halve with the state (Qwen3-Next: 36 layers, 2 MiB fp32 states);
+  // the full-attention KV stays.
+  EXPECT_NEAR(classic32.request_bytes(0) - classic16.request_bytes(0), 36 * 1048576.0, 1.0);
+  EXPECT_LT(classic16.step_uniform(256, 4096).linear_attn_us, classic32.step_uniform(256, 4096).linear_attn_us);
+}
+
 TEST(StepModel, MeasuredLayerTimesEnterTheStep) {
   const StepModel kvb(config("qwen3-next-80b-a3b", DecodeMethod::KVBuffer), table());
   const StepModel classic(config("qwen3-next-80b-a3b", DecodeMethod::Classic), table());
