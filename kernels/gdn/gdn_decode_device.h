@@ -13,6 +13,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/common.cuh"
@@ -44,22 +45,13 @@ __device__ __forceinline__ void load_slice(const float* p, int lane, float* x) {
     x[4 * i] = f.x, x[4 * i + 1] = f.y, x[4 * i + 2] = f.z, x[4 * i + 3] = f.w;
   }
 }
-template <int K>
-__device__ __forceinline__ void load_slice(const __nv_bfloat16* p, int lane, float* x) {
+// 16-bit elements (bf16, fp16): 8 bytes per chunk.
+template <int K, class E, class = std::enable_if_t<sizeof(E) == 2>>
+__device__ __forceinline__ void load_slice(const E* p, int lane, float* x) {
 #pragma unroll
   for (int i = 0; i < K / 32; ++i) {
     const uint2 raw = reinterpret_cast<const uint2*>(p)[i * kGroupLanes + lane];
-    const float2 a = bf16x2_to_float2(raw.x), b = bf16x2_to_float2(raw.y);
-    x[4 * i] = a.x, x[4 * i + 1] = a.y, x[4 * i + 2] = b.x, x[4 * i + 3] = b.y;
-  }
-}
-template <int K>
-__device__ __forceinline__ void load_slice(const __half* p, int lane, float* x) {
-#pragma unroll
-  for (int i = 0; i < K / 32; ++i) {
-    const uint2 raw = reinterpret_cast<const uint2*>(p)[i * kGroupLanes + lane];
-    const float2 a = __half22float2(reinterpret_cast<const __half2&>(raw.x));
-    const float2 b = __half22float2(reinterpret_cast<const __half2&>(raw.y));
+    const float2 a = pair_to_float2<E>(raw.x), b = pair_to_float2<E>(raw.y);
     x[4 * i] = a.x, x[4 * i + 1] = a.y, x[4 * i + 2] = b.x, x[4 * i + 3] = b.y;
   }
 }
@@ -70,29 +62,12 @@ __device__ __forceinline__ void store_slice(float* p, int lane, const float* x) 
     reinterpret_cast<float4*>(p)[i * kGroupLanes + lane] =
         make_float4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]);
 }
-template <int K>
-__device__ __forceinline__ void store_slice(__nv_bfloat16* p, int lane, const float* x) {
+template <int K, class E, class = std::enable_if_t<sizeof(E) == 2>>
+__device__ __forceinline__ void store_slice(E* p, int lane, const float* x) {
 #pragma unroll
-  for (int i = 0; i < K / 32; ++i) {
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(x[4 * i], x[4 * i + 1]);
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(x[4 * i + 2], x[4 * i + 3]);
-    uint2 raw;
-    raw.x = *reinterpret_cast<const unsigned*>(&lo);
-    raw.y = *reinterpret_cast<const unsigned*>(&hi);
-    reinterpret_cast<uint2*>(p)[i * kGroupLanes + lane] = raw;
-  }
-}
-template <int K>
-__device__ __forceinline__ void store_slice(__half* p, int lane, const float* x) {
-#pragma unroll
-  for (int i = 0; i < K / 32; ++i) {
-    const __half2 lo = __floats2half2_rn(x[4 * i], x[4 * i + 1]);
-    const __half2 hi = __floats2half2_rn(x[4 * i + 2], x[4 * i + 3]);
-    uint2 raw;
-    raw.x = *reinterpret_cast<const unsigned*>(&lo);
-    raw.y = *reinterpret_cast<const unsigned*>(&hi);
-    reinterpret_cast<uint2*>(p)[i * kGroupLanes + lane] = raw;
-  }
+  for (int i = 0; i < K / 32; ++i)
+    reinterpret_cast<uint2*>(p)[i * kGroupLanes + lane] =
+        make_uint2(float2_to_pair<E>(x[4 * i], x[4 * i + 1]), float2_to_pair<E>(x[4 * i + 2], x[4 * i + 3]));
 }
 
 template <int N>

@@ -155,19 +155,6 @@ struct LaneElems {  // fp32
     return y;
   }
 };
-// Two 16-bit elements packed in 32 bits (low element first), to and from fp32.
-__device__ __forceinline__ float2 unpack2(uint32_t w, __nv_bfloat16*) { return bf16x2_to_float2(w); }
-__device__ __forceinline__ float2 unpack2(uint32_t w, __half*) {
-  return __half22float2(reinterpret_cast<const __half2&>(w));
-}
-__device__ __forceinline__ uint32_t pack2(float a, float b, __nv_bfloat16*) {
-  const __nv_bfloat162 x = __floats2bfloat162_rn(a, b);
-  return reinterpret_cast<const uint32_t&>(x);
-}
-__device__ __forceinline__ uint32_t pack2(float a, float b, __half*) {
-  const __half2 x = __floats2half2_rn(a, b);
-  return reinterpret_cast<const uint32_t&>(x);
-}
 template <class S, int NL>
 struct LaneElems16 {  // bf16, fp16
   using Vec = typename std::conditional<NL == 4, uint2, uint32_t>::type;
@@ -175,7 +162,7 @@ struct LaneElems16 {  // bf16, fp16
     const uint32_t* w = reinterpret_cast<const uint32_t*>(&x);
 #pragma unroll
     for (int e = 0; e < NL / 2; ++e) {
-      const float2 f = unpack2(w[e], static_cast<S*>(nullptr));
+      const float2 f = pair_to_float2<S>(w[e]);
       s[2 * e] = f.x, s[2 * e + 1] = f.y;
     }
   }
@@ -184,8 +171,7 @@ struct LaneElems16 {  // bf16, fp16
     uint32_t* w = reinterpret_cast<uint32_t*>(&x);
 #pragma unroll
     for (int e = 0; e < NL / 2; ++e)
-      w[e] = pack2(fmaf(decay, s[2 * e], uv * k[2 * e]), fmaf(decay, s[2 * e + 1], uv * k[2 * e + 1]),
-                   static_cast<S*>(nullptr));
+      w[e] = float2_to_pair<S>(fmaf(decay, s[2 * e], uv * k[2 * e]), fmaf(decay, s[2 * e + 1], uv * k[2 * e + 1]));
     return x;
   }
 };

@@ -35,29 +35,6 @@ struct RowVec {
   using H = typename std::conditional<NL == 4, uint2, uint32_t>::type;  // bf16 (16-bit) slice
 };
 
-// Two 16-bit state elements packed in 32 bits (low element first) as fp32, and back (each rounded
-// once to nearest even, as from_f32<S>).
-template <class S>
-__device__ __forceinline__ float2 state_pair_to_float2(uint32_t x) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) {
-    return bf16x2_to_float2(x);
-  } else {
-    static_assert(std::is_same_v<S, __half>, "16-bit state: bf16 or fp16");
-    return __half22float2(reinterpret_cast<const __half2&>(x));
-  }
-}
-template <class S>
-__device__ __forceinline__ uint32_t float2_to_state_pair(float lo, float hi) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return reinterpret_cast<const uint32_t&>(v);
-  } else {
-    static_assert(std::is_same_v<S, __half>, "16-bit state: bf16 or fp16");
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return reinterpret_cast<const uint32_t&>(v);
-  }
-}
-
 // This lane's NL columns (as fp32) of a state row of S starting at `row` (already offset by
 // lane * NL): one float4 / float2 for fp32, one uint2 / uint32_t for a 16-bit S.
 template <int N, class S>
@@ -69,10 +46,10 @@ __device__ __forceinline__ void load_row(const S* row, float* s) {
   } else {
     const auto v = *reinterpret_cast<const typename RowVec<N>::H*>(row);
     if constexpr (N == 128) {
-      const float2 a = state_pair_to_float2<S>(v.x), b = state_pair_to_float2<S>(v.y);
+      const float2 a = pair_to_float2<S>(v.x), b = pair_to_float2<S>(v.y);
       s[0] = a.x, s[1] = a.y, s[2] = b.x, s[3] = b.y;
     } else {
-      const float2 a = state_pair_to_float2<S>(v);
+      const float2 a = pair_to_float2<S>(v);
       s[0] = a.x, s[1] = a.y;
     }
   }
@@ -88,9 +65,9 @@ __device__ __forceinline__ void store_row(S* row, const float* s) {
   } else {
     typename RowVec<N>::H v;
     if constexpr (N == 128)
-      v.x = float2_to_state_pair<S>(s[0], s[1]), v.y = float2_to_state_pair<S>(s[2], s[3]);
+      v.x = float2_to_pair<S>(s[0], s[1]), v.y = float2_to_pair<S>(s[2], s[3]);
     else
-      v = float2_to_state_pair<S>(s[0], s[1]);
+      v = float2_to_pair<S>(s[0], s[1]);
     *reinterpret_cast<typename RowVec<N>::H*>(row) = v;
   }
 }

@@ -276,8 +276,8 @@ __device__ __forceinline__ void load_tile8(const S* src, float (&sl)[4], float (
     sh[0] = s_hi.x, sh[1] = s_hi.y, sh[2] = s_hi.z, sh[3] = s_hi.w;
   } else {
     const uint4 v = *reinterpret_cast<const uint4*>(src);
-    const float2 a = state_pair_to_float2<S>(v.x), b = state_pair_to_float2<S>(v.y);
-    const float2 c = state_pair_to_float2<S>(v.z), e = state_pair_to_float2<S>(v.w);
+    const float2 a = pair_to_float2<S>(v.x), b = pair_to_float2<S>(v.y);
+    const float2 c = pair_to_float2<S>(v.z), e = pair_to_float2<S>(v.w);
     sl[0] = a.x, sl[1] = a.y, sl[2] = b.x, sl[3] = b.y;
     sh[0] = c.x, sh[1] = c.y, sh[2] = e.x, sh[3] = e.y;
   }
