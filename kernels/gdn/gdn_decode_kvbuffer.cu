@@ -792,7 +792,7 @@ LaunchShape launch_shape(const GdnKVBufferParams& p, int split_min_capacity) {
   const bool split = p.path == DecodePath::Split ||
                      (p.path == DecodePath::Auto && split_possible(p) && p.io.batch >= kSplitMinBatch &&
                       p.capacity >= split_min_capacity);
-  return {split, choose_rows_per_block(p.io, split ? split_state_rows(p.capacity) : kSingleKVBufferRows)};
+  return {split, choose_rows_per_block(p.io, split ? split_state_rows(p.capacity) : single_kvbuffer_rows(p.state_type))};
 }
 
 void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* who, int split_min_capacity,
