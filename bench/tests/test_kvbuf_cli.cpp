@@ -166,6 +166,54 @@ TEST(KvbufCli, CapacityModelled) {
   EXPECT_LT(ratio, 4.576);
 }
 
+// --state-dtype all (or a list): a table and a CSV row per state dtype, in the order given, each with
+// the model's ratio counting what --measure allocates (the T verify-scratch entries) next to the
+// plain one; the measured columns stay empty without --measure.
+TEST(KvbufCli, CapacityPerStateDtype) {
+  const fs::path csv = scratch_dir("capacity_states") / "capacity.csv";
+  const CliRun r = kvbuf("capacity --model qwen3-next-80b-a3b --drafts 4 --chunk 16 --weights-gib 0 --state-dtype all --csv " +
+                         csv.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* table : {"\nfp32 states\n", "\nbf16 states\n", "\nfp16 states\n"})
+    EXPECT_NE(r.out.find(table), std::string::npos) << table << r.out;
+  std::ifstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::string> header;
+  for (std::stringstream ss(line); std::getline(ss, line, ',');) header.push_back(line);
+  auto at = [&](const std::string& row, const std::string& column) {
+    std::vector<std::string> f;
+    std::stringstream ss(row);
+    for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+    if (!row.empty() && row.back() == ',') f.push_back("");
+    const size_t i = size_t(std::find(header.begin(), header.end(), column) - header.begin());
+    return i < f.size() ? f[i] : std::string("<no column " + column + ">");
+  };
+  std::vector<std::string> rows;
+  while (std::getline(in, line)) rows.push_back(line);
+  ASSERT_EQ(rows.size(), 3u);
+  // 141 GiB at T = 4, C = 16: classic keeps 5 states, KVBuffer one and 16 (+ 4 scratch) entries.
+  const std::vector<std::vector<std::string>> want = {{"fp32", "4.576419", "4.481505"},
+                                                      {"bf16", "4.233807", "4.077596"},
+                                                      {"fp16", "4.233807", "4.077596"}};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(at(rows[i], "state_dtype"), want[i][0]) << rows[i];
+    EXPECT_EQ(at(rows[i], "ratio_linear"), want[i][1]) << rows[i];
+    EXPECT_EQ(at(rows[i], "ratio_linear_allocated"), want[i][2]) << rows[i];
+    for (const char* c : {"measured_kvbuffer_max_requests", "measured_ratio", "measured_over_model", "gpu"})
+      EXPECT_EQ(at(rows[i], c), "") << c << ": " << rows[i];
+  }
+  // A list keeps its order and drops repeats.
+  const CliRun two = kvbuf("capacity --model qwen3-next-80b-a3b --drafts 4 --chunk 16 --state-dtype bf16,fp32,bf16");
+  ASSERT_EQ(two.status, 0) << two.err;
+  const size_t b = two.out.find("\nbf16 states\n"), f = two.out.find("\nfp32 states\n");
+  ASSERT_NE(b, std::string::npos) << two.out;
+  ASSERT_NE(f, std::string::npos) << two.out;
+  EXPECT_LT(b, f);
+  EXPECT_EQ(two.out.find("bf16 states", b + 2), std::string::npos) << two.out;
+  expect_usage_error("capacity --model qwen3-next-80b-a3b --state-dtype fp32,fp8", "--state-dtype: unknown state dtype 'fp8'");
+}
+
 TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
   const std::string q = "--model qwen3-next-80b-a3b ";
   expect_usage_error("", "subcommand");
