@@ -67,7 +67,8 @@ with open(sys.argv[1], newline="") as f:
 }
 
 # GPU main job: the kernel checks, then the paper preset of `kvbuf sweep` (both families, decode
-# and verify, short contexts; about 8 minutes) row by row into results/ (resumed if interrupted),
+# and verify, short contexts, fp32 and each model's engine-default state dtype; about 12 minutes)
+# row by row into results/ (resumed if interrupted),
 # and the figures of scripts/figures.py. The resolved grid is saved next to each CSV (.grid.toml).
 gpu_main_job() {
   local model=qwen3-next-80b-a3b
