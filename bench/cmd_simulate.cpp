@@ -226,10 +226,11 @@ int run_held_out(const StepCmdOptions& o) {
   if (table.empty())
     throw UsageError("--held-out: no measured tables of this layer family in '" + o.step.results_dir + "'");
   const std::vector<int> held = {8, 64, 256};
-  const std::vector<HeldOutRow> rows = held_out_check(table, gpu, held);
-  fmt::print("held-out check: {} measured per-layer latencies ({} shapes) at batches 8, 64, 256, predicted by\n"
-             "the tables without them (interpolated over batch) and by the bytes model over {}'s bandwidth\n\n",
-             rows.size(), table.reference().name, gpu.name);
+  const StateType state = parse_state_type(o.step.state_dtype);
+  const std::vector<HeldOutRow> rows = held_out_check(table, gpu, held, state);
+  fmt::print("held-out check: {} measured per-layer latencies ({} shapes, {} states) at batches 8, 64, 256, predicted\n"
+             "by the tables without them (interpolated over batch) and by the bytes model over {}'s bandwidth\n\n",
+             rows.size(), table.reference().name, state_type_name(state), gpu.name);
   fmt::print("{:<16} {:>5} {:>3} {:>3} {:>11} {:>11} {:>7} {:>11} {:>7}\n", "kernel", "batch", "C", "T",
              "measured", "predicted", "error", "bytes/bw", "error");
   double worst = 0, worst_modelled = 0;
