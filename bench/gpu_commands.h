@@ -17,11 +17,12 @@ namespace kvbuf {
 int run_gpu_checks(uint64_t seed);
 
 // `kvbuf capacity --measure`: largest number of concurrent requests whose pools fit in
-// budget_bytes and run verify steps, found by bisection, for one method.
+// budget_bytes and run verify steps, found by bisection, for one method and state dtype.
 struct CapacityMeasureArgs {
   ModelSpec model;  // after tensor parallelism
   int drafts = 4;   // T
   int chunk = 16;   // C (KVBuffer)
+  StateType state = StateType::FP32;  // of the state pools (and classic's per-node states)
   double budget_bytes = 0;
   bool kvbuffer = true;  // false: classic (1 + T states per request)
 };

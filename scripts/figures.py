@@ -20,6 +20,10 @@ default one that is missing only skips what needs it):
   ncu_bytes_GPU.csv       scripts/ncu_bytes.py (DRAM bytes measured by Nsight Compute)
 With --kvbuf, the modelled lines come from that binary (`kvbuf bytes`, `kvbuf capacity`); then the
 model-only figures (bytes per step, capacity, short-context memory) need no GPU CSV at all.
+The figures are of fp32 states: of decode_GPU.csv, verify_GPU.csv, context_GPU.csv, ncu_bytes_GPU.csv
+and the capacity CSVs they read the rows whose state_dtype is fp32 (or that have no such column: rows
+written before it), as the modelled lines are; the paper preset also writes each model's engine-default
+(16-bit) rows there. The bf16 decode lines beside them come from decode16_GPU.csv.
 
 Figures (NAME_FAMILY.png/.svg, FAMILY gdn or mamba2): decode_latency, speedup_vs_chunk, verify,
 short_context, bytes_per_step, telemetry; and capacity.png/.svg (every catalog model). A figure that has nothing
@@ -75,6 +79,15 @@ def measured(row):
     return bool((row.get("latency_us_median") or "").strip())
 
 
+def state_of(row):
+    """A row's state dtype: its state_dtype cell, fp32 where the column is absent or empty."""
+    return (row.get("state_dtype") or "").strip() or "fp32"
+
+
+def fp32_rows(rows):
+    return None if rows is None else [r for r in rows if state_of(r) == "fp32"]
+
+
 # ---------------------------------------------------------------- inputs
 
 
@@ -96,17 +109,22 @@ class Inputs:
                 return None, p
             return loader(p), p
 
+        # fp32 rows only (fp32_rows), as the modelled lines; the 16-bit ones are drawn from decode16.
         self.decode, self.decode_path = load(args.decode, f"decode_{gpu}.csv", load_decode)
+        self.decode = fp32_rows(self.decode)
         # The decode kernels with 16-bit states (kvbuf sweep --state-dtype bf16,fp16), beside fp32.
         self.decode16, self.decode16_path = load(args.decode16, f"decode16_{gpu}.csv", load_decode)
         self.verify, self.verify_path = load(args.verify, f"verify_{gpu}.csv", load_verify)
+        self.verify = fp32_rows(self.verify)
         # The short-context sweep (kvbuf sweep --context ...), where it ran apart from the decode sweep.
         self.context, self.context_path = load(args.context, f"context_{gpu}.csv", load_decode)
+        self.context = fp32_rows(self.context)
         self.fla, self.fla_path = load(args.fla, f"fla_{gpu}.csv", load_fla)
         self.public, self.public_path = load(args.public_mamba2, f"public_mamba2_{gpu}.csv", load_public)
         self.ncu, self.ncu_path = load(args.ncu, f"ncu_bytes_{gpu}.csv", load_ncu)
+        self.ncu = fp32_rows(self.ncu)
         cap_paths = args.capacity.split(",") if args.capacity else sorted(glob.glob(os.path.join(res, f"capacity_{gpu}*.csv")))
-        self.capacity = [(p, load_capacity(p)) for p in cap_paths]
+        self.capacity = [(p, fp32_rows(load_capacity(p))) for p in cap_paths]
         self._bytes_cache, self._capacity_cache = {}, {}
 
     # Modelled tables from the kvbuf binary (None without --kvbuf).
@@ -574,7 +592,8 @@ def fig_capacity(inputs):
     ax_n.legend(fontsize=6, ncol=2)
     ax_r.legend(fontsize=6, ncol=2)
     caption(fig, f"Model: {model_source}, {config['gib']:g} GiB, weights {config['weights_gib']:g} GiB (the pool alone), "
-                 f"context {config['context']}, C={config['chunk']}, tp {config['tp']}; classic keeps 1 + T states and conv "
+                 f"context {config['context']}, C={config['chunk']}, tp {config['tp']}, fp32 states (the 16-bit rows of the "
+                 "capacity CSV are in scripts/summary.py's tables); classic keeps 1 + T states and conv "
                  "windows per request and layer, KVBuffer one state, one conv window and C entries. Measured: " +
             (provenance(*[("capacity", p, rows) for p, rows in measured_sets]) or "none"))
     return fig

@@ -35,8 +35,9 @@ cpu_main_job() {
   echo "== capacity (modelled): $model on one 141 GiB H200 at tp 2, context 32k, C = 8, T = 1..8"
   "$kvbuf" capacity --model "$model" --tp 2 --context 32768 --chunk 8 --drafts all
   echo
-  echo "== capacity (modelled): every catalog model at tp 8, context 32k, C = 16, T = 4"
-  "$kvbuf" capacity --model all --tp 8 --context 32768 --chunk 16 --drafts 4 --csv "$build_dir/capacity_model.csv"
+  echo "== capacity (modelled): every catalog model at tp 8, context 32k, C = 16, T = 4, fp32 / bf16 / fp16 states"
+  "$kvbuf" capacity --model all --tp 8 --context 32768 --chunk 16 --drafts 4 --state-dtype all \
+    --csv "$build_dir/capacity_model.csv"
   echo
   echo "== reference cross-checks"
   "$kvbuf" check
@@ -67,7 +68,9 @@ with open(sys.argv[1], newline="") as f:
 }
 
 # GPU main job: the kernel checks, then the paper preset of `kvbuf sweep` (both families, decode
-# and verify, short contexts; about 8 minutes) row by row into results/ (resumed if interrupted),
+# and verify, short contexts, fp32 and each model's engine-default state dtype; about 12 minutes)
+# row by row into results/ (resumed if interrupted), the capacity of every catalog model measured at
+# each state dtype (`kvbuf capacity --measure`, results/capacity_<gpu>.csv),
 # and the figures of scripts/figures.py. The resolved grid is saved next to each CSV (.grid.toml).
 gpu_main_job() {
   local model=qwen3-next-80b-a3b
@@ -81,6 +84,11 @@ gpu_main_job() {
   archive_other_commit "results/verify_$gpu.csv"
   "$kvbuf" sweep --preset paper --out "results/decode_$gpu.csv" --verify-out "results/verify_$gpu.csv"
   elapsed "paper preset"
+  echo "== capacity: every catalog model, T = 1..8, C = 16, fp32 / bf16 / fp16 states, measured by bisection on $gpu"
+  archive_other_commit "results/capacity_$gpu.csv"
+  "$kvbuf" capacity --model all --drafts all --chunk 16 --weights-gib 0 --state-dtype all --measure \
+    --csv "results/capacity_$gpu.csv"
+  elapsed "capacity"
   if python3 -c "import torch, fla" 2>/dev/null; then
     echo "== public baseline: FLA's fused recurrent decode, same method"
     python3 scripts/bench_fla.py --kvbuf "$kvbuf" --model "$model" --out "results/fla_$gpu.csv"

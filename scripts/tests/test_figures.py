@@ -221,6 +221,32 @@ class Figures(unittest.TestCase):
         self.assertNotIn("ReplaySSM verify", svg)
         self.assertNotIn("other-verify", svg)
 
+    def test_16bit_rows_stay_out_of_the_fp32_figures(self):
+        # The paper preset writes each model's engine-default (bf16) rows into decode_GPU.csv and verify_GPU.csv,
+        # `kvbuf capacity --state-dtype all` its 16-bit rows into the capacity CSV and ncu_bytes.py --state-dtype
+        # bf16 its rows into the ncu CSV: the figures (fp32, as their modelled lines) leave them out.
+        synthetic_results(self.tmp.name)
+        bf16_commit = "b16b16b16b16"
+        for name in ("decode_syn.csv", "verify_syn.csv", "capacity_syn.csv", "ncu_bytes_syn.csv"):
+            path = os.path.join(self.tmp.name, name)
+            with open(path, newline="") as f:
+                rows = list(csv.DictReader(f))
+            columns = list(rows[0].keys()) + ["state_dtype"]
+            fast = [dict(r, state_dtype="bf16", commit=bf16_commit) for r in rows]
+            for r in fast:
+                for c in ("latency_us_median", "latency_us_per_token"):
+                    if r.get(c):
+                        r[c] = float(r[c]) / 10
+            write_csv(path, columns, [dict(r, state_dtype="fp32" if i % 2 else "") for i, r in enumerate(rows)] + fast)
+        r = run("--results", self.tmp.name, "--gpu", "syn", "--kvbuf", KVBUF, "--out", self.out,
+                "--only", "decode_latency,verify,capacity,bytes_per_step")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for stem in ("decode_latency_gdn", "verify_gdn", "capacity", "bytes_per_step_gdn"):
+            with open(os.path.join(self.out, stem + ".svg")) as f:
+                svg = f.read().replace("\n", "")
+            self.assertNotIn(bf16_commit, svg, stem)
+            self.assertRegex(svg, "feedbeef000[1-5]", stem)  # the fp32 rows, with or without the column
+
     def test_model_only_figures_need_no_gpu_csv(self):
         r = run("--results", self.tmp.name, "--kvbuf", KVBUF, "--out", self.out)
         self.assertEqual(r.returncode, 0, r.stderr)
