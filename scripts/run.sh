@@ -70,8 +70,9 @@ with open(sys.argv[1], newline="") as f:
 # GPU main job: the kernel checks, then the paper preset of `kvbuf sweep` (both families, decode
 # and verify, short contexts, fp32 and each model's engine-default state dtype; about 12 minutes)
 # row by row into results/ (resumed if interrupted), the capacity of every catalog model measured at
-# each state dtype (`kvbuf capacity --measure`, results/capacity_<gpu>.csv),
-# and the figures of scripts/figures.py. The resolved grid is saved next to each CSV (.grid.toml).
+# each state dtype (`kvbuf capacity --measure`, results/capacity_<gpu>.csv), the accuracy of 16-bit
+# states over one long generation (`kvbuf accuracy`, under a minute), and the figures of
+# scripts/figures.py. The resolved grid is saved next to each CSV (.grid.toml).
 gpu_main_job() {
   local model=qwen3-next-80b-a3b
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($NF)}')
@@ -89,6 +90,11 @@ gpu_main_job() {
   "$kvbuf" capacity --model all --drafts all --chunk 16 --weights-gib 0 --state-dtype all --measure \
     --csv "results/capacity_$gpu.csv"
   elapsed "capacity"
+  echo
+  echo "== accuracy: fp32 / bf16 / fp16 states over 16384 tokens of one request against the float64 reference"
+  "$kvbuf" accuracy --entry-dtype bf16,fp32 --out "results/accuracy_$gpu.csv"
+  python3 scripts/accuracy_table.py --results results --gpu "$gpu"
+  elapsed "accuracy"
   if python3 -c "import torch, fla" 2>/dev/null; then
     echo "== public baseline: FLA's fused recurrent decode, same method"
     python3 scripts/bench_fla.py --kvbuf "$kvbuf" --model "$model" --out "results/fla_$gpu.csv"

@@ -417,6 +417,45 @@ TEST(KvbufCliSweep, PaperPresetAddsEachModelsEngineState) {
   EXPECT_NE(only.out.find("1344 points ("), std::string::npos);
 }
 
+// `kvbuf accuracy`'s options are checked in every build, before any device is looked for.
+TEST(KvbufCliAccuracy, BadInputExitsTwoWithAMessage) {
+  expect_usage_error("accuracy --tokens 0", "--tokens: must be a positive integer, got 0");
+  expect_usage_error("accuracy --tokens -5", "--tokens");
+  expect_usage_error("accuracy --tokens 1000000", "--tokens must be in 1..262144, got 1000000");
+  expect_usage_error("accuracy --tokens many", "--tokens");
+  expect_usage_error("accuracy --chunk 0", "--chunk: Value 0 not in range 1 to 64");
+  expect_usage_error("accuracy --chunk 8,65", "--chunk: Value 65 not in range 1 to 64");
+  expect_usage_error("accuracy --chunk eight", "--chunk");
+  expect_usage_error("accuracy --state-dtype fp32,int8", "--state-dtype: int8 not in");
+  expect_usage_error("accuracy --entry-dtype fp16", "--entry-dtype: fp16 not in");
+  expect_usage_error("accuracy --every 0", "--every: must be a positive integer, got 0");
+  expect_usage_error("accuracy --seed -1", "--seed: must be a non-negative integer, got -1");
+  expect_usage_error("accuracy --threads -2", "--threads: must be a non-negative integer, got -2");
+  expect_usage_error("accuracy --model qwen3-next-80b-a3b,nope", "--model: nope not in");
+  expect_usage_error("accuracy --out /nonexistent-dir/acc.csv", "cannot write");
+  expect_usage_error("accuracy --frobnicate", "frobnicate");
+#ifndef KVBUF_WITH_CUDA
+  expect_usage_error("accuracy --tokens 64", "kvbuf accuracy requires a CUDA build");
+#endif
+}
+
+TEST(KvbufCliAccuracy, DryRunListsTheVariants) {
+  const CliRun r = kvbuf("accuracy --dry-run");
+  ASSERT_EQ(r.status, 0) << r.err;
+  // Both families by default, 3 state types x (recurrent + C 8, 16, 64), a row every 64 of 16384 tokens.
+  EXPECT_NE(r.out.find("qwen3-next-80b-a3b: 16 x 32 heads of 128 x 128"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nemotron-3-nano-30b-a3b: 8 x 64 heads of 128 x 64"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  kvbuffer fp16 C 64\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("6144 rows: 256 sampled tokens (16384 tokens, every 64)"), std::string::npos) << r.out;
+  const CliRun one = kvbuf("accuracy --dry-run --model nemotron-3-nano-30b-a3b --tokens 90 --every 64 --chunk 4 "
+                           "--state-dtype bf16 --entry-dtype bf16,fp32");
+  ASSERT_EQ(one.status, 0) << one.err;
+  EXPECT_EQ(one.out.find("qwen3-next"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("4 rows: 2 sampled tokens (90 tokens, every 64)"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("holds no state (S0 between folds"), std::string::npos) << one.out;  // 90 % 4 != 0
+  EXPECT_EQ(r.out.find("holds no state"), std::string::npos) << r.out;
+}
+
 // The exported arrays, checked against the manifest, by name.
 std::map<std::string, npy::Array> load_export(const fs::path& dir, const std::string& descr) {
   std::ifstream in(dir / "manifest.json");
