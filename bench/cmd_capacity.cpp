@@ -200,8 +200,9 @@ int run_capacity(const CapacityOptions& o) {
           }
           measured_cells = fmt::format(" | {:>16} {:>5} {:>6} {:>9}", mc, mk, mr.empty() ? "-" : mr + "x",
                                        over.empty() ? "-" : fmt::format("{:+.1f}%", 100 * (std::stod(over) - 1)));
-          for (const auto* note : {&classic.note, &kvb.note})
-            if (!note->empty()) measured_cells += " (" + *note + ")";
+          // The two runs share their conditions: one note unless they differ.
+          if (!classic.note.empty()) measured_cells += " (" + classic.note + ")";
+          if (!kvb.note.empty() && kvb.note != classic.note) measured_cells += " (" + kvb.note + ")";
         }
 #endif
         fmt::print(
