@@ -18,7 +18,10 @@
 //   C reduced by halving exchanges (9 shuffles); lane 4 i writes row i's output.
 // Memory: the state is read and written once (2 P N sizeof(S) bytes per head and request);
 //   everything else is < 1% of that at fp32. Target: the copy bandwidth at batch >= 64. Every
-//   result quoted below is the fp32 state's; the 16-bit states are not measured yet.
+//   result quoted below is the fp32 state's. 16-bit states (f9ba9c9, results/decode16_h200.csv,
+//   two-warp blocks from batch 9, recurrent_rows): bf16 2.25 / 8.01 / 38.95 / 73.62 / 143.25 /
+//   282.40 us at batch 1 / 8 / 64 / 128 / 256 / 512, 82% of copy at 64, 86-90% from 128; ahead of
+//   vLLM's recorded bf16 selective_state_update except at batch 8 (6.63).
 // rows_per_block (0 = chosen): 8 by default (one-warp blocks, log in kernels/mamba2/notes/mamba2_decode.md);
 //   up to batch kPairMaxBatch the pair shape below (8-row blocks of 4 warps, 2 rows per warp):
 //   3.62 / 4.85 / 6.93 / 11.04 us at batch 1 / 2 / 4 / 8 against the one-warp shape's 4.62 / 5.50 /
