@@ -1,5 +1,6 @@
 #include "sim/csv.h"
 
+#include <fstream>
 #include <stdexcept>
 
 namespace kvbuf {
@@ -46,6 +47,26 @@ std::vector<std::string> split_csv_line(const std::string& line) {
     if (i >= line.size()) return fields;
     ++i;  // the comma; a line ending in one has an empty last field
   }
+}
+
+std::vector<CsvRow> read_csv_rows(const std::string& path, std::vector<std::string>* header) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::string line;
+  std::vector<CsvRow> rows;
+  if (!std::getline(in, line)) return rows;
+  const std::vector<std::string> names = split_csv_line(line);
+  if (header) *header = names;
+  while (std::getline(in, line)) {
+    const std::vector<std::string> fields = split_csv_line(line);
+    if (fields.size() != names.size())
+      throw std::invalid_argument(path + ": " + std::to_string(fields.size()) + " fields where the header has " +
+                                  std::to_string(names.size()) + ": " + line);
+    CsvRow row;
+    for (size_t i = 0; i < names.size(); ++i) row[names[i]] = fields[i];
+    rows.push_back(std::move(row));
+  }
+  return rows;
 }
 
 }  // namespace kvbuf

@@ -4,6 +4,7 @@
 // of pools, 139 GiB free" stays one field.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,5 +17,12 @@ std::string csv_field(const std::string& value);
 // The fields of one CSV line (no line break), quotes removed. Throws std::invalid_argument on an
 // unterminated quote or text after a closing quote.
 std::vector<std::string> split_csv_line(const std::string& line);
+
+// One row of a CSV file, by column name.
+using CsvRow = std::map<std::string, std::string>;
+// The rows of a CSV file whose first line is its header (also stored in *header when given); an
+// empty file has no rows. Throws std::runtime_error when the file cannot be read and
+// std::invalid_argument on a row whose field count is not the header's (naming the line).
+std::vector<CsvRow> read_csv_rows(const std::string& path, std::vector<std::string>* header = nullptr);
 
 }  // namespace kvbuf

@@ -22,23 +22,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-using Row = std::map<std::string, std::string>;
+using Row = CsvRow;
 
-std::vector<Row> read_csv(const fs::path& p) {
-  std::ifstream in(p);
-  std::string line;
-  std::vector<Row> rows;
-  if (!std::getline(in, line)) return rows;
-  const std::vector<std::string> header = split_csv_line(line);
-  while (std::getline(in, line)) {
-    const auto f = split_csv_line(line);
-    EXPECT_EQ(f.size(), header.size()) << line;
-    Row r;
-    for (size_t i = 0; i < header.size() && i < f.size(); ++i) r[header[i]] = f[i];
-    rows.push_back(r);
-  }
-  return rows;
-}
+std::vector<Row> read_csv(const fs::path& p) { return read_csv_rows(p.string()); }
 
 double num(const Row& r, const std::string& k) { return std::stod(r.at(k)); }
 

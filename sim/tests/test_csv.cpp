@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,6 +39,28 @@ TEST(Csv, MalformedLinesAndLineBreaksThrow) {
   EXPECT_THROW(split_csv_line("a,\"open"), std::invalid_argument);
   EXPECT_THROW(split_csv_line("a,\"closed\"x,b"), std::invalid_argument);
   EXPECT_THROW(csv_field("two\nlines"), std::invalid_argument);
+}
+
+TEST(Csv, ReadsAFileIntoRowsByColumn) {
+  const std::string path = testing::TempDir() + "kvbuf_read_csv_rows.csv";
+  {
+    std::ofstream f(path);
+    f << "kernel,note,latency_us\n" << "recurrent,\"needs 162 GiB, 139 free\",3.5\n" << "kvbuffer,,2.9\n";
+  }
+  std::vector<std::string> header;
+  const std::vector<CsvRow> rows = read_csv_rows(path, &header);
+  EXPECT_EQ(header, (std::vector<std::string>{"kernel", "note", "latency_us"}));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].at("note"), "needs 162 GiB, 139 free");
+  EXPECT_EQ(rows[1].at("kernel"), "kvbuffer");
+  EXPECT_EQ(rows[1].at("note"), "");
+  {
+    std::ofstream f(path, std::ios::app);
+    f << "direct,2.0\n";  // a field short
+  }
+  EXPECT_THROW(read_csv_rows(path), std::invalid_argument);
+  std::remove(path.c_str());
+  EXPECT_THROW(read_csv_rows(path), std::runtime_error);
 }
 
 }  // namespace
