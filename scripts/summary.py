@@ -5,9 +5,10 @@ model family (Gated DeltaNet: Qwen3-Next; Mamba-2: Nemotron-3 Nano).
     scripts/summary.py [--results results] [--gpu h200] [--wall-s SECONDS]
 
 - decode: linear-attention latency reduction of KVBuffer at its best C against the fastest recurrent
-  decode we know at that batch, ours (in place or out of place) or public (FLA's kernel of
-  fla_GPU.csv, vLLM's selective_state_update of public_mamba2_GPU.csv), named in the last column
-  (the paper: up to 45.17%);
+  decode we know at that batch, ours (in place or out of place) or public (the kernels of
+  public_GPU.csv measured by scripts/bench_public.py: FLA's, FlashInfer's, mamba-ssm's
+  selective_state_update; FLA's of fla_GPU.csv where public_GPU.csv has none; vLLM's recorded
+  selective_state_update of public_mamba2_GPU.csv), named in the last column (the paper: up to 45.17%);
 - verify: KVBuffer verify at its best C against the fastest classic verify row, T = 4, per batch;
   and, where public_mamba2_GPU.csv has published verify figures (a drafts column), Mamba-2 at their
   T against them (ReplaySSM's buffered verify, vLLM's classic) and against our classic;
@@ -24,8 +25,10 @@ from results_csv import InputError, read_table, steady_state
 PAPER_DECODE_REDUCTION = 45.17  # percent, the paper's largest linear-attention decode latency reduction
 PAPER_CAPACITY_RATIO = 5.0  # concurrent requests with 4 draft tokens
 FAMILIES = (  # (title, recurrent kernels, ours and public, KVBuffer kernel, kernel prefix of the verify rows)
-    ("Gated DeltaNet", ("recurrent", "recurrent-oop", "fla-fused-recurrent-vfirst-oop"), "kvbuffer", "verify-"),
-    ("Mamba-2", ("mamba2-recurrent", "vllm-selective-state-update"), "mamba2-kvbuffer", "mamba2-verify-"),
+    ("Gated DeltaNet", ("recurrent", "recurrent-oop", "fla-fused-recurrent-vfirst-oop",
+                        "flashinfer-gdn-decode-pretranspose"), "kvbuffer", "verify-"),
+    ("Mamba-2", ("mamba2-recurrent", "vllm-selective-state-update", "mamba-ssm-selective-state-update"),
+     "mamba2-kvbuffer", "mamba2-verify-"),
 )
 CAPACITY_DRAFTS = 4
 VERIFY_DRAFTS = 4
@@ -69,11 +72,17 @@ def published_mamba2(results, gpu):
 
 
 def public_decode(results, gpu, published):
-    """The public recurrent decode kernels measured with kvbuf's method: FLA's (fla_GPU.csv) and the
-    published Mamba-2 decode figures (those of `published` without a T)."""
+    """The public recurrent decode kernels measured with kvbuf's method (public_GPU.csv, fp32 states
+    as the sweep's; FLA's of fla_GPU.csv where that has none) and the published Mamba-2 decode
+    figures (those of `published` without a T)."""
     rows = []
+    measured = os.path.join(results, f"public_{gpu}.csv")
+    if os.path.isfile(measured):
+        rows += [r for r in read_table(measured, required=("model", "kernel", "state_dtype", "commit"), ints=("batch",),
+                                       floats=("latency_us_median",), keep=lambda r: r["latency_us_median"].strip())
+                 if r["state_dtype"] == "fp32"]
     fla = os.path.join(results, f"fla_{gpu}.csv")
-    if os.path.isfile(fla):
+    if os.path.isfile(fla) and not any(r["kernel"] == "fla-fused-recurrent-vfirst-oop" for r in rows):
         rows += read_table(fla, required=("model", "kernel", "commit"), ints=("batch",), floats=("latency_us_median",))
     return rows + [r for r in published if r["drafts"] is None]
 
