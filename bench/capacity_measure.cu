@@ -1,17 +1,22 @@
 // `kvbuf capacity --measure` (measure_capacity_on_gpu of bench/gpu_commands.h): the largest number
 // N of concurrent requests whose per-layer pools fit in a memory budget and run verify steps, found
-// by bisection on the GPU, for classic speculative verify or KVBuffer verify.
+// by bisection on the GPU, for classic speculative verify or KVBuffer verify, with the state pools in
+// the state dtype asked for (fp32, bf16 or fp16; entries and conv windows bf16 either way).
 //
 // The pools are sub-allocated from ONE device arena of the budget's size with 256-byte alignment
-// per tensor, so alignment and per-layer workspace count as they would in an engine:
-//   classic, per layer:  state [N, HV, V, K] fp32 + the T per-node states [N, T, HV, V, K] fp32
-//                        + (1 + T) conv windows [N, conv_dim, w - 1] bf16
-//   KVBuffer, per layer: state + 1 conv window + the buffer (k [N, C, H, K], u [N, C, HV, V] bf16,
-//                        G [N, C, HV] fp32, fill, has_state) + the verify scratch of the T candidate
-//                        entries (win_k, win_u, win_gcum, win_base), which the capacity model of
-//                        sim/capacity.h does not count (T entries per layer, about 2% at T = 4).
-// For each N that fits, one verify + commit per layer runs on those pools (GDN kernels; Mamba-2
-// models have no GPU verify kernel here, so their pools are allocated and written with a memset).
+// per tensor (sim/layout.h's speculative_pools and PoolPlan), so alignment and per-layer workspace
+// count as they would in an engine:
+//   classic, per layer:  state [N, HV, V, K] + the T per-node states [N, T, HV, V, K], both in the
+//                        state dtype, + (1 + T) conv windows [N, conv_dim, w - 1] bf16
+//   KVBuffer, per layer: state (state dtype) + 1 conv window + the buffer (k [N, C, H, K],
+//                        u [N, C, HV, V] bf16, G [N, C, HV] fp32, fill, has_state, done_count) + the
+//                        verify scratch of the T candidate entries (win_k, win_u, win_gcum, win_base),
+//                        which the capacity model of sim/capacity.h counts only with
+//                        count_verify_scratch (T entries per layer: about 2% of a request at T = 4 with
+//                        an fp32 state, 4% with a 16-bit one).
+// For each N that fits, one verify + commit per layer runs on those pools (the GDN kernels, copy
+// commit, at the state dtype; Mamba-2 models: the pools are allocated and written with a memset,
+// their classic verify runs in place on T + 1 state slots, another layout than this one).
 // The step's token inputs (q, k, v, gates, outputs: shared by all layers, under 0.2% of a
 // request's pools) live outside the arena.
 //
@@ -83,11 +88,11 @@ class CapacityProbe {
     io.g = g.as<float>(), io.beta = beta.as<float>(), io.out = out.as<__nv_bfloat16>();
     const VerifyAccept accept{len.as<int32_t>(), nullptr};
     for (int l = 0; l < layers_; ++l) {
-      fill_uniform_f32(reinterpret_cast<float*>(at(l, "state")), size_t(B) * HV * V * K, 6, -1.f, 1.f);
+      fill_uniform_state(at(l, "state"), size_t(B) * HV * V * K, a_.state, 6, -1.f, 1.f);
       KVB_CUDA_CHECK(cudaMemset(at(l, "conv"), 0, plan.tensor_bytes("conv")));
       if (!a_.kvbuffer) {
         GdnVerifyClassicParams p;
-        p.io = io, p.state = at(l, "state");
+        p.io = io, p.state = at(l, "state"), p.state_type = a_.state;
         p.step_states = at(l, "step_states"), p.accept = accept;
         gdn_verify_classic(p, 0);
         gdn_verify_classic_commit(p, 0);
@@ -97,7 +102,7 @@ class CapacityProbe {
       KVB_CUDA_CHECK(cudaMemcpy(at(l, "has_state"), ones.data(), size_t(B) * 4, cudaMemcpyHostToDevice));
       GdnVerifyKVBufferParams p;
       p.io = io, p.entry = EntryType::BF16, p.capacity = a_.chunk;
-      p.state = at(l, "state");
+      p.state = at(l, "state"), p.state_type = a_.state;
       p.buf_k = at(l, "buf_k"), p.buf_val = at(l, "buf_val");
       p.buf_gcum = reinterpret_cast<float*>(at(l, "buf_gcum"));
       p.fill = reinterpret_cast<int32_t*>(at(l, "fill"));
@@ -118,8 +123,11 @@ class CapacityProbe {
   }
 
  private:
-  // fp32 state, bf16 entries and io: what the verify kernels run; the bytes of sim/capacity.h.
-  PoolLayout layout() const { return PoolLayout{s_, a_.kvbuffer ? a_.chunk : 0, BufferVariant::CachedU, Precision{}}; }
+  // The state dtype asked for, bf16 entries and io: what the verify kernels run; the bytes of
+  // sim/capacity.h.
+  PoolLayout layout() const {
+    return PoolLayout{s_, a_.kvbuffer ? a_.chunk : 0, BufferVariant::CachedU, precision_of(EntryType::BF16, a_.state)};
+  }
 
   CapacityMeasureArgs a_;
   LayerShape s_;
@@ -159,9 +167,9 @@ CapacityMeasured measure_capacity_on_gpu(const CapacityMeasureArgs& args) {
   }
   r.max_requests = lo;
   const bool gdn = args.model.layer.kind == LayerKind::GatedDeltaNet;
-  r.note = fmt::format("{} of {} layers in a {:.2f} GiB arena (budget x {}/{}); {}", layers, L,
-                       arena_bytes / double(1ull << 30), layers, L,
-                       gdn ? "verify + commit ran at every N that fit" : "Mamba-2: pools allocated and written, no GPU verify kernel");
+  r.note = fmt::format("{} states, {} of {} layers in a {:.2f} GiB arena (budget x {}/{}); {}", state_type_name(args.state),
+                       layers, L, arena_bytes / double(1ull << 30), layers, L,
+                       gdn ? "verify + commit ran at every N that fit" : "Mamba-2: pools allocated and written");
   return r;
 }
 

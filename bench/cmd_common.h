@@ -32,6 +32,8 @@ Command add_simulate_command(CLI::App& app);
 Command add_step_command(CLI::App& app);
 // Every build; without CUDA only --dry-run runs (bench/cmd_sweep.cpp).
 Command add_sweep_command(CLI::App& app);
+// Every build; without CUDA only --dry-run runs (bench/cmd_accuracy.cpp).
+Command add_accuracy_command(CLI::App& app);
 // CUDA builds only (bench/cmd_calibrate.cu); kvbuf_main.cpp registers a stub that exits 2 otherwise.
 Command add_calibrate_command(CLI::App& app);
 

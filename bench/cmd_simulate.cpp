@@ -197,7 +197,7 @@ int run_simulate(const SimulateOptions& o) {
       csv = std::make_unique<CsvWriter>(
           o.csv, std::vector<std::string>{"time_s", "step_us", "prefill_us", "running", "waiting", "tokens",
                                           "memory_bytes", "model", "gpu", "tp", "method", "chunk", "drafts",
-                                          "acceptance"});
+                                          "acceptance", "state_dtype"});
     } catch (const std::runtime_error& e) {
       throw UsageError(fmt::format("--csv: {}", e.what()));
     }
@@ -206,7 +206,7 @@ int run_simulate(const SimulateOptions& o) {
                 fmt::format("{:.3f}", row.prefill_us), std::to_string(row.running), std::to_string(row.waiting),
                 std::to_string(row.tokens), fmt::format("{:.0f}", row.memory_bytes), c.model.name, gpu.name,
                 std::to_string(c.tp), method_name(method), std::to_string(c.chunk), std::to_string(c.drafts),
-                fmt::format("{}", c.acceptance)});
+                fmt::format("{}", c.acceptance), state_type_name(c.state)});
     fmt::print("wrote {} ({} rows)\n", o.csv, r.timeline.size());
   }
   return 0;
@@ -226,10 +226,11 @@ int run_held_out(const StepCmdOptions& o) {
   if (table.empty())
     throw UsageError("--held-out: no measured tables of this layer family in '" + o.step.results_dir + "'");
   const std::vector<int> held = {8, 64, 256};
-  const std::vector<HeldOutRow> rows = held_out_check(table, gpu, held);
-  fmt::print("held-out check: {} measured per-layer latencies ({} shapes) at batches 8, 64, 256, predicted by\n"
-             "the tables without them (interpolated over batch) and by the bytes model over {}'s bandwidth\n\n",
-             rows.size(), table.reference().name, gpu.name);
+  const StateType state = parse_state_type(o.step.state_dtype);
+  const std::vector<HeldOutRow> rows = held_out_check(table, gpu, held, state);
+  fmt::print("held-out check: {} measured per-layer latencies ({} shapes, {} states) at batches 8, 64, 256, predicted\n"
+             "by the tables without them (interpolated over batch) and by the bytes model over {}'s bandwidth\n\n",
+             rows.size(), table.reference().name, state_type_name(state), gpu.name);
   fmt::print("{:<16} {:>5} {:>3} {:>3} {:>11} {:>11} {:>7} {:>11} {:>7}\n", "kernel", "batch", "C", "T",
              "measured", "predicted", "error", "bytes/bw", "error");
   double worst = 0, worst_modelled = 0;
@@ -269,7 +270,7 @@ int run_step(const StepCmdOptions& o) {
           o.csv, std::vector<std::string>{"model", "gpu", "tp", "method", "batch", "context", "chunk", "drafts",
                                           "acceptance", "linear_attn_us", "linear_source", "attn_kv_us",
                                           "projections_us", "mlp_us", "lm_head_us", "overhead_us", "comm_us",
-                                          "total_us", "tokens_per_s", "speedup_vs_classic"});
+                                          "total_us", "tokens_per_s", "speedup_vs_classic", "state_dtype"});
     } catch (const std::runtime_error& e) {
       throw UsageError(fmt::format("--csv: {}", e.what()));
     }
@@ -296,7 +297,7 @@ int run_step(const StepCmdOptions& o) {
                   fmt::format("{:.3f}", t.lm_head_us), fmt::format("{:.3f}", t.overhead_us),
                   fmt::format("{:.3f}", t.comm_us), fmt::format("{:.3f}", t.total_us()),
                   fmt::format("{:.1f}", b * sm.expected_emitted() / (t.total_us() * 1e-6)),
-                  fmt::format("{:.4f}", speedup)});
+                  fmt::format("{:.4f}", speedup), state_type_name(c.state)});
     }
   }
   fmt::print("\nspeedup: classic step time / this step time (same batch, context, T); tokens per step = batch x "

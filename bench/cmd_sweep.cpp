@@ -178,8 +178,8 @@ Command add_sweep_command(CLI::App& app) {
       ->check(CLI::ExistingFile)
       ->configurable(false);
   cmd->add_option("--preset", o->preset,
-                  "paper: the main job's grid (both families, decode and verify, short contexts); options given "
-                  "override its axes")
+                  "paper: the main job's grid (both families, decode and verify, short contexts, fp32 and each "
+                  "model's engine-default state dtype); options given override its axes")
       ->check(CLI::IsMember({"paper"}));
   std::vector<std::string> model_names;
   for (const ModelSpec& m : model_catalog()) model_names.push_back(m.name);
@@ -216,10 +216,12 @@ Command add_sweep_command(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(positive_integer());
-  cmd->add_option("--state-dtype", x.state_dtypes, "state element types: fp32, bf16, fp16 (every kernel runs each)")
+  cmd->add_option("--state-dtype", x.state_dtypes,
+                  "state element types: fp32, bf16, fp16, or engine (each model's engine default, kvbuf models); every "
+                  "kernel runs each, a model's engine default once where it is also listed")
       ->delimiter(',')
       ->capture_default_str()
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", kEngineStateDtype}));
   cmd->add_option("--entry-dtype", x.entry_dtypes,
                   "buffer entry types; each buffered kernel runs as its table twin of that type (default: its own)")
       ->delimiter(',')

@@ -12,16 +12,21 @@
 
 namespace kvbuf {
 
+namespace accuracy {
+struct Options;
+}
+
 // GPU kernel checks against the reference, run by `kvbuf check` when a GPU answers.
 // Prints one line per case; returns the number of failed cases.
 int run_gpu_checks(uint64_t seed);
 
 // `kvbuf capacity --measure`: largest number of concurrent requests whose pools fit in
-// budget_bytes and run verify steps, found by bisection, for one method.
+// budget_bytes and run verify steps, found by bisection, for one method and state dtype.
 struct CapacityMeasureArgs {
   ModelSpec model;  // after tensor parallelism
   int drafts = 4;   // T
   int chunk = 16;   // C (KVBuffer)
+  StateType state = StateType::FP32;  // of the state pools (and classic's per-node states)
   double budget_bytes = 0;
   bool kvbuffer = true;  // false: classic (1 + T states per request)
 };
@@ -36,5 +41,11 @@ CapacityMeasured measure_capacity_on_gpu(const CapacityMeasureArgs& args);
 // status; throws std::runtime_error when points failed.
 int run_sweep_on_gpu(const std::vector<SweepPoint>& points, const SweepSettings& settings,
                      const std::function<void()>& on_device);
+
+// `kvbuf accuracy` (bench/accuracy/accuracy_run.cu): every variant of every model decodes options.tokens
+// tokens of one request against the float64 reference; rows to options.out (default
+// results/accuracy_<gpu>.csv) as measured. Returns the exit status; throws std::invalid_argument for
+// bad options, std::runtime_error without a device.
+int run_accuracy_on_gpu(const accuracy::Options& options, const std::string& commit);
 
 }  // namespace kvbuf

@@ -4,8 +4,7 @@ Mamba-2 (Nemotron-3 Nano):
 
     scripts/figures.py [--results results] [--gpu h200] [--out results/figures_h200] [--kvbuf build/bench/kvbuf]
                        [--only NAME,...] [--decode F] [--verify F] [--context F] [--public F] [--fla F]
-                       [--public-mamba2 F]
-                       [--capacity F,...] [--ncu F]
+                       [--public-mamba2 F] [--capacity F,...] [--ncu F] [--accuracy F]
 
 Inputs, by default found in --results with the --gpu suffix (an input given by name must exist; a
 default one that is missing only skips what needs it):
@@ -22,11 +21,17 @@ default one that is missing only skips what needs it):
                           and verify (a verify row has its T in drafts), with their source
   capacity_GPU*.csv       `kvbuf capacity --measure --csv`
   ncu_bytes_GPU.csv       scripts/ncu_bytes.py (DRAM bytes measured by Nsight Compute)
+  accuracy_GPU.csv        `kvbuf accuracy` (output and state error of fp32 / bf16 / fp16 states over one long
+                          generation against the float64 reference)
 With --kvbuf, the modelled lines come from that binary (`kvbuf bytes`, `kvbuf capacity`); then the
 model-only figures (bytes per step, capacity, short-context memory) need no GPU CSV at all.
+The figures are of fp32 states: of decode_GPU.csv, verify_GPU.csv, context_GPU.csv, ncu_bytes_GPU.csv
+and the capacity CSVs they read the rows whose state_dtype is fp32 (or that have no such column: rows
+written before it), as the modelled lines are; the paper preset also writes each model's engine-default
+(16-bit) rows there. The bf16 decode lines beside them come from decode16_GPU.csv.
 
 Figures (NAME_FAMILY.png/.svg, FAMILY gdn or mamba2): decode_latency, speedup_vs_chunk, verify,
-short_context, bytes_per_step, telemetry; and capacity.png/.svg (every catalog model). A figure that has nothing
+short_context, bytes_per_step, telemetry, accuracy; and capacity.png/.svg (every catalog model). A figure that has nothing
 to draw is skipped with the reason printed. Exit status 0, or 2 with a message when an input is
 malformed or an argument is bad.
 """
@@ -50,7 +55,8 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 from results_csv import InputError, read_table  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FIGURES = ("decode_latency", "speedup_vs_chunk", "verify", "capacity", "short_context", "bytes_per_step", "telemetry")
+FIGURES = ("decode_latency", "speedup_vs_chunk", "verify", "capacity", "short_context", "bytes_per_step", "telemetry",
+           "accuracy")
 
 # The paper's claims the figures are read against (results/README.md compares them).
 PAPER_CAPACITY_RATIO_T4 = 5.0
@@ -79,6 +85,15 @@ def measured(row):
     return bool((row.get("latency_us_median") or "").strip())
 
 
+def state_of(row):
+    """A row's state dtype: its state_dtype cell, fp32 where the column is absent or empty."""
+    return (row.get("state_dtype") or "").strip() or "fp32"
+
+
+def fp32_rows(rows):
+    return None if rows is None else [r for r in rows if state_of(r) == "fp32"]
+
+
 # ---------------------------------------------------------------- inputs
 
 
@@ -100,18 +115,24 @@ class Inputs:
                 return None, p
             return loader(p), p
 
+        # fp32 rows only (fp32_rows), as the modelled lines; the 16-bit ones are drawn from decode16.
         self.decode, self.decode_path = load(args.decode, f"decode_{gpu}.csv", load_decode)
+        self.decode = fp32_rows(self.decode)
         # The decode kernels with 16-bit states (kvbuf sweep --state-dtype bf16,fp16), beside fp32.
         self.decode16, self.decode16_path = load(args.decode16, f"decode16_{gpu}.csv", load_decode)
         self.verify, self.verify_path = load(args.verify, f"verify_{gpu}.csv", load_verify)
+        self.verify = fp32_rows(self.verify)
         # The short-context sweep (kvbuf sweep --context ...), where it ran apart from the decode sweep.
         self.context, self.context_path = load(args.context, f"context_{gpu}.csv", load_decode)
+        self.context = fp32_rows(self.context)
         self.fla, self.fla_path = load(args.fla, f"fla_{gpu}.csv", load_fla)
         self.measured_public, self.measured_public_path = load(args.public, f"public_{gpu}.csv", load_measured_public)
         self.public, self.public_path = load(args.public_mamba2, f"public_mamba2_{gpu}.csv", load_public)
         self.ncu, self.ncu_path = load(args.ncu, f"ncu_bytes_{gpu}.csv", load_ncu)
+        self.ncu = fp32_rows(self.ncu)
+        self.accuracy, self.accuracy_path = load(args.accuracy, f"accuracy_{gpu}.csv", load_accuracy)
         cap_paths = args.capacity.split(",") if args.capacity else sorted(glob.glob(os.path.join(res, f"capacity_{gpu}*.csv")))
-        self.capacity = [(p, load_capacity(p)) for p in cap_paths]
+        self.capacity = [(p, fp32_rows(load_capacity(p))) for p in cap_paths]
         self._bytes_cache, self._capacity_cache = {}, {}
 
     # Modelled tables from the kvbuf binary (None without --kvbuf).
@@ -223,6 +244,13 @@ def load_ncu(p):
     return read_table(p, required=("model", "kernel", "mode", "gpu", "commit"), ints=("batch", "chunk", "steps"),
                       floats=("dram_bytes_per_layer_step", "model_bytes_per_layer_step", "ratio"),
                       keep=lambda r: not (r.get("note") or "").strip())  # a point ncu did not measure says why
+
+
+def load_accuracy(p):
+    return read_table(p, required=("family", "model", "method", "state_dtype", "entry_dtype", "gpu", "commit"),
+                      ints=("chunk", "tokens", "window_tokens"),
+                      floats=("out_rel_err", "out_rel_err_window", "out_max_abs_err"),
+                      optional_floats=("state_rel_err", "state_rel_err_max_head", "state_rel_err_one_rounding"))
 
 
 # ---------------------------------------------------------------- drawing helpers
@@ -593,7 +621,8 @@ def fig_capacity(inputs):
     ax_n.legend(fontsize=6, ncol=2)
     ax_r.legend(fontsize=6, ncol=2)
     caption(fig, f"Model: {model_source}, {config['gib']:g} GiB, weights {config['weights_gib']:g} GiB (the pool alone), "
-                 f"context {config['context']}, C={config['chunk']}, tp {config['tp']}; classic keeps 1 + T states and conv "
+                 f"context {config['context']}, C={config['chunk']}, tp {config['tp']}, fp32 states (the 16-bit rows of the "
+                 "capacity CSV are in scripts/summary.py's tables); classic keeps 1 + T states and conv "
                  "windows per request and layer, KVBuffer one state, one conv window and C entries. Measured: " +
             (provenance(*[("capacity", p, rows) for p, rows in measured_sets]) or "none"))
     return fig
@@ -814,9 +843,77 @@ def fig_telemetry(inputs, fam):
     return fig
 
 
+# ---------------------------------------------------------------- 8. 16-bit states over a long generation
+
+STATE_ORDER = ("fp32", "bf16", "fp16")
+CHUNK_COLORS = {8: "tab:blue", 16: "tab:orange", 32: "tab:purple", 64: "tab:green"}
+
+
+def accuracy_variant(row):
+    """(method, entry dtype, C) of an accuracy row, and its legend label."""
+    if row["method"] == "recurrent":
+        return ("recurrent", "", 0), "classic recurrent (rounds every token)"
+    label = f"KVBuffer C = {row['chunk']} (rounds every {row['chunk']} tokens)"
+    if row["entry_dtype"] != "bf16":
+        label += f", {row['entry_dtype']} entries"
+    return ("kvbuffer", row["entry_dtype"], row["chunk"]), label
+
+
+def fig_accuracy(inputs, fam):
+    rows = [r for r in inputs.accuracy or [] if r["family"] == fam.name]
+    if not rows:
+        raise Skip(f"no {fam.title} rows in {inputs.accuracy_path} (kvbuf accuracy)")
+    model = rows[0]["model"]
+    rows = [r for r in rows if r["model"] == model]
+    states = [s for s in STATE_ORDER if any(r["state_dtype"] == s for r in rows)]
+    states += sorted({r["state_dtype"] for r in rows} - set(states))
+    fig, grid = plt.subplots(len(states), 2, figsize=(12.8, 4.0 * len(states) + 0.8), squeeze=False)
+    fig.suptitle(f"{fam.title}, {model}: error against the float64 reference over one generation, by state dtype",
+                 fontsize=12)
+    floor = sorted((r["tokens"], r) for r in rows if r["method"] == "recurrent" and r["state_dtype"] == "fp32")
+    for (ax_out, ax_state), state in zip(grid, states):
+        mine = [r for r in rows if r["state_dtype"] == state]
+        variants = {}
+        for r in mine:
+            key, label = accuracy_variant(r)
+            variants.setdefault(key, (label, []))[1].append(r)
+        for key in sorted(variants, key=lambda k: (k[0] != "recurrent", k[1] != "bf16", k[2])):
+            label, pts = variants[key]
+            pts.sort(key=lambda r: r["tokens"])
+            color = "k" if key[0] == "recurrent" else CHUNK_COLORS.get(key[2], None)
+            style = "--" if key[1] == "fp32" else "-"
+            ax_out.plot([r["tokens"] for r in pts], [r["out_rel_err_window"] for r in pts], style, color=color, lw=1.2,
+                        label=label)
+            with_state = [r for r in pts if r["state_rel_err"] is not None]
+            ax_state.plot([r["tokens"] for r in with_state], [r["state_rel_err"] for r in with_state], style,
+                          color=color, lw=1.2, label=label)
+        if state != "fp32" and floor:
+            ax_out.plot([t for t, _ in floor], [r["out_rel_err_window"] for _, r in floor], ":", color="0.5", lw=1.2,
+                        label="fp32 classic recurrent (the floor)")
+            ax_state.plot([t for t, _ in floor], [r["state_rel_err"] for _, r in floor], ":", color="0.5", lw=1.2,
+                          label="fp32 classic recurrent (the floor)")
+        once = sorted((r["tokens"], r["state_rel_err_one_rounding"]) for r in mine
+                      if r["method"] == "recurrent" and r["state_rel_err_one_rounding"] is not None)
+        if state != "fp32" and once:
+            ax_state.plot([t for t, _ in once], [v for _, v in once], "-.", color="0.65", lw=1,
+                          label=f"one {state} rounding of the exact state")
+        for ax, what, ylabel in ((ax_out, "output error", "output error (relative rms)"),
+                                 (ax_state, "state error", "state error (relative Frobenius)")):
+            log_axes(ax, "tokens decoded", ylabel, f"{state} state: {what}")
+            legend(ax, loc="best")
+    caption(fig, provenance(("kvbuf accuracy", inputs.accuracy_path, rows)) +
+            ". One request, one layer at the catalog shapes, decoded token by token by each kernel. Output error: rms "
+            "of the bf16 outputs' difference over the tokens since the previous point, over the reference's rms. State "
+            "error: of the state the kernel holds in its pool. "
+            "A KVBuffer state is compared where the token count is a multiple of its C (right after a fold). With an "
+            "fp32 state, what KVBuffer adds to the floor is its entries' rounding (GDN's bf16 k and u; Mamba-2's "
+            "entries hold their bf16 inputs exactly).")
+    return fig
+
+
 DRAW = {"decode_latency": fig_decode_latency, "speedup_vs_chunk": fig_speedup_vs_chunk, "verify": fig_verify,
         "capacity": fig_capacity, "short_context": fig_short_context, "bytes_per_step": fig_bytes_per_step,
-        "telemetry": fig_telemetry}
+        "telemetry": fig_telemetry, "accuracy": fig_accuracy}
 # Figures drawn once for the whole catalog (file NAME.png), not per family.
 EVERY_MODEL = ("capacity",)
 
@@ -830,7 +927,7 @@ def parse_args(argv):
     ap.add_argument("--kvbuf", help="the kvbuf binary, for the modelled lines (kvbuf bytes, kvbuf capacity)")
     ap.add_argument("--only", help=f"comma-separated figure names: {', '.join(FIGURES)}")
     ap.add_argument("--formats", default="png,svg", help="comma-separated: png, svg")
-    for name in ("decode", "decode16", "verify", "context", "public", "fla", "public-mamba2", "ncu"):
+    for name in ("decode", "decode16", "verify", "context", "public", "fla", "public-mamba2", "ncu", "accuracy"):
         ap.add_argument(f"--{name}", help=f"the {name} CSV instead of the default in --results")
     ap.add_argument("--capacity", help="comma-separated capacity CSVs instead of RESULTS/capacity_GPU*.csv")
     try:

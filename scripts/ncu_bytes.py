@@ -7,6 +7,12 @@ On a GPU machine (ncu reads the hardware counters), one ncu run per point:
     scripts/ncu_bytes.py --kvbuf BUNDLE/bin/kvbuf --model qwen3-next-80b-a3b --kernels recurrent,kvbuffer,direct \\
                          --batch 1,64,256 --chunk 4,8,16 --out results/ncu_bytes_h200.csv [--work DIR] [--ncu ncu]
     scripts/ncu_bytes.py --kvbuf BUNDLE/bin/kvbuf --kernels verify-classic-inplace,verify-kvbuffer --drafts 4 ...
+    scripts/ncu_bytes.py --kvbuf BUNDLE/bin/kvbuf --kernels recurrent,kvbuffer,direct --state-dtype bf16,fp16 ...
+
+--state-dtype (fp32 by default; a comma-separated list runs every point at each) passes through to
+`kvbuf sweep --state-dtype`: the kernels keep their state pools in that type, and the model's bytes
+come from the sweep CSV's row of that state dtype (a sweep CSV without a state_dtype column, written
+before the axis, holds fp32 rows).
 
 A verify point's sweep replays one verify + commit step of all layers per graph launch; its row comes
 from the sweep's verify CSV (bytes per layer step at the acceptance rate the sweep draws).
@@ -25,9 +31,10 @@ for a second look.
 Without a GPU, --dry-run prints the commands, and --from-export joins a saved raw export
 (`ncu --import R.ncu-rep --csv --page raw --print-units base`) with a sweep CSV:
 
-    scripts/ncu_bytes.py --from-export raw.csv --sweep-csv sweep.csv --kernels kvbuffer --batch 64 --chunk 8 --out F
+    scripts/ncu_bytes.py --from-export raw.csv --sweep-csv sweep.csv --kernels kvbuffer --batch 64 --chunk 8 \
+                         [--state-dtype bf16] --out F
 
-Output CSV, one row per point: model, kernel, mode, batch, chunk, layers, steps, DRAM read / write /
+Output CSV, one row per point: model, kernel, mode, batch, chunk, drafts, state_dtype, layers, steps, DRAM read / write /
 total bytes per layer step (whole batch), model_bytes_per_layer_step, ratio (measured / model), the bytes
 the SMs asked of L2 (read, write; DRAM below them is L2 hits, L2 above the model is traffic the model does
 not count), gpu, commit. Exit status 0, 1 when a run fails, 2 on bad arguments or a malformed input.
@@ -60,7 +67,9 @@ VERIFY_MODES = {"verify-classic": "verify-classic", "verify-classic-inplace": "v
                 "mamba2-verify-kvbuffer": "verify-kvbuffer"}
 MODES = {**DECODE_MODES, **VERIFY_MODES}
 UNBUFFERED = ("recurrent", "verify-classic")
-COLUMNS = ("model", "kernel", "mode", "batch", "chunk", "drafts", "layers", "steps", "dram_read_bytes_per_layer_step",
+STATE_DTYPES = ("fp32", "bf16", "fp16")
+COLUMNS = ("model", "kernel", "mode", "batch", "chunk", "drafts", "state_dtype", "layers", "steps",
+           "dram_read_bytes_per_layer_step",
            "dram_write_bytes_per_layer_step", "dram_bytes_per_layer_step", "model_bytes_per_layer_step", "ratio",
            "l2_read_bytes_per_layer_step", "l2_write_bytes_per_layer_step", "gpu", "commit", "note")
 
@@ -141,8 +150,15 @@ def timed_graph_bytes(workloads, cycle, where):
     return (steps, sum(w["read"] for w in whole), sum(w["write"] for w in whole), *l2)
 
 
-def sweep_row(path, kernel, batch, chunk, drafts):
-    """The sweep's measured row of the point: the decode CSV's `kernel` or the verify CSV's `method`."""
+def state_of(row):
+    """A sweep row's state dtype: its state_dtype cell, fp32 where the column is absent or empty (rows
+    written before the axis)."""
+    return (row.get("state_dtype") or "").strip() or "fp32"
+
+
+def sweep_row(path, kernel, batch, chunk, drafts, state_dtype="fp32"):
+    """The sweep's measured row of the point: the decode CSV's `kernel` or the verify CSV's `method`, at
+    the state dtype."""
     verify = kernel in VERIFY_MODES
     name = "method" if verify else "kernel"
     rows = read_table(path, required=("model", name, "gpu", "commit"),
@@ -150,15 +166,16 @@ def sweep_row(path, kernel, batch, chunk, drafts):
                       floats=("bytes_per_layer_step",),
                       keep=lambda r: bool((r.get("latency_us_median") or "").strip()) and steady_state(r))
     for r in rows:
-        if r[name] == kernel and r["batch"] == batch and r["chunk"] == chunk and (not verify or r["drafts"] == drafts):
+        if r[name] == kernel and r["batch"] == batch and r["chunk"] == chunk and (not verify or r["drafts"] == drafts) \
+                and state_of(r) == state_dtype:
             return r
-    what = f"{kernel} batch {batch} chunk {chunk}" + (f" T {drafts}" if verify else "")
+    what = f"{kernel} batch {batch} chunk {chunk}" + (f" T {drafts}" if verify else "") + f" state {state_dtype}"
     raise InputError(f"{path}: no measured row for {what}")
 
 
-def join(raw_path, sweep_path, kernel, batch, chunk, drafts=0):
+def join(raw_path, sweep_path, kernel, batch, chunk, drafts=0, state_dtype="fp32"):
     """One output row: the graph launches' DRAM bytes per layer step next to the sweep row's model."""
-    row = sweep_row(sweep_path, kernel, batch, chunk, drafts)
+    row = sweep_row(sweep_path, kernel, batch, chunk, drafts, state_dtype)
     steps, read, write, l2_read, l2_write = timed_graph_bytes(parse_ncu_raw(raw_path), max(chunk, 1), raw_path)
     per_step = steps * row["layers"]
     measured = (read + write) / per_step
@@ -166,7 +183,7 @@ def join(raw_path, sweep_path, kernel, batch, chunk, drafts=0):
     if not model or model <= 0:
         raise InputError(f"{sweep_path}:{row['_line']}: bytes_per_layer_step must be positive")
     return {"model": row["model"], "kernel": kernel, "mode": MODES[kernel], "batch": batch, "chunk": chunk,
-            "drafts": drafts,
+            "drafts": drafts, "state_dtype": state_dtype,
             "layers": row["layers"], "steps": steps, "dram_read_bytes_per_layer_step": f"{read / per_step:.6g}",
             "dram_write_bytes_per_layer_step": f"{write / per_step:.6g}", "dram_bytes_per_layer_step": f"{measured:.6g}",
             "model_bytes_per_layer_step": f"{model:.6g}", "ratio": f"{measured / model:.4f}",
@@ -175,27 +192,29 @@ def join(raw_path, sweep_path, kernel, batch, chunk, drafts=0):
             "commit": row["commit"], "note": ""}
 
 
-def points(kernels, batches, chunks, drafts):
-    """(kernel, batch, chunk, T) to run; chunk 0 for the unbuffered kernels and T 0 for decode, as the
-    sweep writes them; a KVBuffer verify only where T <= C."""
+def points(kernels, batches, chunks, drafts, state_dtypes=("fp32",)):
+    """(kernel, batch, chunk, T, state dtype) to run; chunk 0 for the unbuffered kernels and T 0 for
+    decode, as the sweep writes them; a KVBuffer verify only where T <= C."""
     out = []
-    for kernel in kernels:
-        for batch in batches:
-            for chunk in ([0] if MODES[kernel] in UNBUFFERED else chunks):
-                for t in (drafts if kernel in VERIFY_MODES else [0]):
-                    if kernel == "verify-kvbuffer" and t > chunk:
-                        continue
-                    out.append((kernel, batch, chunk, t))
+    for state in state_dtypes:
+        for kernel in kernels:
+            for batch in batches:
+                for chunk in ([0] if MODES[kernel] in UNBUFFERED else chunks):
+                    for t in (drafts if kernel in VERIFY_MODES else [0]):
+                        if MODES[kernel] == "verify-kvbuffer" and t > chunk:
+                            continue
+                        out.append((kernel, batch, chunk, t, state))
     return out
 
 
-def commands(args, kernel, batch, chunk, drafts, work):
-    stem = os.path.join(work, f"{kernel}_b{batch}_c{chunk}" + (f"_t{drafts}" if drafts else ""))
+def commands(args, kernel, batch, chunk, drafts, work, state_dtype="fp32"):
+    stem = os.path.join(work, f"{kernel}_b{batch}_c{chunk}" + (f"_t{drafts}" if drafts else "") +
+                        ("" if state_dtype == "fp32" else f"_{state_dtype}"))
     profile = [args.ncu, "--clock-control", "none", "--graph-profiling", "graph", "--metrics",
                f"{METRIC_READ},{METRIC_WRITE},{METRIC_L2_READ},{METRIC_L2_WRITE}", "--export", stem, "--force-overwrite",
                args.kvbuf, "sweep", "--model", args.model, "--kernels", kernel, "--batch", str(batch),
-               "--chunk", str(max(chunk, 1)), "--budget-s", "0.001", "--max-point-s", "100000",
-               "--out", stem + "_sweep.csv",
+               "--chunk", str(max(chunk, 1)), "--state-dtype", state_dtype, "--budget-s", "0.001",
+               "--max-point-s", "100000", "--out", stem + "_sweep.csv",
                "--verify-out", stem + "_verify.csv"] + (["--drafts", str(drafts)] if drafts else [])
     export = [args.ncu, "--import", stem + ".ncu-rep", "--csv", "--page", "raw", "--print-units", "base"]
     return profile, export, stem
@@ -220,6 +239,8 @@ def parse_args(argv):
     ap.add_argument("--batch", default="1,64,256")
     ap.add_argument("--chunk", default="4,8,16", help="buffer capacities C of the buffered kernels")
     ap.add_argument("--drafts", default="4", help="tokens per verify step T of the verify kernels")
+    ap.add_argument("--state-dtype", default="fp32",
+                    help="state dtypes of the kernels (kvbuf sweep --state-dtype), comma-separated: fp32, bf16, fp16")
     ap.add_argument("--out", required=True, help="CSV to write")
     ap.add_argument("--work", help="folder for the ncu reports and exports (default: a temporary folder)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
@@ -237,11 +258,18 @@ def parse_args(argv):
     args.batch = positive_list(args.batch, "batch")
     args.chunk = positive_list(args.chunk, "chunk")
     args.drafts = positive_list(args.drafts, "drafts")
+    args.state_dtype = list(dict.fromkeys(args.state_dtype.split(",")))
+    unknown = [d for d in args.state_dtype if d not in STATE_DTYPES]
+    if unknown:
+        raise InputError(f"--state-dtype: {', '.join(unknown)} not a state dtype of kvbuf sweep "
+                         f"(known: {', '.join(STATE_DTYPES)})")
     if args.from_export:
         if not args.sweep_csv:
             raise InputError("--from-export needs --sweep-csv")
-        if len(args.kernels) != 1 or len(args.batch) != 1 or len(args.chunk) != 1 or len(args.drafts) != 1:
-            raise InputError("--from-export joins one point: give one kernel, one batch, one chunk and one T")
+        if len(args.kernels) != 1 or len(args.batch) != 1 or len(args.chunk) != 1 or len(args.drafts) != 1 or \
+                len(args.state_dtype) != 1:
+            raise InputError("--from-export joins one point: give one kernel, one batch, one chunk, one T and one "
+                             "state dtype")
     elif not args.kvbuf:
         raise InputError("give --kvbuf (GPU runs) or --from-export with --sweep-csv")
     return args
@@ -260,10 +288,10 @@ def run_points(args):
     """Profiles every point, a row each as measured; a point whose run fails is a row with the reason.
     Returns the number of failed points."""
     work = args.work or ("WORK" if args.dry_run else tempfile.mkdtemp(prefix="ncu_bytes_"))
-    todo = points(args.kernels, args.batch, args.chunk, args.drafts)
+    todo = points(args.kernels, args.batch, args.chunk, args.drafts, args.state_dtype)
     if args.dry_run:
-        for kernel, batch, chunk, drafts in todo:
-            profile, export, stem = commands(args, kernel, batch, chunk, drafts, work)
+        for kernel, batch, chunk, drafts, state in todo:
+            profile, export, stem = commands(args, kernel, batch, chunk, drafts, work, state)
             print(" ".join(profile))
             print(" ".join(export) + f" > {stem}_raw.csv")
         return 0
@@ -271,10 +299,10 @@ def run_points(args):
     f, out = open_rows(args.out)
     failed = 0
     with f:
-        for kernel, batch, chunk, drafts in todo:
-            profile, export, stem = commands(args, kernel, batch, chunk, drafts, work)
-            print(f"{kernel} batch {batch} chunk {chunk}" + (f" T {drafts}" if drafts else "") + ": profiling",
-                  flush=True)
+        for kernel, batch, chunk, drafts, state in todo:
+            profile, export, stem = commands(args, kernel, batch, chunk, drafts, work, state)
+            print(f"{kernel} batch {batch} chunk {chunk}" + (f" T {drafts}" if drafts else "") + f" state {state}: "
+                  "profiling", flush=True)
             try:
                 run = subprocess.run(profile, capture_output=True, text=True)
                 with open(stem + "_ncu.log", "w") as log:
@@ -286,14 +314,14 @@ def run_points(args):
                 if exported.returncode != 0:
                     raise RunError(f"ncu --import exited {exported.returncode}: {exported.stderr.strip()}")
                 sweep_csv = stem + ("_verify.csv" if kernel in VERIFY_MODES else "_sweep.csv")
-                row = join(stem + "_raw.csv", sweep_csv, kernel, batch, chunk, drafts)
+                row = join(stem + "_raw.csv", sweep_csv, kernel, batch, chunk, drafts, state)
                 print(f"  {row['dram_bytes_per_layer_step']} B per layer step measured, "
                       f"{row['model_bytes_per_layer_step']} modelled: ratio {row['ratio']}", flush=True)
             except (RunError, InputError, OSError) as e:
                 failed += 1
                 print(f"  not measured: {e}", file=sys.stderr, flush=True)
                 row = {"model": args.model, "kernel": kernel, "mode": MODES[kernel], "batch": batch, "chunk": chunk,
-                       "drafts": drafts, "note": f"not measured: {e}".replace("\n", " ")}
+                       "drafts": drafts, "state_dtype": state, "note": f"not measured: {e}".replace("\n", " ")}
             out.writerow(row)
             f.flush()
     print(f"wrote {args.out} ({len(todo)} rows, {failed} not measured); ncu reports and exports in {work}")
@@ -307,7 +335,7 @@ def main(argv):
             kernel = args.kernels[0]
             row = join(args.from_export, args.sweep_csv, kernel, args.batch[0],
                        0 if MODES[kernel] in UNBUFFERED else args.chunk[0],
-                       args.drafts[0] if kernel in VERIFY_MODES else 0)
+                       args.drafts[0] if kernel in VERIFY_MODES else 0, args.state_dtype[0])
             f, out = open_rows(args.out)
             with f:
                 out.writerow(row)

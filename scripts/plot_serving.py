@@ -76,7 +76,9 @@ def main():
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle(f"kvbuf simulate: {first['model']} on {first['gpu']} x tp {first['tp']}")
+    # A timeline names its state dtype (a state_dtype column; older ones have none: fp32).
+    states = sorted({r.get("state_dtype") or "fp32" for rows in runs for r in rows[:1]})
+    fig.suptitle(f"kvbuf simulate: {first['model']} on {first['gpu']} x tp {first['tp']}, {'/'.join(states)} states")
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)
     print(f"wrote {args.out}")

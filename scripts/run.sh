@@ -35,8 +35,9 @@ cpu_main_job() {
   echo "== capacity (modelled): $model on one 141 GiB H200 at tp 2, context 32k, C = 8, T = 1..8"
   "$kvbuf" capacity --model "$model" --tp 2 --context 32768 --chunk 8 --drafts all
   echo
-  echo "== capacity (modelled): every catalog model at tp 8, context 32k, C = 16, T = 4"
-  "$kvbuf" capacity --model all --tp 8 --context 32768 --chunk 16 --drafts 4 --csv "$build_dir/capacity_model.csv"
+  echo "== capacity (modelled): every catalog model at tp 8, context 32k, C = 16, T = 4, fp32 / bf16 / fp16 states"
+  "$kvbuf" capacity --model all --tp 8 --context 32768 --chunk 16 --drafts 4 --state-dtype all \
+    --csv "$build_dir/capacity_model.csv"
   echo
   echo "== reference cross-checks"
   "$kvbuf" check
@@ -67,8 +68,11 @@ with open(sys.argv[1], newline="") as f:
 }
 
 # GPU main job: the kernel checks, then the paper preset of `kvbuf sweep` (both families, decode
-# and verify, short contexts; about 8 minutes) row by row into results/ (resumed if interrupted),
-# and the figures of scripts/figures.py. The resolved grid is saved next to each CSV (.grid.toml).
+# and verify, short contexts, fp32 and each model's engine-default state dtype; about 12 minutes)
+# row by row into results/ (resumed if interrupted), the capacity of every catalog model measured at
+# each state dtype (`kvbuf capacity --measure`, results/capacity_<gpu>.csv), the accuracy of 16-bit
+# states over one long generation (`kvbuf accuracy`, under a minute), and the figures of
+# scripts/figures.py. The resolved grid is saved next to each CSV (.grid.toml).
 gpu_main_job() {
   local model=qwen3-next-80b-a3b
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($NF)}')
@@ -81,6 +85,16 @@ gpu_main_job() {
   archive_other_commit "results/verify_$gpu.csv"
   "$kvbuf" sweep --preset paper --out "results/decode_$gpu.csv" --verify-out "results/verify_$gpu.csv"
   elapsed "paper preset"
+  echo "== capacity: every catalog model, T = 1..8, C = 16, fp32 / bf16 / fp16 states, measured by bisection on $gpu"
+  archive_other_commit "results/capacity_$gpu.csv"
+  "$kvbuf" capacity --model all --drafts all --chunk 16 --weights-gib 0 --state-dtype all --measure \
+    --csv "results/capacity_$gpu.csv"
+  elapsed "capacity"
+  echo
+  echo "== accuracy: fp32 / bf16 / fp16 states over 16384 tokens of one request against the float64 reference"
+  "$kvbuf" accuracy --entry-dtype bf16,fp32 --out "results/accuracy_$gpu.csv"
+  python3 scripts/accuracy_table.py --results results --gpu "$gpu"
+  elapsed "accuracy"
   # The public kernels that install by name (fla-core, mamba-ssm, FlashInfer): those that import
   # and run here, timed the same way (scripts/bench_public.py; the figures and summary read them).
   if python3 -c "import torch" 2>/dev/null; then

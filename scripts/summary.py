@@ -13,7 +13,14 @@ model family (Gated DeltaNet: Qwen3-Next; Mamba-2: Nemotron-3 Nano).
   and, where public_mamba2_GPU.csv has published verify figures (a drafts column), Mamba-2 at their
   T against them (ReplaySSM's buffered verify, vLLM's classic) and against our classic;
 - capacity: concurrent requests at T = 4 drafts, KVBuffer over classic, linear-attention pool,
-  measured (model) (the paper: 5x).
+  measured (model) (the paper: 5x), a table per state dtype of capacity_GPU.csv (`kvbuf capacity
+  --state-dtype all --measure`), with the model counting what the measurement allocates (the T
+  verify-scratch entries) and the measured ratio against it.
+Decode and verify print a table per state dtype: fp32 (the rows of decode_GPU.csv and verify_GPU.csv
+without a state_dtype column, or with fp32 in it) first, then each 16-bit type, its rows of a model
+taken from decode_GPU.csv / verify_GPU.csv where that file has any (the paper preset measures each
+model's engine default), else from decode16_GPU.csv / verify16_GPU.csv; the 16-bit decode baselines
+include the recorded public 16-bit kernels of public_16bit_GPU.csv and the 16-bit rows of public_GPU.csv.
 A family or table without rows prints "no measurement". Exit status 2 on a malformed CSV.
 """
 import argparse
@@ -32,6 +39,34 @@ FAMILIES = (  # (title, recurrent kernels, ours and public, KVBuffer kernel, ker
 )
 CAPACITY_DRAFTS = 4
 VERIFY_DRAFTS = 4
+STATE_DTYPES = ("fp32", "bf16", "fp16")
+# The recorded public recurrent decode kernels with a 16-bit state (public_16bit_GPU.csv), per family.
+PUBLIC_16BIT_RECURRENT = {"Gated DeltaNet": ("vllm-gdn-packed-decode", "fla-fused-recurrent-vfirst"),
+                          "Mamba-2": ("vllm-selective-state-update",)}
+# The public kernels scripts/bench_public.py measures (public_GPU.csv), per family: at a 16-bit state
+# too (its --state-dtype), baselines of that state's tables.
+MEASURED_PUBLIC = {"Gated DeltaNet": ("flashinfer-gdn-decode-pretranspose",),
+                   "Mamba-2": ("mamba-ssm-selective-state-update",)}
+
+
+def state_of(row):
+    """A row's state dtype: its state_dtype cell, fp32 where the column is absent or empty (the rows
+    written before the axis)."""
+    return (row.get("state_dtype") or "").strip() or "fp32"
+
+
+def by_state(main, sixteen):
+    """State dtype -> rows: the main CSV's rows of each dtype, and for a 16-bit dtype the 16-bit CSV's
+    rows of every model that the main CSV has no row of at that dtype."""
+    out = {}
+    for d in STATE_DTYPES:
+        rows = [r for r in main if state_of(r) == d]
+        if d != "fp32":
+            have = {r["model"] for r in rows}
+            rows += [r for r in sixteen if state_of(r) == d and r["model"] not in have]
+        if rows:
+            out[d] = rows
+    return out
 
 
 def load(path, required, ints, floats):
@@ -71,16 +106,21 @@ def published_mamba2(results, gpu):
                                 floats=("latency_us",), optional_floats=("drafts",))]
 
 
-def public_decode(results, gpu, published):
-    """The public recurrent decode kernels measured with kvbuf's method (public_GPU.csv, fp32 states
-    as the sweep's; FLA's of fla_GPU.csv where that has none) and the published Mamba-2 decode
-    figures (those of `published` without a T)."""
-    rows = []
-    measured = os.path.join(results, f"public_{gpu}.csv")
-    if os.path.isfile(measured):
-        rows += [r for r in read_table(measured, required=("model", "kernel", "state_dtype", "commit"), ints=("batch",),
-                                       floats=("latency_us_median",), keep=lambda r: r["latency_us_median"].strip())
-                 if r["state_dtype"] == "fp32"]
+def measured_public(results, gpu):
+    """The public kernels measured with kvbuf's method by scripts/bench_public.py (public_GPU.csv),
+    every state dtype."""
+    path = os.path.join(results, f"public_{gpu}.csv")
+    if not os.path.isfile(path):
+        return []
+    return read_table(path, required=("model", "kernel", "state_dtype", "commit"), ints=("batch",),
+                      floats=("latency_us_median",), keep=lambda r: (r["latency_us_median"] or "").strip() != "")
+
+
+def public_decode(results, gpu, published, measured):
+    """The public recurrent decode kernels with an fp32 state: those measured with kvbuf's method
+    (`measured`, public_GPU.csv; FLA's of fla_GPU.csv where that has none) and the published Mamba-2
+    decode figures (those of `published` without a T)."""
+    rows = [r for r in measured if state_of(r) == "fp32"]
     fla = os.path.join(results, f"fla_{gpu}.csv")
     if os.path.isfile(fla) and not any(r["kernel"] == "fla-fused-recurrent-vfirst-oop" for r in rows):
         rows += read_table(fla, required=("model", "kernel", "commit"), ints=("batch",), floats=("latency_us_median",))
@@ -124,14 +164,28 @@ def verify_lines(rows, prefix):
     return out
 
 
-def capacity_lines(rows):
+def capacity_lines(rows, state):
+    """The measured rows at T = 4 of one state dtype: measured ratio, the model's, the model's counting
+    what --measure allocates (absent before that column: '-') and measured against it."""
     out = []
     for r in rows:
-        if r["drafts"] != CAPACITY_DRAFTS or r["measured_ratio"] is None:
+        if r["drafts"] != CAPACITY_DRAFTS or r["measured_ratio"] is None or state_of(r) != state:
             continue
+        allocated = r.get("ratio_linear_allocated")
         out.append((r["model"], f"C {r['chunk']}, tp {r['tp']}", f"{r['measured_ratio']:.2f}x",
-                    f"{r['ratio_linear']:.2f}x", r["commit"]))
+                    f"{r['ratio_linear']:.2f}x", f"{allocated:.2f}x" if allocated else "-",
+                    f"{100 * (r['measured_ratio'] / allocated - 1):+.1f}%" if allocated else "-", r["commit"]))
     return out
+
+
+def public_16bit(results, gpu):
+    """The recorded public 16-bit decode figures (public_16bit_GPU.csv), as decode rows of their state dtype."""
+    path = os.path.join(results, f"public_16bit_{gpu}.csv")
+    if not os.path.isfile(path):
+        return []
+    return [{**r, "latency_us_median": r["latency_us"], "commit": "published", "chunk": r.get("chunk") or 0}
+            for r in read_table(path, required=("model", "kernel", "state_dtype", "source"), ints=("batch",),
+                                floats=("latency_us",))]
 
 
 def table(title, header, lines):
@@ -158,31 +212,50 @@ def main(argv):
                       ("batch", "chunk"), ("latency_us_median",)) or []
         verify = load(os.path.join(args.results, f"verify_{args.gpu}.csv"), ("model", "method", "gpu", "commit"),
                       ("batch", "chunk", "drafts"), ("latency_us_median",)) or []
+        decode16 = load(os.path.join(args.results, f"decode16_{args.gpu}.csv"), ("model", "kernel", "gpu", "commit"),
+                        ("batch", "chunk"), ("latency_us_median",)) or []
+        verify16 = load(os.path.join(args.results, f"verify16_{args.gpu}.csv"), ("model", "method", "gpu", "commit"),
+                        ("batch", "chunk", "drafts"), ("latency_us_median",)) or []
         published = published_mamba2(args.results, args.gpu)
-        public = public_decode(args.results, args.gpu, published)
+        measured = measured_public(args.results, args.gpu)
+        public = public_decode(args.results, args.gpu, published, measured)
+        public16 = public_16bit(args.results, args.gpu)
         capacity_path = os.path.join(args.results, f"capacity_{args.gpu}.csv")
         capacity = read_table(capacity_path, required=("model", "gpu", "commit"), ints=("drafts", "chunk", "tp"),
-                              floats=("ratio_linear",), optional_floats=("measured_ratio",)) \
+                              floats=("ratio_linear",), optional_floats=("measured_ratio", "ratio_linear_allocated")) \
             if os.path.isfile(capacity_path) else []
     except InputError as e:
         print(f"summary.py: {e}", file=sys.stderr)
         return 2
-    gpus = sorted({r["gpu"] for r in decode + verify + capacity})
+    decode_by, verify_by = by_state(decode, decode16), by_state(verify, verify16)
+    gpus = sorted({r["gpu"] for r in decode + verify + capacity + decode16 + verify16})
     print(f"== summary: {args.results} on {', '.join(gpus) or args.gpu}; us per layer per step, median"
           + (f"; main job wall time {args.wall_s:.0f} s" if args.wall_s is not None else ""))
-    for title, recurrents, kvbuffer, prefix in FAMILIES:
-        table(f"{title} decode: KVBuffer at its best C against the fastest recurrent decode "
-              f"(paper: up to {PAPER_DECODE_REDUCTION}% lower)",
-              ("batch", "recurrent", "kvbuffer [C]", "latency reduction", "commit", "fastest recurrent"),
-              decode_lines(decode + public, recurrents, kvbuffer))
-        table(f"{title} speculative verify, T = {VERIFY_DRAFTS}: KVBuffer against the fastest classic",
-              ("batch", "classic", "kvbuffer [C]", "speedup", "commit"), verify_lines(verify, prefix))
+    for state in STATE_DTYPES:
+        if state != "fp32" and state not in decode_by and state not in verify_by:
+            continue
+        suffix = "" if state == "fp32" else f", {state} state"
+        for title, recurrents, kvbuffer, prefix in FAMILIES:
+            if state == "fp32":
+                baselines = public
+            else:
+                recurrents = recurrents[:2] + PUBLIC_16BIT_RECURRENT[title] + MEASURED_PUBLIC[title]
+                baselines = [r for r in public16 + measured if state_of(r) == state]
+            table(f"{title} decode{suffix}: KVBuffer at its best C against the fastest recurrent decode "
+                  f"(paper: up to {PAPER_DECODE_REDUCTION}% lower)",
+                  ("batch", "recurrent", "kvbuffer [C]", "latency reduction", "commit", "fastest recurrent"),
+                  decode_lines(decode_by.get(state, []) + baselines, recurrents, kvbuffer))
+            table(f"{title} speculative verify{suffix}, T = {VERIFY_DRAFTS}: KVBuffer against the fastest classic",
+                  ("batch", "classic", "kvbuffer [C]", "speedup", "commit"),
+                  verify_lines(verify_by.get(state, []), prefix))
     table("Mamba-2 speculative verify against the published figures (ratio > 1: KVBuffer faster)",
           ("T", "batch", "kvbuffer [C]", "published", "kernel", "ratio", "our classic", "commit"),
-          published_verify_lines(verify, published))
-    table(f"Concurrent requests at T = {CAPACITY_DRAFTS}, KVBuffer over classic, linear-attention pool "
-          f"(paper: {PAPER_CAPACITY_RATIO:g}x)", ("model", "config", "measured", "model", "commit"),
-          capacity_lines(capacity))
+          published_verify_lines(verify_by.get("fp32", []), published))
+    for state in [d for d in STATE_DTYPES if d == "fp32" or any(state_of(r) == d for r in capacity)]:
+        table(f"Concurrent requests at T = {CAPACITY_DRAFTS}, KVBuffer over classic, linear-attention pool, {state} "
+              f"state (paper: {PAPER_CAPACITY_RATIO:g}x)",
+              ("model", "config", "measured", "model", "model as allocated", "measured vs it", "commit"),
+              capacity_lines(capacity, state))
     return 0
 
 

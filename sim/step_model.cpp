@@ -296,7 +296,7 @@ bool MeasuredLinearTable::lookup(LinearKernel k, double batch, int chunk, int dr
 }
 
 std::vector<HeldOutRow> held_out_check(const MeasuredLinearTable& full, const GpuSpec& gpu,
-                                       const std::vector<int>& held_out_batches) {
+                                       const std::vector<int>& held_out_batches, StateType state) {
   auto held = [&](int b) {
     return std::find(held_out_batches.begin(), held_out_batches.end(), b) != held_out_batches.end();
   };
@@ -325,6 +325,7 @@ std::vector<HeldOutRow> held_out_check(const MeasuredLinearTable& full, const Gp
     cfg.method = DecodeMethod::KVBuffer;
     cfg.chunk = std::max(1, std::max(p.chunk, p.drafts));
     cfg.drafts = p.drafts;
+    cfg.state = state;
     r.modelled_us = StepModel(cfg, MeasuredLinearTable()).modelled_layer_us(p.kernel, p.batch);
     rows.push_back(r);
   }

@@ -81,7 +81,8 @@ class MeasuredLinearTable {
   std::map<std::tuple<int, int, int>, std::vector<std::pair<int, double>>> by_series_;  // (kernel, C, T) -> (batch, us)
 };
 
-// The held-out check: the table built without the points at `held_out_batches` predicts them.
+// The held-out check: the table built without the points at `held_out_batches` predicts them; the
+// bytes-model fallback next to it sizes the state in `state` (the state type the table was loaded at).
 struct HeldOutRow {
   MeasuredPoint measured;
   double predicted_us = 0;
@@ -90,7 +91,7 @@ struct HeldOutRow {
   double modelled_error() const { return modelled_us / measured.latency_us - 1; }
 };
 std::vector<HeldOutRow> held_out_check(const MeasuredLinearTable& full, const GpuSpec& gpu,
-                                       const std::vector<int>& held_out_batches);
+                                       const std::vector<int>& held_out_batches, StateType state = StateType::FP32);
 
 struct StepConfig {
   ModelSpec model;  // as the catalog has it (before tensor parallelism)

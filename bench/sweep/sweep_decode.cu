@@ -191,7 +191,9 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
     };
     out.row_groups = 0;
     if (!kd.buffered) {
-      out.rows_per_block = mamba2_decode_recurrent_rows_per_block(m2in[0]->io);
+      Mamba2RecurrentParams shape;
+      shape.io = m2in[0]->io, shape.state_type = params(0).state_type;
+      out.rows_per_block = mamba2_decode_recurrent_rows_per_block(shape);
       layer_step = [&, params](int l, cudaStream_t st) {
         Mamba2RecurrentParams p;
         p.io = m2in[l]->io;

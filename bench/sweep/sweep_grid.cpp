@@ -74,6 +74,8 @@ SweepAxes paper_axes() {
   a.chunks = {1, 2, 4, 8, 16, 32, 64};
   a.contexts = {0, 2, 14, 62};
   a.drafts = {1, 4, 5, 8};  // 4: the paper's capacity claim; 5: the public kernels' figures
+  // fp32, and the state dtype an engine keeps for the model by default (once where that is fp32).
+  a.state_dtypes = {"fp32", kEngineStateDtype};
   return a;
 }
 
@@ -104,7 +106,9 @@ std::vector<SweepPoint> expand_grid(const SweepAxes& x) {
     require(t >= 1 && t <= kSweepMaxDrafts, fmt::format("--drafts: {} is not in 1..{}", t, kSweepMaxDrafts));
   for (double a : x.acceptances) require(a >= 0 && a <= 1, fmt::format("--acceptance: {} is not in [0, 1]", a));
   for (int tp : x.tps) require(tp >= 1, fmt::format("--tp: must be a positive integer, got {}", tp));
+  require(!x.state_dtypes.empty(), "--state-dtype: give at least one state dtype");
   for (const std::string& d : x.state_dtypes) {
+    if (d == kEngineStateDtype) continue;
     try {
       parse_state_type(d);
     } catch (const std::invalid_argument& e) {
@@ -168,7 +172,9 @@ std::vector<SweepPoint> expand_grid(const SweepAxes& x) {
                                                   k->name)});
         }
       }
-      for (const std::string& state_dtype : x.state_dtypes) {
+      for (const std::string& requested : x.state_dtypes) {
+        const std::string state_dtype =
+            requested == kEngineStateDtype ? state_type_name(catalog_model->engine_state) : requested;
         SweepPoint base;
         base.model = catalog_model->name, base.tp = tp, base.state_dtype = state_dtype, base.layers = layers;
         base.note = problem;
@@ -264,14 +270,14 @@ double estimate_seconds(const std::vector<SweepPoint>& points, double budget_s) 
   for (const SweepPoint& p : points) {
     if (!p.note.empty()) continue;
     if (p.decode() &&
-        !timed.insert(fmt::format("{}|{}|{}|{}|{}|{}|{}", p.model, p.tp, p.kernel->name, p.batch, p.chunk, p.mode,
-                                  p.direct_fill))
+        !timed.insert(fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", p.model, p.tp, p.kernel->name, p.batch, p.chunk, p.mode,
+                                  p.direct_fill, p.state_dtype))
              .second)
       continue;
     ModelSpec m;
     if (!shape_problem(find_model(p.model), p.tp, m).empty()) continue;
     const SweepKernel& k = *p.kernel;
-    const Precision prec = precision_of(k.entry);
+    const Precision prec = precision_of(k.entry, parse_state_type(p.state_dtype));
     const int C = std::max(p.chunk, 1);
     double bytes = 0;  // per layer step, one request
     int steps = 0;     // per sample

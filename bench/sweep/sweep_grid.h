@@ -35,12 +35,17 @@ struct SweepAxes {
   std::vector<int> drafts{1, 2, 3, 4, 5, 8};  // verify
   std::vector<double> acceptances{0.7};       // verify
   std::vector<int> tps{1};
+  // fp32, bf16, fp16, or kEngineStateDtype: each model's engine default (ModelSpec::engine_state),
+  // resolved per model; a model whose default is already on the axis runs it once.
   std::vector<std::string> state_dtypes{"fp32"};
   std::vector<std::string> entry_dtypes;  // empty: each kernel's own entry type
   int layer_pools = 0;                    // 0: the model's linear layers
 };
 
 const std::vector<std::string>& default_sweep_kernels(LayerKind kind);
+
+// The state dtype axis value that names each model's engine default (kvbuf models lists it).
+inline constexpr const char* kEngineStateDtype = "engine";
 
 // How the points are measured and where the rows go (not axes).
 struct SweepSettings {
@@ -53,8 +58,9 @@ struct SweepSettings {
   std::string commit;  // of the rows and the resume keys
 };
 
-// The main job's axes (`--preset paper`): both families, about 8 minutes of one H200 at
-// kPaperBudgetS per point.
+// The main job's axes (`--preset paper`): both families, each at fp32 states and at its engine's
+// default state dtype (Qwen3-Next: bf16; Nemotron-3 Nano's is fp32, measured once), about 12 minutes
+// of one H200 at kPaperBudgetS per point.
 SweepAxes paper_axes();
 constexpr double kPaperBudgetS = 0.1;
 
@@ -67,7 +73,7 @@ struct SweepPoint {
   int context = 0;  // tokens per request before the step; 0 = steady state
   int drafts = 0;   // verify T; 0 for decode
   double acceptance = 0;
-  std::string state_dtype, entry_dtype;  // entry "none" without a buffer
+  std::string state_dtype, entry_dtype;  // state resolved (fp32, bf16, fp16); entry "none" without a buffer
   std::string mode;  // recurrent, buffered, direct, verify-classic, verify-kvbuffer
   int layers = 0;    // layer pools per step
   int direct_fill = -1;  // >= 0: every request stateless at this fill, not advanced (a short context)
@@ -77,8 +83,9 @@ struct SweepPoint {
 };
 
 // The product of the axes in run order (model, tp; decode: batch, kernel, C, context; verify:
-// batch, T, kernel, C), duplicates removed. Bad axis values (unknown model, a kernel that no model
-// of the grid runs, a state dtype other than fp32, ...) throw std::invalid_argument; points that
+// batch, T, kernel, C; the state dtypes in axis order around both), duplicates removed (a model's
+// engine default equal to another value of the axis). Bad axis values (unknown model, a kernel that
+// no model of the grid runs, an unknown state dtype, ...) throw std::invalid_argument; points that
 // cannot run (a tp that does not divide the heads, T > C, a context beyond a direct kernel's
 // buffer, no kernel for the entry dtype) are points with a note.
 std::vector<SweepPoint> expand_grid(const SweepAxes& axes);

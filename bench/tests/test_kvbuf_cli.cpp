@@ -166,6 +166,54 @@ TEST(KvbufCli, CapacityModelled) {
   EXPECT_LT(ratio, 4.576);
 }
 
+// --state-dtype all (or a list): a table and a CSV row per state dtype, in the order given, each with
+// the model's ratio counting what --measure allocates (the T verify-scratch entries) next to the
+// plain one; the measured columns stay empty without --measure.
+TEST(KvbufCli, CapacityPerStateDtype) {
+  const fs::path csv = scratch_dir("capacity_states") / "capacity.csv";
+  const CliRun r = kvbuf("capacity --model qwen3-next-80b-a3b --drafts 4 --chunk 16 --weights-gib 0 --state-dtype all --csv " +
+                         csv.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* table : {"\nfp32 states\n", "\nbf16 states\n", "\nfp16 states\n"})
+    EXPECT_NE(r.out.find(table), std::string::npos) << table << r.out;
+  std::ifstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::string> header;
+  for (std::stringstream ss(line); std::getline(ss, line, ',');) header.push_back(line);
+  auto at = [&](const std::string& row, const std::string& column) {
+    std::vector<std::string> f;
+    std::stringstream ss(row);
+    for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+    if (!row.empty() && row.back() == ',') f.push_back("");
+    const size_t i = size_t(std::find(header.begin(), header.end(), column) - header.begin());
+    return i < f.size() ? f[i] : std::string("<no column " + column + ">");
+  };
+  std::vector<std::string> rows;
+  while (std::getline(in, line)) rows.push_back(line);
+  ASSERT_EQ(rows.size(), 3u);
+  // 141 GiB at T = 4, C = 16: classic keeps 5 states, KVBuffer one and 16 (+ 4 scratch) entries.
+  const std::vector<std::vector<std::string>> want = {{"fp32", "4.576419", "4.481505"},
+                                                      {"bf16", "4.233807", "4.077596"},
+                                                      {"fp16", "4.233807", "4.077596"}};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(at(rows[i], "state_dtype"), want[i][0]) << rows[i];
+    EXPECT_EQ(at(rows[i], "ratio_linear"), want[i][1]) << rows[i];
+    EXPECT_EQ(at(rows[i], "ratio_linear_allocated"), want[i][2]) << rows[i];
+    for (const char* c : {"measured_kvbuffer_max_requests", "measured_ratio", "measured_over_model", "gpu"})
+      EXPECT_EQ(at(rows[i], c), "") << c << ": " << rows[i];
+  }
+  // A list keeps its order and drops repeats.
+  const CliRun two = kvbuf("capacity --model qwen3-next-80b-a3b --drafts 4 --chunk 16 --state-dtype bf16,fp32,bf16");
+  ASSERT_EQ(two.status, 0) << two.err;
+  const size_t b = two.out.find("\nbf16 states\n"), f = two.out.find("\nfp32 states\n");
+  ASSERT_NE(b, std::string::npos) << two.out;
+  ASSERT_NE(f, std::string::npos) << two.out;
+  EXPECT_LT(b, f);
+  EXPECT_EQ(two.out.find("bf16 states", b + 2), std::string::npos) << two.out;
+  expect_usage_error("capacity --model qwen3-next-80b-a3b --state-dtype fp32,fp8", "--state-dtype: unknown state dtype 'fp8'");
+}
+
 TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
   const std::string q = "--model qwen3-next-80b-a3b ";
   expect_usage_error("", "subcommand");
@@ -331,14 +379,81 @@ TEST(KvbufCliSweep, ResolvedGridRepeatsThroughConfig) {
   EXPECT_GT(dry_run_points(first).size(), 100u);
 }
 
-TEST(KvbufCliSweep, PaperPresetIsAboutEightMinutes) {
+TEST(KvbufCliSweep, PaperPresetIsAboutTwelveMinutes) {
   const CliRun r = kvbuf("sweep --dry-run --preset paper");
   ASSERT_EQ(r.status, 0) << r.err;
   const size_t at = r.out.find("about ");
   ASSERT_NE(at, std::string::npos) << r.out;
   const double s = std::stod(r.out.substr(at + 6));
-  EXPECT_GT(s, 240);
-  EXPECT_LT(s, 540);
+  EXPECT_GT(s, 480);
+  EXPECT_LT(s, 840);
+}
+
+// The paper preset runs fp32 and each model's engine-default state dtype: Qwen3-Next (engine bf16)
+// twice over its grid, Nemotron-3 Nano (engine fp32) once; the TOML keeps "engine", which reads back.
+TEST(KvbufCliSweep, PaperPresetAddsEachModelsEngineState) {
+  const CliRun r = kvbuf("sweep --dry-run --preset paper");
+  ASSERT_EQ(r.status, 0) << r.err;
+  // Qwen3-Next: 448 decode + 252 verify points per state dtype; Nemotron-3 Nano: 420 + 224 at fp32.
+  EXPECT_NE(r.out.find("2044 points (1316 decode, 728 verify; "), std::string::npos) << r.out.substr(r.out.rfind(" points (") - 6);
+  std::map<std::string, size_t> count;  // "model state" -> points
+  for (const std::string& p : dry_run_points(r)) {
+    const size_t state = p.find(" state ");
+    ASSERT_NE(state, std::string::npos) << p;
+    count[p.substr(0, p.find(' ')) + " " + p.substr(state + 7, 4)]++;
+  }
+  EXPECT_EQ(count, (std::map<std::string, size_t>{{"nemotron-3-nano-30b-a3b fp32", 644},
+                                                  {"qwen3-next-80b-a3b bf16", 700},
+                                                  {"qwen3-next-80b-a3b fp32", 700}}));
+  EXPECT_NE(r.out.find("state-dtype=[\"fp32\", \"engine\"]"), std::string::npos) << r.out.substr(r.out.find("# the resolved"));
+  // A model given picks the preset's kernels of its family; its engine default is fp32: one state dtype.
+  const CliRun nano = kvbuf("sweep --dry-run --preset paper --model nemotron-3-nano-30b-a3b");
+  ASSERT_EQ(nano.status, 0) << nano.err;
+  EXPECT_NE(nano.out.find("644 points ("), std::string::npos);
+  EXPECT_EQ(nano.out.find(" state bf16 "), std::string::npos);
+  // --state-dtype given replaces the preset's axis.
+  const CliRun only = kvbuf("sweep --dry-run --preset paper --state-dtype fp32");
+  ASSERT_EQ(only.status, 0) << only.err;
+  EXPECT_NE(only.out.find("1344 points ("), std::string::npos);
+}
+
+// `kvbuf accuracy`'s options are checked in every build, before any device is looked for.
+TEST(KvbufCliAccuracy, BadInputExitsTwoWithAMessage) {
+  expect_usage_error("accuracy --tokens 0", "--tokens: must be a positive integer, got 0");
+  expect_usage_error("accuracy --tokens -5", "--tokens");
+  expect_usage_error("accuracy --tokens 1000000", "--tokens must be in 1..262144, got 1000000");
+  expect_usage_error("accuracy --tokens many", "--tokens");
+  expect_usage_error("accuracy --chunk 0", "--chunk: Value 0 not in range 1 to 64");
+  expect_usage_error("accuracy --chunk 8,65", "--chunk: Value 65 not in range 1 to 64");
+  expect_usage_error("accuracy --chunk eight", "--chunk");
+  expect_usage_error("accuracy --state-dtype fp32,int8", "--state-dtype: int8 not in");
+  expect_usage_error("accuracy --entry-dtype fp16", "--entry-dtype: fp16 not in");
+  expect_usage_error("accuracy --every 0", "--every: must be a positive integer, got 0");
+  expect_usage_error("accuracy --seed -1", "--seed: must be a non-negative integer, got -1");
+  expect_usage_error("accuracy --threads -2", "--threads: must be a non-negative integer, got -2");
+  expect_usage_error("accuracy --model qwen3-next-80b-a3b,nope", "--model: nope not in");
+  expect_usage_error("accuracy --out /nonexistent-dir/acc.csv", "cannot write");
+  expect_usage_error("accuracy --frobnicate", "frobnicate");
+#ifndef KVBUF_WITH_CUDA
+  expect_usage_error("accuracy --tokens 64", "kvbuf accuracy requires a CUDA build");
+#endif
+}
+
+TEST(KvbufCliAccuracy, DryRunListsTheVariants) {
+  const CliRun r = kvbuf("accuracy --dry-run");
+  ASSERT_EQ(r.status, 0) << r.err;
+  // Both families by default, 3 state types x (recurrent + C 8, 16, 64), a row every 64 of 16384 tokens.
+  EXPECT_NE(r.out.find("qwen3-next-80b-a3b: 16 x 32 heads of 128 x 128"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nemotron-3-nano-30b-a3b: 8 x 64 heads of 128 x 64"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  kvbuffer fp16 C 64\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("6144 rows: 256 sampled tokens (16384 tokens, every 64)"), std::string::npos) << r.out;
+  const CliRun one = kvbuf("accuracy --dry-run --model nemotron-3-nano-30b-a3b --tokens 90 --every 64 --chunk 4 "
+                           "--state-dtype bf16 --entry-dtype bf16,fp32");
+  ASSERT_EQ(one.status, 0) << one.err;
+  EXPECT_EQ(one.out.find("qwen3-next"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("4 rows: 2 sampled tokens (90 tokens, every 64)"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("holds no state (S0 between folds"), std::string::npos) << one.out;  // 90 % 4 != 0
+  EXPECT_EQ(r.out.find("holds no state"), std::string::npos) << r.out;
 }
 
 // The exported arrays, checked against the manifest, by name.

@@ -70,6 +70,15 @@ TEST(KvbufSimulate, PoissonSummaryAndTimeline) {
   const std::string text = slurp(csv);
   EXPECT_EQ(text.rfind("time_s,step_us,prefill_us,running,waiting,tokens,memory_bytes", 0), 0u);
   EXPECT_GT(std::count(text.begin(), text.end(), '\n'), 10);
+  EXPECT_NE(text.find(",acceptance,state_dtype\n"), std::string::npos);
+  EXPECT_NE(text.find(",fp32\n"), std::string::npos);
+  // The timeline names its state dtype.
+  const fs::path csv16 = scratch() / "timeline16.csv";
+  ASSERT_EQ(kvbuf("simulate " + kModel + "--method kvbuffer --rate 20 --duration 3 --seed 4 --state-dtype bf16 --csv " +
+                  csv16.string()).status, 0);
+  const std::string text16 = slurp(csv16);
+  EXPECT_EQ(text16.find(",fp32\n"), std::string::npos);
+  EXPECT_NE(text16.find(",bf16\n"), std::string::npos);
   // Deterministic: the same seed prints the same summary.
   EXPECT_EQ(kvbuf("simulate " + kModel + "--method kvbuffer --rate 20 --duration 3 --seed 4").out,
             r.out.substr(0, r.out.find("wrote")));

@@ -268,6 +268,13 @@ int recurrent_rows(const GdnStepIO& io);
 // S0 = 0 (not read) for rows whose row_has_state is 0. Runs the recurrent kernels.
 void run_kvbuffer_capacity1(const GdnKVBufferParams& p, cudaStream_t stream, const char* who);
 constexpr RowsRule kSingleKVBufferRows{64, 4};
+// The single kernel's rows per block for a state type. A 16-bit state takes whole-head tiles (128
+// rows at V = 128: the fp32 tile's 32 KiB) where the grid keeps twice the fp32 rule's blocks per SM,
+// so the per-block work over the token and the buffered keys is spread over twice the state rows
+// (bf16 at batch 256, C = 4: 94.6 us with 128 rows against 109.4 with 64); with fewer blocks it
+// takes the fp32 rule (batch 32: 18.2 us with 64 rows, 19.6 with 128). notes/gdn_decode_kvbuffer.md,
+// log v30.
+int single_kvbuffer_rows(const GdnStepIO& io, StateType state_type);
 inline RowsRule split_state_rows(int capacity) { return {capacity >= 32 ? 32 : 64, 8}; }
 
 }  // namespace kvbuf::gdn_detail

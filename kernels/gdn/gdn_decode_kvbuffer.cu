@@ -776,6 +776,16 @@ void dispatch_entry(const GdnKVBufferParams& p, int rows, bool split, bool compa
   }
 }
 
+int single_kvbuffer_rows(const GdnStepIO& io, StateType state_type) {
+  const int scale = 4 / int(state_type_bytes(state_type));
+  if (scale > 1) {
+    const RowsRule wide{kSingleKVBufferRows.max_rows * scale, kSingleKVBufferRows.min_blocks_per_sm * scale};
+    const int rows = choose_rows_per_block(io, wide);
+    if (rows == wide.max_rows) return rows;
+  }
+  return choose_rows_per_block(io, kSingleKVBufferRows);
+}
+
 // Whether this launch takes the split path, and its rows per block.
 struct LaunchShape {
   bool split;
@@ -792,7 +802,7 @@ LaunchShape launch_shape(const GdnKVBufferParams& p, int split_min_capacity) {
   const bool split = p.path == DecodePath::Split ||
                      (p.path == DecodePath::Auto && split_possible(p) && p.io.batch >= kSplitMinBatch &&
                       p.capacity >= split_min_capacity);
-  return {split, choose_rows_per_block(p.io, split ? split_state_rows(p.capacity) : kSingleKVBufferRows)};
+  return {split, split ? choose_rows_per_block(p.io, split_state_rows(p.capacity)) : single_kvbuffer_rows(p.io, p.state_type)};
 }
 
 void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* who, int split_min_capacity,

@@ -96,7 +96,7 @@ void mamba2_decode_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream);
 void mamba2_decode_direct(const Mamba2KVBufferParams& p, cudaStream_t stream);
 
 // The P rows per thread block each dispatch uses for these parameters (the sweep's CSV reports them).
-int mamba2_decode_recurrent_rows_per_block(const Mamba2StepIO& io);
+int mamba2_decode_recurrent_rows_per_block(const Mamba2RecurrentParams& p);
 int mamba2_decode_kvbuffer_rows_per_block(const Mamba2KVBufferParams& p);
 
 }  // namespace kvbuf

@@ -515,7 +515,11 @@ void mamba2_decode_direct(const Mamba2KVBufferParams& p, cudaStream_t stream) {
 }
 
 int mamba2_decode_kvbuffer_rows_per_block(const Mamba2KVBufferParams& p) {
-  if (mamba2_detail::capacity1_route(p)) return mamba2_decode_recurrent_rows_per_block(p.io);
+  if (mamba2_detail::capacity1_route(p)) {
+    Mamba2RecurrentParams r;
+    r.io = p.io, r.state = p.state, r.state_type = p.state_type;
+    return mamba2_decode_recurrent_rows_per_block(r);
+  }
   return mamba2_detail::choose_rows_per_block(p.io, mamba2_detail::kKVBufferRows);
 }
 

@@ -170,13 +170,22 @@ bool pair_shape(const Mamba2StepIO& io) { return io.rows_per_block == 0 && io.ba
 
 }  // namespace
 
-int recurrent_rows(const Mamba2StepIO& io) {
-  return pair_shape(io) ? kPairRows * kPairWarps : choose_rows_per_block(io, kRecurrentRows);
+// Above the pair shape's batches, rows_per_block from kRecurrentRows, whose rows are for a 4-byte
+// state: a 16-bit state takes twice the rows, so a block keeps the bytes in flight of the fp32
+// shape (bf16 at batch 256: 143.3 us with 2-warp blocks against 158.0 with one-warp blocks, 64:
+// 39.0 against 42.9; kernels/mamba2/notes/mamba2_decode.md, "16-bit states").
+int recurrent_rows(const Mamba2StepIO& io, StateType state_type) {
+  if (pair_shape(io)) return kPairRows * kPairWarps;
+  RowsRule rule = kRecurrentRows;
+  rule.max_rows = rule.max_rows * 4 / int(state_type_bytes(state_type));
+  return choose_rows_per_block(io, rule);
 }
 
 }  // namespace mamba2_detail
 
-int mamba2_decode_recurrent_rows_per_block(const Mamba2StepIO& io) { return mamba2_detail::recurrent_rows(io); }
+int mamba2_decode_recurrent_rows_per_block(const Mamba2RecurrentParams& p) {
+  return mamba2_detail::recurrent_rows(p.io, p.state_type);
+}
 
 void mamba2_decode_recurrent(const Mamba2RecurrentParams& p, cudaStream_t stream) {
   using namespace mamba2_detail;
@@ -189,7 +198,7 @@ void mamba2_decode_recurrent(const Mamba2RecurrentParams& p, cudaStream_t stream
     dispatch_state_type(who, p.state_type, [&](auto tag) {
       using S = typename decltype(tag)::type;
       const RecurrentArgs<S> args{p.io, static_cast<S*>(p.state)};
-      const int rows = recurrent_rows(p.io);
+      const int rows = recurrent_rows(p.io, p.state_type);
       if (pair_shape(p.io))
         return launch_kernel(mamba2_decode_recurrent_pair_kernel<N, S>, decode_grid(p.io, rows), dim3(kPairWarps * 32), 0,
                              stream, false, args);

@@ -117,9 +117,40 @@ def synthetic_results(folder):
                 "chunk": 16, "drafts": 4, "layers": 4, "steps": 16, "dram_read_bytes_per_layer_step": 1.4e8,
                 "dram_write_bytes_per_layer_step": 0.4e8, "dram_bytes_per_layer_step": 1.8e8,
                 "model_bytes_per_layer_step": 1.81e8, "ratio": 0.9945, "gpu": "Synthetic GPU", "commit": "feedbeef0005"}])
+    write_csv(os.path.join(folder, "accuracy_syn.csv"), ACCURACY_COLUMNS, accuracy_rows())
 
 
-PER_FAMILY = ("decode_latency", "speedup_vs_chunk", "short_context", "bytes_per_step", "telemetry")
+ACCURACY_COLUMNS = ["family", "model", "method", "state_dtype", "entry_dtype", "chunk", "tokens", "out_rel_err",
+                    "out_max_abs_err", "window_tokens", "out_rel_err_window", "out_ref_rms", "state_rel_err",
+                    "state_rel_err_max_head", "state_rel_err_one_rounding", "state_ref_norm", "seed", "gpu", "commit",
+                    "note"]
+
+
+def accuracy_rows():
+    """`kvbuf accuracy` rows of both families: fp32 / bf16 / fp16 states, classic and KVBuffer at C 16 and 48
+    (a C that does not divide the sampling interval: no state between folds), GDN also with fp32 entries."""
+    rows = []
+    for family, model in (("gdn", "qwen3-next-80b-a3b"), ("mamba2", "nemotron-3-nano-30b-a3b")):
+        for state, unit in (("fp32", 1e-7), ("bf16", 4e-3), ("fp16", 5e-4)):
+            variants = [("recurrent", "none", 0, 1.0), ("kvbuffer", "bf16", 16, 0.3), ("kvbuffer", "bf16", 48, 0.2)]
+            if family == "gdn":
+                variants.append(("kvbuffer", "fp32", 16, 0.25))
+            for method, entry, chunk, scale in variants:
+                for t in range(64, 1025, 64):
+                    err = unit * scale * (1 + t / 1024)
+                    has_state = chunk == 0 or t % chunk == 0
+                    rows.append({"family": family, "model": model, "method": method, "state_dtype": state,
+                                 "entry_dtype": entry, "chunk": chunk, "tokens": t, "out_rel_err": err,
+                                 "out_max_abs_err": err * 4, "window_tokens": 64, "out_rel_err_window": err,
+                                 "out_ref_rms": 0.5, "state_rel_err": err * 1.1 if has_state else "",
+                                 "state_rel_err_max_head": err * 2 if has_state else "",
+                                 "state_rel_err_one_rounding": unit * 0.2 if has_state else "",
+                                 "state_ref_norm": 40 if has_state else "", "seed": 1, "gpu": "Synthetic GPU",
+                                 "commit": "feedbeef0007", "note": "" if has_state else "no state: S0 between folds"})
+    return rows
+
+
+PER_FAMILY = ("decode_latency", "speedup_vs_chunk", "short_context", "bytes_per_step", "telemetry", "accuracy")
 
 
 class Figures(unittest.TestCase):
@@ -133,8 +164,8 @@ class Figures(unittest.TestCase):
     def test_committed_results(self):
         r = run("--results", RESULTS, "--kvbuf", KVBUF, "--out", self.out)
         self.assertEqual(r.returncode, 0, r.stderr)
-        expected = {f"{n}_gdn" for n in PER_FAMILY + ("verify",)} | {"capacity", "decode_latency_mamba2",
-                                                                       "short_context_mamba2", "bytes_per_step_mamba2"}
+        expected = {f"{n}_gdn" for n in PER_FAMILY + ("verify",) if n != "accuracy"} | {
+            "capacity", "decode_latency_mamba2", "short_context_mamba2", "bytes_per_step_mamba2"}
         self.assertTrue(expected <= stems(self.out), sorted(stems(self.out)))
         with open(os.path.join(RESULTS, "decode_h200.csv")) as f:
             decode_rows = list(csv.DictReader(f))
@@ -172,6 +203,16 @@ class Figures(unittest.TestCase):
         with open(os.path.join(self.out, "decode_latency_gdn.svg")) as f:
             svg = f.read()
         self.assertIn("feedbeef0001", svg.replace("\n", ""))  # the caption names the commit (SVG keeps text)
+        # The accuracy figure: a row of panels per state dtype, every variant a line, the fp32 floor and
+        # one rounding of the exact state beside the 16-bit ones.
+        with open(os.path.join(self.out, "accuracy_gdn.svg")) as f:
+            svg = f.read()
+        for text in ("bf16 state: state error", "fp16 state: output error", "KVBuffer C = 48 (rounds every 48 tokens)",
+                     "KVBuffer C = 16 (rounds every 16 tokens), fp32 entries", "fp32 classic recurrent (the floor)",
+                     "one bf16 rounding of the exact state", "feedbeef0007"):
+            self.assertIn(text, svg.replace("\n", ""))
+        with open(os.path.join(self.out, "accuracy_mamba2.svg")) as f:
+            self.assertNotIn("fp32 entries", f.read())
         # The bytes figure's last panel lists every kernel measured, verify kernels with their T.
         with open(os.path.join(self.out, "bytes_per_step_gdn.svg")) as f:
             svg = f.read()
@@ -246,12 +287,39 @@ class Figures(unittest.TestCase):
         self.assertIn("mamba-ssm selective_state_update 9.9.2 (public, same method)", mamba2)
         self.assertIn("feedbeef0007", mamba2.replace("\n", ""))  # the caption names the commit
 
+    def test_16bit_rows_stay_out_of_the_fp32_figures(self):
+        # The paper preset writes each model's engine-default (bf16) rows into decode_GPU.csv and verify_GPU.csv,
+        # `kvbuf capacity --state-dtype all` its 16-bit rows into the capacity CSV and ncu_bytes.py --state-dtype
+        # bf16 its rows into the ncu CSV: the figures (fp32, as their modelled lines) leave them out.
+        synthetic_results(self.tmp.name)
+        bf16_commit = "b16b16b16b16"
+        for name in ("decode_syn.csv", "verify_syn.csv", "capacity_syn.csv", "ncu_bytes_syn.csv"):
+            path = os.path.join(self.tmp.name, name)
+            with open(path, newline="") as f:
+                rows = list(csv.DictReader(f))
+            columns = list(rows[0].keys()) + ["state_dtype"]
+            fast = [dict(r, state_dtype="bf16", commit=bf16_commit) for r in rows]
+            for r in fast:
+                for c in ("latency_us_median", "latency_us_per_token"):
+                    if r.get(c):
+                        r[c] = float(r[c]) / 10
+            write_csv(path, columns, [dict(r, state_dtype="fp32" if i % 2 else "") for i, r in enumerate(rows)] + fast)
+        r = run("--results", self.tmp.name, "--gpu", "syn", "--kvbuf", KVBUF, "--out", self.out,
+                "--only", "decode_latency,verify,capacity,bytes_per_step")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for stem in ("decode_latency_gdn", "verify_gdn", "capacity", "bytes_per_step_gdn"):
+            with open(os.path.join(self.out, stem + ".svg")) as f:
+                svg = f.read().replace("\n", "")
+            self.assertNotIn(bf16_commit, svg, stem)
+            self.assertRegex(svg, "feedbeef000[1-5]", stem)  # the fp32 rows, with or without the column
+
     def test_model_only_figures_need_no_gpu_csv(self):
         r = run("--results", self.tmp.name, "--kvbuf", KVBUF, "--out", self.out)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(stems(self.out), {"capacity", "short_context_gdn", "short_context_mamba2",
                                            "bytes_per_step_gdn", "bytes_per_step_mamba2"}, r.stdout)
         self.assertIn("skip decode_latency_gdn:", r.stdout)
+        self.assertIn("skip accuracy_gdn: no Gated DeltaNet rows in", r.stdout)
 
     def test_decode_csv_without_telemetry_columns(self):
         old = os.path.join(RESULTS, "archive", "decode_h200_1221994.csv")  # written before sm_clock_mhz and power_w

@@ -107,8 +107,59 @@ class NcuBytes(unittest.TestCase):
         self.assertIn("--csv --page raw --print-units base", r.stdout)
         self.assertFalse(os.path.exists(self.out) or os.path.exists(work))  # a dry run writes nothing
 
+    def test_state_dtype_picks_the_sweep_row_of_that_type(self):
+        # A sweep CSV with the state_dtype column (every sweep since the axis) holds a row per state dtype; the
+        # join takes the model's bytes of the row of --state-dtype and names it in the output's column.
+        with open(SWEEP) as f:
+            header, fp32_row = f.read().splitlines()[:2]
+        bf16_row = fp32_row.replace(",1.6e+06,", ",8e+05,")
+        sweep = self.write("sweep16.csv", "\n".join([header + ",state_dtype", fp32_row + ",fp32", bf16_row + ",bf16"]) + "\n")
+        ratios = {}
+        for state in ("fp32", "bf16"):
+            r = run("--from-export", RAW, "--sweep-csv", sweep, "--kernels", "kvbuffer", "--batch", "4", "--chunk", "2",
+                    "--state-dtype", state, "--out", self.out)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(self.out) as f:
+                (row,) = list(csv.DictReader(f))
+            self.assertEqual(row["state_dtype"], state)
+            ratios[state] = float(row["ratio"])
+        self.assertAlmostEqual(float(row["model_bytes_per_layer_step"]), 8e5)
+        self.assertAlmostEqual(ratios["bf16"], 2 * ratios["fp32"], places=3)
+        # The old sweep CSV (no state_dtype column) holds fp32 rows: the default finds its row, bf16 does not.
+        r = self.join()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.out) as f:
+            self.assertEqual(list(csv.DictReader(f))[0]["state_dtype"], "fp32")
+        r = run("--from-export", RAW, "--sweep-csv", SWEEP, "--kernels", "kvbuffer", "--batch", "4", "--chunk", "2",
+                "--state-dtype", "bf16", "--out", self.out)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no measured row for kvbuffer batch 4 chunk 2 state bf16", r.stderr)
+        r = run("--from-export", RAW, "--sweep-csv", sweep, "--kernels", "kvbuffer", "--batch", "4", "--chunk", "2",
+                "--state-dtype", "fp32,bf16", "--out", self.out)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("one state dtype", r.stderr)
+
+    def test_dry_run_passes_the_state_dtype_to_the_sweep(self):
+        r = run("--kvbuf", "/opt/kvbuf", "--kernels", "recurrent,kvbuffer,mamba2-verify-kvbuffer", "--model",
+                "qwen3-next-80b-a3b", "--batch", "64,256", "--chunk", "2,8", "--drafts", "4", "--state-dtype",
+                "bf16,fp16,bf16", "--out", self.out, "--dry-run", "--work", "W")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        profiles = [line for line in r.stdout.splitlines() if " sweep " in line]
+        # Per state dtype: recurrent 2 batches, kvbuffer 2 x 2 C, the verify only at C 8 (T 4 > C 2).
+        self.assertEqual(len(profiles), 2 * (2 + 4 + 2), r.stdout)
+        self.assertEqual(sum("--state-dtype bf16 " in line for line in profiles), 8)
+        self.assertEqual(sum("--state-dtype fp16 " in line for line in profiles), 8)
+        self.assertIn("--export W/kvbuffer_b256_c8_bf16 ", r.stdout)
+        self.assertIn("W/recurrent_b64_c0_fp16_sweep.csv", r.stdout)
+        # The default is fp32, passed as such, its files named as before.
+        r = run("--kvbuf", "/opt/kvbuf", "--kernels", "recurrent", "--batch", "64", "--out", self.out, "--dry-run",
+                "--work", "W")
+        self.assertIn("--state-dtype fp32 ", r.stdout)
+        self.assertIn("--export W/recurrent_b64_c0 ", r.stdout)
+
     def test_bad_arguments_exit_2(self):
-        for args in (("--kernels", "verify-kvbuffer-tree"), ("--batch", "0"), ("--chunk", "x"), ("--drafts", "0")):
+        for args in (("--kernels", "verify-kvbuffer-tree"), ("--batch", "0"), ("--chunk", "x"), ("--drafts", "0"),
+                     ("--state-dtype", "fp32,fp8")):
             r = run("--kvbuf", "k", "--out", self.out, "--dry-run", *args)
             self.assertEqual(r.returncode, 2, (args, r.stdout, r.stderr))
             self.assertIn(f"ncu_bytes.py: {args[0]}", r.stderr)
@@ -142,7 +193,8 @@ class NcuBytes(unittest.TestCase):
         self.assertEqual(r.returncode, 1, r.stderr)
         with open(self.out) as f:
             rows = list(csv.DictReader(f))
-        self.assertEqual([(x["kernel"], x["batch"], x["chunk"]) for x in rows], [("recurrent", "64", "0"), ("kvbuffer", "64", "8")])
+        self.assertEqual([(x["kernel"], x["batch"], x["chunk"], x["state_dtype"]) for x in rows],
+                         [("recurrent", "64", "0", "fp32"), ("kvbuffer", "64", "8", "fp32")])
         self.assertTrue(all(x["note"].startswith("not measured: kvbuf sweep under ncu exited 1") for x in rows), rows)
         self.assertTrue(all(x["ratio"] == "" for x in rows))
 

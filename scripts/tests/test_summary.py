@@ -147,6 +147,63 @@ class Summary(unittest.TestCase):
             self.assertEqual(line.split(), ["5", "64", "80.00", "[C", "16]", "60.00", "replayssm-verify", "0.75x",
                                             "200.00", "abc"])
 
+    def test_state_dtypes_get_their_own_tables(self):
+        # The paper preset writes a model's engine-default (bf16) rows into decode_h200.csv next to the fp32
+        # ones: the fp32 table ignores them, the bf16 table takes them, and takes decode16_h200.csv's rows only
+        # for a model the main CSV has no bf16 row of. Rows without a state_dtype column are fp32.
+        head = "model,kernel,batch,chunk,latency_us_median,gpu,commit,state_dtype\n"
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "decode_h200.csv"), "w") as f:
+                f.write(head +
+                        "qwen3-next-80b-a3b,recurrent,64,0,70.0,NVIDIA H200,abc,fp32\n"
+                        "qwen3-next-80b-a3b,kvbuffer,64,8,40.0,NVIDIA H200,abc,\n"
+                        "qwen3-next-80b-a3b,recurrent,64,0,36.0,NVIDIA H200,abc,bf16\n"
+                        "qwen3-next-80b-a3b,kvbuffer,64,4,30.0,NVIDIA H200,abc,bf16\n")
+            with open(os.path.join(tmp, "decode16_h200.csv"), "w") as f:
+                f.write(head +
+                        "qwen3-next-80b-a3b,recurrent,64,0,30.0,NVIDIA H200,old,bf16\n"
+                        "qwen3-next-80b-a3b,kvbuffer,64,4,20.0,NVIDIA H200,old,bf16\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-recurrent,64,0,40.0,NVIDIA H200,old,bf16\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,4,36.0,NVIDIA H200,old,bf16\n")
+            with open(os.path.join(tmp, "public_16bit_h200.csv"), "w") as f:
+                f.write("model,kernel,chunk,batch,state_dtype,latency_us,gpu,source\n"
+                        "qwen3-next-80b-a3b,vllm-gdn-packed-decode,,64,bf16,35.0,H200,recorded\n"
+                        "qwen3-next-80b-a3b,vllm-gdn-packed-decode,,64,fp16,1.0,H200,recorded\n")
+            r = run("--results", tmp)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            (fp32,) = section(r.stdout, "Gated DeltaNet decode: ")[1:]
+            self.assertEqual(fp32.split()[:6], ["64", "70.00", "40.00", "[C", "8]", "42.9%"])
+            (bf16,) = section(r.stdout, "Gated DeltaNet decode, bf16 state: ")[1:]
+            # Ours from decode_h200.csv (not decode16's faster rows of an older run); vLLM's recorded bf16
+            # figure is the fastest recurrent.
+            self.assertEqual(bf16.split()[:6], ["64", "35.00", "30.00", "[C", "4]", "14.3%"])
+            self.assertIn("vllm-gdn-packed-decode (published)", bf16)
+            (m2,) = section(r.stdout, "Mamba-2 decode, bf16 state: ")[1:]
+            self.assertEqual(m2.split()[:6], ["64", "40.00", "36.00", "[C", "4]", "10.0%"])
+            self.assertNotIn("fp16 state", r.stdout)  # a public figure alone opens no table
+
+    def test_capacity_per_state_dtype(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "capacity_h200.csv"), "w") as f:
+                f.write("model,tp,drafts,chunk,state_dtype,ratio_linear,measured_ratio,ratio_linear_allocated,gpu,commit\n"
+                        "qwen3-next-80b-a3b,1,4,16,fp32,4.576419,4.4910,4.481505,NVIDIA H200,abc\n"
+                        "qwen3-next-80b-a3b,1,4,16,bf16,4.233807,4.0800,4.077596,NVIDIA H200,abc\n"
+                        "qwen3-next-80b-a3b,1,5,16,bf16,5.0,4.9,4.8,NVIDIA H200,abc\n")
+            r = run("--results", tmp)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            (fp32,) = section(r.stdout, "Concurrent requests at T = 4, KVBuffer over classic, linear-attention pool, "
+                                        "fp32 state (paper: 5x)")[1:]
+            self.assertEqual(fp32.split(), ["qwen3-next-80b-a3b", "C", "16,", "tp", "1", "4.49x", "4.58x", "4.48x",
+                                            "+0.2%", "abc"])
+            (bf16,) = section(r.stdout, "Concurrent requests at T = 4, KVBuffer over classic, linear-attention pool, "
+                                        "bf16 state")[1:]
+            self.assertEqual(bf16.split()[5:], ["4.08x", "4.23x", "4.08x", "+0.1%", "abc"])
+            self.assertNotIn("fp16 state (paper", r.stdout)
+        # The committed fp32 measurement predates the allocated-model column: '-' there.
+        r = run("--results", RESULTS)
+        line = next(x for x in section(r.stdout, "Concurrent requests at T = 4") if "qwen3-next-80b-a3b" in x)
+        self.assertEqual(line.split()[5:7], ["4.49x", "4.58x"])
+
     def test_malformed_csv_exits_2(self):
         with tempfile.TemporaryDirectory() as tmp:
             with open(os.path.join(tmp, "decode_h200.csv"), "w") as f:

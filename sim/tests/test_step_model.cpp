@@ -158,6 +158,19 @@ TEST(StepModel, SixteenBitStatesTakeTheirOwnTables) {
   // the full-attention KV stays.
   EXPECT_NEAR(classic32.request_bytes(0) - classic16.request_bytes(0), 36 * 1048576.0, 1.0);
   EXPECT_LT(classic16.step_uniform(256, 4096).linear_attn_us, classic32.step_uniform(256, 4096).linear_attn_us);
+  // The held-out check's bytes-model column sizes the state at the table's type: the recurrent step
+  // moves half the bytes at bf16.
+  const auto held16 = held_out_check(bf16, find_gpu("h200"), {256}, StateType::BF16);
+  const auto held_as_fp32 = held_out_check(bf16, find_gpu("h200"), {256});
+  ASSERT_EQ(held16.size(), held_as_fp32.size());
+  int recurrent = 0;
+  for (size_t i = 0; i < held16.size(); ++i) {
+    EXPECT_EQ(held16[i].predicted_us, held_as_fp32[i].predicted_us);
+    if (held16[i].measured.kernel != LinearKernel::Recurrent) continue;
+    ++recurrent;
+    EXPECT_LT(held16[i].modelled_us, 0.55 * held_as_fp32[i].modelled_us);
+  }
+  EXPECT_GT(recurrent, 0);
 }
 
 TEST(StepModel, MeasuredLayerTimesEnterTheStep) {

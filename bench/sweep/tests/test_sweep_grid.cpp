@@ -248,8 +248,46 @@ TEST(SweepGrid, PaperPresetFitsItsBudget) {
   for (const SweepPoint& p : ps) models.insert(p.model);
   EXPECT_EQ(models, (std::set<std::string>{"qwen3-next-80b-a3b", "nemotron-3-nano-30b-a3b"}));
   const double s = estimate_seconds(ps, kPaperBudgetS);
-  EXPECT_GT(s, 4 * 60);
-  EXPECT_LT(s, 9 * 60);
+  EXPECT_GT(s, 8 * 60);
+  EXPECT_LT(s, 14 * 60);
+}
+
+// The preset measures fp32 and each model's engine-default state dtype: Qwen3-Next's bf16 at every
+// point of its fp32 grid, Nemotron-3 Nano (whose default is fp32) once.
+TEST(SweepGrid, PaperPresetAddsEachModelsEngineState) {
+  std::map<std::string, std::map<std::string, size_t>> count;  // model -> state -> points
+  for (const SweepPoint& p : expand_grid(paper_axes())) ++count[p.model][p.state_dtype];
+  EXPECT_EQ(find_model("qwen3-next-80b-a3b").engine_state, StateType::BF16);
+  EXPECT_EQ(find_model("nemotron-3-nano-30b-a3b").engine_state, StateType::FP32);
+  const auto& qwen = count.at("qwen3-next-80b-a3b");
+  const auto& nano = count.at("nemotron-3-nano-30b-a3b");
+  EXPECT_EQ(qwen.size(), 2u);
+  EXPECT_GT(qwen.at("fp32"), 0u);
+  EXPECT_EQ(qwen.at("bf16"), qwen.at("fp32"));
+  EXPECT_EQ(nano.size(), 1u);
+  EXPECT_GT(nano.at("fp32"), 0u);
+}
+
+// kEngineStateDtype resolves per model; a default equal to another value of the axis runs once; the
+// estimate counts each state dtype's measurement.
+TEST(SweepGrid, EngineStateDtypeResolvesPerModel) {
+  SweepAxes a;
+  a.models = {"qwen3-next-80b-a3b", "nemotron-3-nano-30b-a3b"};
+  a.kernels = {"recurrent", "mamba2-recurrent"};
+  a.batches = {8};
+  a.state_dtypes = {kEngineStateDtype};
+  auto states = [](const std::vector<SweepPoint>& ps) {
+    std::vector<std::string> s;
+    for (const SweepPoint& p : ps) s.push_back(p.model + "/" + p.state_dtype);
+    return s;
+  };
+  EXPECT_EQ(states(expand_grid(a)),
+            (std::vector<std::string>{"qwen3-next-80b-a3b/bf16", "nemotron-3-nano-30b-a3b/fp32"}));
+  a.state_dtypes = {"bf16", kEngineStateDtype, "fp32"};
+  const auto ps = expand_grid(a);
+  EXPECT_EQ(states(ps), (std::vector<std::string>{"qwen3-next-80b-a3b/bf16", "qwen3-next-80b-a3b/fp32",
+                                                  "nemotron-3-nano-30b-a3b/bf16", "nemotron-3-nano-30b-a3b/fp32"}));
+  EXPECT_GT(estimate_seconds({ps[0], ps[1]}, 0.5), estimate_seconds({ps[0]}, 0.5) + 0.5);
 }
 
 }  // namespace

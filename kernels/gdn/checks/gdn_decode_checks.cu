@@ -599,6 +599,11 @@ std::vector<DecodeCase> decode_cases(bool quick) {
       c.variant = BufferVariant::CachedU, c.capacity = 8, c.batch = 3, c.rows_per_block = 64, c.direct_every = 2, c.K = 64;
       c.name = sp + "tile64-K64-rowmeta-C8-b3-mixed-direct";
       if (!quick) add(c);
+      // The whole-head tile a 16-bit state takes from batch 64 at Qwen3-Next shapes (128 rows).
+      c.K = 128, c.rows_per_block = 128, c.name = sp + "tile128-rowmeta-C8-b3-mixed-direct";
+      add(c);
+      c.variant = BufferVariant::Raw, c.row_metadata = false, c.capacity = 4, c.name = sp + "tile128-raw-C4-b3-mixed-direct";
+      if (!quick) add(c);
     }
     {
       DecodeCase c;

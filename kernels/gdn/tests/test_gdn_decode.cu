@@ -102,6 +102,35 @@ TEST(GdnDecodeDispatch, RefusesUnsupportedShapes) {
   cudaFree(dummy);
 }
 
+// The single KVBuffer kernel's rows per block by state type (Qwen3-Next, scheduler metadata, C = 8):
+// fp32 keeps 32 KiB tiles of 64 rows; a 16-bit state takes whole heads where the grid keeps twice
+// the fp32 rule's blocks per SM, and the fp32 rule below that.
+TEST(GdnDecodeDispatch, SingleKVBufferRowsByStateType) {
+  int32_t* dummy = nullptr;
+  KVB_CUDA_CHECK(cudaMalloc(&dummy, 256));
+  int sms = 0;
+  KVB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  GdnKVBufferParams p;
+  p.io.H = 16, p.io.HV = 32, p.io.K = 128, p.io.V = 128;
+  p.io.slot = dummy;
+  p.state = dummy;
+  p.buf_k = p.buf_val = dummy;
+  p.buf_gcum = reinterpret_cast<float*>(dummy);
+  p.row_fill = p.row_has_state = dummy;
+  p.capacity = 8;
+  const int wide_batch = (8 * sms + p.io.HV - 1) / p.io.HV;  // one 128-row block per head: 8 blocks per SM
+  for (StateType st : {StateType::FP32, StateType::BF16, StateType::FP16}) {
+    p.state_type = st;
+    p.io.batch = wide_batch;
+    EXPECT_EQ(gdn_decode_kvbuffer_rows_per_block(p), st == StateType::FP32 ? 64 : 128) << state_type_name(st);
+    p.io.batch = wide_batch - 1;
+    EXPECT_EQ(gdn_decode_kvbuffer_rows_per_block(p), 64) << state_type_name(st);
+    p.io.batch = 1;
+    EXPECT_EQ(gdn_decode_kvbuffer_rows_per_block(p), 16) << state_type_name(st);
+  }
+  cudaFree(dummy);
+}
+
 // The row groups the direct entry point's compacted state kernel gets (the sweep's row_groups column).
 TEST(GdnDecodeDispatch, DirectRowGroups) {
   int32_t* dummy = nullptr;
