@@ -14,14 +14,14 @@ import references as ref
 CAPACITY, MAX_TOKENS = 4, 4
 
 
-def gdn_cache(kvbuf, device, rows):
+def gdn_cache(kvbuf, device, rows, capacity=CAPACITY):
     return kvbuf.KVBufferCache.gdn(max_requests=rows + 2, num_heads=2, num_value_heads=4, head_k_dim=128,
-                                   head_v_dim=128, capacity=CAPACITY, max_tokens=MAX_TOKENS, device=device)
+                                   head_v_dim=128, capacity=capacity, max_tokens=MAX_TOKENS, device=device)
 
 
-def mamba2_cache(kvbuf, device, rows):
+def mamba2_cache(kvbuf, device, rows, capacity=CAPACITY):
     return kvbuf.KVBufferCache.mamba2(max_requests=rows + 2, nheads=8, headdim=64, d_state=128, ngroups=2,
-                                      capacity=CAPACITY, max_tokens=MAX_TOKENS, device=device)
+                                      capacity=capacity, max_tokens=MAX_TOKENS, device=device)
 
 
 class _Model:
@@ -137,4 +137,66 @@ def run(cache, *, steps=200, rows=5, seed=0, device="cuda"):
             stats["verifies"] += 1
         if step % 10 == 9 or step == steps - 1:
             check_states()
+    return stats
+
+
+# Trees (docs/kvbuffer-math.md section 6): per row, p(i) of nodes 1..4, and the root paths accepted
+# in alternate rounds (1-based nodes; each the parent of the next, the first a child of 0).
+TREES = ([0, 1, 1, 2], [0, 0, 1, 3], [0, 1, 2, 3], [0, 1, 1, 1])
+TREE_PATHS = (([1, 2, 4], [1, 3]), ([2], [1, 3, 4]), ([1, 2, 3, 4], [1, 2]), ([], [1, 4]))
+
+
+def tree_depth(parents):
+    depth = [0]
+    for p in parents:
+        depth.append(depth[p] + 1)
+    return max(depth)
+
+
+def run_tree(cache, *, rounds=8, seed=1, device="cuda"):
+    """Tree verifies through KVBufferCache (capacity 8, T = 4: folds first and not) against the float64
+    recurrence along each node's root path; accepts a root path per row (accept_nodes), then checks the
+    request's state and fill. Returns the largest errors and the folds."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    model = _Model(cache, gen, device)
+    C, T, rows = cache.capacity, len(TREES[0]), len(TREES)
+    slots = [cache.allocate(initial_state=model.initial_state().to(cache.state_dtype) if i % 2 == 0 else None)
+             for i in range(rows)]
+    states = [cache.state(s) for s in slots]
+    fills = [0] * rows
+    parents = torch.tensor(TREES + ([0] * T,), dtype=torch.int32, device=device)  # + a padding row
+    stats = dict(out_err=0.0, state_err=0.0, verify_folds=0, commit_folds=0)
+    slot_t = cache.slot_tensor(slots + [-1])
+    for rnd in range(rounds):
+        inputs = model.inputs(rows + 1, tokens=T)
+        o = cache.verify(slot_t, parents=parents, **model.call_args(inputs))
+        live = {k: v[:rows] for k, v in inputs.items()}
+        node_states, outs = [torch.stack(states)], []
+        for t in range(T):
+            S_parent = torch.stack([node_states[TREES[r][t]][r] for r in range(rows)])
+            y, St = model.step(S_parent, live, t)
+            outs.append(y)
+            node_states.append(St)
+        err = ref.rel_err(o[:rows], torch.stack(outs, 1), (-2, -1)).max().item()
+        assert err == err, f"round {rnd}: NaN output"
+        stats["out_err"] = max(stats["out_err"], err)
+        assert torch.count_nonzero(o[rows]).item() == 0, f"round {rnd}: the padding row's output is not zero"
+        paths = [TREE_PATHS[r][rnd % 2] for r in range(rows)]
+        accept_len = torch.tensor([len(p) for p in paths] + [0], dtype=torch.int32, device=device)
+        accept_nodes = torch.tensor([p + [0] * (T - len(p)) for p in paths] + [[0] * T], dtype=torch.int32,
+                                    device=device)
+        cache.accept(accept_len, accept_nodes)
+        for r in range(rows):
+            if paths[r]:
+                states[r] = node_states[paths[r][-1]][r]
+            n, m = fills[r], len(paths[r])
+            folds_first = n > 0 and n + tree_depth(TREES[r]) >= C
+            n0 = 0 if folds_first else n
+            stats["verify_folds"] += folds_first
+            stats["commit_folds"] += n0 + m == C
+            fills[r] = 0 if n0 + m == C else n0 + m
+            assert cache.fill(slots[r]) == fills[r], f"round {rnd} row {r}: fill {cache.fill(slots[r])}, protocol {fills[r]}"
+            err = ref.rel_err(cache.state(slots[r]), states[r], (-3, -2, -1)).item()
+            assert err == err, "NaN state"
+            stats["state_err"] = max(stats["state_err"], err)
     return stats

@@ -2,7 +2,7 @@
 (KVBufferCache, the test loop of cache_loop.py): the same keyword arguments, pools and bookkeeping
 as kvbuf.gdn_decode_kvbuffer / gdn_verify_kvbuffer / gdn_verify_kvbuffer_commit and the Mamba-2
 three, computed in float64 from the pools and stored in their dtypes (bf16 entries rounded where the
-kernels round them). Chains only (parents None). Not a model of the kernels' arithmetic: the GPU tests
+kernels round them); chains and trees. Not a model of the kernels' arithmetic: the GPU tests
 check the kernels themselves.
 
 The protocol (kernels/gdn/gdn_verify.h, docs/kvbuffer-math.md sections 3, 5, 8):
@@ -169,9 +169,25 @@ def decode_kvbuffer(*, slot, state, buf_k, buf_val, buf_gcum, fill, has_state, b
     return out
 
 
+def tree_parents(parents, r, T):
+    """Node t's parent (0-based nodes, -1 the committed state) for row r: parents [B, T] holds p(i)
+    of node i = 1..T in 0..i-1 (an out-of-range entry reads 0); None is the chain."""
+    out = []
+    for t in range(T):
+        p = t if parents is None else int(parents[r, t])
+        out.append(p - 1 if 0 <= p <= t else -1)
+    return out
+
+
+def depth_of(par):
+    depth = []
+    for p in par:
+        depth.append(1 if p < 0 else depth[p] + 1)
+    return max(depth)
+
+
 def verify_kvbuffer(*, slot, state, buf_k, buf_val, buf_gcum, fill, has_state, win_k, win_u, win_gcum, win_base,
                     buf_beta=None, win_beta=None, parents=None, out=None, stream=None, **inputs):
-    assert parents is None, "the emulation runs chains only"
     R, C = slot.shape[0], buf_k.shape[1]
     T = win_k.shape[1]
     fam = _family(inputs, state, buf_k)
@@ -181,26 +197,31 @@ def verify_kvbuffer(*, slot, state, buf_k, buf_val, buf_gcum, fill, has_state, w
         if s < 0:
             outs.append(None)
             continue
+        par = tree_parents(parents, r, T)
         n, has = int(fill[s]), int(has_state[s])
         ks, us, Gs, dts = _entries(buf_k, buf_val, buf_gcum, buf_beta, s, n)
-        if n > 0 and n + T >= C:  # fold first
+        if n > 0 and n + depth_of(par) >= C:  # fold first
             _fold(fam, state, s, has, (ks, us, Gs, dts), Gs[-1])
             has, n = 1, 0
             ks, us, Gs, dts = _entries(buf_k, buf_val, buf_gcum, buf_beta, s, 0)
         S0 = state[s].to(F64) if has else torch.zeros(state.shape[1:], dtype=F64)
-        G = Gs[-1] if len(Gs) else None
-        row = []
+        nodes, row = [], []  # per node: (k, u, G, dt) of its candidate entry
         for t in range(T):
             tok = fam.token(_row(inputs, r, t))
-            G = (G if G is not None else torch.zeros_like(tok["decay"])) + tok["decay"]
-            o, k_new, u_new, dt_new = fam.step(S0, G, tok, ks, us, Gs, dts, buf_k.dtype)
+            path, p = [], par[t]
+            while p >= 0:  # the node's ancestors, root first
+                path.insert(0, p)
+                p = par[p]
+            G0 = nodes[par[t]][2] if par[t] >= 0 else (Gs[-1] if len(Gs) else torch.zeros_like(tok["decay"]))
+            G = G0 + tok["decay"]
+            cat = lambda a, i: torch.cat([a] + [nodes[j][i][None] for j in path]) if a is not None else None  # noqa
+            o, k_new, u_new, dt_new = fam.step(S0, G, tok, cat(ks, 0), cat(us, 1), cat(Gs, 2), cat(dts, 3),
+                                               buf_k.dtype)
             row.append(o)
+            nodes.append((k_new, u_new, G, dt_new))
             win_k[r, t], win_u[r, t], win_gcum[r, t] = k_new.to(win_k.dtype), u_new.to(win_u.dtype), G.float()
             if win_beta is not None:
                 win_beta[r, t] = dt_new.float()
-            ks, us, Gs = torch.cat([ks, k_new[None]]), torch.cat([us, u_new[None]]), torch.cat([Gs, G[None]])
-            if dts is not None:
-                dts = torch.cat([dts, dt_new[None]])
         win_base[r, 0], win_base[r, 1] = n, has
         outs.append(torch.stack(row))
     ref = next(o for o in outs if o is not None)
@@ -213,7 +234,6 @@ def verify_kvbuffer(*, slot, state, buf_k, buf_val, buf_gcum, fill, has_state, w
 
 def verify_kvbuffer_commit(*, slot, state, buf_k, buf_val, buf_gcum, fill, has_state, win_k, win_u, win_gcum,
                            win_base, accept_len, accept_nodes=None, buf_beta=None, win_beta=None, stream=None):
-    assert accept_nodes is None, "the emulation runs chains only"
     R, C, T = slot.shape[0], buf_k.shape[1], win_k.shape[1]
     fam = Gdn(buf_k.shape[2], state.shape[1], buf_k.shape[3]) if buf_beta is None else Mamba2(buf_k.shape[2],
                                                                                                  state.shape[1])
@@ -222,19 +242,21 @@ def verify_kvbuffer_commit(*, slot, state, buf_k, buf_val, buf_gcum, fill, has_s
         if s < 0:
             continue
         m = min(max(int(accept_len[r]), 0), T)
+        nodes = [int(accept_nodes[r, i]) - 1 for i in range(m)] if accept_nodes is not None else list(range(m))
+        pick = lambda w: w[r, nodes] if m else w[r, :0]  # noqa: E731
         n0, has = int(win_base[r, 0]), int(win_base[r, 1])
         if n0 + m == C:
             ks, us, Gs, dts = _entries(buf_k, buf_val, buf_gcum, buf_beta, s, n0)
-            ks = torch.cat([ks, win_k[r, :m].to(F64)])
-            us = torch.cat([us, win_u[r, :m].to(F64)])
-            Gs = torch.cat([Gs, win_gcum[r, :m].to(F64)])
+            ks = torch.cat([ks, pick(win_k).to(F64)])
+            us = torch.cat([us, pick(win_u).to(F64)])
+            Gs = torch.cat([Gs, pick(win_gcum).to(F64)])
             if dts is not None:
-                dts = torch.cat([dts, win_beta[r, :m].to(F64)])
+                dts = torch.cat([dts, pick(win_beta).to(F64)])
             _fold(fam, state, s, has, (ks, us, Gs, dts), Gs[-1])
             fill[s], has_state[s] = 0, 1
         else:
-            buf_k[s, n0:n0 + m], buf_val[s, n0:n0 + m], buf_gcum[s, n0:n0 + m] = win_k[r, :m], win_u[r, :m], \
-                win_gcum[r, :m]
+            buf_k[s, n0:n0 + m], buf_val[s, n0:n0 + m], buf_gcum[s, n0:n0 + m] = pick(win_k), pick(win_u), \
+                pick(win_gcum)
             if buf_beta is not None:
-                buf_beta[s, n0:n0 + m] = win_beta[r, :m]
+                buf_beta[s, n0:n0 + m] = pick(win_beta)
             fill[s], has_state[s] = n0 + m, has

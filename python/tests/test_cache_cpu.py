@@ -95,6 +95,15 @@ class EmulatedCacheLoop(unittest.TestCase):
     def test_mamba2(self):
         self.check(cache_loop.mamba2_cache(kvbuf, "cpu", rows=5), ref.U16 + 1e-4, 1e-4)
 
+    def test_trees(self):
+        for make, tol_out, tol_state in ((cache_loop.gdn_cache, 8 * ref.U16, 8 * ref.U16),
+                                         (cache_loop.mamba2_cache, ref.U16 + 1e-4, 1e-4)):
+            cache = self.emulated(make(kvbuf, "cpu", rows=4, capacity=8))
+            stats = cache_loop.run_tree(cache, device="cpu")
+            self.assertGreater(stats["verify_folds"], 0, stats)
+            self.assertLessEqual(stats["out_err"], tol_out, stats)
+            self.assertLessEqual(stats["state_err"], tol_state, stats)
+
     def test_cache_refuses_misuse(self):
         cache = self.emulated(cache_loop.gdn_cache(kvbuf, "cpu", rows=1))
         a, b, c = (cache.allocate() for _ in range(3))

@@ -7,7 +7,8 @@ an sm_90 device, which the kernels are built for):
   selective_state_update (fp32 and bf16 states), at batch 1, 3 and 64, on pools indexed by slot
   (rows in random slots, the other slots untouched), each also against the float64 reference;
 * a 200-step serving loop through KVBufferCache for both families (cache_loop.py: decodes, verifies
-  with rejections, folds, reused slots, a padding row) against float64;
+  with rejections, folds, reused slots, a padding row) against float64; tree verifies accepting root
+  paths; the classic verify kernels (copy and its commit, in place) on trees;
 * CUDA graphs (torch.cuda.graph captures KVBufferCache steps, verify and accept, replayed equal to
   eager), streams (current, int handle, stream object), another DLPack producer, the README's
   example, and the kernels' own refusals as ValueError.
@@ -232,6 +233,96 @@ class CacheLoop(Case):
 
     def test_mamba2(self):
         self.check(cache_loop.mamba2_cache(kvbuf, "cuda", rows=5), U + 1e-4, 1e-4)
+
+
+class Trees(Case):
+    """Tree verifies through KVBufferCache (both families, C = 8, T = 4) against float64, accepting
+    root paths (accept_nodes); cache_loop.run_tree."""
+
+    def test_gdn(self):
+        stats = cache_loop.run_tree(cache_loop.gdn_cache(kvbuf, "cuda", rows=4, capacity=8))
+        self.assertGreater(stats["verify_folds"], 0, stats)
+        self.assertLessEqual(stats["out_err"], 8 * U, stats)
+        self.assertLessEqual(stats["state_err"], 8 * U, stats)
+
+    def test_mamba2(self):
+        stats = cache_loop.run_tree(cache_loop.mamba2_cache(kvbuf, "cuda", rows=4, capacity=8))
+        self.assertGreater(stats["verify_folds"], 0, stats)
+        self.assertLessEqual(stats["out_err"], U + 1e-4, stats)
+        self.assertLessEqual(stats["state_err"], 1e-4, stats)
+
+
+class Classic(Case):
+    """The classic verify kernels of both families on trees (cache_loop.TREES): every node's output and
+    state against the float64 recurrence along its root path; GDN's copy variant and its commit of a
+    root path, GDN's and Mamba-2's in-place variant (node t's state into its step slot, nothing else
+    written)."""
+
+    rows, T = 3, 4
+
+    def setup(self, family):
+        gen = torch.Generator(device=DEV).manual_seed(11)
+        R, T = self.rows, self.T
+        S = 4 * R * (T + 1)
+        perm = torch.randperm(S, generator=gen, device=DEV).to(torch.int32)
+        slot, step_slot = perm[:R].contiguous(), perm[R:R + R * T].reshape(R, T).contiguous()
+        parents = torch.tensor(cache_loop.TREES[:R], dtype=torch.int32, device=DEV)
+        if family == "gdn":
+            H, HV, K, V = 2, 4, 128, 128
+            pool = 0.1 * torch.randn(S, HV, V, K, generator=gen, device=DEV)
+            x = ref.gdn_inputs(gen, R, H, HV, K, V, DEV, tokens=T)
+            step = lambda St, t: ref.gdn_step(St, **{k: v[:, t] for k, v in x.items()})  # noqa: E731
+            call = x
+        else:
+            G, NH, P, N = 2, 8, 64, 128
+            pool = 0.1 * torch.randn(S, NH, P, N, generator=gen, device=DEV)
+            x = ref.mamba2_inputs(gen, R, G, NH, P, N, DEV, tokens=T)
+            prm = ref.mamba2_params(gen, NH, DEV)
+            step = lambda St, t: ref.mamba2_step(St, **{k: v[:, t] for k, v in x.items()}, **prm)  # noqa: E731
+            call = {**x, **prm}
+        node_states, outs = [pool[slot.long()].double()], []
+        for t in range(T):
+            par = torch.stack([node_states[cache_loop.TREES[r][t]][r] for r in range(R)])
+            y, St = step(par, t)
+            outs.append(y)
+            node_states.append(St)
+        return pool, slot, step_slot, parents, call, node_states, torch.stack(outs, 1)
+
+    def check_nodes(self, o, outs, node_state_of, node_states, what):
+        self.assert_close(o, outs, TOL_OUT, (-2, -1), f"{what}: node outputs")
+        for t in range(self.T):
+            self.assert_close(node_state_of(t), node_states[t + 1], TOL_STATE, (-3, -2, -1), f"{what}: node {t + 1} states")
+
+    def test_gdn_copy_and_commit(self):
+        pool, slot, _, parents, x, node_states, outs = self.setup("gdn")
+        before = pool.clone()
+        R, T = self.rows, self.T
+        ss = torch.empty(R, T, *pool.shape[1:], device=DEV)
+        o = kvbuf.gdn_verify_classic(**x, slot=slot, state=pool, step_states=ss, parents=parents)
+        self.check_nodes(o, outs, lambda t: ss[:, t], node_states, "GDN classic copy")
+        self.assertTrue(torch.equal(pool, before), "the copy variant's verify wrote the pool")
+        paths = [cache_loop.TREE_PATHS[r][0] for r in range(R)]
+        accept_len = torch.tensor([len(p) for p in paths], dtype=torch.int32, device=DEV)
+        accept_nodes = torch.tensor([p + [0] * (T - len(p)) for p in paths], dtype=torch.int32, device=DEV)
+        kvbuf.gdn_verify_classic_commit(state=pool, slot=slot, step_states=ss, accept_len=accept_len,
+                                        accept_nodes=accept_nodes)
+        for r, p in enumerate(paths):
+            want = node_states[p[-1]][r] if p else before[slot[r].long()].double()
+            self.assert_close(pool[slot[r].long()], want, TOL_STATE, (-3, -2, -1), f"GDN classic commit, row {r}")
+        self.assert_untouched(pool, before, slot, "GDN classic commit")
+
+    def in_place(self, family, fn):
+        pool, slot, step_slot, parents, x, node_states, outs = self.setup(family)
+        before = pool.clone()
+        o = fn(**x, slot=slot, state=pool, step_slot=step_slot, parents=parents)
+        self.check_nodes(o, outs, lambda t: pool[step_slot[:, t].long()], node_states, f"{family} classic in place")
+        self.assert_untouched(pool, before, step_slot.flatten(), f"{family} classic in place")
+
+    def test_gdn_in_place(self):
+        self.in_place("gdn", kvbuf.gdn_verify_classic)
+
+    def test_mamba2_in_place(self):
+        self.in_place("mamba2", kvbuf.mamba2_verify_classic)
 
 
 class Graphs(Case):
