@@ -258,6 +258,18 @@ class Validation(unittest.TestCase):
         self.assert_refused(TypeError, fn, arguments(fn, step_states=make("bf16", (B, T, HV, V, K))), "must match")
         self.assert_refused(ValueError, fn, arguments(fn, step_states=None), "exactly one of step_slot")
 
+    def test_time_launches_checks_like_the_call(self):
+        # The C++ side of scripts/py_overhead.py takes the function's keyword arguments as a dict.
+        fn = "gdn_decode_kvbuffer"
+        with self.assertRaisesRegex(ValueError, "is on cpu"):
+            kvbuf._C._time_launches(fn, 10, 3, False, arguments(fn))
+        with self.assertRaisesRegex(TypeError, "takes no argument 'qq'"):
+            kvbuf._C._time_launches(fn, 10, 3, False, {**arguments(fn), "qq": 1})
+        with self.assertRaisesRegex(ValueError, "unknown kernel"):
+            kvbuf._C._time_launches("gdn_decode_fast", 10, 3, False, arguments(fn))
+        with self.assertRaisesRegex(TypeError, "q must be bfloat16"):
+            kvbuf._C._time_launches(fn, 10, 3, False, arguments(fn, q=make("f32", (3, 2, 64))))
+
     def test_out_is_checked_before_the_device(self):
         B, HV, V = DIMS["B"], DIMS["HV"], DIMS["V"]
         fn = "gdn_decode_recurrent"
