@@ -3,8 +3,8 @@
 Mamba-2 (Nemotron-3 Nano):
 
     scripts/figures.py [--results results] [--gpu h200] [--out results/figures_h200] [--kvbuf build/bench/kvbuf]
-                       [--only NAME,...] [--decode F] [--verify F] [--context F] [--fla F] [--public-mamba2 F]
-                       [--capacity F,...] [--ncu F] [--accuracy F]
+                       [--only NAME,...] [--decode F] [--verify F] [--context F] [--public F] [--fla F]
+                       [--public-mamba2 F] [--capacity F,...] [--ncu F] [--accuracy F]
 
 Inputs, by default found in --results with the --gpu suffix (an input given by name must exist; a
 default one that is missing only skips what needs it):
@@ -13,7 +13,10 @@ default one that is missing only skips what needs it):
   context_GPU.csv         a short-context sweep run on its own (`kvbuf sweep --context ...`), read
                           for the short-context figure in place of decode_GPU.csv's context rows
   verify_GPU.csv          `kvbuf sweep --verify-out` rows
-  fla_GPU.csv             scripts/bench_fla.py (FLA's kernel timed with kvbuf's method)
+  public_GPU.csv          scripts/bench_public.py: the public kernels that install by name (fla-core, mamba-ssm,
+                          FlashInfer) timed with kvbuf's method, each row with its package's version
+  fla_GPU.csv             FLA's kernel timed with kvbuf's method before bench_public.py (scripts/bench_fla.py):
+                          drawn where public_GPU.csv has no FLA rows
   public_mamba2_GPU.csv   recorded latencies of public Mamba-2 kernels (vLLM, ReplaySSM) on that GPU, decode
                           and verify (a verify row has its T in drafts), with their source
   capacity_GPU*.csv       `kvbuf capacity --measure --csv`
@@ -123,6 +126,7 @@ class Inputs:
         self.context, self.context_path = load(args.context, f"context_{gpu}.csv", load_decode)
         self.context = fp32_rows(self.context)
         self.fla, self.fla_path = load(args.fla, f"fla_{gpu}.csv", load_fla)
+        self.measured_public, self.measured_public_path = load(args.public, f"public_{gpu}.csv", load_measured_public)
         self.public, self.public_path = load(args.public_mamba2, f"public_mamba2_{gpu}.csv", load_public)
         self.ncu, self.ncu_path = load(args.ncu, f"ncu_bytes_{gpu}.csv", load_ncu)
         self.ncu = fp32_rows(self.ncu)
@@ -192,9 +196,17 @@ def load_fla(p):
                       floats=("latency_us_median",), keep=measured)
 
 
-# Display names of the public kernels of public_mamba2_GPU.csv, as their users know them; an id
-# not listed is shown as it is.
+def load_measured_public(p):
+    return read_table(p, required=("model", "kernel", "package_version", "state_dtype", "gpu", "commit"),
+                      ints=("batch",), floats=("latency_us_median",), keep=measured)
+
+
+# Display names of the public kernels (public_GPU.csv, public_mamba2_GPU.csv), as their users know
+# them; an id not listed is shown as it is.
 PUBLIC_KERNEL_NAMES = {
+    "fla-fused-recurrent-vfirst-oop": "FLA fused_recurrent_gated_delta_rule",
+    "flashinfer-gdn-decode-pretranspose": "FlashInfer gated_delta_rule_decode",
+    "mamba-ssm-selective-state-update": "mamba-ssm selective_state_update",
     "vllm-selective-state-update": "vLLM selective_state_update",
     "vllm-verify-classic": "vLLM classic verify",
     "replayssm": "ReplaySSM decode",
@@ -329,14 +341,20 @@ def model_of(inputs, fam):
 
 def fig_decode_latency(inputs, fam):
     rows = family_rows(inputs, fam)
-    public, public_source = [], ("public", "", [])
-    if fam.name == "gdn" and inputs.fla:
-        public = [(f"{r['kernel']} (public, same method)", r["batch"], r["latency_us_median"], r) for r in inputs.fla]
-        public_source = ("FLA", inputs.fla_path, inputs.fla)
+    public, public_sources = [], []
+    # Measured public kernels of this family (bench_public.py), fp32 states as the sweep's rows.
+    mine = [r for r in inputs.measured_public or [] if r["state_dtype"] == "fp32"
+            and (r["kernel"].startswith("mamba-ssm") if fam.name == "mamba2" else not r["kernel"].startswith("mamba"))]
+    public += [(f"{PUBLIC_KERNEL_NAMES.get(r['kernel'], r['kernel'])} {r['package_version']} (public, same method)",
+                r["batch"], r["latency_us_median"], r) for r in mine]
+    public_sources.append(("public kernels, same method", inputs.measured_public_path, mine))
+    if fam.name == "gdn" and inputs.fla and not any(r["kernel"] == "fla-fused-recurrent-vfirst-oop" for r in mine):
+        public += [(f"{r['kernel']} (public, same method)", r["batch"], r["latency_us_median"], r) for r in inputs.fla]
+        public_sources.append(("FLA", inputs.fla_path, inputs.fla))
     elif fam.name == "mamba2" and inputs.public:
         decode_public = [r for r in inputs.public if r["drafts"] is None]
-        public = [(public_label(r), r["batch"], r["latency_us"], r) for r in decode_public]
-        public_source = ("recorded public figures", inputs.public_path, decode_public)
+        public += [(public_label(r), r["batch"], r["latency_us"], r) for r in decode_public]
+        public_sources.append(("recorded public figures", inputs.public_path, decode_public))
     if not rows and not public:
         raise Skip(f"no measured {fam.title} decode rows in {inputs.decode_path} and no public baseline")
     model = rows[0]["model"] if rows else public[0][3]["model"]
@@ -387,7 +405,7 @@ def fig_decode_latency(inputs, fam):
         print(f"decode_latency_{fam.name}: no measured {fam.title} rows in {inputs.decode_path}; "
               "drawn with the public numbers only, marked 'no measurement'")
     legend(ax)
-    sources = [("kvbuf", inputs.decode_path, rows), public_source]
+    sources = [("kvbuf", inputs.decode_path, rows), *public_sources]
     if rows16:
         sources.append(("kvbuf, bf16 states", inputs.decode16_path, rows16))
     caption(fig, provenance(*sources) +
@@ -909,7 +927,7 @@ def parse_args(argv):
     ap.add_argument("--kvbuf", help="the kvbuf binary, for the modelled lines (kvbuf bytes, kvbuf capacity)")
     ap.add_argument("--only", help=f"comma-separated figure names: {', '.join(FIGURES)}")
     ap.add_argument("--formats", default="png,svg", help="comma-separated: png, svg")
-    for name in ("decode", "decode16", "verify", "context", "fla", "public-mamba2", "ncu", "accuracy"):
+    for name in ("decode", "decode16", "verify", "context", "public", "fla", "public-mamba2", "ncu", "accuracy"):
         ap.add_argument(f"--{name}", help=f"the {name} CSV instead of the default in --results")
     ap.add_argument("--capacity", help="comma-separated capacity CSVs instead of RESULTS/capacity_GPU*.csv")
     try:

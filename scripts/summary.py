@@ -5,9 +5,10 @@ model family (Gated DeltaNet: Qwen3-Next; Mamba-2: Nemotron-3 Nano).
     scripts/summary.py [--results results] [--gpu h200] [--wall-s SECONDS]
 
 - decode: linear-attention latency reduction of KVBuffer at its best C against the fastest recurrent
-  decode we know at that batch, ours (in place or out of place) or public (FLA's kernel of
-  fla_GPU.csv, vLLM's selective_state_update of public_mamba2_GPU.csv), named in the last column
-  (the paper: up to 45.17%);
+  decode we know at that batch, ours (in place or out of place) or public (the kernels of
+  public_GPU.csv measured by scripts/bench_public.py: FLA's, FlashInfer's, mamba-ssm's
+  selective_state_update; FLA's of fla_GPU.csv where public_GPU.csv has none; vLLM's recorded
+  selective_state_update of public_mamba2_GPU.csv), named in the last column (the paper: up to 45.17%);
 - verify: KVBuffer verify at its best C against the fastest classic verify row, T = 4, per batch;
   and, where public_mamba2_GPU.csv has published verify figures (a drafts column), Mamba-2 at their
   T against them (ReplaySSM's buffered verify, vLLM's classic) and against our classic;
@@ -19,7 +20,7 @@ Decode and verify print a table per state dtype: fp32 (the rows of decode_GPU.cs
 without a state_dtype column, or with fp32 in it) first, then each 16-bit type, its rows of a model
 taken from decode_GPU.csv / verify_GPU.csv where that file has any (the paper preset measures each
 model's engine default), else from decode16_GPU.csv / verify16_GPU.csv; the 16-bit decode baselines
-include the recorded public 16-bit kernels of public_16bit_GPU.csv.
+include the recorded public 16-bit kernels of public_16bit_GPU.csv and the 16-bit rows of public_GPU.csv.
 A family or table without rows prints "no measurement". Exit status 2 on a malformed CSV.
 """
 import argparse
@@ -31,8 +32,10 @@ from results_csv import InputError, read_table, steady_state
 PAPER_DECODE_REDUCTION = 45.17  # percent, the paper's largest linear-attention decode latency reduction
 PAPER_CAPACITY_RATIO = 5.0  # concurrent requests with 4 draft tokens
 FAMILIES = (  # (title, recurrent kernels, ours and public, KVBuffer kernel, kernel prefix of the verify rows)
-    ("Gated DeltaNet", ("recurrent", "recurrent-oop", "fla-fused-recurrent-vfirst-oop"), "kvbuffer", "verify-"),
-    ("Mamba-2", ("mamba2-recurrent", "vllm-selective-state-update"), "mamba2-kvbuffer", "mamba2-verify-"),
+    ("Gated DeltaNet", ("recurrent", "recurrent-oop", "fla-fused-recurrent-vfirst-oop",
+                        "flashinfer-gdn-decode-pretranspose"), "kvbuffer", "verify-"),
+    ("Mamba-2", ("mamba2-recurrent", "vllm-selective-state-update", "mamba-ssm-selective-state-update"),
+     "mamba2-kvbuffer", "mamba2-verify-"),
 )
 CAPACITY_DRAFTS = 4
 VERIFY_DRAFTS = 4
@@ -40,6 +43,10 @@ STATE_DTYPES = ("fp32", "bf16", "fp16")
 # The recorded public recurrent decode kernels with a 16-bit state (public_16bit_GPU.csv), per family.
 PUBLIC_16BIT_RECURRENT = {"Gated DeltaNet": ("vllm-gdn-packed-decode", "fla-fused-recurrent-vfirst"),
                           "Mamba-2": ("vllm-selective-state-update",)}
+# The public kernels scripts/bench_public.py measures (public_GPU.csv), per family: at a 16-bit state
+# too (its --state-dtype), baselines of that state's tables.
+MEASURED_PUBLIC = {"Gated DeltaNet": ("flashinfer-gdn-decode-pretranspose",),
+                   "Mamba-2": ("mamba-ssm-selective-state-update",)}
 
 
 def state_of(row):
@@ -99,12 +106,23 @@ def published_mamba2(results, gpu):
                                 floats=("latency_us",), optional_floats=("drafts",))]
 
 
-def public_decode(results, gpu, published):
-    """The public recurrent decode kernels measured with kvbuf's method: FLA's (fla_GPU.csv) and the
-    published Mamba-2 decode figures (those of `published` without a T)."""
-    rows = []
+def measured_public(results, gpu):
+    """The public kernels measured with kvbuf's method by scripts/bench_public.py (public_GPU.csv),
+    every state dtype."""
+    path = os.path.join(results, f"public_{gpu}.csv")
+    if not os.path.isfile(path):
+        return []
+    return read_table(path, required=("model", "kernel", "state_dtype", "commit"), ints=("batch",),
+                      floats=("latency_us_median",), keep=lambda r: (r["latency_us_median"] or "").strip() != "")
+
+
+def public_decode(results, gpu, published, measured):
+    """The public recurrent decode kernels with an fp32 state: those measured with kvbuf's method
+    (`measured`, public_GPU.csv; FLA's of fla_GPU.csv where that has none) and the published Mamba-2
+    decode figures (those of `published` without a T)."""
+    rows = [r for r in measured if state_of(r) == "fp32"]
     fla = os.path.join(results, f"fla_{gpu}.csv")
-    if os.path.isfile(fla):
+    if os.path.isfile(fla) and not any(r["kernel"] == "fla-fused-recurrent-vfirst-oop" for r in rows):
         rows += read_table(fla, required=("model", "kernel", "commit"), ints=("batch",), floats=("latency_us_median",))
     return rows + [r for r in published if r["drafts"] is None]
 
@@ -199,7 +217,8 @@ def main(argv):
         verify16 = load(os.path.join(args.results, f"verify16_{args.gpu}.csv"), ("model", "method", "gpu", "commit"),
                         ("batch", "chunk", "drafts"), ("latency_us_median",)) or []
         published = published_mamba2(args.results, args.gpu)
-        public = public_decode(args.results, args.gpu, published)
+        measured = measured_public(args.results, args.gpu)
+        public = public_decode(args.results, args.gpu, published, measured)
         public16 = public_16bit(args.results, args.gpu)
         capacity_path = os.path.join(args.results, f"capacity_{args.gpu}.csv")
         capacity = read_table(capacity_path, required=("model", "gpu", "commit"), ints=("drafts", "chunk", "tp"),
@@ -220,8 +239,8 @@ def main(argv):
             if state == "fp32":
                 baselines = public
             else:
-                recurrents = recurrents[:2] + PUBLIC_16BIT_RECURRENT[title]
-                baselines = [r for r in public16 if r["state_dtype"] == state]
+                recurrents = recurrents[:2] + PUBLIC_16BIT_RECURRENT[title] + MEASURED_PUBLIC[title]
+                baselines = [r for r in public16 + measured if state_of(r) == state]
             table(f"{title} decode{suffix}: KVBuffer at its best C against the fastest recurrent decode "
                   f"(paper: up to {PAPER_DECODE_REDUCTION}% lower)",
                   ("batch", "recurrent", "kvbuffer [C]", "latency reduction", "commit", "fastest recurrent"),

@@ -262,6 +262,31 @@ class Figures(unittest.TestCase):
         self.assertNotIn("ReplaySSM verify", svg)
         self.assertNotIn("other-verify", svg)
 
+    def test_measured_public_kernels_are_drawn_by_package(self):
+        # public_GPU.csv (scripts/bench_public.py): each kernel with its package version, fp32 rows in
+        # the decode figure of its family; FLA's rows there replace fla_GPU.csv's.
+        synthetic_results(self.tmp.name)
+        columns = ["model", "kernel", "package", "package_version", "state_dtype", "batch", "layers",
+                   "latency_us_median", "gpu", "commit"]
+        rows = [{"model": m, "kernel": k, "package": p, "package_version": v, "state_dtype": sd, "batch": b,
+                 "layers": 4, "latency_us_median": f * b + 1, "gpu": "Synthetic GPU", "commit": "feedbeef0007"}
+                for m, k, p, v in (("qwen3-next-80b-a3b", "fla-fused-recurrent-vfirst-oop", "fla-core", "9.9.1"),
+                                   ("nemotron-3-nano-30b-a3b", "mamba-ssm-selective-state-update", "mamba-ssm", "9.9.2"))
+                for sd, f in (("fp32", 2.0), ("bf16", 1.2)) for b in (1, 8, 64)]
+        write_csv(os.path.join(self.tmp.name, "public_syn.csv"), columns, rows)
+        r = run("--results", self.tmp.name, "--gpu", "syn", "--kvbuf", KVBUF, "--out", self.out,
+                "--only", "decode_latency")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(self.out, "decode_latency_gdn.svg")) as f:
+            gdn = f.read()
+        with open(os.path.join(self.out, "decode_latency_mamba2.svg")) as f:
+            mamba2 = f.read()
+        self.assertIn("FLA fused_recurrent_gated_delta_rule 9.9.1 (public, same method)", gdn)
+        self.assertNotIn("fla (public, same method)", gdn)  # fla_syn.csv's rows give way
+        self.assertNotIn("mamba-ssm", gdn)
+        self.assertIn("mamba-ssm selective_state_update 9.9.2 (public, same method)", mamba2)
+        self.assertIn("feedbeef0007", mamba2.replace("\n", ""))  # the caption names the commit
+
     def test_16bit_rows_stay_out_of_the_fp32_figures(self):
         # The paper preset writes each model's engine-default (bf16) rows into decode_GPU.csv and verify_GPU.csv,
         # `kvbuf capacity --state-dtype all` its 16-bit rows into the capacity CSV and ncu_bytes.py --state-dtype

@@ -96,6 +96,32 @@ class Summary(unittest.TestCase):
             self.assertEqual(b64.split()[1], "70.00")  # ours, faster than vLLM there; ReplaySSM is not recurrent
             self.assertIn("mamba2-recurrent (abc)", b64)
 
+    def test_measured_public_kernels_are_baselines(self):
+        # public_GPU.csv (scripts/bench_public.py): its fp32 rows are recurrent baselines of their
+        # family (a bf16-state row is not: the sweep's rows are fp32); its FLA rows replace fla_GPU.csv's.
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "decode_h200.csv"), "w") as f:
+                f.write("model,kernel,batch,chunk,latency_us_median,gpu,commit\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-recurrent,64,0,70.0,NVIDIA H200,abc\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,8,35.0,NVIDIA H200,abc\n"
+                        "qwen3-next-80b-a3b,recurrent,64,0,68.0,NVIDIA H200,abc\n"
+                        "qwen3-next-80b-a3b,kvbuffer,64,8,40.0,NVIDIA H200,abc\n")
+            with open(os.path.join(tmp, "public_h200.csv"), "w") as f:
+                f.write("model,kernel,package,package_version,state_dtype,batch,latency_us_median,gpu,commit\n"
+                        "nemotron-3-nano-30b-a3b,mamba-ssm-selective-state-update,mamba-ssm,2.3.2,fp32,64,60.0,NVIDIA H200,def\n"
+                        "nemotron-3-nano-30b-a3b,mamba-ssm-selective-state-update,mamba-ssm,2.3.2,bf16,64,30.0,NVIDIA H200,def\n"
+                        "qwen3-next-80b-a3b,fla-fused-recurrent-vfirst-oop,fla-core,0.6.0,fp32,64,69.0,NVIDIA H200,def\n")
+            with open(os.path.join(tmp, "fla_h200.csv"), "w") as f:
+                f.write("model,kernel,batch,latency_us_median,gpu,commit\n"
+                        "qwen3-next-80b-a3b,fla-fused-recurrent-vfirst-oop,64,50.0,NVIDIA H200,old\n")
+            r = run("--results", tmp)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            (m,) = section(r.stdout, "Mamba-2 decode")[1:]
+            self.assertEqual(m.split()[:6], ["64", "60.00", "35.00", "[C", "8]", "41.7%"])
+            self.assertIn("mamba-ssm-selective-state-update (def)", m)
+            (g,) = section(r.stdout, "Gated DeltaNet decode")[1:]
+            self.assertIn("recurrent (abc)", g)  # 68 us: FLA's 69 of public_h200.csv, not fla_h200.csv's 50
+
     def test_published_verify_figures(self):
         # A published verify figure (a T in the drafts column) is compared with KVBuffer verify at that
         # T and batch, and is not a recurrent decode baseline.
