@@ -30,7 +30,9 @@ struct StepOptions {
   void add_to(CLI::App* c, bool model_required) {
     auto* m = c->add_option("--model", model, "catalog model name (see `kvbuf models`)");
     if (model_required) m->required();
-    c->add_option("--gpu", gpu, "h200 (measured) | h100 | b200 (datasheet)")->capture_default_str();
+    c->add_option("--gpu", gpu, "catalog GPU: h200 (measured), the others from their datasheets until `kvbuf calibrate` runs there")
+        ->check(CLI::IsMember(gpu_names()))
+        ->capture_default_str();
     c->add_option("--tp", tp, "tensor-parallel degree")->check(positive_integer())->capture_default_str();
     c->add_option("--chunk", chunk, "KVBuffer capacity C")
         ->check(CLI::Range(1, kMaxBufferCapacity))

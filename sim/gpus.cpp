@@ -70,9 +70,21 @@ const std::vector<GpuSpec>& gpu_catalog() {
     h200.interconnect_gbps = 450;  // NVLink 4, 900 GB/s both directions (datasheet)
     return std::vector<GpuSpec>{
         h200,
-        from_datasheet("h100", "datasheet (H100 SXM: 80 GB, 3.35 TB/s, 989 TFLOP/s bf16), scaled by the H200's measured fractions",
+        // Datasheet GPUs (memory, DRAM bandwidth, dense bf16 tensor throughput with fp32
+        // accumulation, interconnect one direction: NVLink, or PCIe where the GPU has none).
+        from_datasheet("a100-40gb", "datasheet (A100 SXM 40 GB: 1.555 TB/s, 312 TFLOP/s bf16, NVLink 3 300 GB/s), scaled by the H200's measured fractions",
+                       40, 1.555, 312, 300),
+        from_datasheet("a100-80gb", "datasheet (A100 SXM 80 GB: 2.039 TB/s, 312 TFLOP/s bf16, NVLink 3 300 GB/s), scaled by the H200's measured fractions",
+                       80, 2.039, 312, 300),
+        from_datasheet("l40s", "datasheet (L40S: 48 GB, 0.864 TB/s, 362 TFLOP/s bf16, PCIe 4.0 x16 32 GB/s, no NVLink), scaled by the H200's measured fractions",
+                       48, 0.864, 362, 32),
+        from_datasheet("rtx4090", "datasheet (RTX 4090: 24 GB, 1.008 TB/s, 165 TFLOP/s bf16 with fp32 accumulation, PCIe 4.0 x16 32 GB/s, no NVLink), scaled by the H200's measured fractions",
+                       24, 1.008, 165.2, 32),
+        from_datasheet("h100-pcie", "datasheet (H100 PCIe: 80 GB, 2.0 TB/s, 756 TFLOP/s bf16, NVLink bridge 300 GB/s), scaled by the H200's measured fractions",
+                       80, 2.0, 756, 300),
+        from_datasheet("h100-sxm", "datasheet (H100 SXM: 80 GB, 3.35 TB/s, 989 TFLOP/s bf16, NVLink 4 450 GB/s), scaled by the H200's measured fractions",
                        80, 3.35, 989, 450),
-        from_datasheet("b200", "datasheet (B200: 180 GB, 8 TB/s, 2250 TFLOP/s bf16), scaled by the H200's measured fractions",
+        from_datasheet("b200", "datasheet (B200: 180 GB, 8 TB/s, 2250 TFLOP/s bf16, NVLink 5 900 GB/s), scaled by the H200's measured fractions",
                        180, 8.0, 2250, 900),
     };
   }();
@@ -86,6 +98,12 @@ const GpuSpec& find_gpu(const std::string& name) {
     known += (known.empty() ? "" : ", ") + g.name;
   }
   throw bad("unknown GPU '" + name + "' (known: " + known + ")");
+}
+
+std::vector<std::string> gpu_names() {
+  std::vector<std::string> names;
+  for (const GpuSpec& g : gpu_catalog()) names.push_back(g.name);
+  return names;
 }
 
 Calibration read_calibration(const std::string& path) {

@@ -1,7 +1,7 @@
 // GPUs as data for the step model and the serving simulator: memory, bandwidths, bf16 GEMM
 // throughput, per-kernel overhead, interconnect. The H200 carries this project's measurements; the
-// H100 and B200 carry datasheet numbers (scaled by the H200's measured-to-datasheet ratios) and say
-// so. A calibration file written by `kvbuf calibrate` on a machine overrides the entries it measured.
+// A100 (40 and 80 GB), L40S, RTX 4090, H100 (PCIe, SXM) and B200 carry datasheet numbers (scaled by
+// the H200's measured-to-datasheet ratios) and say so (`datasheet`). A calibration file written by `kvbuf calibrate` on a machine overrides the entries it measured.
 #pragma once
 #include <string>
 #include <vector>
@@ -36,6 +36,8 @@ struct GpuSpec {
 const std::vector<GpuSpec>& gpu_catalog();
 // Throws std::invalid_argument("unknown GPU ...") listing the known names.
 const GpuSpec& find_gpu(const std::string& name);
+// The catalog's names, in its order (for option validators and help texts).
+std::vector<std::string> gpu_names();
 
 // What `kvbuf calibrate` measured on one GPU (the JSON file's contents).
 struct Calibration {

@@ -119,7 +119,7 @@ TEST(KvbufSimulate, TraceWithSpeculativeDecoding) {
 
 TEST(KvbufSimulate, BadInputExitsTwo) {
   const std::string run = "simulate " + kModel + "--method kvbuffer ";
-  expect_usage_error(run + "--rate 1 --duration 1 --gpu a100", "unknown GPU 'a100'");
+  expect_usage_error(run + "--rate 1 --duration 1 --gpu a100", "--gpu: a100 not in");
   expect_usage_error("simulate --model nope --method kvbuffer --rate 1 --duration 1", "unknown model 'nope'");
   expect_usage_error(run + "--rate 0 --duration 1", "--rate: must be a positive finite number, got 0");
   expect_usage_error(run + "--rate -3 --duration 1", "--rate");
@@ -175,9 +175,12 @@ TEST(KvbufStep, CalibrationFromTheResultsDirectoryUnlessNone) {
   const SimRun none = kvbuf(step + " --calibration none");
   ASSERT_EQ(none.status, 0) << none.err;
   EXPECT_NE(none.out.find("(assumed)"), std::string::npos) << none.out;
-  const SimRun other_gpu = kvbuf("step --model qwen3.5-9b --batch 1 --gpu h100 --results " + dir.string());
+  const SimRun other_gpu = kvbuf("step --model qwen3.5-9b --batch 1 --gpu h100-sxm --results " + dir.string());
   ASSERT_EQ(other_gpu.status, 0) << other_gpu.err;
   EXPECT_EQ(other_gpu.out.find("calibrated on"), std::string::npos) << other_gpu.out;  // the H200's file only
+  const SimRun unknown_gpu = kvbuf("step --model qwen3.5-9b --batch 1 --gpu a100 --results " + dir.string());
+  EXPECT_EQ(unknown_gpu.status, 2);
+  EXPECT_NE(unknown_gpu.err.find("a100-40gb"), std::string::npos) << unknown_gpu.err;  // the choices are named
 }
 
 }  // namespace

@@ -250,9 +250,34 @@ TEST(StepModel, SpeculativeTokensAndBadConfigs) {
   EXPECT_THROW(find_gpu("a100"), std::invalid_argument);
 }
 
+// The datasheet GPUs: every entry but the measured H200 is flagged, with every number set, the
+// bandwidths in the datasheets' order and the H200's measured fractions applied.
+TEST(Gpus, CatalogCoversAmpereToBlackwellFromDatasheets) {
+  const std::vector<std::string> expected = {"h200",      "a100-40gb", "a100-80gb", "l40s",
+                                             "rtx4090",   "h100-pcie", "h100-sxm",  "b200"};
+  EXPECT_EQ(gpu_names(), expected);
+  for (const GpuSpec& g : gpu_catalog()) {
+    EXPECT_EQ(g.datasheet, g.name != "h200") << g.name;
+    EXPECT_GT(g.memory_bytes, 0) << g.name;
+    EXPECT_GT(g.gemm_tflops, 0) << g.name;
+    EXPECT_GT(g.interconnect_gbps, 0) << g.name;
+    EXPECT_LT(g.copy_gbps, g.read_gbps) << g.name;
+    if (g.datasheet) EXPECT_NE(g.source.find("datasheet"), std::string::npos) << g.name;
+  }
+  const double kGiB = 1024.0 * 1024 * 1024;
+  EXPECT_DOUBLE_EQ(find_gpu("rtx4090").memory_bytes, 24 * kGiB);
+  EXPECT_DOUBLE_EQ(find_gpu("a100-40gb").memory_bytes, 40 * kGiB);
+  EXPECT_LT(find_gpu("l40s").read_gbps, find_gpu("rtx4090").read_gbps);
+  EXPECT_LT(find_gpu("a100-40gb").read_gbps, find_gpu("a100-80gb").read_gbps);
+  EXPECT_LT(find_gpu("h100-pcie").read_gbps, find_gpu("h100-sxm").read_gbps);
+  EXPECT_LT(find_gpu("h100-sxm").read_gbps, find_gpu("h200").read_gbps);
+  // The H200 reached 0.95 of its datasheet read bandwidth: the same fraction of the B200's 8 TB/s.
+  EXPECT_NEAR(find_gpu("b200").read_gbps, 8000 * 4571.0 / 4800, 1e-6);
+}
+
 TEST(Gpus, DatasheetGpusAreFlaggedAndCalibrationOverrides) {
   EXPECT_FALSE(find_gpu("h200").datasheet);
-  EXPECT_TRUE(find_gpu("h100").datasheet);
+  EXPECT_TRUE(find_gpu("h100-sxm").datasheet);
   EXPECT_TRUE(find_gpu("b200").datasheet);
   EXPECT_GT(find_gpu("b200").read_gbps, find_gpu("h200").read_gbps);
   Calibration c;
