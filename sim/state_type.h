@@ -13,6 +13,9 @@ namespace kvbuf {
 // dispatches it on the device.
 enum class StateType { FP32, BF16, FP16 };
 inline int state_type_bytes(StateType t) { return t == StateType::FP32 ? 4 : 2; }
+// Rows of this state type in the bytes of one fp32 row: launch rules stated for an fp32 state keep
+// a block's bytes by taking this many times their rows.
+inline int rows_per_fp32_row(StateType t) { return state_type_bytes(StateType::FP32) / state_type_bytes(t); }
 inline const char* state_type_name(StateType t) {
   return t == StateType::FP32 ? "fp32" : t == StateType::BF16 ? "bf16" : "fp16";
 }

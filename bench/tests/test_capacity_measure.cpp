@@ -24,8 +24,6 @@ namespace fs = std::filesystem;
 
 using Row = CsvRow;
 
-std::vector<Row> read_csv(const fs::path& p) { return read_csv_rows(p.string()); }
-
 double num(const Row& r, const std::string& k) { return std::stod(r.at(k)); }
 
 class CapacityMeasure : public testing::TestWithParam<std::string> {};
@@ -42,7 +40,7 @@ TEST_P(CapacityMeasure, EveryStateDtypeWithinThreePercentOfTheModel) {
                           " > " + (dir / (model + ".log")).string() + " 2>&1";
   const int raw = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(raw) && WEXITSTATUS(raw) == 0) << cmd;
-  const std::vector<Row> rows = read_csv(csv);
+  const std::vector<Row> rows = read_csv_rows(csv);
   ASSERT_EQ(rows.size(), 3u) << cmd;
   std::map<std::string, Row> by_state;
   for (const Row& r : rows) {

@@ -780,7 +780,7 @@ void dispatch_entry(const GdnKVBufferParams& p, int rows, bool split, bool compa
 }
 
 int single_kvbuffer_rows(const GdnStepIO& io, StateType state_type) {
-  const int scale = 4 / int(state_type_bytes(state_type));
+  const int scale = rows_per_fp32_row(state_type);
   if (scale > 1) {
     const RowsRule wide{kSingleKVBufferRows.max_rows * scale, kSingleKVBufferRows.min_blocks_per_sm * scale};
     const int rows = choose_rows_per_block(io, wide);

@@ -470,6 +470,12 @@ void launch_split_direct(const Mamba2KVBufferParams& p, cudaStream_t stream) {
 bool capacity1_route(const Mamba2KVBufferParams& p) {
   return p.capacity == 1 && p.every_row_has_state && p.row_fill && p.path == DecodePath::Auto;
 }
+// The recurrent update that capacity 1 runs on the state pool.
+Mamba2RecurrentParams capacity1_params(const Mamba2KVBufferParams& p) {
+  Mamba2RecurrentParams r;
+  r.io = p.io, r.state = p.state, r.state_type = p.state_type;
+  return r;
+}
 
 template <bool kTile>
 void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char* who) {
@@ -487,11 +493,8 @@ void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char
     fail("the split path needs row_fill/row_has_state and P <= " + std::to_string(kSplitMaxP));
   if (!kTile && p.every_row_has_state) fail("every_row_has_state contradicts direct mode");
   if (p.io.batch == 0) return;
-  if (capacity1_route(p)) {  // mamba2_decode_direct refused the promise above
-    Mamba2RecurrentParams r;
-    r.io = p.io, r.state = p.state, r.state_type = p.state_type;
-    return mamba2_decode_recurrent(r, stream);
-  }
+  // mamba2_decode_direct refused the promise above.
+  if (capacity1_route(p)) return mamba2_decode_recurrent(capacity1_params(p), stream);
   dispatch_head_dims(p.io, who, [&](auto n) {
     constexpr int N = decltype(n)::value;
     dispatch_state_type(who, p.state_type, [&](auto tag) {
@@ -517,12 +520,9 @@ void mamba2_decode_direct(const Mamba2KVBufferParams& p, cudaStream_t stream) {
 }
 
 int mamba2_decode_kvbuffer_rows_per_block(const Mamba2KVBufferParams& p) {
-  if (mamba2_detail::capacity1_route(p)) {
-    Mamba2RecurrentParams r;
-    r.io = p.io, r.state = p.state, r.state_type = p.state_type;
-    return mamba2_decode_recurrent_rows_per_block(r);
-  }
-  return mamba2_detail::choose_rows_per_block(p.io, mamba2_detail::kKVBufferRows);
+  using namespace mamba2_detail;
+  if (capacity1_route(p)) return mamba2_decode_recurrent_rows_per_block(capacity1_params(p));
+  return choose_rows_per_block(p.io, kKVBufferRows);
 }
 
 }  // namespace kvbuf

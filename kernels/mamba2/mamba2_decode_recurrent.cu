@@ -180,7 +180,7 @@ bool pair_shape(const Mamba2StepIO& io) { return io.rows_per_block == 0 && io.ba
 int recurrent_rows(const Mamba2StepIO& io, StateType state_type) {
   if (pair_shape(io)) return kPairRows * kPairWarps;
   RowsRule rule = kRecurrentRows;
-  rule.max_rows = rule.max_rows * 4 / int(state_type_bytes(state_type));
+  rule.max_rows *= rows_per_fp32_row(state_type);
   return choose_rows_per_block(io, rule);
 }
 

@@ -34,8 +34,6 @@ namespace {
 namespace fs = std::filesystem;
 using Row = CsvRow;
 
-std::vector<Row> read_csv(const fs::path& p, std::vector<std::string>& header) { return read_csv_rows(p.string(), &header); }
-
 double num(const Row& r, const std::string& k) { return std::stod(r.at(k)); }
 
 std::string describe(const Row& r) {
@@ -54,7 +52,7 @@ TEST(AccuracyGpu, FiveHundredTwelveTokensWithinTheDerivedBounds) {
   ASSERT_TRUE(WIFEXITED(raw) && WEXITSTATUS(raw) == 0) << cmd;
 
   std::vector<std::string> header;
-  const auto rows = read_csv(csv, header);
+  const auto rows = read_csv_rows(csv, &header);
   const std::vector<std::string> columns{
       "family", "model", "method", "state_dtype", "entry_dtype", "chunk", "tokens", "out_rel_err", "out_max_abs_err",
       "window_tokens", "out_rel_err_window", "out_ref_rms", "state_rel_err", "state_rel_err_max_head",

@@ -26,8 +26,6 @@ namespace fs = std::filesystem;
 
 using Row = CsvRow;
 
-std::vector<Row> read_csv(const fs::path& p, std::vector<std::string>& header) { return read_csv_rows(p.string(), &header); }
-
 double num(const Row& r, const std::string& k) { return std::stod(r.at(k)); }
 
 TEST(SweepSmoke, TinyGridWritesRowsThatMatchTheBytesModel) {
@@ -49,7 +47,7 @@ TEST(SweepSmoke, TinyGridWritesRowsThatMatchTheBytesModel) {
   const ModelSpec m = find_model("qwen3-next-80b-a3b");
   const LayerShape& s = m.layer;
   std::vector<std::string> header;
-  const auto drows = read_csv(decode, header);
+  const auto drows = read_csv_rows(decode, &header);
   // The columns the consumers read, in their old order, then the grid's.
   const std::vector<std::string> base{"model", "kernel", "variant", "entry_dtype", "placement", "batch", "chunk",
                                       "layers", "rows_per_block", "row_groups", "latency_us_median", "latency_us_min",
@@ -103,7 +101,7 @@ TEST(SweepSmoke, TinyGridWritesRowsThatMatchTheBytesModel) {
   }
   EXPECT_EQ(notes, 2);
 
-  const auto vrows = read_csv(verify, header);
+  const auto vrows = read_csv_rows(verify, &header);
   std::map<std::string, int> seen;
   for (const Row& r : vrows) {
     const std::string k = r.at("method");
@@ -141,8 +139,8 @@ TEST(SweepSmoke, TinyGridWritesRowsThatMatchTheBytesModel) {
   // Again with the same outputs: every point is in the CSVs already, nothing is measured or added.
   const int again = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(again) && WEXITSTATUS(again) == 0) << cmd;
-  EXPECT_EQ(read_csv(decode, header).size(), drows.size());
-  EXPECT_EQ(read_csv(verify, header).size(), vrows.size());
+  EXPECT_EQ(read_csv_rows(decode, &header).size(), drows.size());
+  EXPECT_EQ(read_csv_rows(verify, &header).size(), vrows.size());
   std::ifstream log2(dir / "log");
   std::stringstream ss2;
   ss2 << log2.rdbuf();
