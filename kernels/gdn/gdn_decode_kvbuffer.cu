@@ -40,7 +40,8 @@
 // variant {cached-u, raw}. The results below are the fp32 state's. 16-bit states: 128-row tiles from
 // batch 64 (single_kvbuffer_rows, log v30); bf16 at C = 4 (f9ba9c9, results/decode16_h200.csv)
 // 30.13 / 50.69 / 92.31 / 180.05 us at batch 64 / 128 / 256 / 512, 1.23x / 1.40x / 1.49x / 1.52x
-// the 16-bit recurrent kernel, 0.68-0.91 of copy: bound by instruction issue (log v30).
+// the 16-bit recurrent kernel (1.33x ReplaySSM's recorded bf16 figure at 256), 0.68-0.91 of copy:
+// bound by instruction issue (log v30).
 //
 // Two launch shapes (GdnKVBufferParams::path), same math and layouts:
 //   single: the kernel below, one block per (row, value head, V tile) does everything.
