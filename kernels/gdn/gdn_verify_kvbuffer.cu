@@ -39,8 +39,10 @@
 // 256 [C = 16].
 // Performance log v1..v17 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
 // ("log vN" in the comments below).
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/common/common.cuh"
@@ -98,6 +100,7 @@ __host__ __device__ constexpr int operand_pitch(int kd) { return kd + 16; }
 // area (C kRows floats never exceed it for bf16; for fp32 entries the area is the larger one).
 struct VerifySmem {
   int kd, tmax, c, esz;
+  int part_copies = kVerifyWarps;  // copies of the key dot products' partial sums (1: shared atomics)
   __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
   __host__ __device__ int kp() const { return kd + 4; }  // padded fp32 rows
   __host__ __device__ int keys() const { return 0; }                                   // [C, kp] fp32
@@ -122,7 +125,7 @@ struct VerifySmem {
   // Key dot products, split over K by warp: [warps, key rows (C + TMAX, in 16-row tiles), nb] fp32.
   __host__ __device__ int key_rows_pad() const { return (c + tmax + 15) / 16 * 16; }
   __host__ __device__ int part() const { return up16(scale() + 2 * tmax * 4); }
-  __host__ __device__ size_t bytes() const { return size_t(part() + kVerifyWarps * key_rows_pad() * nb() * 4); }
+  __host__ __device__ size_t bytes() const { return size_t(part() + part_copies * key_rows_pad() * nb() * 4); }
 };
 
 // Block: kRows = 64 rows of one value head of one request; LN = kLanesPerRow lanes share each
@@ -147,8 +150,39 @@ struct VerifySmem {
 // The phases stay in the kernel body: moving even phase 9 into a __device__ __forceinline__
 // function changed ptxas's registers, spills and instruction counts of most instantiations
 // (kernels/gdn/notes/gdn_verify_kvbuffer.md, "Readable rewrite").
-template <int KD, int TMAX, class E, class S>
-__global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const KVBufferArgs p) {
+// EXPERIMENT ONLY (branch verify36, removed before merging: the winner becomes the only code
+// path): kernel variants of the K = 128 instantiations, chosen at run time by the environment
+// variable KVBUF_GDN_VERIFY_VARIANT (0 = the kernel as measured at d72f673), so that one GPU call
+// checks and times each against the current kernel.
+//   min_blocks: __launch_bounds__'s blocks per SM (5: 96 registers; 6: 80; 7: 72)
+//   late_s0:    S0's rows are loaded after the key dot products (phase 5), not in phase 2, so that
+//               the 64 registers of x are not live through phases 3-5 (ptxas's peak there)
+//   one_part:   the key dot products' partial sums added into one [rows, NB] area by shared
+//               atomics instead of one area per warp (T = 5, C = 16: 8 KiB -> 2 KiB of the 36 KiB)
+//   l2_prefetch: phase 2 asks for the block's S0 tile (64 consecutive rows: one contiguous range)
+//               to be brought into L2 by bulk prefetches (no registers held), so that late_s0's
+//               loads after phase 5 hit L2 while the DRAM reads overlap the window and key work
+//   carveout:   the launch asks for the largest shared-memory carveout, so that shared memory
+//               never holds the blocks per SM below min_blocks
+struct VerifyVariant {
+  int min_blocks;
+  bool late_s0, one_part, l2_prefetch;
+};
+constexpr VerifyVariant kVerifyVariants[] = {
+    {5, false, false, false},  // 0: current kernel
+    {6, false, false, false},  // 1: 80 registers
+    {6, true, false, false},   // 2: 80 registers, S0 late
+    {7, true, true, false},    // 3: 72 registers, S0 late, one partial-sum area
+    {5, true, false, false},   // 4: 96 registers, S0 late (the placement alone)
+    {6, true, false, true},    // 5: 80 registers, S0 late, prefetched into L2 in phase 2
+    {7, true, true, true},     // 6: 72 registers, S0 late and prefetched, one partial-sum area
+};
+constexpr int kVerifyVariantCount = int(sizeof(kVerifyVariants) / sizeof(kVerifyVariants[0]));
+
+template <int KD, int TMAX, class E, class S, int VAR = 0>
+__global__ void __launch_bounds__(kVerifyThreads, kVerifyVariants[VAR].min_blocks)
+    gdn_verify_kvbuffer_kernel(const KVBufferArgs p) {
+  constexpr VerifyVariant VV = kVerifyVariants[VAR];
   constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
   constexpr int NT = kVerifyThreads, NF = KD / (4 * LN), KP = KD + 4, ROW_STEP = kRows / RPT;
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
@@ -186,7 +220,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   }
   extern __shared__ float4 smem4[];
   char* smem = reinterpret_cast<char*>(smem4);
-  const VerifySmem L{KD, TMAX, C, ESZ};
+  const VerifySmem L{KD, TMAX, C, ESZ, VV.one_part ? 1 : kVerifyWarps};
   float* s_keys = reinterpret_cast<float*>(smem + L.keys());
   E* s_landing = reinterpret_cast<E*>(smem + L.landing());
   float* s_w = reinterpret_cast<float*>(smem + L.landing());
@@ -217,12 +251,26 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   const bool has_state = p.has_state[slot] != 0;
   S* state_rows = reinterpret_cast<S*>(p.state) + ((size_t(slot) * io.HV + h) * io.V + v0 + group) * KD;  // row k: + k ROW_STEP K
   float4 x[RPT][NF];
+  auto load_s0 = [&] {
 #pragma unroll
-  for (int k = 0; k < RPT; ++k)
+    for (int k = 0; k < RPT; ++k)
 #pragma unroll
-    for (int i = 0; i < NF; ++i)
-      x[k][i] = has_state ? load_state4(state_rows + k * ROW_STEP * KD, LN * i + part)
-                          : make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int i = 0; i < NF; ++i)
+        x[k][i] = has_state ? load_state4(state_rows + k * ROW_STEP * KD, LN * i + part)
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
+  };
+  if constexpr (!VV.late_s0) load_s0();
+  if constexpr (VV.l2_prefetch) {
+    // The tile's rows v0 .. v0 + kRows - 1 of head h are contiguous: four bulk prefetches of a
+    // quarter each (16-byte multiples), by the first four threads.
+    constexpr unsigned kQuarter = kRows * KD * sizeof(S) / 4;
+    if (has_state && threadIdx.x < 4) {
+      const char* tile_base = reinterpret_cast<const char*>(reinterpret_cast<const S*>(p.state) +
+                                                            ((size_t(slot) * io.HV + h) * io.V + v0) * KD);
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(tile_base + threadIdx.x * kQuarter),
+                   "r"(kQuarter) : "memory");
+    }
+  }
   const E* buf_k = static_cast<const E*>(p.buf_k) + (size_t(slot) * C * io.H + kh) * KD;  // entry j: + j H K
   const E* buf_u = static_cast<const E*>(p.buf_val) + (size_t(slot) * C * io.HV + h) * io.V + v0;
   for (int c = threadIdx.x; c < n * (KD / E16); c += NT) {
@@ -305,6 +353,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     }
     if (t == 0) s_fold = fold;
   }
+  if constexpr (VV.one_part)
+    for (int idx = threadIdx.x; idx < L.key_rows_pad() * NB; idx += NT) s_part[idx] = 0.f;
   __syncthreads();
 
   const bool fold = s_fold;
@@ -327,7 +377,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   {
     constexpr bool kExactKeys = sizeof(E) == 2;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    float* part = s_part + warp * L.key_rows_pad() * NB;
+    float* part = s_part + (VV.one_part ? 0 : warp * L.key_rows_pad() * NB);
     for (int mt = 0; mt < key_tiles; ++mt) {
       const float* a_row[2];
       bool a_live[2];
@@ -356,8 +406,13 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
 #pragma unroll
       for (int nt = 0; nt < NTILES; ++nt) {
         float* p0 = part + (mt * 16 + g) * NB + nt * 8 + 2 * tq;
-        *reinterpret_cast<float2*>(p0) = make_float2(d[nt][0], d[nt][1]);
-        *reinterpret_cast<float2*>(p0 + 8 * NB) = make_float2(d[nt][2], d[nt][3]);
+        if constexpr (VV.one_part) {
+          atomicAdd(p0, d[nt][0]), atomicAdd(p0 + 1, d[nt][1]);
+          atomicAdd(p0 + 8 * NB, d[nt][2]), atomicAdd(p0 + 8 * NB + 1, d[nt][3]);
+        } else {
+          *reinterpret_cast<float2*>(p0) = make_float2(d[nt][0], d[nt][1]);
+          *reinterpret_cast<float2*>(p0 + 8 * NB) = make_float2(d[nt][2], d[nt][3]);
+        }
       }
     }
   }
@@ -369,7 +424,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     if (t >= T) continue;
     float dot = 0.f;
 #pragma unroll
-    for (int w = 0; w < kVerifyWarps; ++w) dot += s_part[(w * L.key_rows_pad() + R) * NB + c];
+    for (int w = 0; w < (VV.one_part ? 1 : kVerifyWarps); ++w) dot += s_part[(w * L.key_rows_pad() + R) * NB + c];
     dot *= s_scale[is_q ? T + t : t];
     if (R < n_eff) {
       const float decay = expf(s_gwin[t] - s_gbuf[R]);
@@ -383,6 +438,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     }
   }
   __syncthreads();
+  if constexpr (VV.late_s0) load_s0();
 
   if (fold) {  // Phase 6, fold: S0 <- e^{G_n} S0 + sum_j w_j[r] k_j, written back once
     const float e_gn = expf(s_gbuf[n - 1]);
@@ -730,18 +786,61 @@ void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, dim3 b
   launch_kernel(kernel, blocks, dim3(unsigned(threads)), smem, stream, programmatic_dependent, kvbuffer_args(p));
 }
 
+// EXPERIMENT ONLY (see kVerifyVariants): the variant named by KVBUF_GDN_VERIFY_VARIANT (read once;
+// unset: 0), a value outside the table refused.
+int verify_variant() {
+  static const int variant = [] {
+    const char* text = std::getenv("KVBUF_GDN_VERIFY_VARIANT");
+    const int v = text && *text ? std::atoi(text) : 0;
+    if (v < 0 || v >= kVerifyVariantCount)
+      throw std::invalid_argument("KVBUF_GDN_VERIFY_VARIANT = " + std::string(text) + " (0.." +
+                                  std::to_string(kVerifyVariantCount - 1) + ")");
+    return v;
+  }();
+  return variant;
+}
+
+template <int KD, int TMAX, class E, class S, int VAR>
+void launch_variant(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t stream) {
+  constexpr VerifyVariant VV = kVerifyVariants[VAR];
+  VerifySmem smem_layout{KD, TMAX, p.capacity, int(sizeof(E))};
+  smem_layout.part_copies = VV.one_part ? 1 : kVerifyWarps;
+  auto kernel = gdn_verify_kvbuffer_kernel<KD, TMAX, E, S, VAR>;
+  if (VAR != 0)
+    KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        int(cudaSharedmemCarveoutMaxShared)));
+  launch(kernel, p, smem_layout.bytes(), blocks, kVerifyThreads, stream, true);
+}
+
+template <int KD, int TMAX, class E, class S>
+void launch_tmax(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t stream) {
+  // Variants are built for the sweep's shapes only (K = 128, bf16 entries, fp32 and bf16 states,
+  // T = 3..5), to bound the build time; every other launch runs variant 0.
+  if constexpr (KD == 128 && sizeof(E) == 2 && !std::is_same_v<S, __half> && (TMAX == 4 || TMAX == 5)) {
+    switch (verify_variant()) {
+      case 1: return launch_variant<KD, TMAX, E, S, 1>(p, blocks, stream);
+      case 2: return launch_variant<KD, TMAX, E, S, 2>(p, blocks, stream);
+      case 3: return launch_variant<KD, TMAX, E, S, 3>(p, blocks, stream);
+      case 4: return launch_variant<KD, TMAX, E, S, 4>(p, blocks, stream);
+      case 5: return launch_variant<KD, TMAX, E, S, 5>(p, blocks, stream);
+      case 6: return launch_variant<KD, TMAX, E, S, 6>(p, blocks, stream);
+      default: break;
+    }
+  }
+  launch_variant<KD, TMAX, E, S, 0>(p, blocks, stream);
+}
+
 template <int KD, class E, class S>
 void dispatch_tokens(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
   const int T = p.io.tokens;
   const int tmax = T <= 2 ? 2 : T <= 4 ? 4 : T <= 6 ? T : 8;
-  const size_t smem = VerifySmem{KD, tmax, p.capacity, sizeof(E)}.bytes();
   const dim3 blocks(unsigned(p.io.V / kRows * (p.io.HV / p.io.H)), unsigned(p.io.H), unsigned(p.io.batch));
   switch (tmax) {
-    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
-    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
-    case 5: return launch(gdn_verify_kvbuffer_kernel<KD, 5, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
-    case 6: return launch(gdn_verify_kvbuffer_kernel<KD, 6, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
-    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 2: return launch_tmax<KD, 2, E, S>(p, blocks, stream);
+    case 4: return launch_tmax<KD, 4, E, S>(p, blocks, stream);
+    case 5: return launch_tmax<KD, 5, E, S>(p, blocks, stream);
+    case 6: return launch_tmax<KD, 6, E, S>(p, blocks, stream);
+    case 8: return launch_tmax<KD, 8, E, S>(p, blocks, stream);
     default: throw std::invalid_argument("gdn_verify_kvbuffer: unsupported token count " + std::to_string(T));
   }
 }
