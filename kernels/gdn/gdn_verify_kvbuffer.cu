@@ -162,20 +162,25 @@ struct VerifySmem {
 //   l2_prefetch: phase 2 asks for the block's S0 tile (64 consecutive rows: one contiguous range)
 //               to be brought into L2 by bulk prefetches (no registers held), so that late_s0's
 //               loads after phase 5 hit L2 while the DRAM reads overlap the window and key work
+//   stream:     with late_s0: S0 read in chunks of 2 float4 per row (16 registers), the next chunk's
+//               loads issued before this chunk's fold and row products, so x never holds more than
+//               two chunks (32 registers instead of 64) and ptxas's cap can fall without spills
 //   carveout:   the launch asks for the largest shared-memory carveout, so that shared memory
 //               never holds the blocks per SM below min_blocks
 struct VerifyVariant {
   int min_blocks;
   bool late_s0, one_part, l2_prefetch;
+  bool stream = false;  // late S0 in chunks of 2 float4 per row, one chunk ahead (phases 6, 7 per chunk)
 };
 constexpr VerifyVariant kVerifyVariants[] = {
-    {5, false, false, false},  // 0: current kernel
-    {6, false, false, false},  // 1: 80 registers
-    {6, true, false, false},   // 2: 80 registers, S0 late
-    {7, true, true, false},    // 3: 72 registers, S0 late, one partial-sum area
-    {5, true, false, false},   // 4: 96 registers, S0 late (the placement alone)
-    {6, true, false, true},    // 5: 80 registers, S0 late, prefetched into L2 in phase 2
-    {7, true, true, true},     // 6: 72 registers, S0 late and prefetched, one partial-sum area
+    {5, false, false, false},       // 0: current kernel
+    {6, false, false, false},       // 1: 80 registers
+    {5, true, false, false},        // 2: S0 late (the placement alone)
+    {5, true, false, true},         // 3: S0 late, prefetched into L2 in phase 2
+    {6, true, false, true},         // 4: as 3 at 80 registers
+    {6, true, false, true, true},   // 5: as 4, S0 streamed
+    {7, true, true, true, true},    // 6: as 5 at 72 registers, one partial-sum area
+    {8, true, true, true, true},    // 7: as 6 at 64 registers (7 blocks by shared memory at T = 5, C = 16)
 };
 constexpr int kVerifyVariantCount = int(sizeof(kVerifyVariants) / sizeof(kVerifyVariants[0]));
 
@@ -438,9 +443,9 @@ __global__ void __launch_bounds__(kVerifyThreads, kVerifyVariants[VAR].min_block
     }
   }
   __syncthreads();
-  if constexpr (VV.late_s0) load_s0();
+  if constexpr (VV.late_s0 && !VV.stream) load_s0();
 
-  if (fold) {  // Phase 6, fold: S0 <- e^{G_n} S0 + sum_j w_j[r] k_j, written back once
+  if (!VV.stream && fold) {  // Phase 6, fold: S0 <- e^{G_n} S0 + sum_j w_j[r] k_j, written back once
     const float e_gn = expf(s_gbuf[n - 1]);
 #pragma unroll
     for (int k = 0; k < RPT; ++k)
@@ -514,7 +519,90 @@ __global__ void __launch_bounds__(kVerifyThreads, kVerifyVariants[VAR].min_block
   for (int nt = 0; nt < NTILES; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) d[nt][e] = db[nt][e] = 0.f;
-  if (have_s0) {
+  if constexpr (VV.stream) {  // phases 6 and 7 chunk by chunk (see kVerifyVariants)
+    if (have_s0) {
+      constexpr int QF = 2, NQ = NF / QF;
+      static_assert(NF % QF == 0, "chunks of QF float4 per row");
+      float4 xc[2][RPT][QF];
+      auto load_chunk = [&](float4(&dst)[RPT][QF], int q) {
+#pragma unroll
+        for (int k = 0; k < RPT; ++k)
+#pragma unroll
+          for (int ii = 0; ii < QF; ++ii)
+            dst[k][ii] = has_state ? load_state4(state_rows + k * ROW_STEP * KD, LN * (q * QF + ii) + part)
+                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+      };
+      load_chunk(xc[0], 0);
+      const float e_gn = fold ? expf(s_gbuf[n - 1]) : 1.f;
+      const float* b_row = s_b + (group % 8) * BP + 4 * part;
+#pragma unroll
+      for (int q = 0; q < NQ; ++q) {
+        float4(&xq)[RPT][QF] = xc[q & 1];
+        if (q + 1 < NQ) load_chunk(xc[(q + 1) & 1], q + 1);
+        if (fold) {  // phase 6 on this chunk, as above
+#pragma unroll
+          for (int k = 0; k < RPT; ++k)
+#pragma unroll
+            for (int ii = 0; ii < QF; ++ii) xq[k][ii] = scale4(e_gn, xq[k][ii]);
+          if constexpr (sizeof(E) == 2) {
+            const int g = group % 8;
+            for (int ks = 0; ks < (n + 7) / 8; ++ks) {
+              const int j0 = 8 * ks + part, j1 = j0 + 4;
+              const Tf32Split a = tf32_split(j0 < n ? s_w[j0 * kRows + group] : 0.f, j0 < n ? s_w[j0 * kRows + group + ROW_STEP] : 0.f,
+                                             j1 < n ? s_w[j1 * kRows + group] : 0.f, j1 < n ? s_w[j1 * kRows + group + ROW_STEP] : 0.f);
+              const float* key0 = s_keys + j0 * KP + 4 * (g / 2) + g % 2;
+              const float* key1 = s_keys + j1 * KP + 4 * (g / 2) + g % 2;
+#pragma unroll
+              for (int ii = 0; ii < QF; ++ii) {
+                const int i = q * QF + ii;
+                float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
+                mma_tf32x2(d0, a, j0 < n ? key0[16 * i] : 0.f, j1 < n ? key1[16 * i] : 0.f);
+                mma_tf32x2(d1, a, j0 < n ? key0[16 * i + 2] : 0.f, j1 < n ? key1[16 * i + 2] : 0.f);
+                xq[0][ii].x += d0[0], xq[0][ii].y += d0[1], xq[0][ii].z += d1[0], xq[0][ii].w += d1[1];
+                xq[1][ii].x += d0[2], xq[1][ii].y += d0[3], xq[1][ii].z += d1[2], xq[1][ii].w += d1[3];
+              }
+            }
+          } else {
+            for (int j = 0; j < n; ++j) {
+              float wj[RPT];
+#pragma unroll
+              for (int k = 0; k < RPT; ++k) wj[k] = s_w[j * kRows + group + k * ROW_STEP];
+              const float4* key = reinterpret_cast<const float4*>(s_keys + j * KP);
+#pragma unroll
+              for (int ii = 0; ii < QF; ++ii) {
+                const float4 kf = key[LN * (q * QF + ii) + part];
+#pragma unroll
+                for (int k = 0; k < RPT; ++k) xq[k][ii] = axpy4(wj[k], kf, xq[k][ii]);
+              }
+            }
+          }
+#pragma unroll
+          for (int k = 0; k < RPT; ++k)
+#pragma unroll
+            for (int ii = 0; ii < QF; ++ii)
+              store_state4(state_rows + k * ROW_STEP * KD, LN * (q * QF + ii) + part, xq[k][ii]);
+        }
+#pragma unroll
+        for (int ii = 0; ii < QF; ++ii) {  // phase 7 on this chunk
+          const int i = q * QF + ii;
+#pragma unroll
+          for (int nt = 0; nt < NTILES; ++nt) {
+            const float4 bf = *reinterpret_cast<const float4*>(b_row + nt * 8 * BP + 16 * i);
+            const Tf32Split a0 = tf32_split(xq[0][ii].x, xq[1][ii].x, xq[0][ii].y, xq[1][ii].y);
+            const Tf32Split a1 = tf32_split(xq[0][ii].z, xq[1][ii].z, xq[0][ii].w, xq[1][ii].w);
+            mma_tf32(db[nt], a0.lo[0], a0.lo[1], a0.lo[2], a0.lo[3], bf.x, bf.y);
+            mma_tf32(d[nt], a0.hi[0], a0.hi[1], a0.hi[2], a0.hi[3], bf.x, bf.y);
+            mma_tf32(db[nt], a1.lo[0], a1.lo[1], a1.lo[2], a1.lo[3], bf.z, bf.w);
+            mma_tf32(d[nt], a1.hi[0], a1.hi[1], a1.hi[2], a1.hi[3], bf.z, bf.w);
+          }
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < NTILES; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) d[nt][e] += db[nt][e], db[nt][e] = 0.f;
+    }
+  } else if (have_s0) {
     // The hi and lo products accumulate in separate fragments (db holds the lo sums until the
     // buffer terms): two chains of dependent products per n-tile instead of one of twice the length.
     const float* b_row = s_b + (group % 8) * BP + 4 * part;
@@ -824,6 +912,7 @@ void launch_tmax(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t str
       case 4: return launch_variant<KD, TMAX, E, S, 4>(p, blocks, stream);
       case 5: return launch_variant<KD, TMAX, E, S, 5>(p, blocks, stream);
       case 6: return launch_variant<KD, TMAX, E, S, 6>(p, blocks, stream);
+      case 7: return launch_variant<KD, TMAX, E, S, 7>(p, blocks, stream);
       default: break;
     }
   }
