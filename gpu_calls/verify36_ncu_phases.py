@@ -119,8 +119,10 @@ def main():
             line = int(number(r[line_col])) if line_col is not None and number(r[line_col]) is not None else None
             fname = r[file_col] if file_col is not None else ""
             label = None
-            same_text = src_col is None or (line is not None and 0 < line <= len(ksrc) and
-                                            ksrc[line - 1].strip() == r[src_col].strip())
+            # without a file column, a line number is the kernel file's when its text matches (or
+            # when the export has no text: then header lines may be counted as kernel lines)
+            same_text = src_col is None or not r[src_col].strip() or (
+                line is not None and 0 < line <= len(ksrc) and ksrc[line - 1].strip() == r[src_col].strip())
             if line is not None and line in labels and (os.path.basename(fname) == kbase if fname else same_text):
                 label = labels[line]
             elif src_col is not None and r[src_col].strip() in text_to_line:
