@@ -162,15 +162,16 @@ struct VerifySmem {
 //   l2_prefetch: phase 2 asks for the block's S0 tile (64 consecutive rows: one contiguous range)
 //               to be brought into L2 by bulk prefetches (no registers held), so that late_s0's
 //               loads after phase 5 hit L2 while the DRAM reads overlap the window and key work
-//   stream:     with late_s0: S0 read in chunks of 2 float4 per row (16 registers), the next chunk's
-//               loads issued before this chunk's fold and row products, so x never holds more than
-//               two chunks (32 registers instead of 64) and ptxas's cap can fall without spills
+//   stream:     with late_s0: S0 read in chunks of `stream` float4 per row (2: 16 registers), the
+//               next chunk's loads issued before this chunk's fold and row products, so x never
+//               holds more than two chunks (2: 32 registers instead of 64) and ptxas's cap can fall
+//               without spills
 //   carveout:   the launch asks for the largest shared-memory carveout, so that shared memory
 //               never holds the blocks per SM below min_blocks
 struct VerifyVariant {
   int min_blocks;
   bool late_s0, one_part, l2_prefetch;
-  bool stream = false;  // late S0 in chunks of 2 float4 per row, one chunk ahead (phases 6, 7 per chunk)
+  int stream = 0;  // > 0: late S0 in chunks of `stream` float4 per row, one chunk ahead (phases 6, 7 per chunk)
 };
 constexpr VerifyVariant kVerifyVariants[] = {
     {5, false, false, false},       // 0: current kernel
@@ -178,9 +179,11 @@ constexpr VerifyVariant kVerifyVariants[] = {
     {5, true, false, false},        // 2: S0 late (the placement alone)
     {5, true, false, true},         // 3: S0 late, prefetched into L2 in phase 2
     {6, true, false, true},         // 4: as 3 at 80 registers
-    {6, true, false, true, true},   // 5: as 4, S0 streamed
-    {7, true, true, true, true},    // 6: as 5 at 72 registers, one partial-sum area
-    {8, true, true, true, true},    // 7: as 6 at 64 registers (7 blocks by shared memory at T = 5, C = 16)
+    {6, true, false, true, 2},      // 5: as 4, S0 streamed (chunks of 2 float4 per row)
+    {7, true, true, true, 2},       // 6: as 5 at 72 registers, one partial-sum area
+    {8, true, true, true, 2},       // 7: as 6 at 64 registers (7 blocks by shared memory at T = 5, C = 16)
+    {6, true, false, true, 1},      // 8: as 5 with chunks of 1 float4 per row (16 registers of S0)
+    {7, true, true, true, 1},       // 9: as 6 with chunks of 1 float4 per row
 };
 constexpr int kVerifyVariantCount = int(sizeof(kVerifyVariants) / sizeof(kVerifyVariants[0]));
 
@@ -443,9 +446,9 @@ __global__ void __launch_bounds__(kVerifyThreads, kVerifyVariants[VAR].min_block
     }
   }
   __syncthreads();
-  if constexpr (VV.late_s0 && !VV.stream) load_s0();
+  if constexpr (VV.late_s0 && VV.stream == 0) load_s0();
 
-  if (!VV.stream && fold) {  // Phase 6, fold: S0 <- e^{G_n} S0 + sum_j w_j[r] k_j, written back once
+  if (VV.stream == 0 && fold) {  // Phase 6, fold: S0 <- e^{G_n} S0 + sum_j w_j[r] k_j, written back once
     const float e_gn = expf(s_gbuf[n - 1]);
 #pragma unroll
     for (int k = 0; k < RPT; ++k)
@@ -519,9 +522,9 @@ __global__ void __launch_bounds__(kVerifyThreads, kVerifyVariants[VAR].min_block
   for (int nt = 0; nt < NTILES; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) d[nt][e] = db[nt][e] = 0.f;
-  if constexpr (VV.stream) {  // phases 6 and 7 chunk by chunk (see kVerifyVariants)
+  if constexpr (VV.stream > 0) {  // phases 6 and 7 chunk by chunk (see kVerifyVariants)
     if (have_s0) {
-      constexpr int QF = 2, NQ = NF / QF;
+      constexpr int QF = VV.stream, NQ = NF / QF;
       static_assert(NF % QF == 0, "chunks of QF float4 per row");
       float4 xc[2][RPT][QF];
       auto load_chunk = [&](float4(&dst)[RPT][QF], int q) {
@@ -913,6 +916,8 @@ void launch_tmax(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t str
       case 5: return launch_variant<KD, TMAX, E, S, 5>(p, blocks, stream);
       case 6: return launch_variant<KD, TMAX, E, S, 6>(p, blocks, stream);
       case 7: return launch_variant<KD, TMAX, E, S, 7>(p, blocks, stream);
+      case 8: return launch_variant<KD, TMAX, E, S, 8>(p, blocks, stream);
+      case 9: return launch_variant<KD, TMAX, E, S, 9>(p, blocks, stream);
       default: break;
     }
   }
