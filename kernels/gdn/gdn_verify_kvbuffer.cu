@@ -36,13 +36,13 @@
 // H=16 HV=32 K=V=128, 36 layer pools in one CUDA graph, every layer's verify then one commit of all
 // layers, median): T = 4 at batch 128 120.84 us [C = 16], 2.86x the in-place classic (345.88) and
 // 3.99x classic verify + copy commit (481.66); T = 5 6.53 / 132.54 / 259.42 us at batch 1 / 128 /
-// 256 [C = 16].
-// Performance log v1..v17 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
+// 256 [C = 16]. Measured again at b577b47 (this kernel, one call, log v19), C = 16, batch 1 / 8 /
+// 64 / 128 / 256 / 512: T = 5 6.55 / 15.94 / 70.34 / 135.06 / 264.21 / 535.16 us, T = 4 5.38 /
+// 14.16 / 60.78 / 119.22 / 230.87 / 458.87 us.
+// Performance log v1..v19 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
 // ("log vN" in the comments below).
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/common/common.cuh"
@@ -100,7 +100,6 @@ __host__ __device__ constexpr int operand_pitch(int kd) { return kd + 16; }
 // area (C kRows floats never exceed it for bf16; for fp32 entries the area is the larger one).
 struct VerifySmem {
   int kd, tmax, c, esz;
-  int part_copies = kVerifyWarps;  // copies of the key dot products' partial sums (1: shared atomics)
   __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
   __host__ __device__ int kp() const { return kd + 4; }  // padded fp32 rows
   __host__ __device__ int keys() const { return 0; }                                   // [C, kp] fp32
@@ -125,7 +124,7 @@ struct VerifySmem {
   // Key dot products, split over K by warp: [warps, key rows (C + TMAX, in 16-row tiles), nb] fp32.
   __host__ __device__ int key_rows_pad() const { return (c + tmax + 15) / 16 * 16; }
   __host__ __device__ int part() const { return up16(scale() + 2 * tmax * 4); }
-  __host__ __device__ size_t bytes() const { return size_t(part() + part_copies * key_rows_pad() * nb() * 4); }
+  __host__ __device__ size_t bytes() const { return size_t(part() + kVerifyWarps * key_rows_pad() * nb() * 4); }
 };
 
 // Block: kRows = 64 rows of one value head of one request; LN = kLanesPerRow lanes share each
@@ -150,47 +149,8 @@ struct VerifySmem {
 // The phases stay in the kernel body: moving even phase 9 into a __device__ __forceinline__
 // function changed ptxas's registers, spills and instruction counts of most instantiations
 // (kernels/gdn/notes/gdn_verify_kvbuffer.md, "Readable rewrite").
-// EXPERIMENT ONLY (branch verify36, removed before merging: the winner becomes the only code
-// path): kernel variants of the K = 128 instantiations, chosen at run time by the environment
-// variable KVBUF_GDN_VERIFY_VARIANT (0 = the kernel as measured at d72f673), so that one GPU call
-// checks and times each against the current kernel.
-//   min_blocks: __launch_bounds__'s blocks per SM (5: 96 registers; 6: 80; 7: 72)
-//   late_s0:    S0's rows are loaded after the key dot products (phase 5), not in phase 2, so that
-//               the 64 registers of x are not live through phases 3-5 (ptxas's peak there)
-//   one_part:   the key dot products' partial sums added into one [rows, NB] area by shared
-//               atomics instead of one area per warp (T = 5, C = 16: 8 KiB -> 2 KiB of the 36 KiB)
-//   l2_prefetch: phase 2 asks for the block's S0 tile (64 consecutive rows: one contiguous range)
-//               to be brought into L2 by bulk prefetches (no registers held), so that late_s0's
-//               loads after phase 5 hit L2 while the DRAM reads overlap the window and key work
-//   stream:     with late_s0: S0 read in chunks of `stream` float4 per row (2: 16 registers), the
-//               next chunk's loads issued before this chunk's fold and row products, so x never
-//               holds more than two chunks (2: 32 registers instead of 64) and ptxas's cap can fall
-//               without spills
-//   carveout:   the launch asks for the largest shared-memory carveout, so that shared memory
-//               never holds the blocks per SM below min_blocks
-struct VerifyVariant {
-  int min_blocks;
-  bool late_s0, one_part, l2_prefetch;
-  int stream = 0;  // > 0: late S0 in chunks of `stream` float4 per row, one chunk ahead (phases 6, 7 per chunk)
-};
-constexpr VerifyVariant kVerifyVariants[] = {
-    {5, false, false, false},       // 0: current kernel
-    {6, false, false, false},       // 1: 80 registers
-    {5, true, false, false},        // 2: S0 late (the placement alone)
-    {5, true, false, true},         // 3: S0 late, prefetched into L2 in phase 2
-    {6, true, false, true},         // 4: as 3 at 80 registers
-    {6, true, false, true, 2},      // 5: as 4, S0 streamed (chunks of 2 float4 per row)
-    {7, true, true, true, 2},       // 6: as 5 at 72 registers, one partial-sum area
-    {8, true, true, true, 2},       // 7: as 6 at 64 registers (7 blocks by shared memory at T = 5, C = 16)
-    {6, true, false, true, 1},      // 8: as 5 with chunks of 1 float4 per row (16 registers of S0)
-    {7, true, true, true, 1},       // 9: as 6 with chunks of 1 float4 per row
-};
-constexpr int kVerifyVariantCount = int(sizeof(kVerifyVariants) / sizeof(kVerifyVariants[0]));
-
-template <int KD, int TMAX, class E, class S, int VAR = 0>
-__global__ void __launch_bounds__(kVerifyThreads, kVerifyVariants[VAR].min_blocks)
-    gdn_verify_kvbuffer_kernel(const KVBufferArgs p) {
-  constexpr VerifyVariant VV = kVerifyVariants[VAR];
+template <int KD, int TMAX, class E, class S>
+__global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const KVBufferArgs p) {
   constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
   constexpr int NT = kVerifyThreads, NF = KD / (4 * LN), KP = KD + 4, ROW_STEP = kRows / RPT;
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
@@ -228,7 +188,7 @@ __global__ void __launch_bounds__(kVerifyThreads, kVerifyVariants[VAR].min_block
   }
   extern __shared__ float4 smem4[];
   char* smem = reinterpret_cast<char*>(smem4);
-  const VerifySmem L{KD, TMAX, C, ESZ, VV.one_part ? 1 : kVerifyWarps};
+  const VerifySmem L{KD, TMAX, C, ESZ};
   float* s_keys = reinterpret_cast<float*>(smem + L.keys());
   E* s_landing = reinterpret_cast<E*>(smem + L.landing());
   float* s_w = reinterpret_cast<float*>(smem + L.landing());
@@ -259,26 +219,12 @@ __global__ void __launch_bounds__(kVerifyThreads, kVerifyVariants[VAR].min_block
   const bool has_state = p.has_state[slot] != 0;
   S* state_rows = reinterpret_cast<S*>(p.state) + ((size_t(slot) * io.HV + h) * io.V + v0 + group) * KD;  // row k: + k ROW_STEP K
   float4 x[RPT][NF];
-  auto load_s0 = [&] {
 #pragma unroll
-    for (int k = 0; k < RPT; ++k)
+  for (int k = 0; k < RPT; ++k)
 #pragma unroll
-      for (int i = 0; i < NF; ++i)
-        x[k][i] = has_state ? load_state4(state_rows + k * ROW_STEP * KD, LN * i + part)
-                            : make_float4(0.f, 0.f, 0.f, 0.f);
-  };
-  if constexpr (!VV.late_s0) load_s0();
-  if constexpr (VV.l2_prefetch) {
-    // The tile's rows v0 .. v0 + kRows - 1 of head h are contiguous: four bulk prefetches of a
-    // quarter each (16-byte multiples), by the first four threads.
-    constexpr unsigned kQuarter = kRows * KD * sizeof(S) / 4;
-    if (has_state && threadIdx.x < 4) {
-      const char* tile_base = reinterpret_cast<const char*>(reinterpret_cast<const S*>(p.state) +
-                                                            ((size_t(slot) * io.HV + h) * io.V + v0) * KD);
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(tile_base + threadIdx.x * kQuarter),
-                   "r"(kQuarter) : "memory");
-    }
-  }
+    for (int i = 0; i < NF; ++i)
+      x[k][i] = has_state ? load_state4(state_rows + k * ROW_STEP * KD, LN * i + part)
+                          : make_float4(0.f, 0.f, 0.f, 0.f);
   const E* buf_k = static_cast<const E*>(p.buf_k) + (size_t(slot) * C * io.H + kh) * KD;  // entry j: + j H K
   const E* buf_u = static_cast<const E*>(p.buf_val) + (size_t(slot) * C * io.HV + h) * io.V + v0;
   for (int c = threadIdx.x; c < n * (KD / E16); c += NT) {
@@ -361,8 +307,6 @@ __global__ void __launch_bounds__(kVerifyThreads, kVerifyVariants[VAR].min_block
     }
     if (t == 0) s_fold = fold;
   }
-  if constexpr (VV.one_part)
-    for (int idx = threadIdx.x; idx < L.key_rows_pad() * NB; idx += NT) s_part[idx] = 0.f;
   __syncthreads();
 
   const bool fold = s_fold;
@@ -385,7 +329,7 @@ __global__ void __launch_bounds__(kVerifyThreads, kVerifyVariants[VAR].min_block
   {
     constexpr bool kExactKeys = sizeof(E) == 2;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    float* part = s_part + (VV.one_part ? 0 : warp * L.key_rows_pad() * NB);
+    float* part = s_part + warp * L.key_rows_pad() * NB;
     for (int mt = 0; mt < key_tiles; ++mt) {
       const float* a_row[2];
       bool a_live[2];
@@ -414,13 +358,8 @@ __global__ void __launch_bounds__(kVerifyThreads, kVerifyVariants[VAR].min_block
 #pragma unroll
       for (int nt = 0; nt < NTILES; ++nt) {
         float* p0 = part + (mt * 16 + g) * NB + nt * 8 + 2 * tq;
-        if constexpr (VV.one_part) {
-          atomicAdd(p0, d[nt][0]), atomicAdd(p0 + 1, d[nt][1]);
-          atomicAdd(p0 + 8 * NB, d[nt][2]), atomicAdd(p0 + 8 * NB + 1, d[nt][3]);
-        } else {
-          *reinterpret_cast<float2*>(p0) = make_float2(d[nt][0], d[nt][1]);
-          *reinterpret_cast<float2*>(p0 + 8 * NB) = make_float2(d[nt][2], d[nt][3]);
-        }
+        *reinterpret_cast<float2*>(p0) = make_float2(d[nt][0], d[nt][1]);
+        *reinterpret_cast<float2*>(p0 + 8 * NB) = make_float2(d[nt][2], d[nt][3]);
       }
     }
   }
@@ -432,7 +371,7 @@ __global__ void __launch_bounds__(kVerifyThreads, kVerifyVariants[VAR].min_block
     if (t >= T) continue;
     float dot = 0.f;
 #pragma unroll
-    for (int w = 0; w < (VV.one_part ? 1 : kVerifyWarps); ++w) dot += s_part[(w * L.key_rows_pad() + R) * NB + c];
+    for (int w = 0; w < kVerifyWarps; ++w) dot += s_part[(w * L.key_rows_pad() + R) * NB + c];
     dot *= s_scale[is_q ? T + t : t];
     if (R < n_eff) {
       const float decay = expf(s_gwin[t] - s_gbuf[R]);
@@ -446,9 +385,8 @@ __global__ void __launch_bounds__(kVerifyThreads, kVerifyVariants[VAR].min_block
     }
   }
   __syncthreads();
-  if constexpr (VV.late_s0 && VV.stream == 0) load_s0();
 
-  if (VV.stream == 0 && fold) {  // Phase 6, fold: S0 <- e^{G_n} S0 + sum_j w_j[r] k_j, written back once
+  if (fold) {  // Phase 6, fold: S0 <- e^{G_n} S0 + sum_j w_j[r] k_j, written back once
     const float e_gn = expf(s_gbuf[n - 1]);
 #pragma unroll
     for (int k = 0; k < RPT; ++k)
@@ -522,90 +460,7 @@ __global__ void __launch_bounds__(kVerifyThreads, kVerifyVariants[VAR].min_block
   for (int nt = 0; nt < NTILES; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) d[nt][e] = db[nt][e] = 0.f;
-  if constexpr (VV.stream > 0) {  // phases 6 and 7 chunk by chunk (see kVerifyVariants)
-    if (have_s0) {
-      constexpr int QF = VV.stream, NQ = NF / QF;
-      static_assert(NF % QF == 0, "chunks of QF float4 per row");
-      float4 xc[2][RPT][QF];
-      auto load_chunk = [&](float4(&dst)[RPT][QF], int q) {
-#pragma unroll
-        for (int k = 0; k < RPT; ++k)
-#pragma unroll
-          for (int ii = 0; ii < QF; ++ii)
-            dst[k][ii] = has_state ? load_state4(state_rows + k * ROW_STEP * KD, LN * (q * QF + ii) + part)
-                                   : make_float4(0.f, 0.f, 0.f, 0.f);
-      };
-      load_chunk(xc[0], 0);
-      const float e_gn = fold ? expf(s_gbuf[n - 1]) : 1.f;
-      const float* b_row = s_b + (group % 8) * BP + 4 * part;
-#pragma unroll
-      for (int q = 0; q < NQ; ++q) {
-        float4(&xq)[RPT][QF] = xc[q & 1];
-        if (q + 1 < NQ) load_chunk(xc[(q + 1) & 1], q + 1);
-        if (fold) {  // phase 6 on this chunk, as above
-#pragma unroll
-          for (int k = 0; k < RPT; ++k)
-#pragma unroll
-            for (int ii = 0; ii < QF; ++ii) xq[k][ii] = scale4(e_gn, xq[k][ii]);
-          if constexpr (sizeof(E) == 2) {
-            const int g = group % 8;
-            for (int ks = 0; ks < (n + 7) / 8; ++ks) {
-              const int j0 = 8 * ks + part, j1 = j0 + 4;
-              const Tf32Split a = tf32_split(j0 < n ? s_w[j0 * kRows + group] : 0.f, j0 < n ? s_w[j0 * kRows + group + ROW_STEP] : 0.f,
-                                             j1 < n ? s_w[j1 * kRows + group] : 0.f, j1 < n ? s_w[j1 * kRows + group + ROW_STEP] : 0.f);
-              const float* key0 = s_keys + j0 * KP + 4 * (g / 2) + g % 2;
-              const float* key1 = s_keys + j1 * KP + 4 * (g / 2) + g % 2;
-#pragma unroll
-              for (int ii = 0; ii < QF; ++ii) {
-                const int i = q * QF + ii;
-                float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
-                mma_tf32x2(d0, a, j0 < n ? key0[16 * i] : 0.f, j1 < n ? key1[16 * i] : 0.f);
-                mma_tf32x2(d1, a, j0 < n ? key0[16 * i + 2] : 0.f, j1 < n ? key1[16 * i + 2] : 0.f);
-                xq[0][ii].x += d0[0], xq[0][ii].y += d0[1], xq[0][ii].z += d1[0], xq[0][ii].w += d1[1];
-                xq[1][ii].x += d0[2], xq[1][ii].y += d0[3], xq[1][ii].z += d1[2], xq[1][ii].w += d1[3];
-              }
-            }
-          } else {
-            for (int j = 0; j < n; ++j) {
-              float wj[RPT];
-#pragma unroll
-              for (int k = 0; k < RPT; ++k) wj[k] = s_w[j * kRows + group + k * ROW_STEP];
-              const float4* key = reinterpret_cast<const float4*>(s_keys + j * KP);
-#pragma unroll
-              for (int ii = 0; ii < QF; ++ii) {
-                const float4 kf = key[LN * (q * QF + ii) + part];
-#pragma unroll
-                for (int k = 0; k < RPT; ++k) xq[k][ii] = axpy4(wj[k], kf, xq[k][ii]);
-              }
-            }
-          }
-#pragma unroll
-          for (int k = 0; k < RPT; ++k)
-#pragma unroll
-            for (int ii = 0; ii < QF; ++ii)
-              store_state4(state_rows + k * ROW_STEP * KD, LN * (q * QF + ii) + part, xq[k][ii]);
-        }
-#pragma unroll
-        for (int ii = 0; ii < QF; ++ii) {  // phase 7 on this chunk
-          const int i = q * QF + ii;
-#pragma unroll
-          for (int nt = 0; nt < NTILES; ++nt) {
-            const float4 bf = *reinterpret_cast<const float4*>(b_row + nt * 8 * BP + 16 * i);
-            const Tf32Split a0 = tf32_split(xq[0][ii].x, xq[1][ii].x, xq[0][ii].y, xq[1][ii].y);
-            const Tf32Split a1 = tf32_split(xq[0][ii].z, xq[1][ii].z, xq[0][ii].w, xq[1][ii].w);
-            mma_tf32(db[nt], a0.lo[0], a0.lo[1], a0.lo[2], a0.lo[3], bf.x, bf.y);
-            mma_tf32(d[nt], a0.hi[0], a0.hi[1], a0.hi[2], a0.hi[3], bf.x, bf.y);
-            mma_tf32(db[nt], a1.lo[0], a1.lo[1], a1.lo[2], a1.lo[3], bf.z, bf.w);
-            mma_tf32(d[nt], a1.hi[0], a1.hi[1], a1.hi[2], a1.hi[3], bf.z, bf.w);
-          }
-        }
-      }
-#pragma unroll
-      for (int nt = 0; nt < NTILES; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) d[nt][e] += db[nt][e], db[nt][e] = 0.f;
-    }
-  } else if (have_s0) {
+  if (have_s0) {
     // The hi and lo products accumulate in separate fragments (db holds the lo sums until the
     // buffer terms): two chains of dependent products per n-tile instead of one of twice the length.
     const float* b_row = s_b + (group % 8) * BP + 4 * part;
@@ -877,64 +732,18 @@ void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, dim3 b
   launch_kernel(kernel, blocks, dim3(unsigned(threads)), smem, stream, programmatic_dependent, kvbuffer_args(p));
 }
 
-// EXPERIMENT ONLY (see kVerifyVariants): the variant named by KVBUF_GDN_VERIFY_VARIANT (read once;
-// unset: 0), a value outside the table refused.
-int verify_variant() {
-  static const int variant = [] {
-    const char* text = std::getenv("KVBUF_GDN_VERIFY_VARIANT");
-    const int v = text && *text ? std::atoi(text) : 0;
-    if (v < 0 || v >= kVerifyVariantCount)
-      throw std::invalid_argument("KVBUF_GDN_VERIFY_VARIANT = " + std::string(text) + " (0.." +
-                                  std::to_string(kVerifyVariantCount - 1) + ")");
-    return v;
-  }();
-  return variant;
-}
-
-template <int KD, int TMAX, class E, class S, int VAR>
-void launch_variant(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t stream) {
-  constexpr VerifyVariant VV = kVerifyVariants[VAR];
-  VerifySmem smem_layout{KD, TMAX, p.capacity, int(sizeof(E))};
-  smem_layout.part_copies = VV.one_part ? 1 : kVerifyWarps;
-  auto kernel = gdn_verify_kvbuffer_kernel<KD, TMAX, E, S, VAR>;
-  if (VAR != 0)
-    KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                        int(cudaSharedmemCarveoutMaxShared)));
-  launch(kernel, p, smem_layout.bytes(), blocks, kVerifyThreads, stream, true);
-}
-
-template <int KD, int TMAX, class E, class S>
-void launch_tmax(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t stream) {
-  // Variants are built for the sweep's shapes only (K = 128, bf16 entries, fp32 and bf16 states,
-  // T = 3..5), to bound the build time; every other launch runs variant 0.
-  if constexpr (KD == 128 && sizeof(E) == 2 && !std::is_same_v<S, __half> && (TMAX == 4 || TMAX == 5)) {
-    switch (verify_variant()) {
-      case 1: return launch_variant<KD, TMAX, E, S, 1>(p, blocks, stream);
-      case 2: return launch_variant<KD, TMAX, E, S, 2>(p, blocks, stream);
-      case 3: return launch_variant<KD, TMAX, E, S, 3>(p, blocks, stream);
-      case 4: return launch_variant<KD, TMAX, E, S, 4>(p, blocks, stream);
-      case 5: return launch_variant<KD, TMAX, E, S, 5>(p, blocks, stream);
-      case 6: return launch_variant<KD, TMAX, E, S, 6>(p, blocks, stream);
-      case 7: return launch_variant<KD, TMAX, E, S, 7>(p, blocks, stream);
-      case 8: return launch_variant<KD, TMAX, E, S, 8>(p, blocks, stream);
-      case 9: return launch_variant<KD, TMAX, E, S, 9>(p, blocks, stream);
-      default: break;
-    }
-  }
-  launch_variant<KD, TMAX, E, S, 0>(p, blocks, stream);
-}
-
 template <int KD, class E, class S>
 void dispatch_tokens(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
   const int T = p.io.tokens;
   const int tmax = T <= 2 ? 2 : T <= 4 ? 4 : T <= 6 ? T : 8;
+  const size_t smem = VerifySmem{KD, tmax, p.capacity, sizeof(E)}.bytes();
   const dim3 blocks(unsigned(p.io.V / kRows * (p.io.HV / p.io.H)), unsigned(p.io.H), unsigned(p.io.batch));
   switch (tmax) {
-    case 2: return launch_tmax<KD, 2, E, S>(p, blocks, stream);
-    case 4: return launch_tmax<KD, 4, E, S>(p, blocks, stream);
-    case 5: return launch_tmax<KD, 5, E, S>(p, blocks, stream);
-    case 6: return launch_tmax<KD, 6, E, S>(p, blocks, stream);
-    case 8: return launch_tmax<KD, 8, E, S>(p, blocks, stream);
+    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 5: return launch(gdn_verify_kvbuffer_kernel<KD, 5, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 6: return launch(gdn_verify_kvbuffer_kernel<KD, 6, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
+    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
     default: throw std::invalid_argument("gdn_verify_kvbuffer: unsupported token count " + std::to_string(T));
   }
 }
