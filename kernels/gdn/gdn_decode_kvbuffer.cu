@@ -441,7 +441,9 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_mma_kernel(Gd
   float* const sc = sG + C;                                           // c_j
   float* const sd = sc + C;                                           // d_j
   float* const sw = sd + C;                                           // e^{G_t - G_j}
-  float* const s_ut = sw + C;                                         // [rows] u_t kinv, for the fold
+  // u_t kinv of row rl for the fold, in the row's padding (which no copy writes): the 512 bytes of
+  // a separate array would cost the 128-row tile its sixth block per SM at C = 4.
+  auto s_ut = [&](int rl) -> float& { return *reinterpret_cast<float*>(tile + size_t(rl) * kRowElems + K); };
   uint64_t* const bars = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(smem) + rows_offset);  // [kMaxChunks]
   __nv_bfloat16* const sv = reinterpret_cast<__nv_bfloat16*>(bars + kMaxChunks);  // [rows] v
   __nv_bfloat16* const s_out = sv + rows;                                        // [rows]
@@ -595,7 +597,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_mma_kernel(Gd
     if (parity == 0) {
       s_out[rl] = __float2bfloat16_rn(o);
       if (fold)
-        s_ut[rl] = u_t * kinv;
+        s_ut(rl) = u_t * kinv;
       else
         s_entry[rl] = from_f32<E>(u_t);
     }
@@ -607,7 +609,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_mma_kernel(Gd
       if (has_state) tile_wait(bars + ch);
       float s[N];
       load_slice<K>(tile + size_t(rl) * kRowElems, lane, s);
-      fold_row<K>(s, eG_t, s_ut[rl], k, n, sw, utile + rl, ustride, skeys, lane);
+      fold_row<K>(s, eG_t, s_ut(rl), k, n, sw, utile + rl, ustride, skeys, lane);
       store_slice<K>(state + size_t(r) * K, lane, s);
     }
   }
@@ -926,12 +928,12 @@ SingleSmemLayout kvbuffer_smem_layout(const GdnKVBufferParams& p, int rows) {
   return {rows_offset, rows_offset + kMaxChunks * sizeof(uint64_t) + size_t(rows) * (2 + 2 + esz)};
 }
 
-// The tensor-core kernel's: the padded tile, the cached-u staging, u_t for the fold, then as above.
+// The tensor-core kernel's: the padded tile and the cached-u staging, then as above.
 SingleSmemLayout kvbuffer_mma_smem_layout(const GdnKVBufferParams& p, int rows) {
   const size_t C = size_t(p.capacity), K = size_t(p.io.K);
   const size_t esz = p.entry == EntryType::FP32 ? 4 : 2;
   const size_t bytes = size_t(rows) * (K + kTilePad) * state_type_bytes(p.state_type) + C * K * esz +
-                       C * size_t(rows + kUtilePad) * esz + 4 * C * 4 + size_t(rows) * 4;
+                       C * size_t(rows + kUtilePad) * esz + 4 * C * 4;
   const size_t rows_offset = (bytes + 15) / 16 * 16;
   return {rows_offset, rows_offset + kMaxChunks * sizeof(uint64_t) + size_t(rows) * (2 + 2 + esz)};
 }
