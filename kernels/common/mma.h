@@ -1,7 +1,6 @@
-// Tensor-core products for the verify kernels and the 16-bit-state decode row loops (include from
-// .cu files only; the fp32 decode fold on the tensor cores was not kept:
-// kernels/gdn/notes/gdn_decode_kvbuffer.md v22): TF32 with fp32 accuracy, and bf16 / fp16 with fp32
-// accumulation for operands exact in them. One m16n8k8 TF32
+// Tensor-core products for the verify kernels (include from .cu files only; the decode fold on the
+// tensor cores was not kept: kernels/gdn/notes/gdn_decode_kvbuffer.md v22): TF32 with fp32 accuracy,
+// and bf16 with fp32 accumulation for bf16 operands. One m16n8k8 TF32
 // product accumulates into d (fragment layouts of the PTX ISA:
 // a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4); b0 (t, g), b1 (t + 4, g);
 // d0, d1 (g, 2t, 2t + 1), d2, d3 (g + 8, 2t, 2t + 1), g = lane / 4, t = lane % 4). An fp32 A value
@@ -78,23 +77,6 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-// The same in fp16 (fragments as mma_bf16's).
-__device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                        uint32_t b1) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-// Four 8x8 matrices of 16-bit elements from shared memory: lane l gives the address of row l % 8 of
-// matrix l / 8 (16 contiguous bytes); register i receives matrix i in the mma fragment layout (lane
-// g * 4 + t holds row g, elements 2t, 2t + 1).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row_addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row_addr)))
-               : "memory");
 }
 
 }  // namespace kvbuf

@@ -81,13 +81,10 @@
 // 1.003x / 1.14x / 1.45x / 1.60x / 1.68x / 1.74x / 1.69x the recurrent kernel.
 // Performance log v1..v29 (prediction first where one was made): kernels/gdn/notes/gdn_decode_kvbuffer.md
 // ("log vN" in the comments below).
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 #include "kernels/common/common.cuh"
-#include "kernels/common/mma.h"
 #include "kernels/gdn/gdn_decode.h"
 #include "kernels/gdn/gdn_decode_device.h"
 
@@ -395,227 +392,6 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   single_store<K, E, RAW>(p, c, rows, C, H, HV, slot, n, fold, s_out, s_entry, out, entry_n, bk, gcum, k, kinv, G_t, beta,
                           group, lane);
   if (row_meta) return;  // the scheduler advances its own fill / has_state
-  single_advance_fill(p, slot, n, fold);
-}
-
-// ---- Single kernel, 16-bit state, cached-u variant: the row loop's products S0 [k | q] on the
-// tensor cores (log v31). A bf16 state and the token's raw bf16 k, q are exact bf16 mma operands;
-// for an fp16 state k and q are scaled by powers of two (largest magnitude in [1, 2)) and rounded
-// to fp16, exact for every element above 2^-14 of the largest (the rest move by at most 2^-25 of
-// it, below the fp32 accumulation's error); the products accumulate in fp32. One m16n8k16 mma per
-// 16 rows and 16 elements of K: B's column 0 holds k, column 1 q. The per-row scalars (u_t, o, the
-// cached-u sums) run on two lanes per row, the fold (1 / C of the steps) on the row groups as in
-// the kernel above. The tile's rows are padded by kTilePad elements (16 bytes) so that the 8 rows
-// of each ldmatrix fall on distinct banks; each row arrives by its own bulk copy.
-constexpr int kTilePad = 8;
-
-// Warp 0: the padded S0 tile [rows][K + kTilePad] from `rows` contiguous rows of K elements, one
-// bulk copy per row, 16 rows per barrier.
-template <int K, class S>
-__device__ __forceinline__ void padded_tile_issue(S* tile, const S* src, int rows, uint64_t* bars) {
-  constexpr uint32_t kRowBytes = K * sizeof(S);
-  const int wl = threadIdx.x;
-  if (wl == 0) {
-    tile_init(rows / kGroups, bars);
-    for (int ch = 0; ch < rows / kGroups; ++ch) expect_copy_bytes(bars + ch, kGroups * kRowBytes);
-  }
-  __syncwarp();
-  for (int r = wl; r < rows; r += 32)
-    bulk_copy(tile + size_t(r) * (K + kTilePad), src + size_t(r) * K, kRowBytes, bars + r / kGroups);
-}
-
-template <int K, int V, class S, class E>
-__global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_mma_kernel(GdnKVBufferParams p, int rows, int rows_offset) {
-  static_assert(sizeof(S) == 2 && K % 32 == 0 && V % 16 == 0, "16-bit state, head dims");
-  constexpr bool kBf16 = std::is_same_v<S, __nv_bfloat16>;
-  constexpr int N = K / 8;
-  constexpr int kRowElems = K + kTilePad;
-  constexpr int kSteps = K / 16;
-  extern __shared__ __align__(128) float smem[];
-  const int C = p.capacity;
-  const int ustride = rows + kUtilePad;
-  S* const tile = reinterpret_cast<S*>(smem);                         // [rows][K + kTilePad] S0 rows
-  E* const skeys = reinterpret_cast<E*>(tile + rows * kRowElems);     // [C][K] keys k_j
-  E* const utile = skeys + C * K;                                     // [C][ustride] u_j
-  float* const sG = reinterpret_cast<float*>(utile + C * ustride);    // G_j
-  float* const sc = sG + C;                                           // c_j
-  float* const sd = sc + C;                                           // d_j
-  float* const sw = sd + C;                                           // e^{G_t - G_j}
-  // u_t kinv of row rl for the fold, in the row's padding (which no copy writes): the 512 bytes of
-  // a separate array would cost the 128-row tile its sixth block per SM at C = 4.
-  auto s_ut = [&](int rl) -> float& { return *reinterpret_cast<float*>(tile + size_t(rl) * kRowElems + K); };
-  uint64_t* const bars = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(smem) + rows_offset);  // [kMaxChunks]
-  __nv_bfloat16* const sv = reinterpret_cast<__nv_bfloat16*>(bars + kMaxChunks);  // [rows] v
-  __nv_bfloat16* const s_out = sv + rows;                                        // [rows]
-  E* const s_entry = reinterpret_cast<E*>(s_out + rows);                         // [rows]
-  // Phase 1, prologue (as the kernel above), with the mma's B fragments of k and q: lane fg * 4 + ft
-  // of column fg (0: k, 1: q) holds elements 16 kk + 2 ft, + 1 and 16 kk + 8 + 2 ft, + 1.
-  const GdnStepIO& io = p.io;
-  const BlockCoords c = block_coords<V>(rows);
-  const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
-  const int warp = threadIdx.x / 32, wl = threadIdx.x % 32, fg = wl / 4, ft = wl % 4;
-  const int H = io.H, HV = io.HV;
-  const int kh = c.kh;
-  TokenKQRaw<K> kq_raw;
-  issue_token_kq<K>(io, c.row, kh, lane, kq_raw);
-  uint32_t bfrag[kSteps][2];
-  {
-    const __nv_bfloat16* kq_src = (fg == 0 ? io.k : io.q) + (size_t(c.row) * H + kh) * K + 2 * ft;
-#pragma unroll
-    for (int kk = 0; kk < kSteps; ++kk) {
-      bfrag[kk][0] = fg < 2 ? *reinterpret_cast<const uint32_t*>(kq_src + 16 * kk) : 0u;
-      bfrag[kk][1] = fg < 2 ? *reinterpret_cast<const uint32_t*>(kq_src + 16 * kk + 8) : 0u;
-    }
-  }
-  float g, beta;
-  load_gates(io, c.row, c.h, g, beta);
-  const bool row_meta = p.row_fill != nullptr;
-  int n = 0, has_state_flag = 0;
-  if (row_meta) n = p.row_fill[c.row], has_state_flag = p.row_has_state[c.row];
-  const int slot = io.slot[c.row];
-  if (slot < 0) {
-    write_zero_output(io, c, rows);
-    return;
-  }
-  if (!row_meta) n = p.fill[slot], has_state_flag = p.has_state[slot];
-  const bool has_state = has_state_flag != 0;
-  const bool fold = n + 1 == C;
-  const int chunks = rows / kGroups;
-  const size_t head = (size_t(slot) * HV + c.h) * V * K;
-  S* state = static_cast<S*>(p.state) + head;
-
-  // Phase 2, issue: keys, u tile, G_j, v by cp.async, then the padded S0 tile (or zeros).
-  E* bk = static_cast<E*>(p.buf_k) + size_t(slot) * C * H * K;       // [C, H, K]
-  E* bval = static_cast<E*>(p.buf_val) + size_t(slot) * C * HV * V;  // [C, HV, V]
-  float* gcum = p.buf_gcum + size_t(slot) * C * HV;                  // [C, HV]
-  constexpr int kVec = 16 / sizeof(E);
-  {
-    const int kvecs = K / kVec;
-    for (int idx = threadIdx.x; idx < n * kvecs; idx += kThreads) {
-      const int j = idx / kvecs, x = idx % kvecs;
-      cp_async16(skeys + j * K + x * kVec, bk + (size_t(j) * H + kh) * K + x * kVec);
-    }
-    const int uvecs = rows / kVec, ushift = __ffs(uvecs) - 1;  // rows and kVec are powers of 2
-    for (int idx = threadIdx.x; idx < n * uvecs; idx += kThreads) {
-      const int j = idx >> ushift, x = idx & (uvecs - 1);
-      cp_async16(utile + j * ustride + x * kVec, bval + (size_t(j) * HV + c.h) * V + c.v0 + x * kVec);
-    }
-    for (int j = threadIdx.x; j < n; j += kThreads) cp_async4(sG + j, gcum + j * HV + c.h);
-    if (threadIdx.x < rows / 8) cp_async16(sv + threadIdx.x * 8, io.v + (size_t(c.row) * HV + c.h) * V + c.v0 + threadIdx.x * 8);
-  }
-  if (has_state) {
-    if (warp == 0) padded_tile_issue<K>(tile, state + size_t(c.v0) * K, rows, bars);
-  } else {
-    for (int i = threadIdx.x; i < rows * kRowElems * int(sizeof(S)) / 16; i += kThreads)
-      reinterpret_cast<float4*>(tile)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-  // Phase 3, wait; k, q unnormalised in the row groups' layout for the key scalars and the fold.
-  float k[N], q[N], kinv, qinv, kq;
-  finish_token_kq_unscaled<K>(kq_raw, k, q, kinv, qinv, kq);
-  float a_scale = 1.f, b_scale = 1.f;  // undo the fp16 operands' power-of-two scales
-  if constexpr (!kBf16) {
-    float km = 0.f, qm = 0.f;
-#pragma unroll
-    for (int i = 0; i < N; ++i) km = fmaxf(km, fabsf(k[i])), qm = fmaxf(qm, fabsf(q[i]));
-#pragma unroll
-    for (int m = 1; m < kGroupLanes; m *= 2)
-      km = fmaxf(km, __shfl_xor_sync(0xffffffffu, km, m)), qm = fmaxf(qm, __shfl_xor_sync(0xffffffffu, qm, m));
-    const int ke = (__float_as_int(km) >> 23) & 0xff, qe = (__float_as_int(qm) >> 23) & 0xff;  // biased exponents
-    a_scale = __int_as_float(ke << 23), b_scale = __int_as_float(qe << 23);
-    const float op_scale = __int_as_float((254 - (fg == 0 ? ke : qe)) << 23);
-#pragma unroll
-    for (int kk = 0; kk < kSteps; ++kk)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float2 x = bf16x2_to_float2(bfrag[kk][h]);
-        bfrag[kk][h] = float2_to_pair<__half>(x.x * op_scale, x.y * op_scale);
-      }
-  }
-  cp_async_wait_all();
-  __syncthreads();
-  const float G_t = (n > 0 ? sG[n - 1] : 0.f) + g;
-  const float eG_t = expf(G_t);
-  const float eG_k = eG_t * kinv * a_scale, eG_q = eG_t * qinv * b_scale;
-
-  // Phase 4, key scalars (as the kernel above).
-  constexpr int kWarpGroups = 32 / kGroupLanes;
-  for (int base = 0; base < n; base += kGroups) {
-    if (base + warp * kWarpGroups >= n) continue;
-    const int j = base + group;
-    float kj[N];
-    if (j < n) {
-      load_slice<K>(skeys + j * K, lane, kj);
-    } else {
-#pragma unroll
-      for (int i = 0; i < N; ++i) kj[i] = 0.f;
-    }
-    const float dk = group_sum(dot<N>(kj, k)) * kinv;
-    const float dq = group_sum(dot<N>(kj, q)) * qinv;
-    if (j < n && lane == 0) {
-      const float e = expf(G_t - sG[j]);
-      sc[j] = e * dk;
-      sd[j] = e * dq;
-      sw[j] = e;
-    }
-  }
-  if (n > 0) __syncthreads();
-
-  // Phase 5, row loop: warp w takes the 16-row chunks w, w + 4, ...; D's column 0 is S0 k, column
-  // 1 S0 q (lane fg * 4 holds rows fg and fg + 8). Lanes fg * 4 + ft then take row fg + 8 (ft / 2)
-  // and the entries j = ft % 2, + 2, ...
-  const int a_row = (wl & 7) + ((wl >> 3) & 1) * 8, a_col = (wl >> 4) * 8;  // ldmatrix row address of this lane
-  const bool upper = ft >= 2;
-  const int parity = ft & 1;
-  for (int mt = warp; mt < chunks; mt += kThreads / 32) {
-    if (has_state) tile_wait(bars + mt);
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
-    const S* a_src = tile + size_t(mt * kGroups + a_row) * kRowElems + a_col;
-#pragma unroll
-    for (int kk = 0; kk < kSteps; ++kk) {
-      uint32_t a[4];
-      ldmatrix_x4(a, a_src + 16 * kk);
-      if constexpr (kBf16)
-        mma_bf16(d, a[0], a[1], a[2], a[3], bfrag[kk][0], bfrag[kk][1]);
-      else
-        mma_f16(d, a[0], a[1], a[2], a[3], bfrag[kk][0], bfrag[kk][1]);
-    }
-    const int src = wl & ~3;
-    const float a_lo = __shfl_sync(0xffffffffu, d[0], src), b_lo = __shfl_sync(0xffffffffu, d[1], src);
-    const float a_hi = __shfl_sync(0xffffffffu, d[2], src), b_hi = __shfl_sync(0xffffffffu, d[3], src);
-    const int rl = mt * kGroups + fg + (upper ? 8 : 0);
-    float pc = 0.f, pd = 0.f;
-#pragma unroll 1
-    for (int j = parity; j < n; j += 2) {
-      const float uj = to_f32(utile[j * ustride + rl]);
-      pc = fmaf(sc[j], uj, pc);
-      pd = fmaf(sd[j], uj, pd);
-    }
-    pc += __shfl_xor_sync(0xffffffffu, pc, 1);
-    pd += __shfl_xor_sync(0xffffffffu, pd, 1);
-    const float u_t = beta * (__bfloat162float(sv[rl]) - fmaf(eG_k, upper ? a_hi : a_lo, pc));
-    const float o = fmaf(eG_q, upper ? b_hi : b_lo, pd) + kq * u_t;
-    if (parity == 0) {
-      s_out[rl] = __float2bfloat16_rn(o);
-      if (fold)
-        s_ut(rl) = u_t * kinv;
-      else
-        s_entry[rl] = from_f32<E>(u_t);
-    }
-  }
-  if (fold) {  // block-uniform
-    __syncthreads();
-    for (int ch = 0; ch < chunks; ++ch) {
-      const int rl = ch * kGroups + group, r = c.v0 + rl;
-      if (has_state) tile_wait(bars + ch);
-      float s[N];
-      load_slice<K>(tile + size_t(rl) * kRowElems, lane, s);
-      fold_row<K>(s, eG_t, s_ut(rl), k, n, sw, utile + rl, ustride, skeys, lane);
-      store_slice<K>(state + size_t(r) * K, lane, s);
-    }
-  }
-  single_store<K, E, false>(p, c, rows, C, H, HV, slot, n, fold, s_out, s_entry, io.out + (size_t(c.row) * HV + c.h) * V, bval + (size_t(n) * HV + c.h) * V,
-                            bk, gcum, k, kinv, G_t, beta, group, lane);
-  if (row_meta) return;
   single_advance_fill(p, slot, n, fold);
 }
 
@@ -928,36 +704,9 @@ SingleSmemLayout kvbuffer_smem_layout(const GdnKVBufferParams& p, int rows) {
   return {rows_offset, rows_offset + kMaxChunks * sizeof(uint64_t) + size_t(rows) * (2 + 2 + esz)};
 }
 
-// The tensor-core kernel's: the padded tile and the cached-u staging, then as above.
-SingleSmemLayout kvbuffer_mma_smem_layout(const GdnKVBufferParams& p, int rows) {
-  const size_t C = size_t(p.capacity), K = size_t(p.io.K);
-  const size_t esz = p.entry == EntryType::FP32 ? 4 : 2;
-  const size_t bytes = size_t(rows) * (K + kTilePad) * state_type_bytes(p.state_type) + C * K * esz +
-                       C * size_t(rows + kUtilePad) * esz + 4 * C * 4;
-  const size_t rows_offset = (bytes + 15) / 16 * 16;
-  return {rows_offset, rows_offset + kMaxChunks * sizeof(uint64_t) + size_t(rows) * (2 + 2 + esz)};
-}
-
-// Experiment only (this branch): KVBUF_KVB16_ROWLOOP=fma runs the 16-bit cached-u steps on the
-// FMA row loop instead of the tensor-core one, so one GPU session can check and time both.
-bool kvb16_fma_row_loop() {
-  static const bool fma = [] {
-    const char* e = std::getenv("KVBUF_KVB16_ROWLOOP");
-    return e && std::string(e) == "fma";
-  }();
-  return fma;
-}
-
 template <int K, int V, class S, class E, bool RAW>
 void launch_kvbuffer(const GdnKVBufferParams& p, int rows, cudaStream_t stream) {
   const dim3 grid = decode_grid(p.io, rows);
-  if constexpr (sizeof(S) == 2 && !RAW) {
-    if (!kvb16_fma_row_loop()) {
-      const SingleSmemLayout layout = kvbuffer_mma_smem_layout(p, rows);
-      return launch_kernel(gdn_decode_kvbuffer_mma_kernel<K, V, S, E>, grid, dim3(kThreads), layout.bytes, stream, false,
-                           p, rows, int(layout.rows_offset));
-    }
-  }
   const SingleSmemLayout layout = kvbuffer_smem_layout(p, rows);
   launch_kernel(gdn_decode_kvbuffer_kernel<K, V, S, E, RAW>, grid, dim3(kThreads), layout.bytes, stream, false, p, rows,
                 int(layout.rows_offset));

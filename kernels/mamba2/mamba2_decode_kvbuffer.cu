@@ -54,13 +54,10 @@
 // Direct at C = 64 (split path): 26.46 / 63.35 / 100.33 us at batch 64 / 256 / 512, 0.38x / 0.24x /
 // 0.19x recurrent (single kernel, a631d6a: 0.60x / 0.57x / 0.56x).
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 #include "kernels/common/common.cuh"
-#include "kernels/common/mma.h"
 #include "kernels/mamba2/mamba2_decode.h"
 #include "kernels/mamba2/mamba2_decode_device.h"
 
@@ -75,33 +72,26 @@ constexpr int kMaxCapacity = 64;
 // j < n <= C - 1: keys
 // [C-1][N] bf16 (B_j), x [warps][C-1] uint4 (x_j of the warp's 8 rows), fp32 [C-1] each: G_j, dt_j,
 // w_j = e^{G_t - G_j} dt_j, a_j = w_j c_j; then one mbarrier per warp (its rows' bulk copy).
-// kMma (16-bit state, tensor-core S0 . C_t): the tile's rows padded by kTilePad elements (16
-// bytes) for conflict-free ldmatrix, and per warp C_t as the mma's operand pairs [N / 2].
-constexpr int kTilePad = 8;
-template <int N, bool kTile, class S, bool kMma = false>
+template <int N, bool kTile, class S>
 struct BlockSmem {
-  static constexpr int kRowElems = N + (kMma ? kTilePad : 0);
   S* tile;
   __nv_bfloat16* keys;
   uint4* x;
   float *G, *dt, *w, *a;
   uint4* xt;
   uint64_t* bars;
-  uint32_t* ct2;
   __device__ BlockSmem(unsigned char* base, int entries, int warps) {
     tile = reinterpret_cast<S*>(base);
-    keys = reinterpret_cast<__nv_bfloat16*>(tile + (kTile ? size_t(warps) * kWarpRows * kRowElems : 0));
+    keys = reinterpret_cast<__nv_bfloat16*>(tile + (kTile ? size_t(warps) * kWarpRows * N : 0));
     x = reinterpret_cast<uint4*>(keys + size_t(entries) * N);
     G = reinterpret_cast<float*>(x + size_t(warps) * entries);
     dt = G + entries, w = dt + entries, a = w + entries;
     xt = reinterpret_cast<uint4*>(a + entries);  // 16-byte aligned: entries (2N + 16 warps + 16) bytes above the tile
     bars = reinterpret_cast<uint64_t*>(xt + warps);
-    ct2 = reinterpret_cast<uint32_t*>(bars + warps);
   }
   static size_t bytes(int entries, int warps) {
     return (kTile ? size_t(warps) * (kWarpRows * N * sizeof(S) + 8) : 0) + size_t(warps) * 16 +
-           size_t(entries) * (N * 2 + size_t(warps) * 16 + 16) +
-           (kMma ? size_t(warps) * (kWarpRows * kTilePad * sizeof(S) + N * 2) : 0);
+           size_t(entries) * (N * 2 + size_t(warps) * 16 + 16);
   }
 };
 
@@ -129,12 +119,10 @@ __device__ __forceinline__ void stage_entries(const Mamba2KVBufferParams& p, con
 // One request row's step (phases 0-4 above) for the block's rows of head c.h: slot and, with
 // scheduler metadata, meta_fill / meta_has were loaded by the caller; the token inputs are issued
 // here before the slot is first used.
-template <int N, bool kTile, class S, bool kMma = false>
+template <int N, bool kTile, class S>
 __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsigned char* smem, const WarpCoords& c,
                                            int slot, int meta_fill, int meta_has) {
-  static_assert(!kMma || (kTile && sizeof(S) == 2), "the tensor-core S0 . C_t: 16-bit state in the tile");
   constexpr int NL = N / 32, R = kWarpRows;
-  constexpr int kS0Stride = BlockSmem<N, kTile, S, kMma>::kRowElems;  // elements between the warp's S0 rows
   const Mamba2StepIO& io = p.io;
   const int lane = c.lane, warps = blockDim.x >> 5;
   const int NH = io.NH, P = io.P, G = io.G, C = p.capacity;
@@ -152,7 +140,7 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
   const int n = row_meta ? meta_fill : load_unsunk(p.fill + slot);
   const bool has_state = (row_meta ? meta_has : load_unsunk(p.has_state + slot)) != 0;
   const bool fold = n + 1 == C;
-  const BlockSmem<N, kTile, S, kMma> st(smem, C - 1, warps);
+  const BlockSmem<N, kTile, S> st(smem, C - 1, warps);
 
   // Phase 1: the entries' small copies (the block waits for them at the first barrier), then the
   // warp's S0 rows by a bulk copy (waited for by the warp where they are used).
@@ -160,22 +148,9 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
   cp_async_commit();
   S* rows = static_cast<S*>(p.state) + ((size_t(slot) * NH + c.h) * P + c.p0) * N;
   // The warp's S0 rows: its part of the tile, or (no tile) the pool rows themselves.
-  const S* s0rows = kTile ? st.tile + c.warp * kWarpRows * kS0Stride : rows;
+  const S* s0rows = kTile ? st.tile + c.warp * kWarpRows * N : rows;
   uint64_t* bar = st.bars + c.warp;
-  if constexpr (kMma) {
-    // One bulk copy per row into the padded rows.
-    if (has_state) {
-      if (lane == 0) {
-        tile_init(1, bar);
-        expect_copy_bytes(bar, kWarpRows * N * sizeof(S));
-      }
-      __syncwarp();
-      if (lane < kWarpRows)
-        bulk_copy(st.tile + (c.warp * kWarpRows + lane) * kS0Stride, rows + size_t(lane) * N, N * sizeof(S), bar);
-    }
-  } else if (kTile && has_state) {
-    issue_warp_rows<N>(st.tile + c.warp * kWarpRows * N, rows, bar, lane);
-  }
+  if (kTile && has_state) issue_warp_rows<N>(st.tile + c.warp * kWarpRows * N, rows, bar, lane);
   // The token's x (8 rows) waits in shared memory for the fold or the append, not in registers.
   if (lane == 0) st.xt[c.warp] = xraw;
   __syncwarp();
@@ -183,28 +158,6 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
   bf16_slice<N>(braw, Bv);
   bf16_slice<N>(craw, Cv);
   const float c_t = warp_sum(dot<NL>(Cv, Bv));
-  // kMma: C_t as the A operand's pairs (row 0 of A; the other rows zero), in the warp's ct2: raw
-  // for a bf16 state; for fp16 scaled by a power of two (largest magnitude in [1, 2)) and rounded
-  // to fp16, exact for every element above 2^-14 of the largest; c_scale undoes the scale.
-  float c_scale = 1.f;
-  if constexpr (kMma) {
-    uint32_t* ct2 = st.ct2 + c.warp * (N / 2);
-    if constexpr (std::is_same_v<S, __nv_bfloat16>) {
-      reinterpret_cast<typename RowVec<N>::H*>(ct2)[lane] = craw;
-    } else {
-      float m = 0.f;
-#pragma unroll
-      for (int e = 0; e < NL; ++e) m = fmaxf(m, fabsf(Cv[e]));
-#pragma unroll
-      for (int mask = 16; mask >= 1; mask /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, mask));
-      const int ce = (__float_as_int(m) >> 23) & 0xff;  // biased exponent
-      c_scale = __int_as_float(ce << 23);
-      const float op_scale = __int_as_float((254 - ce) << 23);
-#pragma unroll
-      for (int i = 0; i < NL / 2; ++i) ct2[lane * (NL / 2) + i] = float2_to_pair<__half>(Cv[2 * i] * op_scale, Cv[2 * i + 1] * op_scale);
-    }
-    __syncwarp();
-  }
 
   // Phase 2: the n dots c_j = C_t . B_j (warp w takes j = w, w + warps, ...) and the weights.
   float G_t = dt * A;
@@ -230,38 +183,11 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
   // slice; one halving reduction sums both over the warp.
   float y8[R];
   if (kTile && has_state) tile_wait(bar);
-  if constexpr (kMma) {
-    // D = [C_t; 0] [S0 rows]^T: m16n8k16, B's 8 columns the warp's 8 rows (ldmatrix of the rows
-    // gives B's fragments); lane t < 4 ends with rows 2t, 2t + 1 in d0, d1.
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
-    if (has_state) {
-      const uint32_t* ct2 = st.ct2 + c.warp * (N / 2);
-      const bool a_lane = lane < 4;
 #pragma unroll
-      for (int k2 = 0; k2 < N / 32; ++k2) {
-        uint32_t b[4];
-        ldmatrix_x4(b, s0rows + (lane & 7) * kS0Stride + 32 * k2 + (lane >> 3) * 8);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int kk = 2 * k2 + h;
-          const uint32_t a0 = a_lane ? ct2[8 * kk + lane] : 0u, a2 = a_lane ? ct2[8 * kk + 4 + lane] : 0u;
-          if constexpr (std::is_same_v<S, __nv_bfloat16>)
-            mma_bf16(d, a0, 0u, a2, 0u, b[2 * h], b[2 * h + 1]);
-          else
-            mma_f16(d, a0, 0u, a2, 0u, b[2 * h], b[2 * h + 1]);
-        }
-      }
-    }
-    const float e = eG * c_scale;
-#pragma unroll
-    for (int i = 0; i < R; ++i) y8[i] = lane == (i >> 1) ? e * d[i & 1] : 0.f;
-  } else {
-#pragma unroll
-    for (int i = 0; i < R; ++i) {
-      float s0[NL];
-      if (has_state) load_row<N>(s0rows + i * N + lane * NL, s0);
-      y8[i] = has_state ? eG * dot<NL>(s0, Cv) : 0.f;
-    }
+  for (int i = 0; i < R; ++i) {
+    float s0[NL];
+    if (has_state) load_row<N>(s0rows + i * N + lane * NL, s0);
+    y8[i] = has_state ? eG * dot<NL>(s0, Cv) : 0.f;
   }
   const uint4* xw = st.x + c.warp * (C - 1);
   for (int j = lane; j < n; j += 32) {
@@ -287,7 +213,7 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
 #pragma unroll
       for (int i = 0; i < H; ++i) {
         float s0[NL];
-        if (has_state) load_row<N>(s0rows + (half * H + i) * kS0Stride + lane * NL, s0);
+        if (has_state) load_row<N>(s0rows + (half * H + i) * N + lane * NL, s0);
         const float dx = dt * xt[i];
 #pragma unroll
         for (int e = 0; e < NL; ++e) s[i][e] = fmaf(dx, Bv[e], has_state ? eG * s0[e] : 0.f);
@@ -320,7 +246,7 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
   }
 }
 
-template <int N, bool kTile, class S, bool kMma = false>
+template <int N, bool kTile, class S>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kTile ? 5 : 6) mamba2_decode_kvbuffer_kernel(Mamba2KVBufferParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const WarpCoords c = warp_coords(p.io);
@@ -330,7 +256,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kTile ? 5 : 6) mamba2_de
   const int slot = p.io.slot[c.row];
   const int meta_fill = row_meta ? p.row_fill[c.row] : 0;
   const int meta_has = row_meta ? p.row_has_state[c.row] : 0;
-  decode_row<N, kTile, S, kMma>(p, smem, c, slot, meta_fill, meta_has);
+  decode_row<N, kTile, S>(p, smem, c, slot, meta_fill, meta_has);
 }
 
 // ---- The split direct path (mamba2_decode_direct with scheduler metadata, P <= 64; Auto: below)
@@ -551,16 +477,6 @@ Mamba2RecurrentParams capacity1_params(const Mamba2KVBufferParams& p) {
   return r;
 }
 
-// Experiment only (this branch): KVBUF_KVB16_ROWLOOP=fma runs 16-bit states on the FMA S0 . C_t
-// instead of the tensor-core one, so one GPU session can check and time both.
-bool kvb16_fma_row_loop() {
-  static const bool fma = [] {
-    const char* e = std::getenv("KVBUF_KVB16_ROWLOOP");
-    return e && std::string(e) == "fma";
-  }();
-  return fma;
-}
-
 template <bool kTile>
 void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char* who) {
   validate_step_io(p.io, who);
@@ -585,13 +501,6 @@ void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char
       using S = typename decltype(tag)::type;
       if (!kTile && split_direct(p)) return launch_split_direct<N, S>(p, stream);
       const int rows = choose_rows_per_block(p.io, kKVBufferRows);
-      if constexpr (kTile && sizeof(S) == 2) {
-        if (!kvb16_fma_row_loop()) {
-          const size_t smem = BlockSmem<N, kTile, S, true>::bytes(p.capacity - 1, rows / kWarpRows);
-          return launch_kernel(mamba2_decode_kvbuffer_kernel<N, kTile, S, true>, decode_grid(p.io, rows),
-                               decode_block(rows), smem, stream, false, p);
-        }
-      }
       const size_t smem = BlockSmem<N, kTile, S>::bytes(p.capacity - 1, rows / kWarpRows);
       launch_kernel(mamba2_decode_kvbuffer_kernel<N, kTile, S>, decode_grid(p.io, rows), decode_block(rows), smem, stream,
                     false, p);

@@ -31,7 +31,6 @@
 //   __half: Mamba2RecurrentParams::state_type through dispatch_state_type); P is a runtime multiple
 //   of rows_per_block.
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -170,47 +169,7 @@ __global__ void __launch_bounds__(kPairWarps * 32) mamba2_decode_recurrent_pair_
   }
 }
 
-// The pair shape for a 16-bit state: 4 rows per warp (16-row blocks), the bytes per warp of the
-// fp32 pair shape and half its warps (bf16 at batch 8: 8.01 us with 2 rows per warp).
-constexpr int kQuadRows = 4;
-
-template <int N, class S>
-__global__ void __launch_bounds__(kPairWarps * 32) mamba2_decode_recurrent_quad_kernel(RecurrentArgs<S> p) {
-  const Mamba2StepIO& io = p.io;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int row = blockIdx.z, h = blockIdx.y, g = h / (io.NH / io.G);
-  const int p0 = (blockIdx.x * kPairWarps + warp) * kQuadRows;
-  const int slot = io.slot[row];
-  const size_t xo = (size_t(row) * io.NH + h) * io.P + p0;  // a multiple of 4: 8-byte aligned bf16 quads
-  const uint2 xraw = *reinterpret_cast<const uint2*>(io.x + xo);
-  const size_t bco = (size_t(row) * io.G + g) * N;
-  const auto braw = load_bf16_raw<N>(io.B + bco, lane), craw = load_bf16_raw<N>(io.C + bco, lane);
-  const float dt = token_dt(io, row, h);
-  const float A = io.A[h], D = io.D[h];
-  if (slot < 0) {
-    if (lane < kQuadRows) io.out[xo + lane] = __float2bfloat16_rn(0.f);
-    return;
-  }
-  float xs[kQuadRows], y4[kQuadRows];
-  update_warp_rows<N, kQuadRows>(p.state + ((size_t(slot) * io.NH + h) * io.P + p0) * N + lane * (N / 32), xraw, xs,
-                                 braw, craw, dt, A, y4);
-  const float y = row_sums<kQuadRows>(y4, lane);  // lane l: row l / 8
-  if (lane % kRowLanes<kQuadRows> != 0) return;
-  const int i = lane / kRowLanes<kQuadRows>;
-  float o = fmaf(D, __bfloat162float(io.x[xo + i]), y);
-  if (io.z) o *= silu(__bfloat162float(io.z[xo + i]));
-  io.out[xo + i] = __float2bfloat16_rn(o);
-}
-
 bool pair_shape(const Mamba2StepIO& io) { return io.rows_per_block == 0 && io.batch <= kPairMaxBatch; }
-// Experiment only (this branch): KVBUF_M2REC_PAIR_ROWS=2 keeps 2 rows per warp at 16-bit states.
-bool quad_shape(const Mamba2StepIO& io, StateType state_type) {
-  static const bool pairs = [] {
-    const char* e = std::getenv("KVBUF_M2REC_PAIR_ROWS");
-    return e && std::string(e) == "2";
-  }();
-  return pair_shape(io) && state_type != StateType::FP32 && io.P % (kQuadRows * kPairWarps) == 0 && !pairs;
-}
 
 }  // namespace
 
@@ -219,7 +178,6 @@ bool quad_shape(const Mamba2StepIO& io, StateType state_type) {
 // shape (bf16 at batch 256: 143.3 us with 2-warp blocks against 158.0 with one-warp blocks, 64:
 // 39.0 against 42.9; kernels/mamba2/notes/mamba2_decode.md, "16-bit states").
 int recurrent_rows(const Mamba2StepIO& io, StateType state_type) {
-  if (quad_shape(io, state_type)) return kQuadRows * kPairWarps;
   if (pair_shape(io)) return kPairRows * kPairWarps;
   RowsRule rule = kRecurrentRows;
   rule.max_rows *= rows_per_fp32_row(state_type);
@@ -244,10 +202,6 @@ void mamba2_decode_recurrent(const Mamba2RecurrentParams& p, cudaStream_t stream
       using S = typename decltype(tag)::type;
       const RecurrentArgs<S> args{p.io, static_cast<S*>(p.state)};
       const int rows = recurrent_rows(p.io, p.state_type);
-      if constexpr (sizeof(S) == 2)
-        if (quad_shape(p.io, p.state_type))
-          return launch_kernel(mamba2_decode_recurrent_quad_kernel<N, S>, decode_grid(p.io, rows), dim3(kPairWarps * 32), 0,
-                               stream, false, args);
       if (pair_shape(p.io))
         return launch_kernel(mamba2_decode_recurrent_pair_kernel<N, S>, decode_grid(p.io, rows), dim3(kPairWarps * 32), 0,
                              stream, false, args);
