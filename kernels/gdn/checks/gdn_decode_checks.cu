@@ -604,6 +604,11 @@ std::vector<DecodeCase> decode_cases(bool quick) {
       add(c);
       c.variant = BufferVariant::Raw, c.row_metadata = false, c.capacity = 4, c.name = sp + "tile128-raw-C4-b3-mixed-direct";
       if (!quick) add(c);
+      // fp32 entries at C = 16: the 128-row tile's largest shared memory (about 50 KB, above the
+      // 48 KB default), 15 buffered entries per row.
+      c.variant = BufferVariant::CachedU, c.entry = EntryType::FP32, c.capacity = 16, c.direct_every = 0;
+      c.name = sp + "tile128-cachedu-fp32-C16-b3";
+      if (!quick) add(c);
     }
     {
       DecodeCase c;

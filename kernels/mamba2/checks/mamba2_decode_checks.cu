@@ -588,6 +588,9 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
       r.dt = DtRegime::Typical, r.G = 8, r.NH = 64, r.z_gate = true, r.batch = 64, r.pad_rows = 2, r.recurrent_steps = 3;
       r.name = "recurrent" + t + "-nemotron-nano-shape-b64-z";
       add(r);
+      // Batch 8, the largest batch of the pair shape (2 rows per warp), at N = 64, with padding rows.
+      r.batch = 8, r.N = 64, r.name = "recurrent" + t + "-nemotron-nano-shape-N64-b8-z";
+      add(r);
     }
     for (int C : {1, 4, 16}) {
       Mamba2DecodeCase c;
