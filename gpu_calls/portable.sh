@@ -26,46 +26,62 @@ echo "portable: commit $(cat .gpu/COMMIT 2>/dev/null), $(nvidia-smi --query-gpu=
 [ -x "$P80/kvbuf" ] || echo "portable: no $P80/kvbuf (bundle with KVBUF_BUNDLE_PTX80=1): the Ampere path is not run"
 
 # 1. Checks: `kvbuf check` (prints the GPU and the build's architectures, refuses a GPU it has no code
-#    for; the quick cases) and the four kernel test binaries (every case), sm_90 build then PTX-80.
-#    The PTX build's first binary pays the JIT of most kernels (the timeouts allow for it).
-checks() {  # checks NAME DIR KVBUF_TIMEOUT TEST_TIMEOUT
-  local name=$1 dir=$2 t
-  [ -x "$dir/kvbuf" ] || return
-  timeout "$(tmo "$3" 60)" "$dir/kvbuf" check > "$O/check_$name.log" 2>&1
-  log "$name kvbuf check: rc=$? $(grep -E "^kvbuf: GPU" "$O/check_$name.log" | head -1)"
-  grep -E "^GPU .* checks:" "$O/check_$name.log" | sed "s/^/  /"
+#    for; the quick cases) and the four kernel test binaries (every case). The PTX-80 build first:
+#    its kvbuf check pays the JIT of most kernels (the cache serves the test binaries, which hold the
+#    same kernels). The sm_90 build's checks come after the decode timing (the coordinator's GPU test
+#    runs cover them too); every step is skipped when the time left is short.
+kvbuf_check() {  # kvbuf_check NAME DIR TIMEOUT
+  [ -x "$2/kvbuf" ] || return
+  [ "$(left)" -gt 60 ] || { log "$1 kvbuf check: skipped (time)"; return; }
+  timeout "$(tmo "$3" 40)" "$2/kvbuf" check > "$O/check_$1.log" 2>&1
+  local rc=$?
+  log "$1 kvbuf check: rc=$rc $(grep -E "^kvbuf: GPU" "$O/check_$1.log" | head -1)"
+  grep -E "^GPU .* checks:" "$O/check_$1.log" | sed "s/^/  /"
+  grep -E "^FAIL" "$O/check_$1.log" | head -5 | sed "s/^/  /"
+}
+kernel_tests() {  # kernel_tests NAME DIR TIMEOUT_EACH
+  local t rc
+  [ -x "$2/kvbuf" ] || return
   for t in test_gdn_decode test_gdn_verify test_mamba2_decode test_mamba2_verify; do
-    [ -x "$dir/$t" ] || { log "$name $t: missing"; continue; }
-    [ "$(left)" -gt 80 ] || { log "$name $t: skipped (time)"; continue; }
-    timeout "$(tmo "$4" 70)" "$dir/$t" --gtest_brief=1 > "$O/${name}_$t.log" 2>&1
-    log "$name $t: rc=$? $(grep -E "^\[  (PASSED|FAILED)  \] [0-9]" "$O/${name}_$t.log" | tr '\n' ' ')"
-    grep -E "^\[  FAILED  \] [A-Za-z]" "$O/${name}_$t.log" | head -5 | sed "s/^/  /"
+    [ -x "$2/$t" ] || { log "$1 $t: missing"; continue; }
+    [ "$(left)" -gt 50 ] || { log "$1 $t: skipped (time)"; continue; }
+    timeout "$(tmo "$3" 40)" "$2/$t" --gtest_brief=1 > "$O/${1}_$t.log" 2>&1
+    local rc=$?
+    log "$1 $t: rc=$rc $(grep -E "^\[  (PASSED|FAILED)  \] [0-9]" "$O/${1}_$t.log" | tr '\n' ' ')"
+    grep -E "^\[  FAILED  \] [A-Za-z]" "$O/${1}_$t.log" | head -5 | sed "s/^/  /"
   done
 }
-checks sm90 "$BIN" 40 40
-checks ptx80 "$P80" 120 90
 
 # 2. Timing, same points with both builds: decode of both families at batch 64 and 256, fp32 and bf16
-#    states, C = 4 and 16, steady state; verify (T = 4, C = 16) where time is left. CUDA graphs of the
-#    model's layer pools, median of the sweep's samples.
-sweep() {  # sweep NAME DIR
+#    states, C = 4 and 16, steady state (24 points, about 10 s each build); verify (T = 4, C = 16)
+#    where time is left. CUDA graphs of the model's layer pools, median of the sweep's samples.
+sweep() {  # sweep NAME DIR decode|verify
   local name=$1 dir=$2
   [ -x "$dir/kvbuf" ] || return
-  [ "$(left)" -gt 40 ] || { log "$name decode timing skipped (time)"; return; }
-  timeout "$(tmo 60 30)" "$dir/kvbuf" sweep --model qwen3-next-80b-a3b,nemotron-3-nano-30b-a3b \
-    --kernels recurrent,kvbuffer,mamba2-recurrent,mamba2-kvbuffer --batch 64,256 --chunk 4,16 --context 0 \
-    --state-dtype fp32,bf16 --budget-s 0.1 --out "$O/decode_$name.csv" --verify-out "$O/verify_unused_$name.csv" \
-    > "$O/sweep_$name.log" 2>&1
-  log "$name decode sweep: rc=$?"
-  [ "$(left)" -gt 40 ] || { log "$name verify timing skipped (time)"; return; }
-  timeout "$(tmo 45 25)" "$dir/kvbuf" sweep --model qwen3-next-80b-a3b,nemotron-3-nano-30b-a3b \
-    --kernels verify-kvbuffer,mamba2-verify-kvbuffer --batch 64,256 --chunk 16 --drafts 4 --context 0 \
-    --state-dtype fp32,bf16 --budget-s 0.1 --out "$O/decode_unused_$name.csv" --verify-out "$O/verify_$name.csv" \
-    >> "$O/sweep_$name.log" 2>&1
-  log "$name verify sweep: rc=$?"
+  [ "$(left)" -gt 45 ] || { log "$name $3 timing skipped (time)"; return; }
+  if [ "$3" = decode ]; then
+    timeout "$(tmo 50 30)" "$dir/kvbuf" sweep --model qwen3-next-80b-a3b,nemotron-3-nano-30b-a3b \
+      --kernels recurrent,kvbuffer,mamba2-recurrent,mamba2-kvbuffer --batch 64,256 --chunk 4,16 --context 0 \
+      --state-dtype fp32,bf16 --budget-s 0.1 --out "$O/decode_$name.csv" --verify-out "$O/verify_unused_$name.csv" \
+      >> "$O/sweep_$name.log" 2>&1
+  else
+    timeout "$(tmo 40 25)" "$dir/kvbuf" sweep --model qwen3-next-80b-a3b,nemotron-3-nano-30b-a3b \
+      --kernels verify-kvbuffer,mamba2-verify-kvbuffer --batch 64,256 --chunk 16 --drafts 4 --context 0 \
+      --state-dtype fp32,bf16 --budget-s 0.1 --out "$O/decode_unused_$name.csv" --verify-out "$O/verify_$name.csv" \
+      >> "$O/sweep_$name.log" 2>&1
+  fi
+  local rc=$?
+  log "$name $3 sweep: rc=$rc"
 }
-sweep sm90 "$BIN"
-sweep ptx80 "$P80"
+
+kvbuf_check ptx80 "$P80" 150
+kernel_tests ptx80 "$P80" 60
+sweep sm90 "$BIN" decode
+sweep ptx80 "$P80" decode
+kvbuf_check sm90 "$BIN" 40
+kernel_tests sm90 "$BIN" 40
+sweep sm90 "$BIN" verify
+sweep ptx80 "$P80" verify
 
 python3 - "$O" <<'PY' | tee "$O/timing.txt"
 import csv, os, sys
