@@ -4,7 +4,7 @@
 # The bundle holds the CUDA build's executables (bin/) and the non-system shared libraries they
 # load (lib/). On the GPU machine: export LD_LIBRARY_PATH=$PWD/BUNDLE_DIR/lib; BUNDLE_DIR/bin/kvbuf ...
 # KVBUF_CUDA_ARCHITECTURES picks the build's architectures (default: the full list of
-# CMakeLists.txt; 90-real for an H200 alone, a sixth of the build time). KVBUF_BUNDLE_PTX80=1 also
+# CMakeLists.txt; 90-real for an H200 alone, a third to a sixth of the build time). KVBUF_BUNDLE_PTX80=1 also
 # builds BUILD_DIR-ptx80 for compute_80 PTX only (the kernels' Ampere path, JIT-compiled by the
 # driver on any later GPU) and puts its kvbuf and kernel test binaries (every kernel check:
 # bench/tests/ptx80_checks.sh BUNDLE_DIR/bin-ptx80 runs them) in BUNDLE_DIR/bin-ptx80/.
