@@ -1,14 +1,25 @@
 // `kvbuf models`: the catalog, with each model's per-request linear-attention memory.
 #include <fmt/format.h>
 
+#include <memory>
+#include <string>
+
 #include "bench/cmd_common.h"
+#include "sim/gpus.h"
 
 namespace kvbuf::cli {
 
 Command add_models_command(CLI::App& app) {
   Command c;
   c.app = app.add_subcommand("models", "list the model catalog");
-  c.run = [] {
+  auto device_name = std::make_shared<std::string>();
+  c.app->add_option("--gpu-key", *device_name,
+                    "print instead the name results files carry for a GPU as the driver names it (\"NVIDIA H200\" -> h200)");
+  c.run = [device_name] {
+    if (!device_name->empty()) {
+      fmt::print("{}\n", gpu_file_key(*device_name));
+      return 0;
+    }
     const Precision p;
     fmt::print("{:<28} {:<7} {:>13} {:>5} {:>7} {:>7} {:>5} {:>5} {:>13} {:>8} {:>14} {:>12} {:>12}\n",
                "model", "kind", "linear/total", "attn", "H|G", "HV|NH", "K|N", "V|P",

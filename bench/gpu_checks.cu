@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/gpu_commands.h"
+#include "bench/gpu_timing.h"
 #include "kernels/common/checks/check_common.h"
 #include "kernels/gdn/checks/gdn_decode_checks.h"
 #include "kernels/gdn/checks/gdn_verify_checks.h"
@@ -74,6 +75,7 @@ int run_gpu_checks(uint64_t seed) {
     fmt::print("GPU checks: no CUDA device answers, skipped\n");
     return 0;
   }
+  gpu_name();  // prints the GPU; refuses one this build has no code for
   return run_decode_checks(seed) + run_verify_checks(seed) + run_mamba2_decode_checks(seed) +
          run_mamba2_verify_checks(seed);
 }

@@ -2,11 +2,13 @@
 #include "bench/gpu_timing.h"
 
 #include <cuda_bf16.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
 
+#include "bench/cuda_archs.h"
 #include "kernels/common/common.cuh"
 #include "kernels/common/state_type.cuh"
 
@@ -144,12 +146,31 @@ double measure_copy_gbps(size_t bytes) {
   return median_of(gbps);
 }
 
+namespace {
+// Compiled for the build's architectures like the kernels: whether the device has an image of it.
+__global__ void kernel_image_probe() {}
+}  // namespace
+
 std::string gpu_name() {
-  int dev = 0;
-  KVB_CUDA_CHECK(cudaGetDevice(&dev));
-  cudaDeviceProp prop{};
-  KVB_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  return prop.name;
+  static const std::string name = [] {
+    int dev = 0;
+    KVB_CUDA_CHECK(cudaGetDevice(&dev));
+    cudaDeviceProp prop{};
+    KVB_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    fmt::print(stderr, "kvbuf: GPU {} (compute capability {}.{}); built for CUDA architectures {}\n", prop.name,
+               prop.major, prop.minor, KVBUF_CUDA_ARCHITECTURES);
+    cudaFuncAttributes attrs{};
+    const cudaError_t probe = cudaFuncGetAttributes(&attrs, kernel_image_probe);
+    if (!archs_run_on(KVBUF_CUDA_ARCHITECTURES, prop.major, prop.minor) || probe != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw std::invalid_argument(fmt::format(
+          "this kvbuf was built for CUDA architectures {}, which do not run on {} (compute capability {}.{}): "
+          "rebuild with KVBUF_CUDA_ARCHITECTURES=native (or add {}-real to it)",
+          KVBUF_CUDA_ARCHITECTURES, prop.name, prop.major, prop.minor, 10 * prop.major + prop.minor));
+    }
+    return std::string(prop.name);
+  }();
+  return name;
 }
 
 size_t gpu_free_bytes() {

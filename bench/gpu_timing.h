@@ -70,6 +70,9 @@ TimingStats time_graph_steps(const std::function<void(cudaStream_t)>& enqueue_st
 // of repeated cudaMemcpyAsync device-to-device copies of `bytes` bytes (default 2 GiB, far above L2).
 double measure_copy_gbps(size_t bytes = size_t(2) << 30);
 
+// The device's name. The first call prints the GPU, its compute capability and the build's
+// architectures to stderr and throws std::invalid_argument (kvbuf: exit 2) when the build has no
+// code that runs on it; every GPU command calls it before its first kernel.
 std::string gpu_name();
 // Bytes of device memory free right now.
 size_t gpu_free_bytes();

@@ -14,7 +14,7 @@ does not pace it), wall_us that loop and its synchronisation per call, graph_us 
 (CUDA events). Medians of --reps loops. The check: Python's host_us at most --limit-us (5) above
 C++'s; graph_us within 5% (or 0.2 us) of each other. Exit 1 when a check fails.
 
-Needs torch and kvbuf (pip install .) on an sm_90 GPU:
+Needs torch and kvbuf (pip install .) on an sm_80+ GPU:
   python3 scripts/py_overhead.py [--batch 1,64] [--out results/py_overhead_h200.csv]
 """
 import argparse

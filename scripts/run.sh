@@ -6,6 +6,7 @@
 # scripts/gpu_bundle.sh, say) and skips the install and the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/cuda_archs.sh
 build_dir=${KVBUF_BUILD_DIR:-build}
 if [ -n "${KVBUF_CLI:-}" ]; then
   kvbuf=$KVBUF_CLI
@@ -75,7 +76,9 @@ with open(sys.argv[1], newline="") as f:
 # scripts/figures.py. The resolved grid is saved next to each CSV (.grid.toml).
 gpu_main_job() {
   local model=qwen3-next-80b-a3b
-  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($NF)}')
+  # Results and figures are named by the GPU: the catalog's name (h200, a100-80gb, rtx4090, ...) where
+  # it is a catalog GPU (kvbuf models --gpu-key).
+  gpu=$("$kvbuf" models --gpu-key "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)")
   echo "== GPU kernel checks against the reference ($gpu)"
   "$kvbuf" check
   elapsed "kernel checks"

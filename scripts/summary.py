@@ -21,7 +21,9 @@ without a state_dtype column, or with fp32 in it) first, then each 16-bit type, 
 taken from decode_GPU.csv / verify_GPU.csv where that file has any (the paper preset measures each
 model's engine default), else from decode16_GPU.csv / verify16_GPU.csv; the 16-bit decode baselines
 include the recorded public 16-bit kernels of public_16bit_GPU.csv and the 16-bit rows of public_GPU.csv.
-A family or table without rows prints "no measurement". Exit status 2 on a malformed CSV.
+A family or table without rows prints "no measurement". On a GPU other than the H200, the decode and
+verify rows are also put next to the H200's (decode_h200.csv, verify_h200.csv) where both have the
+point: each kernel at its best C per model, state dtype and batch. Exit status 2 on a malformed CSV.
 """
 import argparse
 import os
@@ -198,6 +200,25 @@ def table(title, header, lines):
         print("  " + "  ".join(str(x).rjust(w) for x, w in zip(line, widths)))
 
 
+def against_h200_lines(here, h200, name):
+    """(model, name, state, batch[, drafts]) -> the best C's latency here and on the H200, and their ratio,
+    for the points both GPUs measured."""
+    def best(rows):
+        out = {}
+        for r in rows:
+            key = (r["model"], r[name], state_of(r), r["batch"], r.get("drafts", ""))
+            if key not in out or r["latency_us_median"] < out[key]["latency_us_median"]:
+                out[key] = r
+        return out
+    mine, ref = best(here), best(h200)
+    lines = []
+    for key in sorted(set(mine) & set(ref)):
+        a, b = mine[key]["latency_us_median"], ref[key]["latency_us_median"]
+        lines.append((*[k for k in key if k != ""], f"{a:.2f} [C {mine[key]['chunk']}]",
+                      f"{b:.2f} [C {ref[key]['chunk']}]", f"{a / b:.2f}x"))
+    return lines
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--results", default="results")
@@ -224,6 +245,12 @@ def main(argv):
         capacity = read_table(capacity_path, required=("model", "gpu", "commit"), ints=("drafts", "chunk", "tp"),
                               floats=("ratio_linear",), optional_floats=("measured_ratio", "ratio_linear_allocated")) \
             if os.path.isfile(capacity_path) else []
+        h200_decode = h200_verify = []
+        if args.gpu != "h200":
+            h200_decode = load(os.path.join(args.results, "decode_h200.csv"), ("model", "kernel", "gpu", "commit"),
+                               ("batch", "chunk"), ("latency_us_median",)) or []
+            h200_verify = load(os.path.join(args.results, "verify_h200.csv"), ("model", "method", "gpu", "commit"),
+                               ("batch", "chunk", "drafts"), ("latency_us_median",)) or []
     except InputError as e:
         print(f"summary.py: {e}", file=sys.stderr)
         return 2
@@ -256,6 +283,13 @@ def main(argv):
               f"state (paper: {PAPER_CAPACITY_RATIO:g}x)",
               ("model", "config", "measured", "model", "model as allocated", "measured vs it", "commit"),
               capacity_lines(capacity, state))
+    if args.gpu != "h200":
+        table(f"Decode on {args.gpu} against the H200, each kernel at its best C (ratio > 1: slower here)",
+              ("model", "kernel", "state", "batch", args.gpu, "h200", "ratio"),
+              against_h200_lines(decode, h200_decode, "kernel"))
+        table(f"Verify on {args.gpu} against the H200, each method at its best C (ratio > 1: slower here)",
+              ("model", "method", "state", "batch", "T", args.gpu, "h200", "ratio"),
+              against_h200_lines(verify, h200_verify, "method"))
     return 0
 
 

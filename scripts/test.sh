@@ -3,6 +3,7 @@
 # (tests labelled `gpu` only where a GPU answers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/cuda_archs.sh
 ./scripts/install_deps.sh
 ./scripts/build.sh
 build_dir=${KVBUF_BUILD_DIR:-build}

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <stdexcept>
+#include <cctype>
 
 namespace kvbuf {
 namespace {
@@ -20,11 +22,30 @@ constexpr double kH200Copy = 4278, kH200Read = 4571, kH200InPlace = 3958, kH200G
 // (a batch-1 recurrent layer takes 3.5 us for 0.9 us of streaming).
 constexpr double kAssumedKernelOverheadUs = 2.0;
 
+// Device limits by compute capability (CUDA C++ Programming Guide, "Technical Specifications per
+// Compute Capability": resident threads and blocks, shared memory per SM and the opt-in per block)
+// with each GPU's SM count and L2 size from its datasheet / whitepaper.
+constexpr size_t kKiB = 1024, kMiB = 1024 * 1024;
+DeviceLimits limits_of(int major, int minor, int sms, size_t l2_mib) {
+  DeviceLimits d;
+  d.cc_major = major;
+  d.cc_minor = minor;
+  d.sms = sms;
+  const bool big_sm = major < 12 && minor == 0;  // 8.0, 9.0, 10.0: the data-centre SM
+  d.max_threads_per_sm = big_sm ? 2048 : 1536;
+  d.max_blocks_per_sm = major == 8 && minor == 6 ? 16 : major == 8 && minor == 9 ? 24 : 32;
+  d.smem_per_sm = (major == 8 && minor == 0 ? 164 : big_sm ? 228 : 100) * kKiB;
+  d.smem_per_block_optin = d.smem_per_sm - kKiB;  // 1 KiB per block stays reserved
+  d.l2_bytes = l2_mib * kMiB;
+  return d;
+}
+
 // A datasheet GPU, its bandwidths and GEMM rate scaled by the fractions of the datasheet that the
 // H200 reached here (copy 0.89, read 0.95, in place 0.82, GEMM 0.80).
 GpuSpec from_datasheet(const char* name, const char* source, double memory_gib, double tbps,
-                       double tflops, double nvlink_gbps) {
+                       double tflops, double nvlink_gbps, const DeviceLimits& limits) {
   GpuSpec g;
+  g.limits = limits;
   g.name = name;
   g.source = source;
   g.datasheet = true;
@@ -68,24 +89,25 @@ const std::vector<GpuSpec>& gpu_catalog() {
     h200.gemm_tflops = kH200Gemm;
     h200.kernel_overhead_us = kAssumedKernelOverheadUs;
     h200.interconnect_gbps = 450;  // NVLink 4, 900 GB/s both directions (datasheet)
+    h200.limits = limits_of(9, 0, 132, 50);
     return std::vector<GpuSpec>{
         h200,
         // Datasheet GPUs (memory, DRAM bandwidth, dense bf16 tensor throughput with fp32
         // accumulation, interconnect one direction: NVLink, or PCIe where the GPU has none).
         from_datasheet("a100-40gb", "datasheet (A100 SXM 40 GB: 1.555 TB/s, 312 TFLOP/s bf16, NVLink 3 300 GB/s), scaled by the H200's measured fractions",
-                       40, 1.555, 312, 300),
+                       40, 1.555, 312, 300, limits_of(8, 0, 108, 40)),
         from_datasheet("a100-80gb", "datasheet (A100 SXM 80 GB: 2.039 TB/s, 312 TFLOP/s bf16, NVLink 3 300 GB/s), scaled by the H200's measured fractions",
-                       80, 2.039, 312, 300),
+                       80, 2.039, 312, 300, limits_of(8, 0, 108, 40)),
         from_datasheet("l40s", "datasheet (L40S: 48 GB, 0.864 TB/s, 362 TFLOP/s bf16, PCIe 4.0 x16 32 GB/s, no NVLink), scaled by the H200's measured fractions",
-                       48, 0.864, 362, 32),
+                       48, 0.864, 362, 32, limits_of(8, 9, 142, 96)),
         from_datasheet("rtx4090", "datasheet (RTX 4090: 24 GB, 1.008 TB/s, 165 TFLOP/s bf16 with fp32 accumulation, PCIe 4.0 x16 32 GB/s, no NVLink), scaled by the H200's measured fractions",
-                       24, 1.008, 165.2, 32),
+                       24, 1.008, 165.2, 32, limits_of(8, 9, 128, 72)),
         from_datasheet("h100-pcie", "datasheet (H100 PCIe: 80 GB, 2.0 TB/s, 756 TFLOP/s bf16, NVLink bridge 300 GB/s), scaled by the H200's measured fractions",
-                       80, 2.0, 756, 300),
+                       80, 2.0, 756, 300, limits_of(9, 0, 114, 50)),
         from_datasheet("h100-sxm", "datasheet (H100 SXM: 80 GB, 3.35 TB/s, 989 TFLOP/s bf16, NVLink 4 450 GB/s), scaled by the H200's measured fractions",
-                       80, 3.35, 989, 450),
+                       80, 3.35, 989, 450, limits_of(9, 0, 132, 50)),
         from_datasheet("b200", "datasheet (B200: 180 GB, 8 TB/s, 2250 TFLOP/s bf16, NVLink 5 900 GB/s), scaled by the H200's measured fractions",
-                       180, 8.0, 2250, 900),
+                       180, 8.0, 2250, 900, limits_of(10, 0, 148, 126)),
     };
   }();
   return catalog;
@@ -104,6 +126,34 @@ std::vector<std::string> gpu_names() {
   std::vector<std::string> names;
   for (const GpuSpec& g : gpu_catalog()) names.push_back(g.name);
   return names;
+}
+
+std::string gpu_file_key(const std::string& device_name) {
+  std::string lower;
+  for (char c : device_name) lower += char(std::tolower(static_cast<unsigned char>(c)));
+  const auto has = [&](const char* part) { return lower.find(part) != std::string::npos; };
+  if (has("h200")) return "h200";
+  if (has("h100")) return has("pcie") ? "h100-pcie" : "h100-sxm";
+  if (has("a100")) return has("80gb") ? "a100-80gb" : "a100-40gb";
+  if (has("l40s")) return "l40s";
+  if (has("rtx 4090")) return "rtx4090";
+  if (has("b200")) return "b200";
+  std::string key;
+  std::istringstream words(lower);
+  std::string w;
+  while (words >> w) {
+    if (w == "nvidia" || w == "geforce") continue;
+    for (char c : w) {
+      const bool keep = std::isalnum(static_cast<unsigned char>(c)) != 0;
+      if (keep)
+        key += c;
+      else if (!key.empty() && key.back() != '-')
+        key += '-';
+    }
+    if (!key.empty() && key.back() != '-') key += '-';
+  }
+  while (!key.empty() && key.back() == '-') key.pop_back();
+  return key.empty() ? "gpu" : key;
 }
 
 Calibration read_calibration(const std::string& path) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/launch_rules.h"  // DeviceLimits
+
 namespace kvbuf {
 
 // Effective bf16 GEMM throughput measured by cuBLAS at M rows (M = tokens in the step).
@@ -27,6 +29,7 @@ struct GpuSpec {
   double kernel_overhead_us = 0;   // launch + drain of one kernel inside a CUDA graph
   bool overhead_measured = false;  // false: an assumption until `kvbuf calibrate` runs
   double interconnect_gbps = 0;    // NVLink, one direction, per GPU (datasheet)
+  DeviceLimits limits;             // what the launch rules read (datasheet / CUDA's tuning guides)
 
   // bf16 GEMM throughput in TFLOP/s at M rows: log-linear between calibrated points, the peak
   // above the last one and without calibration.
@@ -38,6 +41,11 @@ const std::vector<GpuSpec>& gpu_catalog();
 const GpuSpec& find_gpu(const std::string& name);
 // The catalog's names, in its order (for option validators and help texts).
 std::vector<std::string> gpu_names();
+// The name results files carry for a device as the driver names it (decode_<key>.csv, figures_<key>):
+// the catalog's name where the device is a catalog GPU ("NVIDIA H200" -> h200, "NVIDIA H100 80GB
+// HBM3" -> h100-sxm, "NVIDIA GeForce RTX 4090" -> rtx4090), else the name in lower case without
+// "NVIDIA" and "GeForce", runs of other characters as '-' ("NVIDIA GeForce RTX 5090" -> rtx-5090).
+std::string gpu_file_key(const std::string& device_name);
 
 // What `kvbuf calibrate` measured on one GPU (the JSON file's contents).
 struct Calibration {

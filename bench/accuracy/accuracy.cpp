@@ -16,6 +16,7 @@
 
 #include "reference/random_inputs.h"
 #include "reference/state_rounding.h"
+#include "sim/gpus.h"
 
 namespace kvbuf::accuracy {
 namespace {
@@ -426,12 +427,7 @@ std::vector<std::string> csv_fields(const Row& r) {
 }
 
 std::string default_out_path(const std::string& gpu_name) {
-  std::istringstream words(gpu_name);
-  std::string w, last;
-  while (words >> w) last = w;
-  if (last.empty()) last = "gpu";
-  for (char& c : last) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return "results/accuracy_" + last + ".csv";
+  return "results/accuracy_" + gpu_file_key(gpu_name) + ".csv";
 }
 
 // ---- the command ----------------------------------------------------------------------------------

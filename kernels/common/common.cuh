@@ -7,32 +7,69 @@
 #include <string>
 #include <utility>
 
+#include "kernels/common/arch.cuh"  // wait_prior_grid, allow_dependent_grids
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/dispatch.h"  // dispatch_head_dims
+#include "sim/launch_rules.h"
 
 namespace kvbuf {
 
 // Grids with one request row per z index (gridDim.z's limit).
 constexpr int kMaxBatch = 65535;
 
+// Host: the current device's limits (read once; sim/launch_rules.h: the launch rules that read them).
+inline const DeviceLimits& device_limits() {
+  static const DeviceLimits limits = [] {
+    int dev = 0;
+    KVB_CUDA_CHECK(cudaGetDevice(&dev));
+    cudaDeviceProp prop{};
+    KVB_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    DeviceLimits d;
+    d.cc_major = prop.major;
+    d.cc_minor = prop.minor;
+    d.sms = prop.multiProcessorCount;
+    d.max_threads_per_sm = prop.maxThreadsPerMultiProcessor;
+    d.max_blocks_per_sm = prop.maxBlocksPerMultiProcessor;
+    d.smem_per_block_optin = prop.sharedMemPerBlockOptin;
+    d.smem_per_sm = prop.sharedMemPerMultiprocessor;
+    d.l2_bytes = size_t(prop.l2CacheSize);
+    return d;
+  }();
+  return limits;
+}
+inline int multiprocessor_count() { return device_limits().sms; }
+
 // Host: raises kernel's dynamic shared memory limit to smem where its static and dynamic shared
-// memory together pass the default 48 KiB.
+// memory together pass the default 48 KiB; returns the kernel's attributes. Throws
+// std::runtime_error where they pass what the device allows a block (99 KiB on sm_86 / 89 / 120).
 template <class... KernelArgs>
-void allow_dynamic_smem(void (*kernel)(KernelArgs...), size_t smem) {
+cudaFuncAttributes allow_dynamic_smem(void (*kernel)(KernelArgs...), size_t smem) {
   cudaFuncAttributes attrs = {};
   KVB_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
+  if (smem + attrs.sharedSizeBytes > device_limits().smem_per_block_optin)
+    throw std::runtime_error("launch shape needs " + std::to_string(smem + attrs.sharedSizeBytes) +
+                             " bytes of shared memory per block; this GPU allows " +
+                             std::to_string(device_limits().smem_per_block_optin));
   if (smem + attrs.sharedSizeBytes > 48 * 1024)
     KVB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  return attrs;
 }
+
+// Host: whether the current device runs programmatic dependent launches (compute capability 9.0
+// and later; read once).
+inline bool device_has_programmatic_launch() { return device_limits().cc_major >= 9; }
 
 // Host: launches kernel(args...) on grid x block with smem bytes of dynamic shared memory (raising
 // the kernel's limit when its static and dynamic shared memory together pass the default 48 KiB).
 // programmatic_dependent: the grid may start while the previous grid in the stream still runs; it
-// must execute griddepcontrol.wait before reading what that grid writes.
+// must execute wait_prior_grid before reading what that grid writes. The launch is programmatic
+// only where the device supports it and the kernel's code was compiled for sm_90 or later
+// (arch.cuh: code for older architectures, JIT-compiled here from PTX, has no wait and must not
+// overlap its predecessor).
 template <class... KernelArgs, class... Args>
 void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                    bool programmatic_dependent, Args&&... args) {
-  allow_dynamic_smem(kernel, smem);
+  const cudaFuncAttributes attrs = allow_dynamic_smem(kernel, smem);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -42,20 +79,9 @@ void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t 
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = programmatic_dependent ? 1 : 0;
+  cfg.numAttrs = programmatic_dependent && attrs.ptxVersion >= 90 && device_has_programmatic_launch() ? 1 : 0;
   KVB_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
   KVB_CUDA_CHECK_LAUNCH();
-}
-
-// Host: the current device's multiprocessor count (read once).
-inline int multiprocessor_count() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    KVB_CUDA_CHECK(cudaGetDevice(&dev));
-    KVB_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
 }
 
 // Several layers' Params in one launch, one grid z index per layer: a model step's commits, which
@@ -102,16 +128,14 @@ void validate_commit_layers(const Params* layers, int count, const char* who, Va
 }
 
 // Host: blocks per request row and layer (grid y) of a commit over rows_layers rows x layers: the
-// fewest that give every SM 2048 threads of `threads`-thread blocks, at most max_slices (the commit
+// fewest that fill every SM's resident threads (2048 on the H200) with `threads`-thread blocks, at most max_slices (the commit
 // kernels' registers hold 5 of their 256-thread blocks per SM, so that is about 1.6 waves, as
 // measured in 03b8a77). Every block pays a chain of dependent loads (the row's slot and base, the
 // accepted nodes, a block barrier) before its copies, so a step of many rows wants one block per
 // row and layer (8 made 22 of those 2048-thread rounds at batch 128 over 23 layers: 72.7 us per
 // step, 1.9 TB/s), a small step several, to keep loads in flight.
 inline int commit_slices(long rows_layers, int threads, int max_slices) {
-  const long wave = long(multiprocessor_count()) * (2048 / threads);
-  const long slices = (wave + rows_layers - 1) / rows_layers;
-  return int(slices < 1 ? 1 : slices > max_slices ? max_slices : slices);
+  return commit_slices_for(rows_layers, threads, max_slices, device_limits());
 }
 
 // Host: how many blocks of `threads` threads and smem bytes of dynamic shared memory fit on one

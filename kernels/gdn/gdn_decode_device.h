@@ -15,7 +15,7 @@
 #include <string>
 #include <type_traits>
 
-#include "kernels/common/bulk_copy.cuh"
+#include "kernels/common/arch.cuh"
 #include "kernels/common/common.cuh"
 #include "kernels/common/state_type.cuh"
 #include "kernels/gdn/gdn_decode.h"
@@ -195,6 +195,7 @@ __device__ __forceinline__ void tile_copy(S* tile, const S* src, int chunks, uin
   for (int c = 0; c < chunks; ++c) {
     expect_copy_bytes(bars + c, kChunkBytes);
     bulk_copy(tile + size_t(c) * kGroups * K, src + size_t(c) * kGroups * K, kChunkBytes, bars + c);
+    copies_issued(bars + c);
   }
 }
 // Both, for a block that fills its tile once.

@@ -418,7 +418,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kvbuffer_split_buffer_kernel(Gdn
   const int row = blockIdx.x / H, kh = blockIdx.x % H;
   const int slot = io.slot[row], n = p.row_fill[row];
   const bool has_state = p.row_has_state[row] != 0;
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  allow_dependent_grids();
   __nv_bfloat16* out = io.out + (size_t(row) * HV + size_t(kh) * R) * V;  // [R, V]: this key head's value heads
   if (slot < 0) {
     for (int i = threadIdx.x; i < R * V; i += kThreads) out[i] = __float2bfloat16_rn(0.f);
@@ -579,7 +579,7 @@ __device__ __forceinline__ void split_state_row(const GdnKVBufferParams& p, int 
     cp_async16(sh.sv + threadIdx.x * 8, io.v + (size_t(c.row) * HV + c.h) * V + c.v0 + threadIdx.x * 8);
   // Kernel A's r, s: wait for A's grid (a no-op when launched without programmatic dependence).
   // Nothing above reads what A writes (scratch, entry n of k and G) or writes what A reads.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  wait_prior_grid();
   const float* rs = p.scratch + (size_t(c.row) * HV + c.h) * 2 * V;
   if (threadIdx.x < rows / 4) {
     cp_async16(sh.sr + threadIdx.x * 4, rs + c.v0 + threadIdx.x * 4);
@@ -675,7 +675,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
       if (t > 0) {
         __syncthreads();  // the previous row's tile, sv, sr, ss and sw are consumed
         // Generic-proxy reads of the tile precede the next bulk (async-proxy) writes to it.
-        if (threadIdx.x == 0) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        if (threadIdx.x == 0) fence_before_copy_overwrite();
       }
       c.row = s_rows[t];
       const int slot = io.slot[c.row], n = p.row_fill[c.row];

@@ -66,11 +66,8 @@ void validate_step_io(const GdnStepIO& io, const char* who, bool warp_rows_allow
 
 int choose_rows_per_block(const GdnStepIO& io, RowsRule rule) {
   if (io.rows_per_block) return io.rows_per_block;
-  const int sms = multiprocessor_count();
-  const long heads = long(io.batch) * io.HV;
-  int rows = std::min(io.V, rule.max_rows);
-  while (rows > 16 && heads * (io.V / rows) < long(rule.min_blocks_per_sm) * sms) rows /= 2;
-  return rows;
+  return halve_rows_to_fill(long(io.batch) * io.HV, io.V, std::min(io.V, rule.max_rows), 16, rule.min_blocks_per_sm,
+                            device_limits());
 }
 
 // The kernels' parameter: GdnRecurrentParams less state_type, which the kernels have as their

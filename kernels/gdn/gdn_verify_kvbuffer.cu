@@ -178,8 +178,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // before reading anything. The kernel after it (the next layer's verify, or the commit) is in turn
   // a programmatic dependent of this one: it starts as this grid's last wave runs and waits
   // (griddepcontrol.wait) for its completion.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  wait_prior_grid();
+  allow_dependent_grids();
   const int slot = io.slot[row];
   if (slot < 0) {
     for (int i = threadIdx.x; i < T * kRows; i += NT)
@@ -585,9 +585,9 @@ __global__ void __launch_bounds__(kCommitThreads)
   const KVBufferArgs& p = layers.layer[blockIdx.z];
   const GdnVerifyIO& io = p.io;
   const int row = blockIdx.x, T = io.tokens, C = p.capacity;
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // the verify's scratch is complete
+  wait_prior_grid();  // the verify's scratch is complete
   // The next kernel (the next step's first) may launch now, the verify being complete.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  allow_dependent_grids();
   const int slot = io.slot[row];
   if (slot < 0) return;
   __shared__ int s_node[kGdnVerifyMaxTokens];
@@ -658,7 +658,7 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kvbuffer_commit_fold_kern
   const VerifyBlock b = verify_block(io.HV, io.V);
   const int T = io.tokens, C = p.capacity;
   const int kh = b.h / (io.HV / io.H);
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // the verify's scratch is complete
+  wait_prior_grid();  // the verify's scratch is complete
   const int slot = io.slot[b.row];
   if (slot < 0) return;
   const int n0 = p.win_base[2 * b.row];

@@ -17,7 +17,7 @@
 #include <string>
 #include <type_traits>
 
-#include "kernels/common/bulk_copy.cuh"
+#include "kernels/common/arch.cuh"
 #include "kernels/common/common.cuh"
 #include "kernels/common/state_type.cuh"
 #include "kernels/mamba2/mamba2_decode.h"
@@ -236,6 +236,7 @@ __device__ __forceinline__ void issue_warp_rows(S* tile_rows, const S* src, uint
     tile_init(1, bar);
     expect_copy_bytes(bar, kBytes);
     bulk_copy(tile_rows, src, kBytes, bar);
+    copies_issued(bar);
   }
   __syncwarp();  // the barrier's initialisation before any lane waits on it
 }

@@ -300,7 +300,7 @@ struct SplitBufferSmem {
 template <int N>
 __global__ void __launch_bounds__(kSplitThreads, 4) mamba2_direct_buffer_kernel(Mamba2KVBufferParams p) {
   constexpr int kQuarter = N / 4;  // columns per thread of a c_j dot
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  allow_dependent_grids();
   extern __shared__ __align__(16) unsigned char smem[];
   const Mamba2StepIO& io = p.io;
   const int NH = io.NH, P = io.P, G = io.G, C = p.capacity;
@@ -440,7 +440,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 4) mamba2_direct_state_k
     }
     __syncthreads();  // need_mask before the next rows'
   }
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // complete only after kernel A
+  wait_prior_grid();  // complete only after kernel A
 }
 
 bool split_direct(const Mamba2KVBufferParams& p) {

@@ -61,12 +61,9 @@ void validate_step_io(const Mamba2StepIO& io, const char* who) {
 
 int choose_rows_per_block(const Mamba2StepIO& io, RowsRule rule) {
   if (io.rows_per_block) return io.rows_per_block;
-  const int sms = multiprocessor_count();
   int rows = kWarpRows;
   while (rows * 2 <= std::min(io.P, rule.max_rows) && io.P % (rows * 2) == 0) rows *= 2;
-  const long heads = long(io.batch) * io.NH;
-  while (rows > kWarpRows && heads * (io.P / rows) < long(rule.min_blocks_per_sm) * sms) rows /= 2;
-  return rows;
+  return halve_rows_to_fill(long(io.batch) * io.NH, io.P, rows, kWarpRows, rule.min_blocks_per_sm, device_limits());
 }
 
 namespace {

@@ -105,17 +105,14 @@ __global__ void __launch_bounds__(kWarpRows / R * 32) mamba2_verify_classic_kern
 }
 
 // Rows per warp, measured (kernels/mamba2/notes/mamba2_verify.md run 10): the fewest of 2, 4 and 8 whose
-// grid of warps fits one wave of kClassicWaveWarps per SM (a short chain per warp while the grid
-// still fits at once: batch 1-2 at 2 rows, 4 at 4, 8 at 8 for Nemotron-3 Nano); a larger grid runs
-// 4 rows in two-warp blocks, since one-warp blocks reach only 32 warps per SM (the SM's block limit).
-constexpr int kClassicWaveWarps = 32;
+// grid of warps fits one wave of one-warp blocks (a short chain per warp while the grid still fits at
+// once: batch 1-2 at 2 rows, 4 at 4, 8 at 8 for Nemotron-3 Nano on the H200); a larger grid runs 4
+// rows in two-warp blocks, since one-warp blocks reach only the SM's block limit in warps
+// (sim/launch_rules.h: classic_verify_rows_per_warp).
 int classic_rows_per_warp(const Mamba2VerifyClassicParams& p) {
   if (p.rows_per_warp) return p.rows_per_warp;
   const Mamba2VerifyIO& io = p.io;
-  const long rows = long(io.batch) * io.NH * io.P, wave = long(kClassicWaveWarps) * multiprocessor_count();
-  for (int r : {2, 4, 8})
-    if (rows / r <= wave) return r;
-  return 4;
+  return classic_verify_rows_per_warp(long(io.batch) * io.NH * io.P, device_limits());
 }
 
 }  // namespace

@@ -77,7 +77,7 @@
 
 #include <cub/block/block_scan.cuh>
 
-#include "kernels/common/bulk_copy.cuh"
+#include "kernels/common/arch.cuh"
 #include "kernels/common/common.cuh"
 #include "kernels/common/mma.h"
 #include "kernels/mamba2/mamba2_verify.h"
@@ -155,11 +155,12 @@ __device__ __forceinline__ void issue_s0_rows(S* dst, const S* src, uint64_t* ba
   constexpr int kHalfRows = kWarpRows / 2;
   constexpr uint32_t kHalfBytes = kHalfRows * N * sizeof(S);
   static_assert(kHalfBytes % 16 == 0 && tile_skew(int(sizeof(S))) * sizeof(S) % 16 == 0, "bulk copies of 16-byte pieces");
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  fence_before_copy_overwrite();
   expect_copy_bytes(bar, 2 * kHalfBytes);
 #pragma unroll
   for (int half = 0; half < 2; ++half)
     bulk_copy(dst + half * (kHalfRows * N + tile_skew(int(sizeof(S)))), src + half * kHalfRows * N, kHalfBytes, bar);
+  copies_issued(bar);
 }
 
 // The block's 16-byte cp.async pieces of group g's rows of bf16 B and C (bc_row_stride): the
@@ -416,8 +417,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   // before reading anything. The kernel after it (the next layer's verify, or the commit) is in turn
   // a programmatic dependent of this one: it starts while this grid's last blocks run and waits
   // (griddepcontrol.wait) for its completion.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  wait_prior_grid();
+  allow_dependent_grids();
   // The head's group by fast float divisions, exact here: (a + 0.5) / b is >= 0.5 / b from an
   // integer and its error is ~2^-22 relative, for head counts far below 2^10.
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G;
@@ -657,8 +658,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   // the SM slots this grid's last blocks free. Without ready pools, only after the wait: the next
   // kernel, another layer's verify that reads its pools before its own wait, must not launch while
   // a kernel that writes them (the previous step's commit) may still run.
-  if (!p.pools_ready_at_launch) asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (!p.pools_ready_at_launch) wait_prior_grid();
+  allow_dependent_grids();
   const int tile = blockIdx.x, HB = heads_per_block, h0 = blockIdx.y * HB;
   const int row = p.row_order ? p.row_order[blockIdx.z] : int(blockIdx.z);
   const int pb = tile * rows, p0 = pb + warp * R;  // the block's and the warp's first row
@@ -729,7 +730,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     tile_wait(stage_bar(0), 0);
     fold_warp_rows<N, kWarpRows>(stage(0), s0_rows(0), s_b, s_x + warp * CT, s_fw, expf(s_gbuf[n - 1]), has_state, n, lane);
   }
-  if (p.pools_ready_at_launch) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (p.pools_ready_at_launch) wait_prior_grid();
   stage_window_bc<N>(s_b, s_cwin, io, row, g, C, T, G);
   for (int i = threadIdx.x; i < T * HB * warps; i += blockDim.x) {  // warps fastest: 16-byte pieces in order
     const int t = i / (HB * warps), hh = i / warps % HB, w = i % warps;
@@ -927,10 +928,10 @@ __global__ void __launch_bounds__(kCommitThreads)
   const int slot = io.slot[row];
   const int m = accepted_len(p, row);
   const int node = threadIdx.x < T ? accepted_node(p, row, threadIdx.x) : 0;
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  wait_prior_grid();
   // The next kernel (the next step's first) may launch now, the verify being complete: earlier, its
   // waiting blocks would hold resources the verify's last blocks need.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  allow_dependent_grids();
   if (slot < 0) return;
   const int n0 = p.win_base[2 * row], flags = p.win_base[2 * row + 1];
   const bool has_state = flags & 1;
@@ -1000,7 +1001,7 @@ __global__ void __launch_bounds__(32) mamba2_verify_kvbuffer_commit_fold_kernel(
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G, g = h / (NH / G);
   const int slot = io.slot[row];
   const int m = accepted_len(p, row);
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // the verify's scratch is complete
+  wait_prior_grid();  // the verify's scratch is complete
   if (slot < 0) return;
   const int n0 = p.win_base[2 * row];
   const bool has_state = p.win_base[2 * row + 1] & 1;

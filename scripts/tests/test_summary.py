@@ -212,6 +212,25 @@ class Summary(unittest.TestCase):
             self.assertEqual(r.returncode, 2)
             self.assertIn("decode_h200.csv:2: column batch: 'x' is not a number", r.stderr)
 
+    def test_another_gpu_against_the_h200(self):
+        header = "model,kernel,batch,chunk,latency_us_median,gpu,commit,note\n"
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "decode_h200.csv"), "w") as f:
+                f.write(header + "m,kvbuffer,64,8,30.0,NVIDIA H200,abc,\nm,kvbuffer,64,16,20.0,NVIDIA H200,abc,\n"
+                        "m,recurrent,256,0,100.0,NVIDIA H200,abc,\n")
+            with open(os.path.join(tmp, "decode_a100-80gb.csv"), "w") as f:
+                f.write(header + "m,kvbuffer,64,8,50.0,NVIDIA A100-SXM4-80GB,def,\n"
+                        "m,kvbuffer,64,16,60.0,NVIDIA A100-SXM4-80GB,def,\nm,recurrent,128,0,90.0,NVIDIA A100-SXM4-80GB,def,\n")
+            r = run("--results", tmp, "--gpu", "a100-80gb")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            lines = section(r.stdout, "Decode on a100-80gb against the H200")
+            # Each GPU's best C (8 on the A100, 16 on the H200); the batches only one GPU measured are left out.
+            self.assertEqual(len(lines), 2, lines)
+            self.assertEqual(lines[1].split(), ["m", "kvbuffer", "fp32", "64", "50.00", "[C", "8]", "20.00", "[C", "16]",
+                                                "2.50x"])
+            self.assertEqual(section(r.stdout, "Verify on a100-80gb against the H200"), ["  no measurement"])
+            self.assertNotIn("against the H200", run("--results", tmp).stdout)
+
 
 if __name__ == "__main__":
     unittest.main()

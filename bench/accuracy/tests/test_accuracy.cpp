@@ -367,7 +367,7 @@ TEST(AccuracyCsv, RowsHaveEveryColumn) {
 
 TEST(AccuracyOptions, DefaultPathAndChecks) {
   EXPECT_EQ(default_out_path("NVIDIA H200"), "results/accuracy_h200.csv");
-  EXPECT_EQ(default_out_path("NVIDIA H100 80GB HBM3"), "results/accuracy_hbm3.csv");  // as scripts/run.sh names it
+  EXPECT_EQ(default_out_path("NVIDIA H100 80GB HBM3"), "results/accuracy_h100-sxm.csv");  // as scripts/run.sh names it
   EXPECT_EQ(default_out_path(""), "results/accuracy_gpu.csv");
   Options o;
   EXPECT_NO_THROW(validate(o));
