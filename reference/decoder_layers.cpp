@@ -90,6 +90,49 @@ void gdn_mixer_decode(const GdnDims& dims, int d, const GdnMixerWeights& w, doub
   for (size_t i = 0; i < hidden.size(); ++i) hidden[i] += out[i];
 }
 
+void mamba2_mixer_decode(const Mamba2Dims& dims, int d, int norm_group, const Mamba2MixerWeights& w, double eps,
+                         DVec& hidden, int rows, DVec& windows, std::vector<Mamba2State<double>>& states) {
+  mamba2_validate_dims(dims);
+  const int values = dims.NH * dims.P, keys = dims.G * dims.N, NH = dims.NH;
+  const int conv_dim = values + 2 * keys, width = 2 * values + 2 * keys + NH;
+  need(hidden.size() == size_t(rows) * d && w.conv.size() == size_t(conv_dim) * 4 &&
+           windows.size() == size_t(rows) * conv_dim * 3 && int(states.size()) == rows &&
+           w.out_norm.size() == size_t(values) && norm_group > 0 && values % norm_group == 0,
+       "mamba2 mixer: hidden, conv, window, state or norm sizes");
+  const DVec proj = linear_rows(rms_norm_rows(hidden, rows, w.norm, eps), rows, w.in_proj, width);
+  DVec normed(size_t(rows) * values);
+  for (int r = 0; r < rows; ++r) {
+    const double* p = &proj[size_t(r) * width];
+    DVec c(conv_dim);
+    for (int ch = 0; ch < conv_dim; ++ch) {
+      double* win = &windows[(size_t(r) * conv_dim + ch) * 3];
+      const double* k = &w.conv[size_t(ch) * 4];
+      const double x = p[values + ch];
+      c[ch] = silu(k[0] * win[0] + k[1] * win[1] + k[2] * win[2] + k[3] * x);
+      win[0] = win[1], win[1] = win[2], win[2] = x;
+    }
+    Mamba2Tokens<double> t;
+    t.dims = dims, t.steps = 1;
+    t.x.assign(c.begin(), c.begin() + values);
+    t.B.assign(c.begin() + values, c.begin() + values + keys);
+    t.C.assign(c.begin() + values + keys, c.end());
+    for (int h = 0; h < NH; ++h) {
+      const double raw = p[2 * values + 2 * keys + h] + w.dt_bias[h];
+      t.dt.push_back(raw > 20 ? raw : std::log1p(std::exp(raw)));
+    }
+    t.A = w.A, t.D = w.D;
+    DVec y;
+    mamba2_decode_recurrent(t, states[r], y);
+    for (int i = 0; i < values; ++i) y[i] *= silu(p[i]);
+    for (int g = 0; g < values / norm_group; ++g) {
+      const int at = g * norm_group;
+      rms(&y[at], norm_group, &w.out_norm[at], eps, &normed[size_t(r) * values + at]);
+    }
+  }
+  const DVec out = linear_rows(normed, rows, w.out_proj, d);
+  for (size_t i = 0; i < hidden.size(); ++i) hidden[i] += out[i];
+}
+
 void attention_mixer_decode(const AttentionDims& a, int d, const AttentionMixerWeights& w, double eps, DVec& hidden,
                             int rows, int pos, std::vector<DVec>& keys, std::vector<DVec>& values) {
   const int D = a.head_dim, qw = a.q_heads * D, kvw = a.kv_heads * D;

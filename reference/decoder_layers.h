@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "reference/gdn.h"
+#include "reference/mamba2.h"
 
 namespace kvbuf::ref {
 
@@ -32,6 +33,20 @@ struct GdnMixerWeights {
 // updated in place.
 void gdn_mixer_decode(const GdnDims& dims, int d, const GdnMixerWeights& w, double eps, DVec& hidden, int rows,
                       DVec& windows, std::vector<GdnState<double>>& states);
+
+struct Mamba2MixerWeights {
+  DVec norm;      // [d]
+  DVec in_proj;   // [2 NH P + 2 G N + NH, d]: z, x, B, C, dt
+  DVec conv;      // [NH P + 2 G N, 4] over x, B, C
+  DVec dt_bias, A, D;  // [NH]
+  DVec out_norm;  // [NH P]
+  DVec out_proj;  // [d, NH P]
+};
+// Nemotron-H's Mamba-2 mixer: conv + SiLU over x, B, C; dt = softplus(dt + dt_bias); the
+// recurrent step of mamba2.h (y = S C + D x); y *= silu(z); RMSNorm over groups of `norm_group`
+// channels; out-projection. windows [rows, conv_dim, 3] and states (P x N per head) in place.
+void mamba2_mixer_decode(const Mamba2Dims& dims, int d, int norm_group, const Mamba2MixerWeights& w, double eps,
+                         DVec& hidden, int rows, DVec& windows, std::vector<Mamba2State<double>>& states);
 
 struct AttentionDims {
   int q_heads = 0, kv_heads = 0, head_dim = 0, rot_dim = 0;

@@ -67,9 +67,16 @@ int run_step_measure(const MeasureArgs& a) {
     m.kv_cache = m.linear_pools = m.activations = 0;
     return m;
   }();
-  const std::string no_weights = memory_refusal(weights_only, double(gpu_free_bytes()));
+  std::string no_weights = memory_refusal(weights_only, double(gpu_free_bytes()));
   std::unique_ptr<StepRunner> runner;
-  if (no_weights.empty()) runner = std::make_unique<StepRunner>(shapes, a.seed);
+  if (no_weights.empty()) {
+    try {
+      runner = std::make_unique<StepRunner>(shapes, a.seed);
+    } catch (const std::runtime_error& e) {
+      no_weights = std::string("allocating them failed: ") + e.what();
+      cudaGetLastError();
+    }
+  }
   fmt::print("step --measure: {} tp {} (this rank: {} blocks, {} linear + {} attention layers, weights {:.2f} GiB) on {}"
              " | commit {}\n",
              a.model.name, a.tp, model_blocks(shapes.model).size(), shapes.model.linear_layers,

@@ -1,8 +1,9 @@
-// GPU tests of the step runner (ctest label gpu): on a small model of the real layer kinds, one
+// GPU tests of the step runner (ctest label gpu): on small models of the real layer kinds, one
 // block of each kind run by the runner matches the float64 reference of reference/decoder_layers.h
 // on the same random weights, caches and states: a Gated DeltaNet block and a full-attention block
-// (each with its MLP). Then whole steps of both methods leave no poisoned (NaN) activation, and a
-// point that cannot fit is refused with its reason.
+// (each with its SwiGLU MLP), a Mamba-2 block (squared-ReLU MLP), a GDN + MoE block with its
+// routing and grouping against the host definitions. Whole steps of both methods leave no
+// poisoned (NaN) activation, and a point that cannot fit is refused with its reason.
 // Tolerances: the GPU keeps every activation in bf16 (2^-8 relative rounding): the residual stream
 // is rounded twice per block (after the mixer and after the MLP), and each block's contribution
 // passes about eight bf16 roundings (norm, projection, conv, gates, kernel output, gated norm, MLP
@@ -323,6 +324,90 @@ TEST_P(StepMoe, RoutingGroupingAndBlockMatchTheReference) {
 INSTANTIATE_TEST_SUITE_P(RoutingAndGemm, StepMoe,
                          ::testing::Combine(::testing::Values(Routing::Uniform, Routing::Skewed),
                                             ::testing::Bool()));
+
+}  // namespace
+}  // namespace kvbuf::step
+
+namespace kvbuf::step {
+namespace {
+
+// Nemotron-H's kinds at small sizes: Mamba-2 (2 groups, 4 heads of 64, d_state 128) and a
+// full-attention block (head dim 128), each with a squared-ReLU MLP.
+ModelSpec tiny_mamba2_model() {
+  ModelSpec m;
+  m.name = "tiny-nemotron";
+  m.kind = LayerKind::Mamba2;
+  m.linear_layers = 3, m.attn_layers = 1, m.total_layers = 4;
+  m.layer = LayerShape{LayerKind::Mamba2, 2, 4, 128, 64, 4};
+  m.attn_q_heads = 4, m.attn_kv_heads = 1, m.attn_head_dim = 128;
+  m.blocks.hidden = 256, m.blocks.vocab = 512, m.blocks.attn_output_gate = false, m.blocks.gated_mlp = false;
+  m.blocks.mlp_layers = 4, m.blocks.dense_ffn = 384;
+  return m;
+}
+
+TEST(StepMamba2, Mamba2BlockMatchesFloat64Reference) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
+  const RankShapes sh = rank_shapes(tiny_mamba2_model(), 1);
+  StepRunner r(sh, test_seed());
+  StepPoint p;
+  p.batch = 5, p.context = 30;
+  std::string why;
+  ASSERT_TRUE(r.prepare(p, &why)) << why;
+  const int block = 0, B = p.batch, d = sh.hidden;
+  ASSERT_EQ(r.blocks()[block].mixer, Mixer::Linear);
+  const LayerShape& s = sh.model.layer;
+  const ref::Mamba2Dims dims{s.key_heads, s.value_heads, s.head_k, s.head_v};
+  const size_t values = sh.linear_out_rows(), conv_dim = sh.linear_conv_dim(), width = sh.linear_in_width();
+  const ref::Mamba2MixerWeights w{bf16_to_double(r.weight(block, "mixer.norm"), d),
+                                  bf16_to_double(r.weight(block, "mixer.in_proj"), width * d),
+                                  bf16_to_double(r.weight(block, "mixer.conv"), conv_dim * 4),
+                                  f32_to_double(r.weight(block, "mixer.dt_bias"), s.value_heads),
+                                  f32_to_double(r.weight(block, "mixer.A"), s.value_heads),
+                                  f32_to_double(r.weight(block, "mixer.D"), s.value_heads),
+                                  bf16_to_double(r.weight(block, "mixer.out_norm"), values),
+                                  bf16_to_double(r.weight(block, "mixer.out_proj"), size_t(d) * values)};
+  ref::DVec windows = bf16_to_double(r.linear_pool(block, "conv"), B * conv_dim * 3);
+  const size_t per_row = size_t(s.value_heads) * s.head_v * s.head_k;
+  // The pool's state [B, NH, P, N] (N contiguous) as the reference's P x N matrices.
+  auto to_states = [&](const ref::DVec& pool) {
+    std::vector<ref::Mamba2State<double>> st(B, ref::mamba2_zero_state<double>(dims));
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < dims.NH; ++h)
+        for (int i = 0; i < dims.P; ++i)
+          for (int j = 0; j < dims.N; ++j) st[b][h](i, j) = pool[((size_t(b) * dims.NH + h) * dims.P + i) * dims.N + j];
+    return st;
+  };
+  std::vector<ref::Mamba2State<double>> states = to_states(f32_to_double(r.linear_pool(block, "state"), B * per_row));
+  const ref::DVec before = bf16_to_double(r.hidden(), size_t(B) * d);
+
+  r.enqueue_blocks(nullptr, block, block + 1);
+  KVB_CUDA_CHECK(cudaDeviceSynchronize());
+
+  ref::DVec expected = before;
+  ref::mamba2_mixer_decode(dims, d, int(linear_out_norm_group(sh)), w, kRmsEps, expected, B, windows, states);
+  const size_t F = sh.dense_ffn;
+  const ref::MlpWeights mw{bf16_to_double(r.weight(block, "ffn.norm"), d),
+                           bf16_to_double(r.weight(block, "ffn.up_proj"), F * d),
+                           bf16_to_double(r.weight(block, "ffn.down_proj"), d * F)};
+  ref::mlp_decode(d, int(F), false, mw, kRmsEps, expected, B);
+  expect_hidden_near(bf16_to_double(r.hidden(), size_t(B) * d), expected, before, "Mamba-2 block");
+  const std::vector<ref::Mamba2State<double>> got =
+      to_states(f32_to_double(r.linear_pool(block, "state"), B * per_row));
+  double err = 0, mag = 0;
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < dims.NH; ++h)
+      err += (got[b][h] - states[b][h]).squaredNorm(), mag += states[b][h].squaredNorm();
+  EXPECT_LE(std::sqrt(err / mag), 4 * kBf16) << "Mamba-2 state after the step, seed " << test_seed();
+  // A whole step of both methods, captured and timed, stays finite.
+  for (DecodeMethod method : {DecodeMethod::Classic, DecodeMethod::KVBuffer}) {
+    p.method = method, p.chunk = 4;
+    ASSERT_TRUE(r.prepare(p, &why)) << why;
+    const MeasuredStep m = r.measure(0.02);
+    EXPECT_GT(m.linear.median_us, 0) << method_name(method);
+    for (double x : bf16_to_double(r.hidden(), size_t(B) * d)) ASSERT_TRUE(std::isfinite(x)) << method_name(method);
+  }
+}
 
 }  // namespace
 }  // namespace kvbuf::step
