@@ -115,6 +115,12 @@ struct StepRunner::Impl {
   void dense_ffn(cudaStream_t st, int i, unsigned terms);
   void moe_ffn(cudaStream_t st, int i, unsigned terms);
   void record_expert_gemms(int i);
+  // cuBLAS on `stream` with our workspace (cublasSetStream resets the workspace to cuBLAS's own
+  // pool, which a graph capture must not allocate from).
+  void use_stream(cudaStream_t stream) {
+    KVB_CUBLAS_CHECK(cublasSetStream(cublas.h, stream));
+    KVB_CUBLAS_CHECK(cublasSetWorkspace(cublas.h, cublas_ws.as<void>(), cublas_ws.bytes()));
+  }
   void expert_gemm(const ExpertGemms::Projection& p, cudaStream_t st);
 };
 
@@ -123,7 +129,7 @@ StepRunner::StepRunner(const RankShapes& shapes, uint64_t seed) : impl_(std::mak
   m.r = shapes;
   m.seed = seed;
   m.blocks = model_blocks(shapes.model);
-  KVB_CUBLAS_CHECK(cublasSetWorkspace(m.cublas.h, m.cublas_ws.as<void>(), m.cublas_ws.bytes()));
+  m.use_stream(nullptr);
   KVB_CUBLAS_CHECK(cublasSetMathMode(m.cublas.h, CUBLAS_DEFAULT_MATH));
   uint64_t s = seed * 1000003;
   auto alloc = [&](Weights& w, const std::string& prefix, const std::vector<WeightTensor>& list) {
@@ -436,7 +442,7 @@ void StepRunner::Impl::record_expert_gemms(int i) {
     // Try the grouped call inside a capture on a stream of its own; the graph is thrown away.
     cudaStream_t s = nullptr;
     KVB_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    KVB_CUBLAS_CHECK(cublasSetStream(cublas.h, s));
+    use_stream(s);
     KVB_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     const ExpertGemms::Projection& p = g.up;
     const cublasStatus_t st = cublasGemmGroupedBatchedEx(
@@ -449,7 +455,7 @@ void StepRunner::Impl::record_expert_gemms(int i) {
     if (graph) cudaGraphDestroy(graph);
     cudaGetLastError();
     KVB_CUDA_CHECK(cudaStreamDestroy(s));
-    KVB_CUBLAS_CHECK(cublasSetStream(cublas.h, nullptr));
+    use_stream(nullptr);
     grouped_capturable = st == CUBLAS_STATUS_SUCCESS && end == cudaSuccess;
     if (!grouped_capturable)
       grouped_failure = fmt::format("cublasGemmGroupedBatchedEx does not capture (cuBLAS status {}, {})", int(st),
@@ -516,7 +522,7 @@ void StepRunner::Impl::block_step(cudaStream_t st, int i, unsigned terms) {
 void StepRunner::enqueue_blocks(cudaStream_t st, int first, int last) {
   Impl& m = *impl_;
   if (!m.ps) throw std::logic_error("StepRunner: prepare a point first");
-  KVB_CUBLAS_CHECK(cublasSetStream(m.cublas.h, st));
+  m.use_stream(st);
   m.recording = true;
   try {
     for (int i = first; i < last; ++i) m.block_step(st, i, kAllTerms);
@@ -532,7 +538,7 @@ void StepRunner::enqueue(cudaStream_t st, unsigned terms) {
   if (!m.ps) throw std::logic_error("StepRunner: prepare a point first");
   PointState& x = *m.ps;
   const int B = x.p.batch;
-  KVB_CUBLAS_CHECK(cublasSetStream(m.cublas.h, st));
+  m.use_stream(st);
   const bool tied = m.r.model.blocks.tied_embeddings;
   if (terms & kElementwise)
     embedding_gather(m.head.at(tied ? "lm_head" : "embedding"), x.ids.as<int32_t>(), x.hidden.as<bf16>(), B,

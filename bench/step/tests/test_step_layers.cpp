@@ -171,18 +171,20 @@ TEST_F(StepLayers, GatedDeltaNetBlockMatchesFloat64Reference) {
   EXPECT_LE(distance(bf16_to_double(r.linear_pool(block, "conv"), conv_elems), in.windows), kBf16 * norm(in.windows));
 }
 
-TEST_F(StepLayers, FullAttentionBlockMatchesFloat64Reference) {
-  StepRunner& r = *runner_;
-  const int block = 3, B = point_.batch, d = shapes_.hidden;
+// The attention block `block` of a prepared runner against the float64 reference, and the new
+// token's K and V in the paged cache.
+void check_attention_block(StepRunner& r, const StepPoint& point, int block, const std::string& what) {
+  const RankShapes& shapes = r.shapes();
+  const int B = point.batch, d = shapes.hidden;
   ASSERT_EQ(r.blocks()[block].mixer, Mixer::Attention);
-  const ModelSpec& m = shapes_.model;
-  const int D = m.attn_head_dim, kvh = m.attn_kv_heads, pos = int(point_.context - 1), P = r.pages_per_row();
+  const ModelSpec& m = shapes.model;
+  const int D = m.attn_head_dim, kvh = m.attn_kv_heads, pos = int(point.context - 1), P = r.pages_per_row();
   const ref::AttentionDims a{m.attn_q_heads, kvh, D, rotary_dim(m), 1e7, true};
   const ref::AttentionMixerWeights w{bf16_to_double(r.weight(block, "mixer.norm"), d),
-                                     bf16_to_double(r.weight(block, "mixer.qkv_proj"), shapes_.attn_in_width() * d),
+                                     bf16_to_double(r.weight(block, "mixer.qkv_proj"), shapes.attn_in_width() * d),
                                      bf16_to_double(r.weight(block, "mixer.q_norm"), D),
                                      bf16_to_double(r.weight(block, "mixer.k_norm"), D),
-                                     bf16_to_double(r.weight(block, "mixer.o_proj"), size_t(d) * shapes_.attn_q_width())};
+                                     bf16_to_double(r.weight(block, "mixer.o_proj"), size_t(d) * shapes.attn_q_width())};
   const size_t cache_elems = size_t(B) * P * kPageTokens * kvh * D;
   const std::vector<int32_t>& pages = r.kv_indices();
   // Token t of row b, head h in the paged cache [pages, kv heads, page tokens, head dim].
@@ -205,15 +207,28 @@ TEST_F(StepLayers, FullAttentionBlockMatchesFloat64Reference) {
 
   ref::DVec expected = before;
   ref::attention_mixer_decode(a, d, w, kRmsEps, expected, B, pos, keys, values);
-  ref::mlp_decode(d, shapes_.dense_ffn, true, mlp_weights(r, block), kRmsEps, expected, B);
-  expect_hidden_near(bf16_to_double(r.hidden(), size_t(B) * d), expected, before, "attention block");
-  // The new token's K (normed, rotated) and V in the paged cache at its position.
+  ref::mlp_decode(d, shapes.dense_ffn, true, mlp_weights(r, block), kRmsEps, expected, B);
+  expect_hidden_near(bf16_to_double(r.hidden(), size_t(B) * d), expected, before, what);
   const std::vector<ref::DVec> k_after = cached(bf16_to_double(r.k_cache(block), cache_elems), pos + 1);
   const std::vector<ref::DVec> v_after = cached(bf16_to_double(r.v_cache(block), cache_elems), pos + 1);
   for (int b = 0; b < B; ++b) {
-    EXPECT_LE(distance(k_after[b], keys[b]), 2 * kBf16 * norm(keys[b])) << "K cache of row " << b;
-    EXPECT_LE(distance(v_after[b], values[b]), 2 * kBf16 * norm(values[b])) << "V cache of row " << b;
+    EXPECT_LE(distance(k_after[b], keys[b]), 2 * kBf16 * norm(keys[b])) << what << ": K cache of row " << b;
+    EXPECT_LE(distance(v_after[b], values[b]), 2 * kBf16 * norm(values[b])) << what << ": V cache of row " << b;
   }
+}
+
+TEST_F(StepLayers, FullAttentionBlockMatchesFloat64Reference) {
+  check_attention_block(*runner_, point_, 3, "attention block, GQA group 4");
+}
+
+// GQA group 16 (Nemotron-H's 32 q heads over 2 KV heads) runs as two FlashInfer calls of group 8.
+TEST_F(StepLayers, FullAttentionOfGroup16MatchesFloat64Reference) {
+  ModelSpec m = tiny_model();
+  m.attn_q_heads = 16, m.attn_head_dim = 128;
+  StepRunner r(rank_shapes(m, 1), test_seed() + 1);
+  std::string why;
+  ASSERT_TRUE(r.prepare(point_, &why)) << why;
+  check_attention_block(r, point_, 3, "attention block, GQA group 16");
 }
 
 // Every activation is poisoned (NaN) when allocated: a whole step of either method that read one
