@@ -1,6 +1,7 @@
 // `kvbuf simulate`: the continuous-batching serving simulator (sim/serving.h) on the whole-model
 // step model (sim/step_model.h); `kvbuf step`: the step model's terms per batch, classic against
-// KVBuffer, and (--held-out) the check of the measured tables' interpolation against points held out.
+// KVBuffer, (--held-out) the check of the measured tables' interpolation against points held out, and
+// (--measure) the whole step run on the GPU next to the model's terms (bench/step/).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -11,9 +12,9 @@
 
 #include "bench/cmd_common.h"
 #include "bench/csv.h"
-#include "bench/step/step_plan.h"
 #ifdef KVBUF_WITH_STEP_RUNNER
 #include "bench/step/step_measure.h"
+#include "bench/step/step_plan.h"
 #endif
 #include "sim/serving.h"
 #include "sim/step_model.h"
@@ -310,8 +311,8 @@ int run_step(const StepCmdOptions& o) {
   fmt::print("{}\n", gpu_line(gpu));
   fmt::print("us per decode step: linear attention (source), full-attention KV, projections, MLP/MoE, LM head, "
              "overhead, TP comm\n\n");
-  fmt::print("{:>5} {:<9} {:>9} {:>13} {:>8} {:>8} {:>8} {:>7} {:>8} {:>7} {:>9} {:>7} {:>8}\n", "batch",
-             "method", "linear", "source", "attn KV", "proj", "mlp", "lmhead", "overhd", "comm", "total",
+  fmt::print("{:>5} {:>7} {:<9} {:>9} {:>13} {:>8} {:>8} {:>8} {:>7} {:>8} {:>7} {:>9} {:>7} {:>8}\n", "batch",
+             "context", "method", "linear", "source", "attn KV", "proj", "mlp", "lmhead", "overhd", "comm", "total",
              "linear%", "speedup");
   std::unique_ptr<CsvWriter> csv;
   if (!o.csv.empty()) {
@@ -325,30 +326,31 @@ int run_step(const StepCmdOptions& o) {
       throw UsageError(fmt::format("--csv: {}", e.what()));
     }
   }
-  for (long context : o.contexts)
-  for (int b : o.batches) {
-    const StepTerms tc = classic.step_uniform(b, context);
-    const StepTerms tk = kvb.step_uniform(b, context);
-    for (const auto* pair : {&tc, &tk}) {
-      const bool is_kvb = pair == &tk;
-      const StepTerms& t = *pair;
-      const double speedup = tc.total_us() / t.total_us();
-      const StepModel& sm = is_kvb ? kvb : classic;
-      fmt::print("{:>5} {:<9} {:>9.1f} {:>13} {:>8.1f} {:>8.1f} {:>8.1f} {:>7.1f} {:>8.1f} {:>7.1f} {:>9.1f} {:>6.1f}% "
-                 "{:>7.3f}x\n",
-                 b, is_kvb ? "kvbuffer" : "classic", t.linear_attn_us, linear_source_name(t.linear_source),
-                 t.attn_kv_us, t.projections_us, t.mlp_us, t.lm_head_us, t.overhead_us, t.comm_us, t.total_us(),
-                 100 * t.linear_attn_us / t.total_us(), speedup);
-      if (csv)
-        csv->row({c.model.name, gpu.name, std::to_string(c.tp), is_kvb ? "kvbuffer" : "classic", std::to_string(b),
-                  std::to_string(context), std::to_string(c.chunk), std::to_string(c.drafts),
-                  fmt::format("{}", c.acceptance), fmt::format("{:.3f}", t.linear_attn_us),
-                  linear_source_name(t.linear_source), fmt::format("{:.3f}", t.attn_kv_us),
-                  fmt::format("{:.3f}", t.projections_us), fmt::format("{:.3f}", t.mlp_us),
-                  fmt::format("{:.3f}", t.lm_head_us), fmt::format("{:.3f}", t.overhead_us),
-                  fmt::format("{:.3f}", t.comm_us), fmt::format("{:.3f}", t.total_us()),
-                  fmt::format("{:.1f}", b * sm.expected_emitted() / (t.total_us() * 1e-6)),
-                  fmt::format("{:.4f}", speedup), state_type_name(c.state)});
+  for (long context : o.contexts) {
+    for (int b : o.batches) {
+      const StepTerms tc = classic.step_uniform(b, context);
+      const StepTerms tk = kvb.step_uniform(b, context);
+      for (const auto* pair : {&tc, &tk}) {
+        const bool is_kvb = pair == &tk;
+        const StepTerms& t = *pair;
+        const double speedup = tc.total_us() / t.total_us();
+        const StepModel& sm = is_kvb ? kvb : classic;
+        fmt::print("{:>5} {:>7} {:<9} {:>9.1f} {:>13} {:>8.1f} {:>8.1f} {:>8.1f} {:>7.1f} {:>8.1f} {:>7.1f} {:>9.1f} "
+                   "{:>6.1f}% {:>7.3f}x\n",
+                   b, context, is_kvb ? "kvbuffer" : "classic", t.linear_attn_us, linear_source_name(t.linear_source),
+                   t.attn_kv_us, t.projections_us, t.mlp_us, t.lm_head_us, t.overhead_us, t.comm_us, t.total_us(),
+                   100 * t.linear_attn_us / t.total_us(), speedup);
+        if (csv)
+          csv->row({c.model.name, gpu.name, std::to_string(c.tp), is_kvb ? "kvbuffer" : "classic", std::to_string(b),
+                    std::to_string(context), std::to_string(c.chunk), std::to_string(c.drafts),
+                    fmt::format("{}", c.acceptance), fmt::format("{:.3f}", t.linear_attn_us),
+                    linear_source_name(t.linear_source), fmt::format("{:.3f}", t.attn_kv_us),
+                    fmt::format("{:.3f}", t.projections_us), fmt::format("{:.3f}", t.mlp_us),
+                    fmt::format("{:.3f}", t.lm_head_us), fmt::format("{:.3f}", t.overhead_us),
+                    fmt::format("{:.3f}", t.comm_us), fmt::format("{:.3f}", t.total_us()),
+                    fmt::format("{:.1f}", b * sm.expected_emitted() / (t.total_us() * 1e-6)),
+                    fmt::format("{:.4f}", speedup), state_type_name(c.state)});
+      }
     }
   }
   fmt::print("\nspeedup: classic step time / this step time (same batch, context, T); tokens per step = batch x "
