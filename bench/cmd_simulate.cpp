@@ -263,7 +263,7 @@ int run_held_out(const StepCmdOptions& o) {
 
 int run_step_measure(const StepCmdOptions& o, const GpuSpec& gpu, const MeasuredLinearTable& table) {
 #ifdef KVBUF_WITH_STEP_RUNNER
-  if (o.step.drafts > 0) throw UsageError("--measure: speculative verify (--drafts) is not measured yet");
+  if (o.step.drafts > 8) throw UsageError("--measure: --drafts at most 8 (the verify kernels' T)");
   step::MeasureArgs a;
   a.model = o.step.config_model();
   a.tp = o.step.tp;
@@ -271,6 +271,8 @@ int run_step_measure(const StepCmdOptions& o, const GpuSpec& gpu, const Measured
   a.contexts = o.contexts;
   for (const std::string& m : o.methods) a.methods.push_back(parse_method(m));
   a.chunk = o.step.chunk;
+  a.drafts = o.step.drafts;
+  a.acceptance = o.step.accept_rate;
   a.state = parse_state_type(o.step.state_dtype);
   a.out = o.out;
   a.routing = step::parse_routing(o.routing);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU run of the measured whole-model decode step (`kvbuf step --measure`), from the repository
 # root after scripts/gpu_bundle.sh (executables in .gpu/bin). Builds nothing. Writes under
-# $OUT/step/: the step GPU tests' log, one CSV and log per run, summary.txt. At most 410 s.
+# $OUT/step/: the step GPU tests' log, one CSV and log per run, summary.txt. At most 415 s.
 # Success: the GPU tests print PASSED, every CSV row has measured_step_us (or a "skipped: memory"
 # note), and the summary lists classic / KVBuffer with a measured speedup per point.
 set -uo pipefail
@@ -33,8 +33,9 @@ measure() {  # label, model, seconds, extra args...
 }
 measure qwen3.5-0.8b qwen3.5-0.8b 60 --batch 1,8,64,256 --context 256,4096
 measure qwen3.5-0.8b_bf16 qwen3.5-0.8b 25 --batch 64,256 --context 256,4096 --state-dtype bf16
-measure qwen3.5-4b qwen3.5-4b 75 --batch 1,8,64,256 --context 256,4096
-measure qwen3.5-35b-a3b qwen3.5-35b-a3b 80 --batch 1,8,64,256 --context 256,4096
+measure qwen3.5-0.8b_verify4 qwen3.5-0.8b 25 --batch 64,256 --context 4096 --drafts 4 --accept-rate 0.7
+measure qwen3.5-4b qwen3.5-4b 65 --batch 1,8,64,256 --context 256,4096
+measure qwen3.5-35b-a3b qwen3.5-35b-a3b 70 --batch 1,8,64,256 --context 256,4096
 measure qwen3.5-35b-a3b_skewed qwen3.5-35b-a3b 25 --batch 256 --context 4096 --routing skewed
 measure qwen3.5-35b-a3b_loop qwen3.5-35b-a3b 20 --batch 64 --context 4096 --expert-gemm loop
 measure nemotron-3-nano nemotron-3-nano-30b-a3b 40 --batch 1,64,256 --context 4096

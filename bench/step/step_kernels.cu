@@ -50,21 +50,27 @@ __global__ void gather_kernel(const bf16* table, const int32_t* ids, bf16* hidde
 
 __global__ void conv_kernel(ConvParams p) {
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  if (i >= size_t(p.rows) * p.conv_dim) return;
-  const int r = int(i / p.conv_dim), c = int(i % p.conv_dim);
-  const float x = f(p.in[size_t(r) * p.in_stride + p.in_offset + c]);
-  bf16* win = p.window + (size_t(p.slot[r]) * p.conv_dim + c) * 3;
+  if (i >= size_t(p.requests) * p.conv_dim) return;
+  const int req = int(i / p.conv_dim), c = int(i % p.conv_dim);
+  bf16* win = p.window + (size_t(p.slot[req]) * p.conv_dim + c) * 3;
   const bf16* w = p.weight + size_t(c) * 4;
-  const float s0 = f(win[0]), s1 = f(win[1]), s2 = f(win[2]);
-  const float y = silu(f(w[0]) * s0 + f(w[1]) * s1 + f(w[2]) * s2 + f(w[3]) * x);
-  win[0] = win[1], win[1] = win[2], win[2] = b(x);
-  const int w2 = p.conv_dim - p.w0 - p.w1;
-  if (c < p.w0)
-    p.out0[size_t(r) * p.w0 + c] = b(y);
-  else if (c < p.w0 + p.w1)
-    p.out1[size_t(r) * p.w1 + c - p.w0] = b(y);
-  else
-    p.out2[size_t(r) * w2 + c - p.w0 - p.w1] = b(y);
+  const float w0 = f(w[0]), w1 = f(w[1]), w2 = f(w[2]), w3 = f(w[3]);
+  float s0 = f(win[0]), s1 = f(win[1]), s2 = f(win[2]);
+  const int out2_width = p.conv_dim - p.w0 - p.w1;
+  for (int t = 0; t < p.tokens; ++t) {
+    const size_t r = size_t(req) * p.tokens + t;
+    const bf16 xb = p.in[r * p.in_stride + p.in_offset + c];
+    const float x = f(xb);
+    const float y = silu(w0 * s0 + w1 * s1 + w2 * s2 + w3 * x);
+    s0 = s1, s1 = s2, s2 = x;
+    if (c < p.w0)
+      p.out0[r * p.w0 + c] = b(y);
+    else if (c < p.w0 + p.w1)
+      p.out1[r * p.w1 + c - p.w0] = b(y);
+    else
+      p.out2[r * out2_width + c - p.w0 - p.w1] = b(y);
+  }
+  win[0] = b(s0), win[1] = b(s1), win[2] = b(s2);
 }
 
 __global__ void gdn_gates_kernel(const bf16* in, int in_stride, int b_offset, int rows, int HV, const float* A_log,
@@ -186,7 +192,23 @@ __global__ void advance_kernel(int32_t* fill, int32_t* has_state, int rows, int 
   has_state[i] = 1;
 }
 
+__global__ void advance_inplace_kernel(int requests, int T, const int32_t* accept_len, int32_t* slot,
+                                      int32_t* step_slot) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= requests) return;
+  const int m = min(max(accept_len[r], 0), T);
+  const int base = r * (T + 1), j = (slot[r] - base + m) % (T + 1);
+  slot[r] = base + j;
+  for (int t = 0; t < T; ++t) step_slot[r * T + t] = base + (j + 1 + t) % (T + 1);
+}
+
 }  // namespace
+
+void advance_inplace_slots(int requests, int T, const int32_t* accept_len, int32_t* slot, int32_t* step_slot,
+                           cudaStream_t s) {
+  advance_inplace_kernel<<<blocks(requests, 128), 128, 0, s>>>(requests, T, accept_len, slot, step_slot);
+  KVB_CUDA_CHECK_LAUNCH();
+}
 
 void rms_norm(const bf16* x, const bf16* w, bf16* out, int rows, int cols, cudaStream_t s) {
   rms_norm_kernel<<<rows, 256, 0, s>>>(x, w, out, cols);
@@ -199,7 +221,7 @@ void embedding_gather(const bf16* table, const int32_t* ids, bf16* hidden, int r
 }
 
 void causal_conv_update(const ConvParams& p, cudaStream_t s) {
-  conv_kernel<<<blocks(size_t(p.rows) * p.conv_dim, 256), 256, 0, s>>>(p);
+  conv_kernel<<<blocks(size_t(p.requests) * p.conv_dim, 256), 256, 0, s>>>(p);
   KVB_CUDA_CHECK_LAUNCH();
 }
 

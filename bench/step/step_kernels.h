@@ -24,16 +24,18 @@ void embedding_gather(const bf16* table, const int32_t* ids, bf16* hidden, int r
 
 // The short causal conv of a linear-attention layer over `conv_dim` channels of each token row
 // of `in` (row stride in_stride, channels from column in_offset), depthwise, kernel width 4 with
-// window[slot] [conv_dim, 3] (bf16, oldest first), SiLU after; the window shifts in the token. The
-// output channels are split into three contiguous tensors: [0, w0) -> out0 [rows, w0], [w0, w0 +
-// w1) -> out1, the rest -> out2 (GDN: q, k, v; Mamba-2: x, B, C).
+// window[slot] [conv_dim, 3] (bf16, oldest first), SiLU after; the window shifts in the token. A
+// request's `tokens` rows (speculative verify: its T tokens, rows r T .. r T + T - 1) pass through
+// its window in order, which keeps the last three. The output channels are split into three
+// contiguous tensors: [0, w0) -> out0 [rows, w0], [w0, w0 + w1) -> out1, the rest -> out2 (GDN:
+// q, k, v; Mamba-2: x, B, C).
 struct ConvParams {
   const bf16* in = nullptr;
   int in_stride = 0, in_offset = 0;
-  int rows = 0, conv_dim = 0, w0 = 0, w1 = 0;
+  int requests = 0, tokens = 1, conv_dim = 0, w0 = 0, w1 = 0;
   const bf16* weight = nullptr;  // [conv_dim, 4]
   bf16* window = nullptr;        // [slots, conv_dim, 3]
-  const int32_t* slot = nullptr; // [rows]
+  const int32_t* slot = nullptr; // [requests]
   bf16 *out0 = nullptr, *out1 = nullptr, *out2 = nullptr;
 };
 void causal_conv_update(const ConvParams& p, cudaStream_t s);
@@ -85,6 +87,13 @@ void mlp_activation(const bf16* up, bf16* out, int rows, int ffn, bool gated, cu
 // + 1, or 0 after the fold at C - 1).
 void stagger_row_meta(int32_t* fill, int32_t* has_state, int rows, int capacity, cudaStream_t s);
 void advance_row_meta(int32_t* fill, int32_t* has_state, int rows, int capacity, cudaStream_t s);
+
+// The scheduler's commit by index of in-place classic verify (chains), as the verify sweep does
+// it: request r owns slots r (T + 1) + j, j = 0..T, its state in slot[r] and node t's in
+// step_slot[r, t] = r (T + 1) + (j + 1 + t) mod (T + 1); accepting m tokens makes node m's slot the
+// state and gives the other T slots to the next step's nodes.
+void advance_inplace_slots(int requests, int T, const int32_t* accept_len, int32_t* slot, int32_t* step_slot,
+                           cudaStream_t s);
 
 }  // namespace kvbuf::step
 

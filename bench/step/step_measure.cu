@@ -47,7 +47,8 @@ int run_step_measure(const MeasureArgs& a) {
                  const std::string& expert_gemm) {
     std::vector<std::string> r = {a.model.name, std::to_string(a.tp), std::to_string(p.batch),
                                   std::to_string(p.context), method_name(p.method), state_type_name(p.state),
-                                  std::to_string(chunk_of(p.method)), "0", routing_name(p.routing), expert_gemm};
+                                  std::to_string(chunk_of(p.method)), std::to_string(p.drafts), routing_name(p.routing),
+                                  expert_gemm};
     r.insert(r.end(), measured.begin(), measured.end());
     r.insert(r.end(), {gpu, a.commit, note});
     if (csv) csv->row(r);
@@ -62,6 +63,7 @@ int run_step_measure(const MeasureArgs& a) {
     throw std::invalid_argument("step --measure: give at least one batch, context and method");
   StepPoint first;
   first.batch = a.batches.front(), first.context = a.contexts.front(), first.state = a.state;
+  first.drafts = a.drafts;
   const MemoryPlan weights_only = [&] {
     MemoryPlan m = memory_plan(shapes, first);
     m.kv_cache = m.linear_pools = m.activations = 0;
@@ -92,6 +94,7 @@ int run_step_measure(const MeasureArgs& a) {
         StepPoint p;
         p.batch = batch, p.context = context, p.method = method, p.chunk = a.chunk, p.state = a.state;
         p.routing = a.routing, p.grouped_expert_gemm = a.grouped_expert_gemm;
+        p.drafts = a.drafts, p.acceptance = a.acceptance;
         const SimGroups sim = groups(a.simulate(method, batch, context));
         std::string why = no_weights.empty() ? "" : "weights: " + no_weights;
         try {

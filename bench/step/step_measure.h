@@ -19,6 +19,8 @@ struct MeasureArgs {
   std::vector<long> contexts;
   std::vector<DecodeMethod> methods;
   int chunk = 16;
+  int drafts = 0;  // T verified per request and step (0: plain decode)
+  double acceptance = 0.7;
   StateType state = StateType::FP32;
   Routing routing = Routing::Uniform;
   bool grouped_expert_gemm = true;

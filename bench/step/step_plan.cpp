@@ -165,6 +165,13 @@ PoolLayout linear_pool_layout(const RankShapes& r, const StepPoint& p) {
 
 std::vector<PoolTensor> linear_pool_tensors(const RankShapes& r, const StepPoint& p) {
   const PoolLayout l = linear_pool_layout(r, p);
+  const bool kvb = p.method == DecodeMethod::KVBuffer;
+  if (p.drafts > 0) {
+    if (kvb) return speculative_pools(l, p.drafts, true, true);
+    PoolTensor states = l.state();
+    states.elems_per_slot *= size_t(1 + p.drafts);
+    return {states, l.conv(1 + p.drafts)};
+  }
   std::vector<PoolTensor> t = decode_pools(l, false);
   t.push_back(l.conv(1));
   return t;
@@ -172,6 +179,7 @@ std::vector<PoolTensor> linear_pool_tensors(const RankShapes& r, const StepPoint
 
 MemoryPlan memory_plan(const RankShapes& r, const StepPoint& p) {
   if (p.batch < 1 || p.context < 1) throw bad("batch and context must be positive");
+  if (p.drafts < 0 || p.context < p.tokens()) throw bad("drafts must be >= 0 and the context hold the T verified tokens");
   MemoryPlan m;
   for (const WeightTensor& t : head_weights(r)) m.weights += double(t.bytes());
   for (const Block& b : model_blocks(r.model)) {
@@ -189,7 +197,7 @@ MemoryPlan memory_plan(const RankShapes& r, const StepPoint& p) {
   const double per_row = 2.0 * (3 * size_t(r.hidden) + in_width + 3 * r.linear_conv_dim() + 2 * r.linear_out_rows() +
                                 2 * r.attn_q_width() + (up + 1) * ffn_rows + 2 * size_t(r.top_k) * r.hidden + r.experts + r.vocab) +
                          4.0 * (2 * size_t(r.model.layer.value_heads) + 4 * size_t(r.top_k));
-  m.activations = double(p.batch) * per_row + kCublasWorkspaceBytes + kAttentionWorkspaceBytes;
+  m.activations = double(p.batch) * p.tokens() * per_row + kCublasWorkspaceBytes + kAttentionWorkspaceBytes;
   return m;
 }
 

@@ -83,14 +83,23 @@ struct StepPoint {
   DecodeMethod method = DecodeMethod::Classic;
   int chunk = 16;  // C (KVBuffer)
   StateType state = StateType::FP32;
+  // Speculative decoding: T tokens verified per request and step (the last accepted token and
+  // T - 1 drafts), m of them accepted (1 + the leading accepted drafts, each accepted with
+  // probability `acceptance`); 0 = plain decode.
+  int drafts = 0;
+  double acceptance = 0.7;
+  int tokens() const { return drafts > 0 ? drafts : 1; }
   Routing routing = Routing::Uniform;  // MoE layers
   // MoE experts' GEMMs: one cublasGemmGroupedBatchedEx per projection (each active expert a group),
   // or a loop of cublasGemmEx, one per active expert.
   bool grouped_expert_gemm = true;
 };
 
-// The linear-attention pools of one layer at a point: decode_pools (state; buffer and metadata
-// for KVBuffer) and one conv window.
+// The linear-attention pools of one layer at a point. Decode: decode_pools (state; buffer and
+// metadata for KVBuffer) and one conv window. Verify of T tokens: classic in place keeps 1 + T
+// states (one "state" tensor of 1 + T states per request, addressed by slot r (1 + T) + j, as
+// serving engines do) and 1 + T conv windows; KVBuffer speculative_pools (state, one conv window,
+// buffer, metadata, the T-entry verify scratch).
 std::vector<PoolTensor> linear_pool_tensors(const RankShapes& r, const StepPoint& p);
 PoolLayout linear_pool_layout(const RankShapes& r, const StepPoint& p);
 

@@ -15,7 +15,9 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device_buffer.h"
 #include "kernels/gdn/gdn_decode.h"
+#include "kernels/gdn/gdn_verify.h"
 #include "kernels/mamba2/mamba2_decode.h"
+#include "kernels/mamba2/mamba2_verify.h"
 
 namespace kvbuf::step {
 namespace {
@@ -57,9 +59,16 @@ struct Weights {
 // A point's buffers.
 struct PointState {
   StepPoint p;
+  int rows = 0;  // token rows of the step: batch x T (T = 1 in plain decode)
   int pages_per_row = 0;
-  std::vector<int32_t> kv_indices_h;
-  DeviceBuffer ids, slots, pos, kv_indptr, kv_indices, kv_last;
+  std::vector<int32_t> kv_indices_h;  // each request's pages, [batch, pages_per_row]
+  // slots: the linear kernels' pool slot per request (in-place classic verify: r (1 + T) + j);
+  // conv_slot: the request's conv window; step_slot [batch, T]: in-place verify's node slots;
+  // accept_len [batch]: the step's accepted tokens m per request (verify).
+  DeviceBuffer ids, slots, conv_slot, step_slot, accept_len, pos;
+  // The page table per token row (decode: per request; verify: row (r, t) sees the first
+  // context - T + 1 + t tokens of request r's pages).
+  DeviceBuffer kv_indptr, kv_indices, kv_last;
   std::vector<DeviceBuffer> k_cache, v_cache;  // per attention layer
   std::unique_ptr<DevicePools> pools;
   DeviceBuffer row_fill, row_has, scratch;
@@ -70,6 +79,9 @@ struct PointState {
   DeviceBuffer route_bias, router_logits, topk_ids, topk_w, offsets, order, position, x_sorted, up_sorted, act_sorted,
       y_sorted, shared_up, shared_act;
   std::unique_ptr<ExpertGrouping> grouping;
+  // KVBuffer verify: each layer's parameters, for the commit of all layers after the step.
+  std::vector<GdnVerifyKVBufferParams> gdn_verify;
+  std::vector<Mamba2VerifyKVBufferParams> mamba2_verify;
 };
 
 // The experts' GEMMs of one MoE layer at the routing recorded when the point was prepared (the
@@ -114,6 +126,8 @@ struct StepRunner::Impl {
   void attention_mixer(cudaStream_t st, int i, unsigned terms);
   void dense_ffn(cudaStream_t st, int i, unsigned terms);
   void moe_ffn(cudaStream_t st, int i, unsigned terms);
+  void linear_verify(cudaStream_t st, int i);
+  void commit_verify(cudaStream_t st);
   void record_expert_gemms(int i);
   // cuBLAS on `stream` with our workspace (cublasSetStream resets the workspace to cuBLAS's own
   // pool, which a graph capture must not allocate from).
@@ -177,25 +191,48 @@ bool StepRunner::prepare(const StepPoint& p, std::string* why) {
   const int B = p.batch;
   const LayerShape& s = r.model.layer;
   std::mt19937_64 rng(m.seed + 17);
-  // Token ids, slots 0..B-1, every row at the last position of its context.
-  std::vector<int32_t> ids(B), slots(B), pos(B, int32_t(p.context - 1));
+  const int T = p.tokens(), R = B * T;
+  ps->rows = R;
+  const bool kvb = p.method == DecodeMethod::KVBuffer, verify = p.drafts > 0;
+  // Token ids; row (r, t) at position context - T + t (decode: the last position of the context).
+  std::vector<int32_t> ids(R), pos(R), slots(B), conv_slot(B), step_slot(size_t(B) * T), accept(B);
   std::uniform_int_distribution<int32_t> token(0, r.vocab - 1);
-  for (int i = 0; i < B; ++i) ids[i] = token(rng), slots[i] = i;
-  ps->ids = DeviceBuffer(size_t(B) * 4), ps->ids.upload(ids);
-  ps->slots = DeviceBuffer(size_t(B) * 4), ps->slots.upload(slots);
-  ps->pos = DeviceBuffer(size_t(B) * 4), ps->pos.upload(pos);
-  // Paged KV: each row's pages scattered over the pool (a shuffled page table, as an allocator's
-  // free list leaves it after a while).
+  std::uniform_real_distribution<double> draw(0, 1);
+  for (int i = 0; i < R; ++i) ids[i] = token(rng), pos[i] = int32_t(p.context - T + i % T);
+  for (int i = 0; i < B; ++i) {
+    // In-place classic verify: 1 + T states and 1 + T conv windows per request (the step reads
+    // the first window and writes it back after the T tokens).
+    const bool in_place = verify && !kvb;
+    slots[i] = in_place ? i * (T + 1) : i, conv_slot[i] = in_place ? i * (T + 1) : i;
+    for (int t = 0; t < T; ++t) step_slot[size_t(i) * T + t] = i * (T + 1) + 1 + t;
+    int m = 1;  // the last accepted token, then each draft with probability `acceptance` until one is rejected
+    while (m < T && draw(rng) < p.acceptance) ++m;
+    accept[i] = m;
+  }
+  auto upload = [](const std::vector<int32_t>& h) {
+    DeviceBuffer d(std::max<size_t>(h.size(), 1) * 4);
+    d.upload(h);
+    return d;
+  };
+  ps->ids = upload(ids), ps->pos = upload(pos), ps->slots = upload(slots), ps->conv_slot = upload(conv_slot);
+  ps->step_slot = upload(step_slot), ps->accept_len = upload(accept);
+  // Paged KV: each request's pages scattered over the pool (a shuffled page table, as an
+  // allocator's free list leaves it after a while).
   const int P = int((p.context + kPageTokens - 1) / kPageTokens);
   ps->pages_per_row = P;
-  std::vector<int32_t> indptr(B + 1), last(B, int32_t(p.context - int64_t(P - 1) * kPageTokens));
-  for (int i = 0; i <= B; ++i) indptr[i] = i * P;
   ps->kv_indices_h.resize(size_t(B) * P);
   std::iota(ps->kv_indices_h.begin(), ps->kv_indices_h.end(), 0);
   std::shuffle(ps->kv_indices_h.begin(), ps->kv_indices_h.end(), rng);
-  ps->kv_indptr = DeviceBuffer(indptr.size() * 4), ps->kv_indptr.upload(indptr);
-  ps->kv_indices = DeviceBuffer(ps->kv_indices_h.size() * 4), ps->kv_indices.upload(ps->kv_indices_h);
-  ps->kv_last = DeviceBuffer(size_t(B) * 4), ps->kv_last.upload(last);
+  std::vector<int32_t> indptr(R + 1, 0), indices, last(R);
+  for (int i = 0; i < R; ++i) {
+    const long tokens = pos[i] + 1;
+    const int pages = int((tokens + kPageTokens - 1) / kPageTokens);
+    const auto first = ps->kv_indices_h.begin() + size_t(i / T) * P;
+    indices.insert(indices.end(), first, first + pages);
+    indptr[i + 1] = indptr[i] + pages;
+    last[i] = int32_t(tokens - int64_t(pages - 1) * kPageTokens);
+  }
+  ps->kv_indptr = upload(indptr), ps->kv_indices = upload(indices), ps->kv_last = upload(last);
   const size_t cache_elems = size_t(B) * P * kPageTokens * r.attn_kv_width();
   uint64_t fill_seed = m.seed * 7919 + 3;
   for (int l = 0; l < r.model.attn_layers; ++l) {
@@ -217,8 +254,16 @@ bool StepRunner::prepare(const StepPoint& p, std::string* why) {
       else
         fill_uniform(ps->pools->at<void>(l, t.name), n, t.elem_bytes, ++fill_seed, lo, hi);
     }
-  const bool kvb = p.method == DecodeMethod::KVBuffer;
-  if (kvb) {
+  if (kvb && verify) {
+    // Every request buffered at a random fill, the same in every layer (one request's history).
+    std::vector<int32_t> fill(B), ones(B, 1);
+    for (int32_t& f : fill) f = int32_t(rng() % uint64_t(p.chunk));
+    for (int l = 0; l < r.model.linear_layers; ++l) {
+      KVB_CUDA_CHECK(cudaMemcpy(ps->pools->at<void>(l, "fill"), fill.data(), size_t(B) * 4, cudaMemcpyHostToDevice));
+      KVB_CUDA_CHECK(cudaMemcpy(ps->pools->at<void>(l, "has_state"), ones.data(), size_t(B) * 4, cudaMemcpyHostToDevice));
+      KVB_CUDA_CHECK(cudaMemset(ps->pools->at<void>(l, "done_count"), 0, size_t(B) * 4));
+    }
+  } else if (kvb) {
     ps->row_fill = DeviceBuffer(size_t(B) * 4);
     ps->row_has = DeviceBuffer(size_t(B) * 4);
     ps->scratch = DeviceBuffer(size_t(B) * s.value_heads * 2 * s.head_v * 4);
@@ -226,12 +271,14 @@ bool StepRunner::prepare(const StepPoint& p, std::string* why) {
     for (int l = 0; l < r.model.linear_layers; ++l)
       KVB_CUDA_CHECK(cudaMemset(ps->pools->at<void>(l, "done_count"), 0, size_t(B) * 4));
   }
+  if (kvb && verify && r.model.kind == LayerKind::GatedDeltaNet) ps->gdn_verify.resize(r.model.linear_layers);
+  if (kvb && verify && r.model.kind == LayerKind::Mamba2) ps->mamba2_verify.resize(r.model.linear_layers);
   // Activations.
   const size_t d = size_t(r.hidden);
   const size_t in_width = std::max(r.linear_in_width(), r.model.attn_layers > 0 ? r.attn_in_width() : 0);
   const size_t up = r.gated_mlp ? 2 : 1;
   auto act = [&](size_t elems, int bytes = 2) {
-    DeviceBuffer b(std::max<size_t>(elems, 1) * B * bytes);
+    DeviceBuffer b(std::max<size_t>(elems, 1) * R * bytes);
     b.poison();
     return b;
   };
@@ -250,12 +297,12 @@ bool StepRunner::prepare(const StepPoint& p, std::string* why) {
     ps->offsets = DeviceBuffer((size_t(r.experts) + 1) * 4), ps->order = act(k, 4), ps->position = act(k, 4);
     ps->x_sorted = act(k * d), ps->up_sorted = act(k * up * I), ps->act_sorted = act(k * I), ps->y_sorted = act(k * d);
     ps->shared_up = act(up * size_t(r.shared_ffn)), ps->shared_act = act(r.shared_ffn);
-    ps->grouping = std::make_unique<ExpertGrouping>(B * r.top_k, r.experts);
+    ps->grouping = std::make_unique<ExpertGrouping>(R * r.top_k, r.experts);
   }
   ps->logits = act(r.vocab);
-  fill_uniform_bf16(ps->hidden.as<void>(), size_t(B) * d, m.seed + 5, -1.f, 1.f);
+  fill_uniform_bf16(ps->hidden.as<void>(), size_t(R) * d, m.seed + 5, -1.f, 1.f);
   if (r.model.attn_layers > 0) {
-    PagedDecodeShape shape{B, r.model.attn_q_heads, r.model.attn_kv_heads, r.model.attn_head_dim, kPageTokens};
+    PagedDecodeShape shape{R, r.model.attn_q_heads, r.model.attn_kv_heads, r.model.attn_head_dim, kPageTokens};
     ps->attention = std::make_unique<PagedDecodeAttention>(shape, indptr, ps->kv_indptr.as<int32_t>(),
                                                            ps->kv_indices.as<int32_t>(), ps->kv_last.as<int32_t>(), nullptr);
   }
@@ -281,35 +328,36 @@ bool StepRunner::prepare(const StepPoint& p, std::string* why) {
 void StepRunner::Impl::linear_mixer(cudaStream_t st, int i, unsigned terms) {
   PointState& x = *ps;
   const Weights& w = block_w[i];
-  const int B = x.p.batch, l = linear_index[i];
+  const int B = x.p.batch, R = x.rows, T = x.p.tokens(), l = linear_index[i];
   const LayerShape& s = r.model.layer;
   const int W = int(r.linear_in_width());
   const bool gdn = s.kind == LayerKind::GatedDeltaNet;
   const int keys = s.key_heads * s.head_k, values = s.value_heads * s.head_v;
   const bool kvb = x.p.method == DecodeMethod::KVBuffer;
   DevicePools& pools = *x.pools;
-  if (terms & kElementwise) rms_norm(x.hidden.as<bf16>(), w.at("mixer.norm"), x.normed.as<bf16>(), B, r.hidden, st);
-  if (terms & kGemm) gemm(cublas.h, x.normed.as<bf16>(), w.at("mixer.in_proj"), x.proj.as<bf16>(), B, W, r.hidden, 0.f);
+  if (terms & kElementwise) rms_norm(x.hidden.as<bf16>(), w.at("mixer.norm"), x.normed.as<bf16>(), R, r.hidden, st);
+  if (terms & kGemm) gemm(cublas.h, x.normed.as<bf16>(), w.at("mixer.in_proj"), x.proj.as<bf16>(), R, W, r.hidden, 0.f);
   if (terms & kElementwise) {
     ConvParams c;
-    c.in = x.proj.as<bf16>(), c.in_stride = W, c.rows = B, c.conv_dim = int(r.linear_conv_dim());
-    c.weight = w.at("mixer.conv"), c.window = pools.at<bf16>(l, "conv"), c.slot = x.slots.as<int32_t>();
+    c.in = x.proj.as<bf16>(), c.in_stride = W, c.requests = B, c.tokens = T, c.conv_dim = int(r.linear_conv_dim());
+    c.weight = w.at("mixer.conv"), c.window = pools.at<bf16>(l, "conv"), c.slot = x.conv_slot.as<int32_t>();
     c.out0 = x.q.as<bf16>(), c.out1 = x.k.as<bf16>(), c.out2 = x.v.as<bf16>();
     if (gdn) {
       // [q | k | v | z | b | a]
       c.in_offset = 0, c.w0 = keys, c.w1 = keys;
       causal_conv_update(c, st);
-      gdn_gates(x.proj.as<bf16>(), W, 2 * keys + 2 * values, B, s.value_heads, w.at<float>("mixer.A"),
+      gdn_gates(x.proj.as<bf16>(), W, 2 * keys + 2 * values, R, s.value_heads, w.at<float>("mixer.A"),
                 w.at<float>("mixer.dt_bias"), x.g.as<float>(), x.beta.as<float>(), st);
     } else {
       // [z | x | B | C | dt]
       c.in_offset = values, c.w0 = values, c.w1 = keys;
       causal_conv_update(c, st);
-      copy_columns(x.proj.as<bf16>(), W, 0, B, values, x.z.as<bf16>(), st);
-      copy_columns(x.proj.as<bf16>(), W, 2 * values + 2 * keys, B, s.value_heads, x.dt.as<bf16>(), st);
+      copy_columns(x.proj.as<bf16>(), W, 0, R, values, x.z.as<bf16>(), st);
+      copy_columns(x.proj.as<bf16>(), W, 2 * values + 2 * keys, R, s.value_heads, x.dt.as<bf16>(), st);
     }
   }
-  if (terms & kLinear) {
+  if ((terms & kLinear) && x.p.drafts > 0) linear_verify(st, i);
+  if ((terms & kLinear) && x.p.drafts == 0) {
     if (gdn) {
       GdnStepIO io;
       io.batch = B, io.H = s.key_heads, io.HV = s.value_heads, io.K = s.head_k, io.V = s.head_v;
@@ -360,15 +408,15 @@ void StepRunner::Impl::linear_mixer(cudaStream_t st, int i, unsigned terms) {
   if (terms & kElementwise)
     // GDN: per head, gated by silu(z) from the projection; Mamba-2: the kernel applied z already.
     gated_rms_norm(x.lin_out.as<bf16>(), w.at("mixer.out_norm"), int(linear_out_norm_width(r)),
-                   gdn ? x.proj.as<bf16>() : nullptr, W, 2 * keys + values, x.gated.as<bf16>(), B, values,
+                   gdn ? x.proj.as<bf16>() : nullptr, W, 2 * keys + values, x.gated.as<bf16>(), R, values,
                    int(linear_out_norm_group(r)), st);
-  if (terms & kGemm) gemm(cublas.h, x.gated.as<bf16>(), w.at("mixer.out_proj"), x.hidden.as<bf16>(), B, r.hidden, values, 1.f);
+  if (terms & kGemm) gemm(cublas.h, x.gated.as<bf16>(), w.at("mixer.out_proj"), x.hidden.as<bf16>(), R, r.hidden, values, 1.f);
 }
 
 void StepRunner::Impl::attention_mixer(cudaStream_t st, int i, unsigned terms) {
   PointState& x = *ps;
   const Weights& w = block_w[i];
-  const int B = x.p.batch, l = attn_index[i];
+  const int B = x.rows, l = attn_index[i];  // token rows
   const ModelSpec& md = r.model;
   const int W = int(r.attn_in_width()), qw = int(r.attn_q_width());
   if (terms & kElementwise) rms_norm(x.hidden.as<bf16>(), w.at("mixer.norm"), x.normed.as<bf16>(), B, r.hidden, st);
@@ -396,12 +444,93 @@ void StepRunner::Impl::attention_mixer(cudaStream_t st, int i, unsigned terms) {
 void StepRunner::Impl::dense_ffn(cudaStream_t st, int i, unsigned terms) {
   PointState& x = *ps;
   const Weights& w = block_w[i];
-  const int B = x.p.batch, F = r.dense_ffn;
+  const int B = x.rows, F = r.dense_ffn;  // token rows
   const int up = r.gated_mlp ? 2 : 1;
   if (terms & kElementwise) rms_norm(x.hidden.as<bf16>(), w.at("ffn.norm"), x.normed.as<bf16>(), B, r.hidden, st);
   if (terms & kGemm) gemm(cublas.h, x.normed.as<bf16>(), w.at("ffn.up_proj"), x.mlp_up.as<bf16>(), B, up * F, r.hidden, 0.f);
   if (terms & kElementwise) mlp_activation(x.mlp_up.as<bf16>(), x.mlp_act.as<bf16>(), B, F, r.gated_mlp, st);
   if (terms & kGemm) gemm(cublas.h, x.mlp_act.as<bf16>(), w.at("ffn.down_proj"), x.hidden.as<bf16>(), B, r.hidden, F, 1.f);
+}
+
+// Speculative verify of the T tokens of every request (chains): classic in place (each node's
+// state into its slot, committed by index after the step) or KVBuffer (from S0 + buffer, the
+// window into the scratch, committed for all layers after the step).
+void StepRunner::Impl::linear_verify(cudaStream_t st, int i) {
+  PointState& x = *ps;
+  const Weights& w = block_w[i];
+  const int B = x.p.batch, T = x.p.tokens(), l = linear_index[i];
+  const LayerShape& s = r.model.layer;
+  DevicePools& pools = *x.pools;
+  const bool kvb = x.p.method == DecodeMethod::KVBuffer;
+  const VerifyAccept accept{x.accept_len.as<int32_t>(), nullptr};
+  if (s.kind == LayerKind::GatedDeltaNet) {
+    const GdnVerifyIO io{B, T, s.key_heads, s.value_heads, s.head_k, s.head_v, x.slots.as<int32_t>(),
+                         x.q.as<bf16>(), x.k.as<bf16>(), x.v.as<bf16>(), x.g.as<float>(), x.beta.as<float>(),
+                         nullptr, x.lin_out.as<bf16>()};
+    if (!kvb) {
+      GdnVerifyClassicParams p;
+      p.io = io;
+      p.state = pools.at<void>(l, "state"), p.state_type = x.p.state;
+      p.step_slot = x.step_slot.as<int32_t>();
+      gdn_verify_classic(p, st);
+      return;
+    }
+    GdnVerifyKVBufferParams p;
+    p.io = io;
+    p.entry = EntryType::BF16, p.capacity = x.p.chunk;
+    p.state = pools.at<void>(l, "state"), p.state_type = x.p.state;
+    p.buf_k = pools.at<void>(l, "buf_k"), p.buf_val = pools.at<void>(l, "buf_val");
+    p.buf_gcum = pools.at<float>(l, "buf_gcum");
+    p.fill = pools.at<int32_t>(l, "fill"), p.has_state = pools.at<int32_t>(l, "has_state");
+    p.win_k = pools.at<void>(l, "win_k"), p.win_u = pools.at<void>(l, "win_u");
+    p.win_gcum = pools.at<float>(l, "win_gcum"), p.win_base = pools.at<int32_t>(l, "win_base");
+    p.accept = accept;
+    gdn_verify_kvbuffer(p, st);
+    x.gdn_verify.at(l) = p;
+    return;
+  }
+  Mamba2VerifyIO io;
+  io.batch = B, io.tokens = T, io.G = s.key_heads, io.NH = s.value_heads, io.N = s.head_k, io.P = s.head_v;
+  io.slot = x.slots.as<int32_t>();
+  io.x = x.q.as<bf16>(), io.B = x.k.as<bf16>(), io.C = x.v.as<bf16>();
+  io.dt = x.dt.as<bf16>(), io.dt_bias = w.at<float>("mixer.dt_bias"), io.dt_softplus = true;
+  io.A = w.at<float>("mixer.A"), io.D = w.at<float>("mixer.D"), io.z = x.z.as<bf16>();
+  io.out = x.lin_out.as<bf16>();
+  if (!kvb) {
+    Mamba2VerifyClassicParams p;
+    p.io = io;
+    p.state = pools.at<void>(l, "state"), p.state_type = x.p.state;
+    p.step_slot = x.step_slot.as<int32_t>();
+    mamba2_verify_classic(p, st);
+    return;
+  }
+  Mamba2VerifyKVBufferParams p;
+  p.io = io;
+  p.capacity = x.p.chunk;
+  p.state = pools.at<void>(l, "state"), p.state_type = x.p.state;
+  p.buf_k = pools.at<bf16>(l, "buf_k"), p.buf_val = pools.at<bf16>(l, "buf_val");
+  p.buf_gcum = pools.at<float>(l, "buf_gcum"), p.buf_beta = pools.at<float>(l, "buf_beta");
+  p.fill = pools.at<int32_t>(l, "fill"), p.has_state = pools.at<int32_t>(l, "has_state");
+  p.win_k = pools.at<bf16>(l, "win_k"), p.win_u = pools.at<bf16>(l, "win_u");
+  p.win_gcum = pools.at<float>(l, "win_gcum"), p.win_beta = pools.at<float>(l, "win_beta");
+  p.win_base = pools.at<int32_t>(l, "win_base");
+  p.accept = accept;
+  mamba2_verify_kvbuffer(p, st);
+  x.mamba2_verify.at(l) = p;
+}
+
+// After the step (the accepted lengths exist once the last layer has run): the scheduler's commit
+// by index of the in-place classic states, or the KVBuffer commit of every layer.
+void StepRunner::Impl::commit_verify(cudaStream_t st) {
+  PointState& x = *ps;
+  if (x.p.method == DecodeMethod::Classic) {
+    advance_inplace_slots(x.p.batch, x.p.tokens(), x.accept_len.as<int32_t>(), x.slots.as<int32_t>(),
+                          x.step_slot.as<int32_t>(), st);
+  } else if (r.model.kind == LayerKind::GatedDeltaNet) {
+    gdn_verify_kvbuffer_commit(x.gdn_verify.data(), int(x.gdn_verify.size()), st);
+  } else {
+    mamba2_verify_kvbuffer_commit(x.mamba2_verify.data(), int(x.mamba2_verify.size()), st);
+  }
 }
 
 void StepRunner::Impl::record_expert_gemms(int i) {
@@ -487,7 +616,7 @@ void StepRunner::Impl::expert_gemm(const ExpertGemms::Projection& p, cudaStream_
 void StepRunner::Impl::moe_ffn(cudaStream_t st, int i, unsigned terms) {
   PointState& x = *ps;
   const Weights& w = block_w[i];
-  const int B = x.p.batch, d = r.hidden, k = r.top_k, n = B * k, I = r.expert_ffn, S = r.shared_ffn;
+  const int B = x.rows, d = r.hidden, k = r.top_k, n = B * k, I = r.expert_ffn, S = r.shared_ffn;  // B: token rows
   const int up = r.gated_mlp ? 2 : 1;
   if (terms & kElementwise) rms_norm(x.hidden.as<bf16>(), w.at("ffn.norm"), x.normed.as<bf16>(), B, d, st);
   if (terms & kGemm) {
@@ -537,15 +666,16 @@ void StepRunner::enqueue(cudaStream_t st, unsigned terms) {
   Impl& m = *impl_;
   if (!m.ps) throw std::logic_error("StepRunner: prepare a point first");
   PointState& x = *m.ps;
-  const int B = x.p.batch;
+  const int B = x.rows;  // token rows
   m.use_stream(st);
   const bool tied = m.r.model.blocks.tied_embeddings;
   if (terms & kElementwise)
     embedding_gather(m.head.at(tied ? "lm_head" : "embedding"), x.ids.as<int32_t>(), x.hidden.as<bf16>(), B,
                      m.r.hidden, st);
   for (size_t i = 0; i < m.blocks.size(); ++i) m.block_step(st, int(i), terms);
-  if ((terms & kLinear) && x.p.method == DecodeMethod::KVBuffer && x.p.chunk > 1)
-    advance_row_meta(x.row_fill.as<int32_t>(), x.row_has.as<int32_t>(), B, x.p.chunk, st);
+  if ((terms & kLinear) && x.p.method == DecodeMethod::KVBuffer && x.p.drafts == 0 && x.p.chunk > 1)
+    advance_row_meta(x.row_fill.as<int32_t>(), x.row_has.as<int32_t>(), x.p.batch, x.p.chunk, st);
+  if ((terms & kLinear) && x.p.drafts > 0) m.commit_verify(st);
   if (terms & kElementwise) rms_norm(x.hidden.as<bf16>(), m.head.at("final_norm"), x.normed.as<bf16>(), B, m.r.hidden, st);
   if (terms & kGemm)
     gemm(m.cublas.h, x.normed.as<bf16>(), m.head.at("lm_head"), x.logits.as<bf16>(), B, m.r.vocab, m.r.hidden, 0.f);
@@ -556,9 +686,11 @@ MeasuredStep StepRunner::measure(double budget_s) {
   if (!m.ps) throw std::logic_error("StepRunner: prepare a point first");
   GraphTiming how;
   how.layers = 1;
-  // Whole flush cycles: every request passes through every fill of the buffer.
-  const int cycle = m.ps->p.method == DecodeMethod::KVBuffer ? std::max(1, m.ps->p.chunk) : 1;
-  how.steps_per_sample = cycle * ((4 + cycle - 1) / cycle);
+  // Whole flush cycles: every request passes through every fill of the buffer (decode: C steps;
+  // verify, whose fill moves by the accepted m: C steps, as the verify sweep samples).
+  const StepPoint& p = m.ps->p;
+  const int cycle = p.method == DecodeMethod::KVBuffer ? std::max(1, p.chunk) : 1;
+  how.steps_per_sample = p.drafts > 0 ? std::max(cycle, 4) : cycle * ((4 + cycle - 1) / cycle);
   how.budget_s = budget_s;
   how.min_samples = 5, how.max_samples = 30;
   auto time = [&](unsigned terms) {

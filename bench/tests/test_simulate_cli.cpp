@@ -170,7 +170,8 @@ TEST(KvbufStep, MeasureArgumentsAreValidated) {
   expect_usage_error("step --measure --model qwen3.5-0.8b --context 0", "--context: must be a positive integer, got 0");
   expect_usage_error("step --model qwen3.5-0.8b --out x.csv", "--out goes with --measure");
 #ifdef KVBUF_WITH_STEP_RUNNER
-  expect_usage_error("step --measure --model qwen3.5-0.8b --drafts 4 --chunk 16", "--drafts");
+  expect_usage_error("step --measure --model qwen3.5-0.8b --drafts 9 --chunk 16", "--drafts at most 8");
+  expect_usage_error("step --measure --model qwen3.5-0.8b --drafts 8 --chunk 4", "exceeds buffer capacity");
   expect_usage_error("step --measure --model nemotron-3-super-120b-a12b", "latent MoE");
   expect_usage_error("step --measure --model qwen3.5-4b --tp 3", "not divisible by --tp 3");
 #else

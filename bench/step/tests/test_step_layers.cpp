@@ -426,3 +426,83 @@ TEST(StepMamba2, Mamba2BlockMatchesFloat64Reference) {
 
 }  // namespace
 }  // namespace kvbuf::step
+
+namespace kvbuf::step {
+namespace {
+
+// Speculative verify, classic in place: the GDN block's T token rows of each request match the
+// reference stepping the request's tokens one after another (conv window and state carried), and
+// node T's slot holds the state after all T tokens.
+TEST(StepVerify, ClassicGdnVerifyBlockMatchesSequentialReference) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
+  const RankShapes sh = rank_shapes(tiny_model(), 1);
+  StepRunner r(sh, test_seed());
+  StepPoint p;
+  p.batch = 3, p.context = 37, p.drafts = 3, p.method = DecodeMethod::Classic;
+  std::string why;
+  ASSERT_TRUE(r.prepare(p, &why)) << why;
+  const int block = 0, B = p.batch, T = p.drafts, R = B * T, d = sh.hidden;
+  const LayerShape& s = sh.model.layer;
+  const size_t state_elems = size_t(s.value_heads) * s.head_v * s.head_k, window = sh.linear_conv_dim() * 3;
+  const GdnMixerInputs in = gdn_inputs(r, block, 0);  // the weights (the pools hold 1 + T per request)
+  // Request b's state in slot b (T + 1), its conv window the first of its 1 + T.
+  const ref::DVec pool = f32_to_double(r.linear_pool(block, "state"), B * (T + 1) * state_elems);
+  const ref::DVec conv_pool = bf16_to_double(r.linear_pool(block, "conv"), B * (1 + T) * window);
+  std::vector<ref::GdnState<double>> states;
+  ref::DVec windows;
+  for (int b = 0; b < B; ++b) {
+    const auto state0 = pool.begin() + size_t(b) * (T + 1) * state_elems;
+    states.push_back(gdn_states(sh, 1, ref::DVec(state0, state0 + state_elems))[0]);
+    const auto window0 = conv_pool.begin() + size_t(b) * (1 + T) * window;
+    windows.insert(windows.end(), window0, window0 + window);
+  }
+  const ref::DVec before = bf16_to_double(r.hidden(), size_t(R) * d);
+
+  r.enqueue_blocks(nullptr, block, block + 1);
+  KVB_CUDA_CHECK(cudaDeviceSynchronize());
+
+  ref::DVec expected = before;  // rows (b, t) at b T + t
+  for (int t = 0; t < T; ++t) {
+    ref::DVec rows(size_t(B) * d);
+    for (int b = 0; b < B; ++b) std::copy_n(&expected[(size_t(b) * T + t) * d], d, &rows[size_t(b) * d]);
+    ref::gdn_mixer_decode(in.dims, d, in.w, kRmsEps, rows, B, windows, states);
+    ref::mlp_decode(d, sh.dense_ffn, true, mlp_weights(r, block), kRmsEps, rows, B);
+    for (int b = 0; b < B; ++b) std::copy_n(&rows[size_t(b) * d], d, &expected[(size_t(b) * T + t) * d]);
+  }
+  expect_hidden_near(bf16_to_double(r.hidden(), size_t(R) * d), expected, before, "GDN verify block, T = 3");
+  const ref::DVec after = f32_to_double(r.linear_pool(block, "state"), B * (T + 1) * state_elems);
+  for (int b = 0; b < B; ++b) {
+    const auto node_T = after.begin() + (size_t(b) * (T + 1) + T) * state_elems;
+    const ref::GdnState<double> got = gdn_states(sh, 1, ref::DVec(node_T, node_T + state_elems))[0];
+    double err = 0, mag = 0;
+    for (int h = 0; h < in.dims.HV; ++h)
+      err += (got[h] - states[b][h]).squaredNorm(), mag += states[b][h].squaredNorm();
+    EXPECT_LE(std::sqrt(err / mag), 4 * kBf16) << "node T's state of request " << b << ", seed " << test_seed();
+  }
+}
+
+// Whole verify steps of both methods and both families (and MoE) run, stay finite and are timed.
+TEST(StepVerify, WholeVerifyStepsStayFinite) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
+  for (const ModelSpec& m : {tiny_model(), tiny_mamba2_model(), tiny_moe_model()}) {
+    const RankShapes sh = rank_shapes(m, 1);
+    StepRunner r(sh, test_seed());
+    for (DecodeMethod method : {DecodeMethod::Classic, DecodeMethod::KVBuffer}) {
+      StepPoint p;
+      p.batch = 5, p.context = 40, p.drafts = 3, p.chunk = 4, p.method = method;
+      std::string why;
+      ASSERT_TRUE(r.prepare(p, &why)) << why;
+      for (int step = 0; step < 5; ++step) r.enqueue(nullptr, kAllTerms);
+      KVB_CUDA_CHECK(cudaDeviceSynchronize());
+      for (double x : bf16_to_double(r.hidden(), size_t(p.batch) * p.drafts * sh.hidden))
+        ASSERT_TRUE(std::isfinite(x)) << m.name << " " << method_name(method);
+      const MeasuredStep t = r.measure(0.02);
+      EXPECT_GT(t.linear.median_us, 0) << m.name << " " << method_name(method);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvbuf::step

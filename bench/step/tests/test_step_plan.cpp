@@ -93,6 +93,31 @@ TEST(StepPlan, MemoryMatchesTheKvAndCapacityModels) {
   EXPECT_DOUBLE_EQ(memory_plan(r, odd).kv_cache, 32.0 * r.model.attn_kv_bytes_per_token());
 }
 
+// Speculative verify of T tokens: in-place classic holds 1 + T states and conv windows per
+// request, KVBuffer the state, one window, the buffer and the T-entry scratch: the capacity model's
+// bytes with the scratch counted (plus metadata); the activations grow T-fold.
+TEST(StepPlan, VerifyPoolsMatchTheCapacityModel) {
+  const RankShapes r = rank_shapes(find_model("qwen3.5-0.8b"), 1);
+  for (DecodeMethod method : {DecodeMethod::Classic, DecodeMethod::KVBuffer}) {
+    StepPoint p;
+    p.batch = 32, p.context = 1024, p.method = method, p.chunk = 8, p.drafts = 4;
+    const bool kvb = method == DecodeMethod::KVBuffer;
+    const double model_bytes =
+        p.batch * linear_bytes_per_request(r.model, precision_of(EntryType::BF16, p.state), BufferVariant::CachedU, kvb,
+                                           p.drafts, p.chunk, true);
+    const double metadata = kvb ? 5.0 * 4 * p.batch * r.model.linear_layers : 0.0;  // fill, has_state, done, win_base
+    const MemoryPlan plan = memory_plan(r, p);
+    EXPECT_GE(plan.linear_pools, model_bytes + metadata - 1) << method_name(method);
+    EXPECT_LE(plan.linear_pools, model_bytes + metadata + 256.0 * 16 * r.model.linear_layers) << method_name(method);
+    StepPoint decode = p;
+    decode.drafts = 0;
+    EXPECT_GT(plan.activations - memory_plan(r, decode).activations, 2.9 * (memory_plan(r, decode).activations - 288.0 * (1 << 20)));
+  }
+  StepPoint short_context;
+  short_context.context = 3, short_context.drafts = 4;
+  EXPECT_THROW(memory_plan(r, short_context), std::invalid_argument);
+}
+
 TEST(StepPlan, RefusesWhatDoesNotFitAndSaysWhy) {
   const RankShapes r = rank_shapes(find_model("qwen3.5-4b"), 1);
   StepPoint small, huge;
