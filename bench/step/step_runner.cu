@@ -135,7 +135,7 @@ struct StepRunner::Impl {
     KVB_CUBLAS_CHECK(cublasSetStream(cublas.h, stream));
     KVB_CUBLAS_CHECK(cublasSetWorkspace(cublas.h, cublas_ws.as<void>(), cublas_ws.bytes()));
   }
-  void expert_gemm(const ExpertGemms::Projection& p, cudaStream_t st);
+  void expert_gemm(const ExpertGemms::Projection& p);
 };
 
 StepRunner::StepRunner(const RankShapes& shapes, uint64_t seed) : impl_(std::make_unique<Impl>()) {
@@ -592,7 +592,8 @@ void StepRunner::Impl::record_expert_gemms(int i) {
   }
 }
 
-void StepRunner::Impl::expert_gemm(const ExpertGemms::Projection& p, cudaStream_t st) {
+// On the stream cuBLAS was given (use_stream).
+void StepRunner::Impl::expert_gemm(const ExpertGemms::Projection& p) {
   const int groups = int(p.m.size());
   if (groups == 0) return;
   if (ps->p.grouped_expert_gemm && grouped_capturable == 1) {
@@ -627,10 +628,10 @@ void StepRunner::Impl::moe_ffn(cudaStream_t st, int i, unsigned terms) {
                     x.position.as<int32_t>(), st);
     if (recording) record_expert_gemms(i);
     gather_rows(x.normed.as<bf16>(), x.order.as<int32_t>(), k, n, d, x.x_sorted.as<bf16>(), st);
-    expert_gemm(expert_gemms.at(moe_index[i]).up, st);
+    expert_gemm(expert_gemms.at(moe_index[i]).up);
   }
   if (terms & kElementwise) mlp_activation(x.up_sorted.as<bf16>(), x.act_sorted.as<bf16>(), n, I, r.gated_mlp, st);
-  if (terms & kGemm) expert_gemm(expert_gemms.at(moe_index[i]).down, st);
+  if (terms & kGemm) expert_gemm(expert_gemms.at(moe_index[i]).down);
   if (S > 0) {
     if (terms & kGemm) gemm(cublas.h, x.normed.as<bf16>(), w.at("ffn.shared_up"), x.shared_up.as<bf16>(), B, up * S, d, 0.f);
     if (terms & kElementwise) mlp_activation(x.shared_up.as<bf16>(), x.shared_act.as<bf16>(), B, S, r.gated_mlp, st);
