@@ -205,9 +205,9 @@ bool StepRunner::prepare(const StepPoint& p, std::string* why) {
     const bool in_place = verify && !kvb;
     slots[i] = in_place ? i * (T + 1) : i, conv_slot[i] = in_place ? i * (T + 1) : i;
     for (int t = 0; t < T; ++t) step_slot[size_t(i) * T + t] = i * (T + 1) + 1 + t;
-    int m = 1;  // the last accepted token, then each draft with probability `acceptance` until one is rejected
-    while (m < T && draw(rng) < p.acceptance) ++m;
-    accept[i] = m;
+    int accepted = 1;  // the last accepted token, then each draft with probability `acceptance` until one is rejected
+    while (accepted < T && draw(rng) < p.acceptance) ++accepted;
+    accept[i] = accepted;
   }
   auto upload = [](const std::vector<int32_t>& h) {
     DeviceBuffer d(std::max<size_t>(h.size(), 1) * 4);
