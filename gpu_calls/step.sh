@@ -28,7 +28,7 @@ measure() {  # label, model, seconds, extra args...
   timeout "$secs" "$bin/kvbuf" step --measure --results results --model "$model" \
     --out "$out/step_$label.csv" "$@" >"$out/step_$label.log" 2>&1
   local rc=$?
-  echo "== $label: rc $rc ($(($(wc -l <"$out/step_$label.csv" 2>/dev/null || echo 1) - 1)) rows)"
+  echo "== $label: rc $rc ($(tail -n +2 "$out/step_$label.csv" 2>/dev/null | wc -l) rows)"
   grep -E "FAILED|cannot run|error" "$out/step_$label.log" | head -5
 }
 measure qwen3.5-0.8b qwen3.5-0.8b 50 --batch 1,8,64,256 --context 256,4096
