@@ -2,9 +2,10 @@
 // of the real shapes (bench/step/step_plan.h): embedding, every block's RMSNorm, projections
 // (cuBLAS bf16 GEMMs, fp32 accumulate, the residual added by the GEMM), the short causal conv and
 // gates, the linear attention (our classic recurrent or KVBuffer decode kernels), full attention
-// over a paged KV cache (FlashInfer), the MLP, the final norm and the LM head; captured as one
+// over a paged KV cache (FlashInfer), the MLP or the routed MoE block, the final norm and the LM
+// head; with drafts, speculative verify of T tokens per request (and its commit); captured as one
 // CUDA graph and timed with bench/gpu_timing.h over whole flush cycles (KVBuffer: staggered fills,
-// the scheduler's metadata advanced in the graph, as the sweep does).
+// the scheduler's metadata advanced in the graph, as the sweep does). bench/README.md says more.
 // Per term, the same step's kernels of one kind are captured alone in their own graph and timed
 // the same way: linear attention, full attention, GEMMs, elementwise.
 #pragma once
