@@ -31,15 +31,14 @@ measure() {  # label, model, seconds, extra args...
   echo "== $label: rc $rc ($(tail -n +2 "$out/step_$label.csv" 2>/dev/null | wc -l) rows)"
   grep -E "FAILED|cannot run|error" "$out/step_$label.log" | head -5
 }
-measure qwen3.5-0.8b qwen3.5-0.8b 50 --batch 1,8,64,256 --context 256,4096
-measure qwen3.5-0.8b_bf16 qwen3.5-0.8b 25 --batch 64,256 --context 256,4096 --state-dtype bf16
-measure qwen3.5-0.8b_verify4 qwen3.5-0.8b 25 --batch 64,256 --context 4096 --drafts 4 --accept-rate 0.7
-measure qwen3.5-4b qwen3.5-4b 65 --batch 1,8,64,256 --context 256,4096
-measure qwen3.5-35b-a3b qwen3.5-35b-a3b 70 --batch 1,8,64,256 --context 256,4096
-measure qwen3.5-35b-a3b_skewed qwen3.5-35b-a3b 25 --batch 256 --context 4096 --routing skewed
-measure qwen3.5-35b-a3b_loop qwen3.5-35b-a3b 20 --batch 8 --context 4096 --expert-gemm loop --method classic
+measure qwen3.5-0.8b qwen3.5-0.8b 40 --batch 1,64,256 --context 256,4096
+measure qwen3.5-4b qwen3.5-4b 40 --batch 1,64,256 --context 256,4096
+measure qwen3.5-35b-a3b qwen3.5-35b-a3b 50 --batch 1,64,256 --context 256,4096
 measure nemotron-3-nano nemotron-3-nano-30b-a3b 40 --batch 1,64,256 --context 4096
-measure qwen3-next-80b-a3b_tp2 qwen3-next-80b-a3b 45 --tp 2 --batch 64,256 --context 4096
+measure qwen3-next-80b-a3b_tp2 qwen3-next-80b-a3b 40 --tp 2 --batch 64,256 --context 4096
+measure qwen3.5-0.8b_bf16 qwen3.5-0.8b 20 --batch 64,256 --context 4096 --state-dtype bf16
+measure qwen3.5-0.8b_verify4 qwen3.5-0.8b 20 --batch 64,256 --context 4096 --drafts 4 --accept-rate 0.7
+measure qwen3.5-35b-a3b_skewed qwen3.5-35b-a3b 20 --batch 256 --context 4096 --routing skewed
 python3 - "$out" <<'PY' | tee "$out/summary.txt"
 import csv, glob, os, sys
 print("run batch context | classic us meas (sim) | kvbuffer us meas (sim) | speedup meas (sim) | note")
