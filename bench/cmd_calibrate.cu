@@ -13,28 +13,15 @@
 #include <vector>
 
 #include "bench/cmd_common.h"
+#include "bench/cublas_check.h"
 #include "bench/gpu_timing.h"
 #include "kernels/common/cuda_check.h"
 #include "sim/gpus.h"
-
-#define KVB_CUBLAS_CHECK(call)                                                                    \
-  do {                                                                                            \
-    cublasStatus_t kvb_status_ = (call);                                                          \
-    if (kvb_status_ != CUBLAS_STATUS_SUCCESS)                                                     \
-      throw std::runtime_error(std::string("cuBLAS error ") + std::to_string(int(kvb_status_)) +  \
-                               " in `" #call "` at " __FILE__ ":" + std::to_string(__LINE__));    \
-  } while (0)
 
 namespace kvbuf::cli {
 namespace {
 
 __global__ void empty_kernel() {}
-
-struct CublasHandle {
-  cublasHandle_t h = nullptr;
-  CublasHandle() { KVB_CUBLAS_CHECK(cublasCreate(&h)); }
-  ~CublasHandle() { cublasDestroy(h); }
-};
 
 struct CalibrateOptions {
   std::string out;

@@ -1,14 +1,21 @@
 // `kvbuf simulate`: the continuous-batching serving simulator (sim/serving.h) on the whole-model
 // step model (sim/step_model.h); `kvbuf step`: the step model's terms per batch, classic against
-// KVBuffer, and (--held-out) the check of the measured tables' interpolation against points held out.
+// KVBuffer, (--held-out) the check of the measured tables' interpolation against points held out, and
+// (--measure) the whole step run on the GPU next to the model's terms (bench/step/).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 
 #include "bench/cmd_common.h"
 #include "bench/csv.h"
+#ifdef KVBUF_WITH_STEP_RUNNER
+#include "bench/step/step_measure.h"
+#include "bench/step/step_plan.h"
+#endif
 #include "sim/serving.h"
 #include "sim/step_model.h"
 
@@ -217,9 +224,16 @@ int run_simulate(const SimulateOptions& o) {
 struct StepCmdOptions {
   StepOptions step;
   std::vector<int> batches = {1, 8, 32, 64, 128, 256, 512};
-  long context = 4096;
+  std::vector<long> contexts = {4096};
   bool held_out = false;
   std::string csv;
+  bool measure = false;
+  std::vector<std::string> methods = {"classic", "kvbuffer"};
+  std::string out;
+  double budget_s = 0.3;
+  uint64_t seed = 1;
+  std::string routing = "uniform";
+  std::string expert_gemm = "grouped";
 };
 
 int run_held_out(const StepCmdOptions& o) {
@@ -247,23 +261,60 @@ int run_held_out(const StepCmdOptions& o) {
   return 0;
 }
 
+int run_step_measure(const StepCmdOptions& o, const GpuSpec& gpu, const MeasuredLinearTable& table) {
+#ifdef KVBUF_WITH_STEP_RUNNER
+  if (o.step.drafts > 8) throw UsageError("--measure: --drafts at most 8 (the verify kernels' T)");
+  step::MeasureArgs a;
+  a.model = o.step.config_model();
+  a.tp = o.step.tp;
+  a.batches = o.batches;
+  a.contexts = o.contexts;
+  for (const std::string& m : o.methods) a.methods.push_back(parse_method(m));
+  a.chunk = o.step.chunk;
+  a.drafts = o.step.drafts;
+  a.acceptance = o.step.accept_rate;
+  a.state = parse_state_type(o.step.state_dtype);
+  a.out = o.out;
+  a.routing = step::parse_routing(o.routing);
+  a.grouped_expert_gemm = o.expert_gemm == "grouped";
+  a.budget_s = o.budget_s;
+  a.seed = o.seed;
+  a.commit = source_commit();
+  std::map<DecodeMethod, StepModel> models;
+  for (DecodeMethod m : a.methods) models.emplace(m, make_model(o.step.config(m, gpu), table));
+  a.simulate = [&models](DecodeMethod m, int batch, long context) { return models.at(m).step_uniform(batch, context); };
+  try {
+    step::rank_shapes(a.model, a.tp);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  if (!o.out.empty() && !std::ofstream(o.out, std::ios::app)) throw UsageError("--out: cannot write '" + o.out + "'");
+  return step::run_step_measure(a);
+#else
+  (void)o, (void)gpu, (void)table;
+  throw UsageError("kvbuf step --measure requires a CUDA build with FlashInfer's headers (scripts/install_deps.sh)");
+#endif
+}
+
 int run_step(const StepCmdOptions& o) {
   if (o.held_out) return run_held_out(o);
   if (o.step.model.empty()) throw UsageError("--model is required (unless --held-out)");
   require_positive("--batch", o.batches);
   const GpuSpec gpu = o.step.gpu_spec();
   const MeasuredLinearTable table = o.step.table();
+  if (o.measure) return run_step_measure(o, gpu, table);
+  if (!o.out.empty()) throw UsageError("--out goes with --measure (the simulated rows: --csv)");
   const StepModel classic = make_model(o.step.config(DecodeMethod::Classic, gpu), table);
   const StepModel kvb = make_model(o.step.config(DecodeMethod::KVBuffer, gpu), table);
   const StepConfig& c = kvb.config();
   fmt::print("step model: {} on {} x tp {}, context {} tokens per request, {} states, KVBuffer C = {}{}\n",
-             c.model.name, gpu.name, c.tp, o.context, state_type_name(c.state), c.chunk,
+             c.model.name, gpu.name, c.tp, fmt::join(o.contexts, ", "), state_type_name(c.state), c.chunk,
              c.drafts ? fmt::format(", speculative T = {} at acceptance {}", c.drafts, c.acceptance) : "");
   fmt::print("{}\n", gpu_line(gpu));
   fmt::print("us per decode step: linear attention (source), full-attention KV, projections, MLP/MoE, LM head, "
              "overhead, TP comm\n\n");
-  fmt::print("{:>5} {:<9} {:>9} {:>13} {:>8} {:>8} {:>8} {:>7} {:>8} {:>7} {:>9} {:>7} {:>8}\n", "batch",
-             "method", "linear", "source", "attn KV", "proj", "mlp", "lmhead", "overhd", "comm", "total",
+  fmt::print("{:>5} {:>7} {:<9} {:>9} {:>13} {:>8} {:>8} {:>8} {:>7} {:>8} {:>7} {:>9} {:>7} {:>8}\n", "batch",
+             "context", "method", "linear", "source", "attn KV", "proj", "mlp", "lmhead", "overhd", "comm", "total",
              "linear%", "speedup");
   std::unique_ptr<CsvWriter> csv;
   if (!o.csv.empty()) {
@@ -277,29 +328,31 @@ int run_step(const StepCmdOptions& o) {
       throw UsageError(fmt::format("--csv: {}", e.what()));
     }
   }
-  for (int b : o.batches) {
-    const StepTerms tc = classic.step_uniform(b, o.context);
-    const StepTerms tk = kvb.step_uniform(b, o.context);
-    for (const auto* pair : {&tc, &tk}) {
-      const bool is_kvb = pair == &tk;
-      const StepTerms& t = *pair;
-      const double speedup = tc.total_us() / t.total_us();
-      const StepModel& sm = is_kvb ? kvb : classic;
-      fmt::print("{:>5} {:<9} {:>9.1f} {:>13} {:>8.1f} {:>8.1f} {:>8.1f} {:>7.1f} {:>8.1f} {:>7.1f} {:>9.1f} {:>6.1f}% "
-                 "{:>7.3f}x\n",
-                 b, is_kvb ? "kvbuffer" : "classic", t.linear_attn_us, linear_source_name(t.linear_source),
-                 t.attn_kv_us, t.projections_us, t.mlp_us, t.lm_head_us, t.overhead_us, t.comm_us, t.total_us(),
-                 100 * t.linear_attn_us / t.total_us(), speedup);
-      if (csv)
-        csv->row({c.model.name, gpu.name, std::to_string(c.tp), is_kvb ? "kvbuffer" : "classic", std::to_string(b),
-                  std::to_string(o.context), std::to_string(c.chunk), std::to_string(c.drafts),
-                  fmt::format("{}", c.acceptance), fmt::format("{:.3f}", t.linear_attn_us),
-                  linear_source_name(t.linear_source), fmt::format("{:.3f}", t.attn_kv_us),
-                  fmt::format("{:.3f}", t.projections_us), fmt::format("{:.3f}", t.mlp_us),
-                  fmt::format("{:.3f}", t.lm_head_us), fmt::format("{:.3f}", t.overhead_us),
-                  fmt::format("{:.3f}", t.comm_us), fmt::format("{:.3f}", t.total_us()),
-                  fmt::format("{:.1f}", b * sm.expected_emitted() / (t.total_us() * 1e-6)),
-                  fmt::format("{:.4f}", speedup), state_type_name(c.state)});
+  for (long context : o.contexts) {
+    for (int b : o.batches) {
+      const StepTerms tc = classic.step_uniform(b, context);
+      const StepTerms tk = kvb.step_uniform(b, context);
+      for (const auto* pair : {&tc, &tk}) {
+        const bool is_kvb = pair == &tk;
+        const StepTerms& t = *pair;
+        const double speedup = tc.total_us() / t.total_us();
+        const StepModel& sm = is_kvb ? kvb : classic;
+        fmt::print("{:>5} {:>7} {:<9} {:>9.1f} {:>13} {:>8.1f} {:>8.1f} {:>8.1f} {:>7.1f} {:>8.1f} {:>7.1f} {:>9.1f} "
+                   "{:>6.1f}% {:>7.3f}x\n",
+                   b, context, is_kvb ? "kvbuffer" : "classic", t.linear_attn_us, linear_source_name(t.linear_source),
+                   t.attn_kv_us, t.projections_us, t.mlp_us, t.lm_head_us, t.overhead_us, t.comm_us, t.total_us(),
+                   100 * t.linear_attn_us / t.total_us(), speedup);
+        if (csv)
+          csv->row({c.model.name, gpu.name, std::to_string(c.tp), is_kvb ? "kvbuffer" : "classic", std::to_string(b),
+                    std::to_string(context), std::to_string(c.chunk), std::to_string(c.drafts),
+                    fmt::format("{}", c.acceptance), fmt::format("{:.3f}", t.linear_attn_us),
+                    linear_source_name(t.linear_source), fmt::format("{:.3f}", t.attn_kv_us),
+                    fmt::format("{:.3f}", t.projections_us), fmt::format("{:.3f}", t.mlp_us),
+                    fmt::format("{:.3f}", t.lm_head_us), fmt::format("{:.3f}", t.overhead_us),
+                    fmt::format("{:.3f}", t.comm_us), fmt::format("{:.3f}", t.total_us()),
+                    fmt::format("{:.1f}", b * sm.expected_emitted() / (t.total_us() * 1e-6)),
+                    fmt::format("{:.4f}", speedup), state_type_name(c.state)});
+      }
     }
   }
   fmt::print("\nspeedup: classic step time / this step time (same batch, context, T); tokens per step = batch x "
@@ -351,12 +404,35 @@ Command add_step_command(CLI::App& app) {
   c.app = app.add_subcommand("step", "whole-model decode step, term by term: classic against KVBuffer");
   o->step.add_to(c.app, false);
   c.app->add_option("--batch", o->batches, "batch sizes")->delimiter(',')->check(positive_integer());
-  c.app->add_option("--context", o->context, "context length of every request (tokens)")
+  c.app->add_option("--context", o->contexts, "context lengths of every request (tokens)")
+      ->delimiter(',')
       ->check(positive_integer())
       ->capture_default_str();
   c.app->add_flag("--held-out", o->held_out,
                   "check the measured tables' interpolation against the points at batch 8, 64, 256 held out");
   c.app->add_option("--csv", o->csv, "also write the rows to this CSV file");
+  c.app->add_flag("--measure", o->measure,
+                  "run the whole step on the GPU (random weights of the model's shapes, one CUDA graph) and print each "
+                  "term measured next to the simulated one (CUDA builds)");
+  c.app->add_option("--method", o->methods, "--measure: methods, classic and/or kvbuffer")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"classic", "kvbuffer"}))
+      ->capture_default_str();
+  c.app->add_option("--out", o->out, "--measure: write the measured rows to this CSV file");
+  c.app->add_option("--budget-s", o->budget_s, "--measure: seconds of timed samples per graph")
+      ->check(positive_number())
+      ->capture_default_str();
+  c.app->add_option("--seed", o->seed, "--measure: seed of the random weights, caches and pools")->capture_default_str();
+  c.app->add_option("--routing", o->routing,
+                    "--measure, MoE layers: uniform (the router's logits as they come) or skewed (Zipf popularity over "
+                    "the experts added to the logits)")
+      ->check(CLI::IsMember({"uniform", "skewed"}))
+      ->capture_default_str();
+  c.app->add_option("--expert-gemm", o->expert_gemm,
+                    "--measure, MoE layers: grouped (one cublasGemmGroupedBatchedEx per projection) or loop (one "
+                    "cublasGemmEx per active expert)")
+      ->check(CLI::IsMember({"grouped", "loop"}))
+      ->capture_default_str();
   c.run = [o] { return run_step(*o); };
   return c;
 }

@@ -52,6 +52,13 @@ void fill_uniform(void* dst, size_t n, int elem_bytes, uint64_t seed, float lo, 
     throw std::invalid_argument("fill_uniform: no fill for " + std::to_string(elem_bytes) + "-byte elements");
 }
 
+std::pair<float, float> pool_value_range(const std::string& tensor) {
+  if (tensor == "buf_k") return {-0.2f, 0.2f};
+  if (tensor == "buf_gcum") return {-2.f, 0.f};
+  if (tensor == "buf_beta") return {0.1f, 0.9f};
+  return {-1.f, 1.f};
+}
+
 namespace {
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "bench/gpu_telemetry.h"
 #include "kernels/common/device_buffer.h"
@@ -46,6 +47,10 @@ class DevicePools {
   PoolPlan plan_;
   DeviceBuffer mem_;
 };
+
+// Value ranges of a pool tensor's random contents (the sweeps and the step runner fill them
+// alike): normalised keys are small, G <= 0, beta in (0, 1), the rest in [-1, 1).
+std::pair<float, float> pool_value_range(const std::string& tensor);
 
 struct TimingStats {
   double median_us = 0, min_us = 0, max_us = 0;  // per layer per step

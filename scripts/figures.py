@@ -23,6 +23,7 @@ default one that is missing only skips what needs it):
   ncu_bytes_GPU.csv       scripts/ncu_bytes.py (DRAM bytes measured by Nsight Compute)
   accuracy_GPU.csv        `kvbuf accuracy` (output and state error of fp32 / bf16 / fp16 states over one long
                           generation against the float64 reference)
+  step_GPU*.csv           `kvbuf step --measure --out` (the whole-model decode step, measured and simulated)
 With --kvbuf, the modelled lines come from that binary (`kvbuf bytes`, `kvbuf capacity`); then the
 model-only figures (bytes per step, capacity, short-context memory) need no GPU CSV at all.
 The figures are of fp32 states: of decode_GPU.csv, verify_GPU.csv, context_GPU.csv, ncu_bytes_GPU.csv
@@ -31,7 +32,8 @@ written before it), as the modelled lines are; the paper preset also writes each
 (16-bit) rows there. The bf16 decode lines beside them come from decode16_GPU.csv.
 
 Figures (NAME_FAMILY.png/.svg, FAMILY gdn or mamba2): decode_latency, speedup_vs_chunk, verify,
-short_context, bytes_per_step, telemetry, accuracy; and capacity.png/.svg (every catalog model). A figure that has nothing
+short_context, bytes_per_step, telemetry, accuracy; and capacity.png/.svg (every catalog model) and
+step.png/.svg (the whole-model step's KVBuffer speedup against batch, a panel per model and setting). A figure that has nothing
 to draw is skipped with the reason printed. Exit status 0, or 2 with a message when an input is
 malformed or an argument is bad.
 """
@@ -56,10 +58,11 @@ from results_csv import InputError, read_table  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIGURES = ("decode_latency", "speedup_vs_chunk", "verify", "capacity", "short_context", "bytes_per_step", "telemetry",
-           "accuracy")
+           "accuracy", "step")
 
 # The paper's claims the figures are read against (results/README.md compares them).
 PAPER_CAPACITY_RATIO_T4 = 5.0
+PAPER_WHOLE_MODEL_SPEEDUP = 1.47
 
 
 class Family:
@@ -133,6 +136,8 @@ class Inputs:
         self.accuracy, self.accuracy_path = load(args.accuracy, f"accuracy_{gpu}.csv", load_accuracy)
         cap_paths = args.capacity.split(",") if args.capacity else sorted(glob.glob(os.path.join(res, f"capacity_{gpu}*.csv")))
         self.capacity = [(p, fp32_rows(load_capacity(p))) for p in cap_paths]
+        step_paths = args.step.split(",") if args.step else sorted(glob.glob(os.path.join(res, f"step_{gpu}*.csv")))
+        self.step = [(p, load_step(p)) for p in step_paths]
         self._bytes_cache, self._capacity_cache = {}, {}
 
     # Modelled tables from the kvbuf binary (None without --kvbuf).
@@ -254,6 +259,13 @@ def load_accuracy(p):
 
 
 # ---------------------------------------------------------------- drawing helpers
+
+
+def load_step(p):
+    return read_table(p, required=("model", "method", "state_dtype", "gpu", "commit"),
+                      ints=("tp", "batch", "context", "drafts"), floats=("measured_step_us", "simulated_step_us"),
+                      optional_floats=("measured_speedup", "simulated_speedup"),
+                      keep=lambda row: (row.get("measured_step_us") or "").strip() != "")
 
 
 def provenance(*sources):
@@ -911,11 +923,48 @@ def fig_accuracy(inputs, fam):
     return fig
 
 
+# ---------------------------------------------------------------- 9. whole-model step
+
+
+def fig_step(inputs):
+    rows = [(p, r) for p, table in inputs.step for r in table if r["measured_speedup"] is not None]
+    if not rows:
+        raise Skip("no measured KVBuffer rows in step_GPU*.csv (kvbuf step --measure)")
+    panels = defaultdict(list)  # (model, tp, state, T, MoE routing) -> rows
+    for _, r in rows:
+        panels[(r["model"], r["tp"], r["state_dtype"], r["drafts"], r.get("routing") or "uniform")].append(r)
+    keys = sorted(panels)
+    fig, axes = new_figure(len(keys), "Whole-model step: KVBuffer speedup\n(solid measured, dashed simulated)")
+    cmap = plt.get_cmap("viridis")
+    contexts = sorted({r["context"] for _, r in rows})
+    color = {c: cmap(i / max(1, len(contexts) - 1) * 0.9) for i, c in enumerate(contexts)}
+    for ax, key in zip(axes, keys):
+        model, tp, state, drafts, routing = key
+        for c in contexts:
+            pts = sorted((r["batch"], r) for r in panels[key] if r["context"] == c)
+            if not pts:
+                continue
+            batches = [b for b, _ in pts]
+            ax.plot(batches, [r["measured_speedup"] for _, r in pts], "o-", color=color[c], lw=1.4, ms=4,
+                    label=f"context {c}")
+            ax.plot(batches, [r["simulated_speedup"] for _, r in pts], "--", color=color[c], lw=1)
+        ax.axhline(1.0, color="0.5", lw=0.8)
+        ax.axhline(PAPER_WHOLE_MODEL_SPEEDUP, color="crimson", lw=0.8, ls=":", label="paper: up to 1.47x")
+        setting = f"tp {tp}, {state} state" + (f", T = {drafts}" if drafts else "") + (
+            f", {routing} routing" if routing != "uniform" else "")
+        log_axes(ax, "batch (requests)", "classic step / KVBuffer step", f"{model} ({setting})", logy=False)
+        legend(ax)
+    caption(fig, "Each point one rank's whole decode step captured as one CUDA graph (random weights of the model's "
+                 "shapes), KVBuffer at its C against classic at the same batch and context; dashed: the step model "
+                 "(kvbuf step) at the same point. " + provenance(*[("measured", p, t) for p, t in inputs.step]))
+    return fig
+
+
 DRAW = {"decode_latency": fig_decode_latency, "speedup_vs_chunk": fig_speedup_vs_chunk, "verify": fig_verify,
         "capacity": fig_capacity, "short_context": fig_short_context, "bytes_per_step": fig_bytes_per_step,
-        "telemetry": fig_telemetry, "accuracy": fig_accuracy}
+        "telemetry": fig_telemetry, "accuracy": fig_accuracy, "step": fig_step}
 # Figures drawn once for the whole catalog (file NAME.png), not per family.
-EVERY_MODEL = ("capacity",)
+EVERY_MODEL = ("capacity", "step")
 
 
 def parse_args(argv):
@@ -930,6 +979,7 @@ def parse_args(argv):
     for name in ("decode", "decode16", "verify", "context", "public", "fla", "public-mamba2", "ncu", "accuracy"):
         ap.add_argument(f"--{name}", help=f"the {name} CSV instead of the default in --results")
     ap.add_argument("--capacity", help="comma-separated capacity CSVs instead of RESULTS/capacity_GPU*.csv")
+    ap.add_argument("--step", help="comma-separated `kvbuf step --measure` CSVs instead of RESULTS/step_GPU*.csv")
     try:
         args = ap.parse_args(argv)
     except SystemExit as e:

@@ -12,6 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${1:-build-cuda}
 bundle=${2:-.gpu}
+./scripts/install_deps.sh  # FlashInfer's headers for `kvbuf step --measure` among them
 KVBUF_BUILD_DIR=$build_dir ./scripts/build.sh
 rm -rf "$bundle" && mkdir -p "$bundle/bin" "$bundle/lib"
 find "$build_dir" -type f -perm -u+x \( -path "*/bench/*" -o -path "*/kernels/*" -o -path "*/reference/*" -o -path "*/sim/*" \) \

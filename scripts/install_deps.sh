@@ -20,3 +20,29 @@ for module in numpy matplotlib nanobind; do
     python3 -m pip install -q "$module" 2>/dev/null || python3 -m pip install -q --break-system-packages "$module"
   fi
 done
+# FlashInfer's header-only attention kernels for `kvbuf step --measure` (CUDA builds only), unpacked
+# from the PyPI wheel into .deps/ (ignored by git), where CMake's KVBUF_FLASHINFER_INCLUDE_DIR
+# looks. Pinned to 0.6.0: from 0.7 its fastdiv.cuh needs cuda::fast_mod_div, which CUDA 13.0's CCCL
+# does not have yet.
+flashinfer_version=0.6.0
+deps="$(cd "$(dirname "$0")/.." && pwd)/.deps"
+if command -v nvcc >/dev/null 2>&1 && [ ! -f "$deps/flashinfer/include/flashinfer/attention/decode.cuh" ]; then
+  echo "installing: FlashInfer $flashinfer_version headers into $deps/flashinfer"
+  tmp=$(mktemp -d)
+  if ! python3 -m pip download -q --no-deps --dest "$tmp" "flashinfer-python==$flashinfer_version"; then
+    echo "warning: could not download flashinfer-python $flashinfer_version: kvbuf step --measure is left out" >&2
+  else
+    python3 - "$tmp"/flashinfer_python-*.whl "$deps/flashinfer" <<'PY'
+import sys, zipfile, pathlib
+wheel, dest = sys.argv[1], pathlib.Path(sys.argv[2])
+prefix = "flashinfer/data/include/"
+with zipfile.ZipFile(wheel) as z:
+    for name in z.namelist():
+        if name.startswith(prefix) and not name.endswith("/"):
+            out = dest / "include" / name[len(prefix):]
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(z.read(name))
+PY
+  fi
+  rm -rf "$tmp"
+fi

@@ -88,14 +88,6 @@ struct Mamba2StepInputs {
   }
 };
 
-// Value ranges of the pools' random contents: normalised keys are small, G <= 0, beta in (0, 1).
-std::pair<float, float> pool_value_range(const std::string& tensor) {
-  if (tensor == "buf_k") return {-0.2f, 0.2f};
-  if (tensor == "buf_gcum") return {-2.f, 0.f};
-  if (tensor == "buf_beta") return {0.1f, 0.9f};
-  return {-1.f, 1.f};
-}
-
 // Bytes per layer per step for the whole batch, from sim/bytes_model.h.
 double step_bytes(const LayerShape& s, const SweepKernel& kd, int batch, int chunk, StateType state_type,
                   int direct_fill) {

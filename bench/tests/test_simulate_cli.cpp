@@ -161,6 +161,24 @@ TEST(KvbufStep, TermsPerBatchAndHeldOut) {
   EXPECT_NE(b.out.find("measured"), std::string::npos) << b.out;
 }
 
+// `step --measure`'s arguments are checked before any device is touched: every bad one exits 2.
+TEST(KvbufStep, MeasureArgumentsAreValidated) {
+  expect_usage_error("step --measure --model qwen3.5-0.8b --method fast", "--method: fast not in");
+  expect_usage_error("step --measure --model qwen3.5-0.8b --routing zipf", "--routing: zipf not in");
+  expect_usage_error("step --measure --model qwen3.5-0.8b --expert-gemm cutlass", "--expert-gemm: cutlass not in");
+  expect_usage_error("step --measure --model qwen3.5-0.8b --budget-s 0", "--budget-s");
+  expect_usage_error("step --measure --model qwen3.5-0.8b --context 0", "--context: must be a positive integer, got 0");
+  expect_usage_error("step --model qwen3.5-0.8b --out x.csv", "--out goes with --measure");
+#ifdef KVBUF_WITH_STEP_RUNNER
+  expect_usage_error("step --measure --model qwen3.5-0.8b --drafts 9 --chunk 16", "--drafts at most 8");
+  expect_usage_error("step --measure --model qwen3.5-0.8b --drafts 8 --chunk 4", "exceeds buffer capacity");
+  expect_usage_error("step --measure --model nemotron-3-super-120b-a12b", "latent MoE");
+  expect_usage_error("step --measure --model qwen3.5-4b --tp 3", "not divisible by --tp 3");
+#else
+  expect_usage_error("step --measure --model qwen3.5-0.8b", "requires a CUDA build");
+#endif
+}
+
 TEST(KvbufStep, CalibrationFromTheResultsDirectoryUnlessNone) {
   const fs::path dir = scratch() / "calibrated";
   fs::create_directories(dir);

@@ -118,6 +118,21 @@ def synthetic_results(folder):
                 "dram_write_bytes_per_layer_step": 0.4e8, "dram_bytes_per_layer_step": 1.8e8,
                 "model_bytes_per_layer_step": 1.81e8, "ratio": 0.9945, "gpu": "Synthetic GPU", "commit": "feedbeef0005"}])
     write_csv(os.path.join(folder, "accuracy_syn.csv"), ACCURACY_COLUMNS, accuracy_rows())
+    step_columns = ["model", "tp", "batch", "context", "method", "state_dtype", "chunk", "drafts", "measured_step_us",
+                    "simulated_step_us", "measured_speedup", "simulated_speedup", "gpu", "commit", "note"]
+    step = []
+    for context in (256, 4096):
+        for b in (1, 8, 64, 256):
+            classic, kvb = 500 + 20 * b + context / 100, 500 + 12 * b + context / 100
+            common = {"model": "qwen3.5-0.8b", "tp": 1, "batch": b, "context": context, "state_dtype": "fp32",
+                      "drafts": 0, "gpu": "Synthetic GPU", "commit": "feedbeef0008", "note": ""}
+            step.append(dict(common, method="classic", chunk=0, measured_step_us=classic, simulated_step_us=classic * 0.9,
+                             measured_speedup="", simulated_speedup=""))
+            step.append(dict(common, method="kvbuffer", chunk=16, measured_step_us=kvb, simulated_step_us=kvb * 0.9,
+                             measured_speedup=classic / kvb, simulated_speedup=classic / kvb * 1.02))
+    step.append(dict(step[-1], batch=512, measured_step_us="", simulated_step_us="", measured_speedup="",
+                     simulated_speedup="", note="skipped: memory: needs 200 GiB"))
+    write_csv(os.path.join(folder, "step_syn.csv"), step_columns, step)
 
 
 ACCURACY_COLUMNS = ["family", "model", "method", "state_dtype", "entry_dtype", "chunk", "tokens", "out_rel_err",
@@ -196,8 +211,12 @@ class Figures(unittest.TestCase):
         synthetic_results(self.tmp.name)
         r = run("--results", self.tmp.name, "--gpu", "syn", "--kvbuf", KVBUF, "--out", self.out)
         self.assertEqual(r.returncode, 0, r.stderr)
-        expected = {f"{n}_{fam}" for n in PER_FAMILY for fam in ("gdn", "mamba2")} | {"verify_gdn", "capacity"}
+        expected = {f"{n}_{fam}" for n in PER_FAMILY for fam in ("gdn", "mamba2")} | {"verify_gdn", "capacity", "step"}
         self.assertEqual(stems(self.out), expected, r.stdout)
+        with open(os.path.join(self.out, "step.svg")) as f:
+            svg = f.read().replace("\n", "")
+        for text in ("qwen3.5-0.8b (tp 1, fp32 state)", "context 4096", "paper: up to 1.47x", "feedbeef0008"):
+            self.assertIn(text, svg)
         self.assertNotIn("needs GPU sweep", r.stdout)
         self.assertNotIn("no ncu rows", r.stdout)
         with open(os.path.join(self.out, "decode_latency_gdn.svg")) as f:
