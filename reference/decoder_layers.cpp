@@ -32,6 +32,19 @@ DVec rms_norm_rows(const DVec& x, int rows, const DVec& w, double eps) {
   return out;
 }
 
+// The short causal conv (kernel 4) of one row's channels over its window of the last 3 inputs, SiLU
+// after; the window shifts in the new input. x: the row's conv_dim inputs.
+DVec causal_conv_silu(const double* x, int conv_dim, const DVec& kernel, double* windows) {
+  DVec c(conv_dim);
+  for (int ch = 0; ch < conv_dim; ++ch) {
+    double* win = &windows[size_t(ch) * 3];
+    const double* k = &kernel[size_t(ch) * 4];
+    c[ch] = silu(k[0] * win[0] + k[1] * win[1] + k[2] * win[2] + k[3] * x[ch]);
+    win[0] = win[1], win[1] = win[2], win[2] = x[ch];
+  }
+  return c;
+}
+
 DVec linear_rows(const DVec& x, int rows, const DVec& W, int out) {
   need(rows > 0 && out > 0 && x.size() % rows == 0, "linear_rows: x is not rows x in");
   const size_t in = x.size() / rows;
@@ -60,14 +73,8 @@ void gdn_mixer_decode(const GdnDims& dims, int d, const GdnMixerWeights& w, doub
   DVec gated(size_t(rows) * values);
   for (int r = 0; r < rows; ++r) {
     const double* p = &proj[size_t(r) * width];
-    // Causal conv over q, k, v with the window, SiLU after; the window shifts.
-    DVec c(conv_dim);
-    for (int ch = 0; ch < conv_dim; ++ch) {
-      double* win = &windows[(size_t(r) * conv_dim + ch) * 3];
-      const double* k = &w.conv[size_t(ch) * 4];
-      c[ch] = silu(k[0] * win[0] + k[1] * win[1] + k[2] * win[2] + k[3] * p[ch]);
-      win[0] = win[1], win[1] = win[2], win[2] = p[ch];
-    }
+    // Causal conv over q, k, v.
+    const DVec c = causal_conv_silu(p, conv_dim, w.conv, &windows[size_t(r) * conv_dim * 3]);
     GdnTokens<double> x;
     x.dims = dims, x.steps = 1;
     x.q.assign(c.begin(), c.begin() + keys);
@@ -103,14 +110,7 @@ void mamba2_mixer_decode(const Mamba2Dims& dims, int d, int norm_group, const Ma
   DVec normed(size_t(rows) * values);
   for (int r = 0; r < rows; ++r) {
     const double* p = &proj[size_t(r) * width];
-    DVec c(conv_dim);
-    for (int ch = 0; ch < conv_dim; ++ch) {
-      double* win = &windows[(size_t(r) * conv_dim + ch) * 3];
-      const double* k = &w.conv[size_t(ch) * 4];
-      const double x = p[values + ch];
-      c[ch] = silu(k[0] * win[0] + k[1] * win[1] + k[2] * win[2] + k[3] * x);
-      win[0] = win[1], win[1] = win[2], win[2] = x;
-    }
+    const DVec c = causal_conv_silu(p + values, conv_dim, w.conv, &windows[size_t(r) * conv_dim * 3]);
     Mamba2Tokens<double> t;
     t.dims = dims, t.steps = 1;
     t.x.assign(c.begin(), c.begin() + values);
