@@ -296,6 +296,7 @@ int run_step_measure(const StepCmdOptions& o, const GpuSpec& gpu, const Measured
     throw UsageError(e.what());
   }
   if (!o.out.empty() && !std::ofstream(o.out, std::ios::app)) throw UsageError("--out: cannot write '" + o.out + "'");
+  fmt::print("{}\n", gpu_line(gpu));
   return step::run_step_measure(a);
 #else
   (void)o, (void)gpu, (void)table;
