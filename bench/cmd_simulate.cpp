@@ -125,7 +125,14 @@ std::string gpu_line(const GpuSpec& g) {
   return fmt::format("GPU {}: {:.0f} GiB, read {:.0f} GB/s, copy {:.0f} GB/s, bf16 GEMM {:.0f} TFLOP/s, "
                      "kernel overhead {:.1f} us ({}); {}",
                      g.name, g.memory_bytes / (1024.0 * 1024 * 1024), g.read_gbps, g.copy_gbps, g.gemm_tflops,
-                     g.kernel_overhead_us, g.overhead_measured ? "calibrated" : "assumed", g.source);
+                     g.kernel_overhead_us, g.overhead_measured ? "calibrated" : "assumed", g.source) +
+         (g.step_terms.fitted
+              ? fmt::format("\nterms: linear attention from the measured kernel tables; full attention, GEMM/MoE and "
+                            "elementwise (overhead) fitted to {} measured step profiles (commit {}); TP comm modelled",
+                            g.step_terms.rows, g.step_terms.source)
+              : std::string("\nterms: linear attention from the measured kernel tables; full attention and GEMM/MoE "
+                            "bytes over bandwidth (GEMM rooflines), elementwise as per-kernel overhead; TP comm "
+                            "modelled"));
 }
 
 struct SimulateOptions {
@@ -289,6 +296,7 @@ int run_step_measure(const StepCmdOptions& o, const GpuSpec& gpu, const Measured
     throw UsageError(e.what());
   }
   if (!o.out.empty() && !std::ofstream(o.out, std::ios::app)) throw UsageError("--out: cannot write '" + o.out + "'");
+  fmt::print("{}\n", gpu_line(gpu));
   return step::run_step_measure(a);
 #else
   (void)o, (void)gpu, (void)table;

@@ -175,6 +175,25 @@ Calibration read_calibration(const std::string& path) {
     c.gemm_k = j.at("gemm_k").get<int>();
     for (const auto& p : j.at("gemm"))
       c.gemm_by_m.push_back({p.at("m").get<int>(), p.at("tflops").get<double>()});
+    if (j.contains("step_terms")) {
+      const auto& t = j.at("step_terms");
+      StepTermFit& f = c.step_terms;
+      f.fitted = true;
+      f.source = t.value("source", std::string("unknown"));
+      f.rows = t.value("rows", 0);
+      f.attn_layer_us = t.at("attention_layer_us").get<double>();
+      f.attn_token_us = t.at("attention_layer_token_us").get<double>();
+      f.attn_us_per_byte = t.at("attention_us_per_kv_byte").get<double>();
+      f.gemm_kernel_us = t.at("gemm_kernel_us").get<double>();
+      f.gemm_us_per_dense_byte = t.at("gemm_us_per_dense_byte").get<double>();
+      f.gemm_us_per_expert_byte = t.at("gemm_us_per_expert_byte").get<double>();
+      f.gemm_us_per_flop = t.at("gemm_us_per_flop").get<double>();
+      f.elementwise_kernel_us = t.at("elementwise_kernel_us").get<double>();
+      f.elementwise_us_per_byte = t.at("elementwise_us_per_byte").get<double>();
+      for (double v : {f.attn_layer_us, f.attn_token_us, f.attn_us_per_byte, f.gemm_kernel_us, f.gemm_us_per_dense_byte,
+                       f.gemm_us_per_expert_byte, f.gemm_us_per_flop, f.elementwise_kernel_us, f.elementwise_us_per_byte})
+        if (!(v >= 0)) throw bad("calibration file '" + path + "': step_terms coefficients must be non-negative");
+    }
   } catch (const nlohmann::json::exception& e) {
     throw bad("calibration file '" + path + "': " + e.what());
   }
@@ -200,6 +219,20 @@ void write_calibration(const std::string& path, const Calibration& c) {
   j["gemm_k"] = c.gemm_k;
   j["gemm"] = nlohmann::json::array();
   for (const GemmPoint& p : c.gemm_by_m) j["gemm"].push_back({{"m", p.m}, {"tflops", p.tflops}});
+  if (c.step_terms.fitted) {
+    const StepTermFit& f = c.step_terms;
+    j["step_terms"] = {{"source", f.source},
+                       {"rows", f.rows},
+                       {"attention_layer_us", f.attn_layer_us},
+                       {"attention_layer_token_us", f.attn_token_us},
+                       {"attention_us_per_kv_byte", f.attn_us_per_byte},
+                       {"gemm_kernel_us", f.gemm_kernel_us},
+                       {"gemm_us_per_dense_byte", f.gemm_us_per_dense_byte},
+                       {"gemm_us_per_expert_byte", f.gemm_us_per_expert_byte},
+                       {"gemm_us_per_flop", f.gemm_us_per_flop},
+                       {"elementwise_kernel_us", f.elementwise_kernel_us},
+                       {"elementwise_us_per_byte", f.elementwise_us_per_byte}};
+  }
   std::ofstream out(path);
   if (!out) throw std::runtime_error("cannot write " + path);
   out << j.dump(2) << '\n';
@@ -215,6 +248,7 @@ GpuSpec apply_calibration(const GpuSpec& gpu, const Calibration& c) {
   g.overhead_measured = true;
   g.gemm_by_m = c.gemm_by_m;
   g.gemm_tflops = c.gemm_by_m.back().tflops;
+  g.step_terms = c.step_terms;
   g.source += "; calibrated on " + c.gpu_name + " (commit " + c.commit + ")";
   return g;
 }

@@ -16,6 +16,21 @@ struct GemmPoint {
   double tflops = 0;
 };
 
+// The step model's attention, GEMM/MoE and elementwise terms fitted to measured whole-step profiles
+// (`kvbuf calibrate-step`, sim/step_calibration.h). Each term is linear in its coefficients over
+// the features StepModel::features() counts; without a fit the terms are bytes over bandwidth.
+struct StepTermFit {
+  bool fitted = false;
+  std::string source;  // the step CSV's measurement commit
+  int rows = 0;        // measured rows the fit used
+  // attention: us per attention layer, per attention layer and token of the step, per KV byte
+  double attn_layer_us = 0, attn_token_us = 0, attn_us_per_byte = 0;
+  // GEMM / MoE: us per GEMM kernel, per dense weight byte, per routed-expert weight byte, per FLOP
+  double gemm_kernel_us = 0, gemm_us_per_dense_byte = 0, gemm_us_per_expert_byte = 0, gemm_us_per_flop = 0;
+  // elementwise (norms, activations, routing, residuals): us per kernel, per activation byte
+  double elementwise_kernel_us = 0, elementwise_us_per_byte = 0;
+};
+
 struct GpuSpec {
   std::string name;    // "h200"
   std::string source;  // where the numbers come from, printed with every result
@@ -30,6 +45,7 @@ struct GpuSpec {
   bool overhead_measured = false;  // false: an assumption until `kvbuf calibrate` runs
   double interconnect_gbps = 0;    // NVLink, one direction, per GPU (datasheet)
   DeviceLimits limits;             // what the launch rules read (datasheet / CUDA's tuning guides)
+  StepTermFit step_terms;          // from a calibration file's "step_terms"; unfitted: bytes over bandwidth
 
   // bf16 GEMM throughput in TFLOP/s at M rows: log-linear between calibrated points, the peak
   // above the last one and without calibration.
@@ -55,6 +71,7 @@ struct Calibration {
   double kernel_overhead_us = 0;
   std::vector<GemmPoint> gemm_by_m;  // ascending m
   int gemm_n = 0, gemm_k = 0;        // the weight shape the GEMMs were timed at
+  StepTermFit step_terms;            // optional ("step_terms"), written by `kvbuf calibrate-step`
 };
 
 // Reads and validates a calibration file; throws std::invalid_argument naming the file and field.
@@ -62,7 +79,7 @@ Calibration read_calibration(const std::string& path);
 void write_calibration(const std::string& path, const Calibration& c);
 // The GPU with the calibration's numbers in place: copy bandwidth (the read and in-place
 // bandwidths scaled by the same factor), per-kernel overhead, GEMM throughput by M (the peak
-// becomes the largest M's).
+// becomes the largest M's), the fitted step terms where the file has them.
 GpuSpec apply_calibration(const GpuSpec& gpu, const Calibration& c);
 
 }  // namespace kvbuf

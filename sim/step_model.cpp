@@ -460,7 +460,93 @@ StepTerms StepModel::step(const std::vector<long>& contexts) const {
     const double ring = 2.0 * (cfg_.tp - 1) / cfg_.tp * us_for_bytes(bytes, cfg_.gpu.interconnect_gbps);
     t.comm_us = (mixers + w.mlp_layers) * (kAllReduceLatencyUs + ring);
   }
+  const StepTermFit& fit = cfg_.gpu.step_terms;
+  if (fit.fitted) {
+    const StepFeatures x = features(contexts);
+    t.fitted_terms = true;
+    t.attn_kv_us = fitted_attention_us(fit, x);
+    t.projections_us = fitted_gemm_us(fit, x.projections);
+    t.mlp_us = fitted_gemm_us(fit, x.mlp);
+    t.lm_head_us = fitted_gemm_us(fit, x.lm_head);
+    t.overhead_us = fitted_elementwise_us(fit, x);
+  }
   return t;
+}
+
+GemmFeatures& GemmFeatures::operator+=(const GemmFeatures& o) {
+  kernels += o.kernels;
+  dense_bytes += o.dense_bytes;
+  expert_bytes += o.expert_bytes;
+  flops += o.flops;
+  return *this;
+}
+
+GemmFeatures StepFeatures::gemm() const {
+  GemmFeatures g = projections;
+  g += mlp;
+  g += lm_head;
+  return g;
+}
+
+std::array<double, StepFeatures::kAttentionCount> attention_coefficients(const StepTermFit& f) {
+  return {f.attn_layer_us, f.attn_token_us, f.attn_us_per_byte};
+}
+std::array<double, GemmFeatures::kCount> gemm_coefficients(const StepTermFit& f) {
+  return {f.gemm_kernel_us, f.gemm_us_per_dense_byte, f.gemm_us_per_expert_byte, f.gemm_us_per_flop};
+}
+std::array<double, StepFeatures::kElementwiseCount> elementwise_coefficients(const StepTermFit& f) {
+  return {f.elementwise_kernel_us, f.elementwise_us_per_byte};
+}
+
+namespace {
+template <size_t N>
+double dot(const std::array<double, N>& a, const std::array<double, N>& b) {
+  double s = 0;
+  for (size_t i = 0; i < N; ++i) s += a[i] * b[i];
+  return s;
+}
+}  // namespace
+
+double fitted_attention_us(const StepTermFit& f, const StepFeatures& x) {
+  return dot(attention_coefficients(f), x.attention());
+}
+double fitted_gemm_us(const StepTermFit& f, const GemmFeatures& x) { return dot(gemm_coefficients(f), x.values()); }
+double fitted_elementwise_us(const StepTermFit& f, const StepFeatures& x) {
+  return dot(elementwise_coefficients(f), x.elementwise());
+}
+
+StepFeatures StepModel::features(const std::vector<long>& contexts) const {
+  StepFeatures x;
+  const double batch = double(contexts.size());
+  if (batch == 0) return x;
+  double context_sum = 0;
+  for (long c : contexts) context_sum += double(c);
+  const double rows = batch * tokens_per_request();
+  const WeightCounts& w = weights_;
+  const double tp = cfg_.tp;
+  x.attn_layers = per_gpu_.attn_layers;
+  x.attn_layer_tokens = per_gpu_.attn_layers * rows;
+  x.kv_bytes = context_sum * per_gpu_.attn_kv_bytes_per_token();
+  auto dense = [&](double params, double kernels) {
+    return GemmFeatures{kernels, 2.0 * params / tp, 0, 2.0 * rows * params / tp};
+  };
+  // Fused in-projection and out-projection per mixer.
+  x.projections = dense(w.linear_layers * w.linear_attn_layer + w.attn_layers * w.attn_layer,
+                        2.0 * (per_gpu_.linear_layers + per_gpu_.attn_layers));
+  // Dense MLP: gate-up and down; MoE: router, shared expert's two, the routed experts' two grouped GEMMs.
+  x.mlp = dense(w.mlp_layers * w.dense_mlp_layer, w.mlp_layers * (w.experts > 0 ? 5.0 : 2.0));
+  if (w.experts > 0) {
+    const double E = w.experts;
+    const double touched = E * (1 - std::pow(1 - w.top_k / E, rows));
+    x.mlp.expert_bytes = 2.0 * w.mlp_layers * touched * w.expert / tp;
+    x.mlp.flops += 2.0 * rows * w.top_k * w.expert * w.mlp_layers / tp;
+  }
+  x.lm_head = dense(w.lm_head, 1);
+  const int mixers = per_gpu_.linear_layers + per_gpu_.attn_layers;
+  x.elementwise_kernels =
+      mixers * kKernelsPerMixer + w.mlp_layers * (w.experts > 0 ? kKernelsPerMoe : kKernelsPerMlp) + kKernelsLmHead;
+  x.elementwise_bytes = rows * cfg_.model.blocks.hidden * 2.0 * 2.0 * (mixers + w.mlp_layers);
+  return x;
 }
 
 StepTerms StepModel::step_uniform(int batch, long context) const {

@@ -11,6 +11,7 @@
 // Speculative decoding verifies T tokens per request per step (the last accepted token and T - 1
 // drafts) and emits m of them, m = 1 + the leading drafts accepted, E[m] = (1 - a^T) / (1 - a).
 #pragma once
+#include <array>
 #include <map>
 #include <string>
 #include <tuple>
@@ -104,6 +105,37 @@ struct StepConfig {
   StateType state = StateType::FP32;  // the linear-attention state's element type (both methods)
 };
 
+// What the fitted terms (GpuSpec::step_terms) multiply their coefficients with, for one step on
+// one GPU of the TP group. Each term is linear in its coefficients, so the fit is least squares.
+struct GemmFeatures {
+  double kernels = 0;       // GEMM launches (fused qkv, o, gate-up, down, router, grouped experts, LM head)
+  double dense_bytes = 0;   // weight bytes read by the dense GEMMs
+  double expert_bytes = 0;  // weight bytes of the routed experts the step's tokens touch (uniform routing)
+  double flops = 0;         // 2 x rows x parameters used
+  static constexpr int kCount = 4;
+  std::array<double, kCount> values() const { return {kernels, dense_bytes, expert_bytes, flops}; }
+  GemmFeatures& operator+=(const GemmFeatures& o);
+};
+struct StepFeatures {
+  double attn_layers = 0;        // full-attention layers
+  double attn_layer_tokens = 0;  // full-attention layers x tokens in the step
+  double kv_bytes = 0;           // KV cache read
+  GemmFeatures projections, mlp, lm_head;
+  double elementwise_kernels = 0;  // norms, activations, routing, residual adds: what the overhead term counts
+  double elementwise_bytes = 0;    // activations read + written: tokens x hidden x 2 B x 2 per block
+  static constexpr int kAttentionCount = 3, kElementwiseCount = 2;
+  std::array<double, kAttentionCount> attention() const { return {attn_layers, attn_layer_tokens, kv_bytes}; }
+  GemmFeatures gemm() const;  // the three groups summed
+  std::array<double, kElementwiseCount> elementwise() const { return {elementwise_kernels, elementwise_bytes}; }
+};
+// The coefficients of a fit in the features' order, and each term's time under a fit.
+std::array<double, StepFeatures::kAttentionCount> attention_coefficients(const StepTermFit& f);
+std::array<double, GemmFeatures::kCount> gemm_coefficients(const StepTermFit& f);
+std::array<double, StepFeatures::kElementwiseCount> elementwise_coefficients(const StepTermFit& f);
+double fitted_attention_us(const StepTermFit& f, const StepFeatures& x);
+double fitted_gemm_us(const StepTermFit& f, const GemmFeatures& x);
+double fitted_elementwise_us(const StepTermFit& f, const StepFeatures& x);
+
 struct StepTerms {
   double linear_attn_us = 0;
   double attn_kv_us = 0;
@@ -113,6 +145,9 @@ struct StepTerms {
   double overhead_us = 0;     // per-kernel launch and drain
   double comm_us = 0;         // TP all-reduces
   LinearSource linear_source = LinearSource::Measured;
+  // true: attention, GEMM/MoE and elementwise (overhead_us) from the GPU's fit to measured step
+  // profiles; false: bytes over bandwidth, GEMM rooflines and the per-kernel overhead
+  bool fitted_terms = false;
   bool mlp_compute_bound = false;
   double experts_touched = 0;  // per MoE layer, expected
   double total_us() const {
@@ -132,6 +167,8 @@ class StepModel {
   // One decode step of the requests whose current context lengths are `contexts`. In plain
   // KVBuffer decode a request whose context is below C runs in direct mode (no state yet).
   StepTerms step(const std::vector<long>& contexts) const;
+  // The fitted terms' features for the same step.
+  StepFeatures features(const std::vector<long>& contexts) const;
   // The same at batch B, every request at context L.
   StepTerms step_uniform(int batch, long context) const;
   // Per-layer time of one linear-attention kernel at batch B (0 at B = 0).

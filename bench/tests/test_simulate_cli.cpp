@@ -202,3 +202,51 @@ TEST(KvbufStep, CalibrationFromTheResultsDirectoryUnlessNone) {
 }
 
 }  // namespace
+
+namespace {
+
+const std::string kStepCsv = std::string(KVBUF_RESULTS_DIR) + "/step_h200.csv";
+const std::string kCalibration = std::string(KVBUF_RESULTS_DIR) + "/calibrate_h200.json";
+
+TEST(KvbufCalibrateStep, FitsIntoTheCalibrationAndStepUsesIt) {
+  const fs::path out = scratch() / "calibration_fitted.json";
+  const SimRun r = kvbuf("calibrate-step --step-csv " + kStepCsv + " --calibration " + kCalibration + " --out " +
+                         out.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("fitted to 119 measured rows"), std::string::npos) << r.out;
+  EXPECT_NE(slurp(out).find("\"step_terms\""), std::string::npos);
+  const SimRun fitted = kvbuf("step --model qwen3.5-4b --batch 8 --calibration " + out.string());
+  ASSERT_EQ(fitted.status, 0) << fitted.err;
+  EXPECT_NE(fitted.out.find("fitted to 119 measured step profiles"), std::string::npos) << fitted.out;
+  const SimRun plain = kvbuf("step --model qwen3.5-4b --batch 8 --calibration none");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_NE(plain.out.find("bytes over bandwidth"), std::string::npos) << plain.out;
+}
+
+TEST(KvbufCalibrateStep, HoldOutWritesOneRowPerMeasuredRow) {
+  const fs::path csv = scratch() / "validation.csv";
+  const SimRun r = kvbuf("calibrate-step --step-csv " + kStepCsv + " --holdout batch --validation-csv " + csv.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("step within 10%:"), std::string::npos) << r.out;
+  const std::string text = slurp(csv);
+  EXPECT_EQ(text.rfind("holdout,fold,fit_rows,model,", 0), 0u);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 120);
+  EXPECT_NE(text.find(",0243fd4d09dd\n"), std::string::npos);
+}
+
+TEST(KvbufCalibrateStep, BadInputExitsTwo) {
+  const fs::path missing = write("step_missing.csv", "model,tp,batch,context\nqwen3.5-4b,1,8,256\n");
+  expect_usage_error("calibrate-step --step-csv " + missing.string() + " --holdout model", "measured_step_us");
+  expect_usage_error("calibrate-step --step-csv /nonexistent/step.csv --holdout model", "--step-csv");
+  expect_usage_error("calibrate-step --step-csv " + kStepCsv + " --holdout context", "--holdout");
+  expect_usage_error("calibrate-step --step-csv " + kStepCsv, "--calibration");
+  std::string text = slurp(kStepCsv);
+  const fs::path bad_model = write("step_bad_model.csv", text.substr(0, text.find('\n') + 1) + "nosuch" +
+                                                             text.substr(text.find('\n') + 1).substr(
+                                                                 text.substr(text.find('\n') + 1).find(',')));
+  expect_usage_error("calibrate-step --step-csv " + bad_model.string() + " --holdout model", "line 2");
+  const fs::path few = write("step_few.csv", text.substr(0, text.find('\n') + 1));
+  expect_usage_error("calibrate-step --step-csv " + few.string() + " --holdout model", "at least");
+}
+
+}  // namespace

@@ -1,0 +1,69 @@
+// Calibration of the step model's attention, GEMM/MoE and elementwise terms from measured
+// whole-step profiles (the rows `kvbuf step --measure` writes), and its held-out validation.
+// Each term is linear in its coefficients over StepModel::features(); the coefficients minimise the
+// squared relative error of that term over the rows (weighted least squares, weight 1 / measured),
+// constrained non-negative (every subset of free coefficients tried: at most 4 per term), so a
+// coefficient the data does not support is 0 rather than negative.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "sim/gpus.h"
+#include "sim/step_model.h"
+
+namespace kvbuf {
+
+// One measured row of a step CSV with what the fit and the validation read.
+struct StepProfile {
+  std::string model, method, state_dtype, routing, expert_gemm, commit;
+  int tp = 1, batch = 0, chunk = 0, drafts = 0;
+  long context = 0;
+  double measured_step_us = 0, measured_linear_us = 0, measured_attention_us = 0, measured_gemm_us = 0,
+         measured_elementwise_us = 0;
+  double simulated_step_us = 0;    // the simulator's step when the row was measured (bytes over bandwidth)
+  double simulated_linear_us = 0;  // from the measured linear tables: the fit leaves it as it is
+  double modelled_comm_us = 0;
+  double measured_speedup = 0;     // kvbuffer rows: classic step / this step; 0 where absent
+  StepFeatures features;           // filled by read_step_profiles
+};
+
+// The rows of a step CSV, each with its features (the catalog's model at its tp, method, C, T,
+// state type). Throws std::invalid_argument naming the file and the missing columns, a bad value
+// (with its line) or an unknown model; std::runtime_error when the file cannot be read.
+std::vector<StepProfile> read_step_profiles(const std::string& path);
+
+// The coefficients fitted on `rows`; throws std::invalid_argument with fewer rows than coefficients.
+StepTermFit fit_step_terms(const std::vector<StepProfile>& rows);
+
+// A step predicted with a fit: the row's simulated linear term and modelled comm as they are, the
+// fitted attention, GEMM/MoE and elementwise terms.
+struct PredictedStep {
+  double linear_us = 0, attention_us = 0, gemm_us = 0, elementwise_us = 0, comm_us = 0;
+  double total() const { return linear_us + attention_us + gemm_us + elementwise_us + comm_us; }
+};
+PredictedStep predict_step(const StepTermFit& fit, const StepProfile& row);
+
+enum class HoldOut { Model, Batch };
+HoldOut parse_hold_out(const std::string& name);  // "model" | "batch"; throws std::invalid_argument
+const char* hold_out_name(HoldOut h);
+
+struct ValidationRow {
+  StepProfile row;
+  std::string fold;  // the held-out value (model name or batch)
+  int fit_rows = 0;  // rows the fit of this fold used
+  PredictedStep predicted;
+  double predicted_speedup = 0;  // kvbuffer rows with their classic row in the same fold; 0 otherwise
+  double step_error() const { return predicted.total() / row.measured_step_us - 1; }
+  double speedup_error() const {
+    return row.measured_speedup > 0 && predicted_speedup > 0 ? predicted_speedup / row.measured_speedup - 1 : 0;
+  }
+  bool has_speedup() const { return row.measured_speedup > 0 && predicted_speedup > 0; }
+  // The term whose prediction is furthest from its measurement (linear, attention, gemm, elementwise).
+  std::string worst_term() const;
+};
+
+// Every row predicted by the fit on the rows outside its fold (folds: the distinct models or
+// batches). A fold whose complement has too few rows to fit is skipped.
+std::vector<ValidationRow> validate_held_out(const std::vector<StepProfile>& rows, HoldOut by);
+
+}  // namespace kvbuf
