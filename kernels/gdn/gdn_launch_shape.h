@@ -5,11 +5,7 @@
 #pragma once
 #include <cstddef>
 
-#ifdef __CUDACC__
-#define KVB_HOST_DEVICE __host__ __device__
-#else
-#define KVB_HOST_DEVICE
-#endif
+#include "kernels/common/host_device.h"
 
 namespace kvbuf {
 

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "kernels/gdn/gdn_launch_shape.h"
+#include "kernels/mamba2/mamba2_launch_shape.h"
 #include "sim/catalog.h"
 #include "sim/gpus.h"
 #include "sim/launch_rules.h"
@@ -217,10 +220,53 @@ TEST(LaunchRulesSmem, RowsWithinSmemPicksTheLargestThatFits) {
   EXPECT_EQ(rows_within_smem(128, 16, kib_per_row(7), a100), 16);
 }
 
+// The Mamba-2 layer shapes of the catalog's models that the kernels are built for (N 64 or 128).
+std::vector<LayerShape> mamba2_layers() {
+  std::vector<LayerShape> v;
+  for (const ModelSpec& m : model_catalog())
+    if (m.kind == LayerKind::Mamba2 && (m.layer.head_k == 64 || m.layer.head_k == 128)) v.push_back(m.layer);
+  return v;
+}
+
+// The Mamba-2 KVBuffer kernels (kernels/mamba2/mamba2_launch_shape.h) at the rows they launch: the
+// decode block's whole head (kKVBufferRows: 64 rows at every batch) and the verify's one-head block
+// (the largest of 64, 32, 16, 8 dividing P). Their rows follow P, not the device: a shape that does not
+// fit is refused. (The verify's head-group kernel takes its heads per block from the occupancy API,
+// which reads the device's shared memory.)
+SmemOutcomes mamba2_smem_outcomes(const DeviceLimits& d) {
+  using namespace mamba2_detail;
+  SmemOutcomes out;
+  for (const LayerShape& l : mamba2_layers()) {
+    const int N = l.head_k, P = l.head_v;
+    int rows = kMaxRowsPerBlock;
+    while (P % rows != 0) rows /= 2;
+    for (StateType st : {StateType::FP32, StateType::BF16, StateType::FP16}) {
+      const int sb = state_type_bytes(st);
+      for (int C = 2; C <= kMaxCapacity; ++C) {
+        for (bool tile : {false, true})
+          check_fixed_kernel(tile ? "mamba2 kvbuffer decode (tiled)" : "mamba2 kvbuffer decode / direct, kernel B", C,
+                             kvbuffer_block_smem_bytes(N, tile, sb, C - 1, rows / kWarpRows), d, out);
+        check_fixed_kernel("mamba2 kvbuffer split / direct, kernel A", C, split_buffer_smem_bytes(C - 1, P, C), d, out);
+        for (int T = 1; T <= kMaxDrafts && T <= C; ++T)
+          check_fixed_kernel("mamba2 verify kvbuffer (one head)", C, size_t(VerifySmem(N, C, rows, T, sb).bytes), d, out);
+      }
+    }
+  }
+  return out;
+}
+
+// Both families' outcomes.
+SmemOutcomes smem_outcomes(const DeviceLimits& d) {
+  SmemOutcomes out = gdn_smem_outcomes(d);
+  for (const auto& [kernel, o] : mamba2_smem_outcomes(d)) out[kernel] = o;
+  return out;
+}
+
 // The H200 (227 KiB per block) holds every shape: its measured choices never change.
 TEST(LaunchRulesSmem, H200FitsEveryShape) {
   ASSERT_FALSE(gdn_layers().empty());
-  for (const auto& [kernel, o] : gdn_smem_outcomes(find_gpu("h200").limits)) {
+  ASSERT_FALSE(mamba2_layers().empty());
+  for (const auto& [kernel, o] : smem_outcomes(find_gpu("h200").limits)) {
     EXPECT_GT(o.points, 0) << kernel;
     EXPECT_EQ(o.fewer_rows, 0) << kernel;
     EXPECT_EQ(o.refused, 0) << kernel;
@@ -228,14 +274,18 @@ TEST(LaunchRulesSmem, H200FitsEveryShape) {
 }
 
 // Every catalog GPU: each shape fits or is refused (checked in check_rows_kernel); the table of
-// what changes is printed for sim/README.md. A GPU with less shared memory never does better.
+// what changes is printed, and sim/README.md must carry it as printed.
 TEST(LaunchRulesSmem, EveryCatalogGpuFitsOrRefuses) {
-  const SmemOutcomes h200 = gdn_smem_outcomes(find_gpu("h200").limits);
+  const SmemOutcomes h200 = smem_outcomes(find_gpu("h200").limits);
+  std::ifstream readme_file(std::string(KVBUF_RESULTS_DIR) + "/../sim/README.md");
+  ASSERT_TRUE(readme_file) << "sim/README.md";
+  std::stringstream readme;
+  readme << readme_file.rdbuf();
   std::printf("| GPU | smem/block opt-in KiB | smem/SM KiB | SMs | L2 MiB | changes from the H200's shapes |\n");
   std::printf("|---|---|---|---|---|---|\n");
   for (const GpuSpec& g : gpu_catalog()) {
     const DeviceLimits& d = g.limits;
-    const SmemOutcomes out = gdn_smem_outcomes(d);
+    const SmemOutcomes out = smem_outcomes(d);
     std::string changes;
     for (const auto& [kernel, o] : out) {
       EXPECT_EQ(o.points, h200.at(kernel).points) << g.name << " " << kernel;
@@ -248,8 +298,11 @@ TEST(LaunchRulesSmem, EveryCatalogGpuFitsOrRefuses) {
         changes += std::string(o.fewer_rows ? ", " : "") + std::to_string(o.refused) + " of " + std::to_string(o.points) +
                    " refused";
     }
-    std::printf("| %s | %zu | %zu | %d | %zu | %s |\n", g.name.c_str(), d.smem_per_block_optin / 1024,
-                d.smem_per_sm / 1024, d.sms, d.l2_bytes >> 20, changes.empty() ? "none" : changes.c_str());
+    char row[2048];
+    std::snprintf(row, sizeof(row), "| %s | %zu | %zu | %d | %zu | %s |\n", g.name.c_str(), d.smem_per_block_optin / 1024,
+                  d.smem_per_sm / 1024, d.sms, d.l2_bytes >> 20, changes.empty() ? "none" : changes.c_str());
+    std::printf("%s", row);
+    EXPECT_NE(readme.str().find(row), std::string::npos) << "sim/README.md lacks the row " << row;
   }
 }
 
