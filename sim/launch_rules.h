@@ -30,6 +30,19 @@ inline int halve_rows_to_fill(long heads, int head_rows, int rows, int min_rows,
   return rows;
 }
 
+// Rows per block that fit the block's shared memory: `rows` (the occupancy rule's choice) halved,
+// down to min_rows, while bytes_of(rows) (the kernel's dynamic shared memory at that many rows)
+// passes what the device allows a block. Where even min_rows does not fit, `rows` is returned
+// unchanged and the launch refuses it with the bytes it needs (kernels/common/common.cuh:
+// allow_dynamic_smem). The H200's 227 KiB holds every widest shape, so its choices never change;
+// GPUs with 99 KiB (sm_86, sm_89, sm_120) or 163 KiB (A100) take the largest that fits.
+template <class BytesOf>
+int rows_within_smem(int rows, int min_rows, BytesOf bytes_of, const DeviceLimits& d) {
+  for (int r = rows; r >= min_rows; r /= 2)
+    if (size_t(bytes_of(r)) <= d.smem_per_block_optin) return r;
+  return rows;
+}
+
 // Mamba-2 classic verify: rows per warp, the fewest of 2, 4 and 8 whose grid of one-warp blocks fits
 // one wave (the SM's resident-block limit: 32 on the H200); else 4 (in two-warp blocks).
 inline int classic_verify_rows_per_warp(long rows, const DeviceLimits& d) {

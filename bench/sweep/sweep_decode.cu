@@ -379,6 +379,9 @@ std::vector<std::string> decode_row(const SweepArgs& a, const SweepKernel& kd, i
     }
   } catch (const std::invalid_argument&) {
     throw;
+  } catch (const LaunchShapeRefused& e) {
+    fmt::print("skip {} batch {} chunk {} state {}: {}\n", kd.name, batch, chunk, state_type_name(state_type), e.what());
+    return row(std::vector<std::string>(12), std::string("skipped: ") + e.what());
   } catch (const std::exception& e) {
     failed = true;
     fmt::print("FAILED {} batch {} chunk {} state {}: {}\n", kd.name, batch, chunk, state_type_name(state_type), e.what());

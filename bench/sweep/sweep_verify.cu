@@ -169,6 +169,9 @@ class VerifySweep {
         run_classic(vm, batch, T, csv);
     } catch (const std::invalid_argument&) {
       throw;
+    } catch (const LaunchShapeRefused& e) {
+      not_run(csv, vm.name, batch, T, C, std::string("skipped: ") + e.what());
+      return true;
     } catch (const std::exception& e) {
       fmt::print("FAILED {} batch {} T {}: {}\n", vm.name, batch, T, e.what());
       cudaGetLastError();

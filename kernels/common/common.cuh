@@ -39,15 +39,21 @@ inline const DeviceLimits& device_limits() {
 }
 inline int multiprocessor_count() { return device_limits().sms; }
 
+// A launch shape this GPU cannot run (more shared memory per block than it allows): a sweep point
+// that meets it is a row saying so, not a failure.
+struct LaunchShapeRefused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // Host: raises kernel's dynamic shared memory limit to smem where its static and dynamic shared
 // memory together pass the default 48 KiB; returns the kernel's attributes. Throws
-// std::runtime_error where they pass what the device allows a block (99 KiB on sm_86 / 89 / 120).
+// LaunchShapeRefused where they pass what the device allows a block (99 KiB on sm_86 / 89 / 120).
 template <class... KernelArgs>
 cudaFuncAttributes allow_dynamic_smem(void (*kernel)(KernelArgs...), size_t smem) {
   cudaFuncAttributes attrs = {};
   KVB_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
   if (smem + attrs.sharedSizeBytes > device_limits().smem_per_block_optin)
-    throw std::runtime_error("launch shape needs " + std::to_string(smem + attrs.sharedSizeBytes) +
+    throw LaunchShapeRefused("launch shape needs " + std::to_string(smem + attrs.sharedSizeBytes) +
                              " bytes of shared memory per block; this GPU allows " +
                              std::to_string(device_limits().smem_per_block_optin));
   if (smem + attrs.sharedSizeBytes > 48 * 1024)

@@ -19,12 +19,9 @@
 #include "kernels/common/common.cuh"
 #include "kernels/common/state_type.cuh"
 #include "kernels/gdn/gdn_decode.h"
+#include "kernels/gdn/gdn_launch_shape.h"  // kThreads, kGroups, kMaxChunks and the shared-memory sizes
 
 namespace kvbuf::gdn_detail {
-
-constexpr int kGroupLanes = 8;
-constexpr int kThreads = 128;                       // per block
-constexpr int kGroups = kThreads / kGroupLanes;     // row groups per block
 
 constexpr int kWarpRows = 8;                        // rows of the recurrent one-warp shape
 
@@ -184,7 +181,6 @@ __device__ __forceinline__ void write_zero_output(const GdnStepIO& io, const Blo
 // memory, 16 rows (kGroups: one per group) per chunk, each chunk completing on its own mbarrier, all
 // chunks in flight at once. The copies overlap the block's other loads and arithmetic and put up
 // to rows x K x sizeof(S) bytes in flight per block without holding registers.
-constexpr int kMaxChunks = 8;  // rows_per_block <= 128
 
 // Thread 0 only: start the copies of rows [0, 16 * chunks) of `src` (rows of K elements of S)
 // into `tile` on initialised barriers. The block must pass a __syncthreads() after the
@@ -241,34 +237,14 @@ __device__ __forceinline__ void fold_row(float* s, float eG_t, float u_t, const 
 // Validation shared by the dispatch functions.
 // warp_rows_allowed: rows_per_block may be kWarpRows (the recurrent kernel's one-warp shape).
 void validate_step_io(const GdnStepIO& io, const char* who, bool warp_rows_allowed);
-// V rows per block of a launch shape: io.rows_per_block when set, else up to max_rows, halved (down
-// to 16) while the grid would have fewer than min_blocks_per_sm blocks per SM, so that small
-// batches spread their state over every SM.
-struct RowsRule {
-  int max_rows, min_blocks_per_sm;
-};
+// V rows per block of a launch shape (the rules: kernels/gdn/gdn_launch_shape.h).
 int choose_rows_per_block(const GdnStepIO& io, RowsRule rule);
-// The rules, measured on the H200 (notes/gdn_decode_kvbuffer.md v10, v12):
-//  * recurrent: 16 KiB tiles (32 rows) beat 32 KiB ones (in place at batch 64: 70.8 against
-//    71.1 us, out of place at 256: 266.3 against 268.4), and batch 8 runs 6% faster at 4 blocks
-//    per SM (32 rows) than at 8 (16 rows);
-//  * single KVBuffer kernel: 32 KiB tiles, as its blocks repeat the buffered-key work per tile
-//    (256, C = 8: 165-175 against 201 us with 32 rows); batch 8 at 4 blocks per SM (10.85
-//    against 11.65 us);
-//  * split kernel B: most of its blocks exit at once in direct mode and only the 1 / C that fold
-//    work; 32-row tiles split the long folds of C >= 32 over more blocks (direct, C = 64 at batch
-//    64: 34.0 against 39.4 us), but for C < 32 they only add empty blocks (direct, C = 8 at 256:
-//    70.5 against 58.8 us); small batches keep 8 blocks per SM (direct at batch 8, C = 8: 7.8 us
-//    with 16 rows, 11.1 with 32). These rules predate gdn_decode_direct's compacted kernel B
-//    (from C = 16: notes/gdn_decode_kvbuffer.md v21), which no longer launches the empty blocks.
-constexpr RowsRule kRecurrentRows{32, 4};
 // The recurrent dispatch's rows per block (gdn_decode_recurrent.cu).
 int recurrent_rows(const GdnStepIO& io);
 // KVBuffer at capacity 1 with scheduler row metadata (gdn_decode_kvbuffer.cu, path Auto): every
 // step folds its only token, so the step is the recurrent update of the state pool in place, with
 // S0 = 0 (not read) for rows whose row_has_state is 0. Runs the recurrent kernels.
 void run_kvbuffer_capacity1(const GdnKVBufferParams& p, cudaStream_t stream, const char* who);
-constexpr RowsRule kSingleKVBufferRows{64, 4};
 // The single kernel's rows per block for a state type. A 16-bit state takes whole-head tiles (128
 // rows at V = 128: the fp32 tile's 32 KiB) where the grid keeps twice the fp32 rule's blocks per SM,
 // so the per-block work over the token and the buffered keys is spread over twice the state rows
@@ -276,6 +252,5 @@ constexpr RowsRule kSingleKVBufferRows{64, 4};
 // takes the fp32 rule (batch 32: 18.2 us with 64 rows, 19.6 with 128). notes/gdn_decode_kvbuffer.md,
 // log v30.
 int single_kvbuffer_rows(const GdnStepIO& io, StateType state_type);
-inline RowsRule split_state_rows(int capacity) { return {capacity >= 32 ? 32 : 64, 8}; }
 
 }  // namespace kvbuf::gdn_detail

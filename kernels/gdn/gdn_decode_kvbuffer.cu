@@ -92,7 +92,6 @@ namespace kvbuf {
 namespace gdn_detail {
 
 constexpr int kMaxCapacity = 64;
-constexpr int kUtilePad = 8;  // u tile row stride rows + 8: 16-byte rows, a group's 8 j's on distinct banks
 // Auto picks the split path from kSplitMinBatch request rows and, per entry point, from this
 // capacity C (measured on the H200, 9a2eb43: log v5b).
 constexpr int kSplitMinBatch = 8;
@@ -531,6 +530,9 @@ struct SplitStateShared {
   float sw[kMaxCapacity];                                   // G_j, then e^{G_t - G_j}: folds only
   float gprev;                                              // G_{n-1}
 };
+static_assert(sizeof(SplitStateShared) + sizeof(int) * kCompactMaxBatch / 32 + sizeof(int16_t) * kCompactMaxBatch <=
+                  kSplitStateStaticSmemBound,
+              "kernel B's static shared memory (the compact variant's s_count and s_rows included)");
 
 // Kernel B's work for request row c.row (slot, fill n, has_state): its S0 tile copies go out on
 // barriers initialised by the caller and complete phase `parity`.
@@ -686,22 +688,10 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
   }
 }
 
-// The single kernel's dynamic shared memory: the tile and buffer staging, then (16-byte aligned,
-// at rows_offset) the per-row arrays: barriers, v, outputs, appended entries.
-struct SingleSmemLayout {
-  size_t rows_offset, bytes;
-};
+size_t entry_bytes(const GdnKVBufferParams& p) { return p.entry == EntryType::FP32 ? 4 : 2; }
 SingleSmemLayout kvbuffer_smem_layout(const GdnKVBufferParams& p, int rows) {
-  const size_t C = size_t(p.capacity), K = size_t(p.io.K);
-  const size_t esz = p.entry == EntryType::FP32 ? 4 : 2;
-  const bool raw = p.variant == BufferVariant::Raw;
-  size_t bytes = size_t(rows) * K * state_type_bytes(p.state_type) + C * K * esz + 4 * C * 4;
-  if (raw)
-    bytes += (C * C + 2 * C + size_t(kGroups) * C) * 4;
-  else
-    bytes += C * size_t(rows + kUtilePad) * esz;
-  const size_t rows_offset = (bytes + 15) / 16 * 16;
-  return {rows_offset, rows_offset + kMaxChunks * sizeof(uint64_t) + size_t(rows) * (2 + 2 + esz)};
+  return kvbuffer_smem_layout(p.io.K, p.capacity, rows, state_type_bytes(p.state_type), entry_bytes(p),
+                              p.variant == BufferVariant::Raw);
 }
 
 template <int K, int V, class S, class E, bool RAW>
@@ -714,8 +704,7 @@ void launch_kvbuffer(const GdnKVBufferParams& p, int rows, cudaStream_t stream) 
 
 template <int K, class S, class E>
 size_t split_state_smem_bytes(const GdnKVBufferParams& p, int rows) {
-  const size_t C = size_t(p.capacity);
-  return size_t(rows) * K * sizeof(S) + C * K * sizeof(E) + C * size_t(rows + kUtilePad) * sizeof(E);
+  return split_state_smem_bytes(K, p.capacity, rows, sizeof(S), sizeof(E));
 }
 
 // Kernel B's row groups G, or 0 for one block row per request (the plain kernel). compact_allowed:
@@ -738,9 +727,7 @@ int split_state_row_groups(const GdnKVBufferParams& p, int rows, bool compact_al
 
 template <int K, int V, class S, class E>
 void launch_split(const GdnKVBufferParams& p, int rows, bool compact_allowed, cudaStream_t stream) {
-  const int R = p.io.HV / p.io.H;
-  const size_t C = size_t(p.capacity);
-  const size_t smem_a = R * C * V * sizeof(E) + (2 * C + 2 * R * C + 2 * size_t(R)) * sizeof(float);
+  const size_t smem_a = split_buffer_smem_bytes(p.io.HV / p.io.H, p.capacity, V, sizeof(E));
   launch_kernel(gdn_kvbuffer_split_buffer_kernel<K, V, E>, dim3(unsigned(long(p.io.batch) * p.io.H)), dim3(kThreads),
                 smem_a, stream, false, p);
   const size_t smem_b = split_state_smem_bytes<K, S, E>(p, rows);
@@ -806,7 +793,20 @@ LaunchShape launch_shape(const GdnKVBufferParams& p, int split_min_capacity) {
   const bool split = p.path == DecodePath::Split ||
                      (p.path == DecodePath::Auto && split_possible(p) && p.io.batch >= kSplitMinBatch &&
                       p.capacity >= split_min_capacity);
-  return {split, split ? choose_rows_per_block(p.io, split_state_rows(p.capacity)) : single_kvbuffer_rows(p.io, p.state_type)};
+  // Rows per block that fit the device's shared memory per block (sim/launch_rules.h:
+  // rows_within_smem; an explicit io.rows_per_block is kept as given).
+  const DeviceLimits& d = device_limits();
+  if (split) {
+    const int rows = choose_rows_per_block(p.io, split_state_rows(p.capacity));
+    if (p.io.rows_per_block) return {split, rows};
+    return {split, rows_within_smem(rows, 16, [&](int r) {
+              return split_state_smem_bytes(p.io.K, p.capacity, r, state_type_bytes(p.state_type), entry_bytes(p)) +
+                     kSplitStateStaticSmemBound;
+            }, d)};
+  }
+  const int rows = single_kvbuffer_rows(p.io, p.state_type);
+  if (p.io.rows_per_block) return {split, rows};
+  return {split, rows_within_smem(rows, 16, [&](int r) { return kvbuffer_smem_layout(p, r).bytes; }, d)};
 }
 
 void run_kvbuffer(const GdnKVBufferParams& p, cudaStream_t stream, const char* who, int split_min_capacity,

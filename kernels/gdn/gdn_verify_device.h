@@ -17,11 +17,11 @@
 
 #include "kernels/common/common.cuh"
 #include "kernels/common/state_type.cuh"
+#include "kernels/gdn/gdn_launch_shape.h"  // kRows and the shared-memory sizes
 #include "kernels/gdn/gdn_verify.h"
 
 namespace kvbuf::gdn_verify_detail {
 
-constexpr int kRows = 64;     // V rows per block
 constexpr int kThreads = 64;  // one owned row per thread
 
 // The value an entry of type E keeps.

@@ -83,49 +83,8 @@ KVBufferArgs kvbuffer_args(const GdnVerifyKVBufferParams& p) {
           p.fill,      p.has_state, p.win_k, p.win_u,                      p.win_gcum, p.win_base, p.accept};
 }
 
-// Launch shape of the verify kernel (log v5): 4 lanes per state row, 2 rows per thread.
-constexpr int kLanesPerRow = 4, kRowsPerThread = 2;
-
-constexpr int kVerifyThreads = kRows * kLanesPerRow / kRowsPerThread, kVerifyWarps = kVerifyThreads / 32;
-// Tensor-core operand B [operand_cols(TMAX), operand_pitch(KD)] fp32: the window's raw keys
-// (columns 0..T-1) and queries (TMAX..TMAX+T-1), zeros elsewhere, in 8-column tiles; rows of
-// kd + 16 floats, so that the quarter-warp phases of its 16-byte fragment loads (2 columns x 4
-// lanes) hit distinct banks.
-__host__ __device__ constexpr int operand_cols(int tmax) { return 8 * ((2 * tmax + 7) / 8); }
-__host__ __device__ constexpr int operand_pitch(int kd) { return kd + 16; }
-
-// Shared-memory carve-up in bytes (16-byte aligned pieces) for TMAX window tokens, capacity C and
-// entry size esz. Buffer keys land in the entry type (cp.async) and are converted once to padded
-// fp32 rows, which every dot product and the fold read; the fold weights later reuse the landing
-// area (C kRows floats never exceed it for bf16; for fp32 entries the area is the larger one).
-struct VerifySmem {
-  int kd, tmax, c, esz;
-  __host__ __device__ static int up16(int x) { return (x + 15) / 16 * 16; }
-  __host__ __device__ int kp() const { return kd + 4; }  // padded fp32 rows
-  __host__ __device__ int keys() const { return 0; }                                   // [C, kp] fp32
-  __host__ __device__ int landing() const { return keys() + c * kp() * 4; }             // [C, kd] E, then w
-  __host__ __device__ int landing_bytes() const { return up16(c * (kd * esz > kRows * 4 ? kd * esz : kRows * 4)); }
-  __host__ __device__ int u() const { return landing() + landing_bytes(); }             // [C, kRows] E
-  __host__ __device__ int wu() const { return u() + up16(c * kRows * esz); }           // buffer coefficients [C, TMAX]
-  __host__ __device__ int wo() const { return wu() + c * tmax * 4; }
-  __host__ __device__ int vu() const { return wo() + c * tmax * 4; }                   // window coefficients [TMAX, TMAX]
-  __host__ __device__ int vo() const { return vu() + tmax * tmax * 4; }
-  __host__ __device__ int gbuf() const { return vo() + tmax * tmax * 4; }              // G of the buffer [C]
-  __host__ __device__ int gwin() const { return gbuf() + up16(c * 4); }                // G of the window [TMAX]
-  __host__ __device__ int egwin() const { return gwin() + tmax * 4; }
-  __host__ __device__ int graw() const { return egwin() + tmax * 4; }                  // g of the window [TMAX]
-  __host__ __device__ int beta() const { return graw() + tmax * 4; }
-  __host__ __device__ int raw_kq() const { return up16(beta() + tmax * 4); }           // [2 TMAX, KD] bf16
-  __host__ __device__ int raw_v() const { return raw_kq() + 2 * tmax * kd * 2; }       // [TMAX, kRows] bf16
-  __host__ __device__ int nb() const { return operand_cols(tmax); }
-  __host__ __device__ int bp() const { return operand_pitch(kd); }
-  __host__ __device__ int b() const { return up16(raw_v() + tmax * kRows * 2); }
-  __host__ __device__ int scale() const { return b() + nb() * bp() * 4; }               // [2 T] norm scales
-  // Key dot products, split over K by warp: [warps, key rows (C + TMAX, in 16-row tiles), nb] fp32.
-  __host__ __device__ int key_rows_pad() const { return (c + tmax + 15) / 16 * 16; }
-  __host__ __device__ int part() const { return up16(scale() + 2 * tmax * 4); }
-  __host__ __device__ size_t bytes() const { return size_t(part() + kVerifyWarps * key_rows_pad() * nb() * 4); }
-};
+// The launch shape (kVerifyThreads), operand B's tiles and the shared-memory carve-up (VerifySmem):
+// kernels/gdn/gdn_launch_shape.h.
 
 // Block: kRows = 64 rows of one value head of one request; LN = kLanesPerRow lanes share each
 // row and every thread holds RPT = kRowsPerThread rows (NT = 64 LN / RPT threads): thread = lane
@@ -735,7 +694,7 @@ void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, dim3 b
 template <int KD, class E, class S>
 void dispatch_tokens(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
   const int T = p.io.tokens;
-  const int tmax = T <= 2 ? 2 : T <= 4 ? 4 : T <= 6 ? T : 8;
+  const int tmax = verify_tmax(T);
   const size_t smem = VerifySmem{KD, tmax, p.capacity, sizeof(E)}.bytes();
   const dim3 blocks(unsigned(p.io.V / kRows * (p.io.HV / p.io.H)), unsigned(p.io.H), unsigned(p.io.batch));
   switch (tmax) {
@@ -776,7 +735,7 @@ void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams* layers, int count
   if (p.io.tokens == p.capacity)
     for (int l = 0; l < count; ++l) {
       const Params& q = layers[l];
-      const size_t smem = size_t(q.capacity) * (q.io.K + 4 + kRows + 1) * sizeof(float);
+      const size_t smem = commit_fold_smem_bytes(q.io.K, q.capacity);
       const unsigned blocks = unsigned(q.io.batch) * q.io.HV * (q.io.V / kRows);
       dispatch_state_type(who, q.state_type, [&](auto tag) {
         using S = typename decltype(tag)::type;

@@ -21,11 +21,10 @@
 #include "kernels/common/common.cuh"
 #include "kernels/common/state_type.cuh"
 #include "kernels/mamba2/mamba2_decode.h"
+#include "kernels/mamba2/mamba2_launch_shape.h"  // kWarpRows, kMaxRowsPerBlock and the shared-memory sizes
 
 namespace kvbuf::mamba2_detail {
 
-constexpr int kWarpRows = 8;          // state rows per warp
-constexpr int kMaxRowsPerBlock = 64;  // 8 warps
 
 template <int N>
 struct RowVec {

@@ -90,8 +90,7 @@ struct BlockSmem {
     bars = reinterpret_cast<uint64_t*>(xt + warps);
   }
   static size_t bytes(int entries, int warps) {
-    return (kTile ? size_t(warps) * (kWarpRows * N * sizeof(S) + 8) : 0) + size_t(warps) * 16 +
-           size_t(entries) * (N * 2 + size_t(warps) * 16 + 16);
+    return kvbuffer_block_smem_bytes(N, kTile, int(sizeof(S)), entries, warps);
   }
 };
 
@@ -272,7 +271,6 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kTile ? 5 : 6) mamba2_de
 // ranks z, z + G_B, ... of its own (head, P tile); G_B = one wave's worth of blocks. B reads nothing A writes
 // (other rows, other slots), so it starts early (programmatic launch) and waits for A only before it exits,
 // which orders everything after it behind both kernels.
-constexpr int kSplitHeads = 8;                    // heads per kernel-A block, one warp each
 constexpr int kSplitThreads = kSplitHeads * 32;   // 4 threads per c_j: n + 1 <= C <= 64 dots at once
 constexpr int kSplitMaxP = 64;                    // lane l owns the pair of rows 2l, 2l + 1
 // Auto splits from C = 4 where batch x C >= kSplitMinRowEntries (log run 6, both forced: the
@@ -292,9 +290,7 @@ struct SplitBufferSmem {
     dt = G + entries * kSplitHeads;
     c = dt + entries * kSplitHeads;
   }
-  static size_t bytes(int entries, int P, int C) {
-    return size_t(entries) * kSplitHeads * (size_t(P) * 2 + 8) + size_t(C) * 4;
-  }
+  static size_t bytes(int entries, int P, int C) { return split_buffer_smem_bytes(entries, P, C); }
 };
 
 template <int N>

@@ -87,7 +87,8 @@ namespace kvbuf {
 namespace mamba2_detail {
 namespace {
 
-constexpr int kTMax = kMamba2VerifyMaxTokens;
+constexpr int kTMax = kVerifyTMax;
+static_assert(kVerifyTMax == kMamba2VerifyMaxTokens, "the verify's window tokens");
 constexpr int kMaxCapacity = 64;
 // state_type sits in the padding after pools_ready_at_launch: the fields' offsets and the struct's
 // size are those of the fp32-only Params (the fp32 kernels' SASS, the commit's layer table).
@@ -117,32 +118,14 @@ constexpr double kGroupMinWaves = 1.5;
 
 // ---- Pieces shared by the two verify kernels.
 
-// A warp's 8 S0 rows in shared memory (its tile), elements of the state type S: rows 0-3, then
-// rows 4-7 tile_skew elements further, so that the two rows a quarter warp reads in s0_product
-// (tile rows i and i + 4, fragment_row) do not share banks and every lane loads its columns in one
-// order (the unskewed tile needed per-lane load orders: 2 x 32 register selects per head and S0
-// product). fp32: 4 floats (16 bytes; a lane's two 16-byte loads of 4 columns interleave the two
-// rows); a 16-bit S: 32 elements (64 bytes; a lane's one 16-byte load of 8 columns, the 4 lanes of
-// a row cover 64 bytes).
-__host__ __device__ constexpr int tile_skew(int state_bytes) { return state_bytes == 4 ? 4 : 32; }
-// A warp tile's bytes for the host layouts (VerifySmem, GroupSmem), and its elements in the kernels.
-__host__ __device__ constexpr int warp_tile_bytes(int n_dim, int state_bytes) {
-  return (kWarpRows * n_dim + tile_skew(state_bytes)) * state_bytes;
-}
+// The warp tiles' skew, the staged pieces' strides and the one-head block's layout (VerifySmem):
+// kernels/mamba2/mamba2_launch_shape.h.
 template <int N, class S>
 __host__ __device__ constexpr int warp_tile_elems() { return kWarpRows * N + tile_skew(int(sizeof(S))); }
 template <int N, class F>
 __device__ __forceinline__ F* tile_row(F* tile, int r) {
   return tile + r * N + (r >= kWarpRows / 2 ? tile_skew(int(sizeof(F))) : 0);
 }
-// Strides of the other staged pieces, for the device code and the host layouts (VerifySmem,
-// GroupSmem): bf16 rows of B and C padded to N + 32 elements (conflict-free fragment loads of the
-// dots); a token's C pairs (layout_c_pairs) padded to N / 2 + 4 float2 (32 bytes); rows of
-// coefficients or dots over C + kTMax entries rounded up to 32, + 4 floats.
-__host__ __device__ constexpr int bc_row_stride(int n_dim) { return n_dim + 32; }
-__host__ __device__ constexpr int c_pair_stride(int n_dim) { return n_dim / 2 + 4; }
-__host__ __device__ constexpr int entry_row_stride(int c) { return (c + kTMax + 31) / 32 * 32 + 4; }
-constexpr int up16(int bytes) { return (bytes + 15) / 16 * 16; }
 // The tile row that fragment row g (mma.h's lane / 4) holds: rows 2 i and 2 i + 1 are tile rows i
 // and i + 4.
 __device__ __forceinline__ int fragment_row(int g) { return (g >> 1) + (g & 1) * (kWarpRows / 2); }
@@ -363,45 +346,6 @@ __device__ __forceinline__ float entry_coefficient(float dot, int e, int n_eff, 
 
 // ---- The one-head kernel: a block verifies rows_per_block rows of one head.
 
-// Dynamic shared memory of the one-head block, byte offsets, for d_state N, capacity C, `rows` rows
-// per block and T tokens: the S0 tile [rows, N] fp32 first (128-byte aligned for the bulk copies), then
-// 16-byte aligned pieces, then one mbarrier per warp (strides: bc_row_stride, c_pair_stride,
-// entry_row_stride).
-struct VerifySmem {
-  int ws;       // coefficient row stride (floats)
-  int tile;     // [warps] warp tiles (tile_skew) of the state type
-  int b_rows;   // [C + T, BS] bf16
-  int c_win;    // [T, BS] bf16
-  int c_pairs;  // [T, cps] float2: C_t as B operands
-  int x_buf;    // [warps, C] uint4: a warp's 8 rows
-  int x_win;    // [T, rows] bf16
-  int z_win;    // [T, rows] bf16 gate
-  int g_buf;    // [C] G_j
-  int dt_buf;   // [C] dt_j
-  int fold_w;   // [C] fold weights
-  int w;        // [8, WS] coefficients W[t][e]
-  int bars;     // [warps] mbarriers
-  int bytes;
-  // Resolved on the host and passed with the launch: computed in the kernel from the runtime C, T
-  // and rows, they took ~120 of the kernel's 2512 SASS instructions, run once by every warp.
-  VerifySmem(int n_dim, int c, int rows, int t, int state_bytes) {
-    const int bs = bc_row_stride(n_dim), cps = c_pair_stride(n_dim);
-    ws = entry_row_stride(c);
-    tile = 0;
-    b_rows = tile + rows / kWarpRows * warp_tile_bytes(n_dim, state_bytes);
-    c_win = b_rows + (c + t) * bs * 2;
-    c_pairs = c_win + t * bs * 2;
-    x_buf = c_pairs + t * cps * 8;
-    x_win = x_buf + c * rows * 2;
-    z_win = x_win + t * rows * 2;
-    g_buf = z_win + up16(t * rows * 2);
-    dt_buf = g_buf + up16(c * 4);
-    fold_w = dt_buf + up16(c * 4);
-    w = fold_w + up16(c * 4);
-    bars = w + kTMax * ws * 4;
-    bytes = bars + rows / kWarpRows * 8;
-  }
-};
 
 template <int N, class S>
 __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)

@@ -2,8 +2,19 @@
 // the measured ones, every GPU's shapes meet the rules' occupancy targets on its own SM count.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "kernels/gdn/gdn_launch_shape.h"
+#include "kernels/mamba2/mamba2_launch_shape.h"
+#include "sim/catalog.h"
 #include "sim/gpus.h"
 #include "sim/launch_rules.h"
+#include "sim/state_type.h"
 
 namespace kvbuf {
 namespace {
@@ -108,6 +119,191 @@ TEST(LaunchRules, ThresholdsFollowTheSmCount) {
   EXPECT_EQ(gdn_rows(32, 128, 8, find_gpu("rtx4090").limits), 128);
   EXPECT_EQ(gdn_rows(36, 128, 8, find_gpu("b200").limits), 64);
   EXPECT_EQ(gdn_rows(37, 128, 8, find_gpu("b200").limits), 128);
+}
+
+// ---- Shared memory: every shape the sweep grid can ask of the GDN kernels whose shared memory
+// depends on it (kernels/gdn/gdn_launch_shape.h), on every catalog GPU.
+
+constexpr int kMaxCapacity = 64;  // the sweep's chunks 1..64
+constexpr int kMaxDrafts = 8;     // verify tokens T 1..8
+
+// The GDN layer shapes of the catalog's models that the kernels are built for (K 64 or 128).
+std::vector<LayerShape> gdn_layers() {
+  std::vector<LayerShape> v;
+  for (const ModelSpec& m : model_catalog())
+    if (m.kind == LayerKind::GatedDeltaNet && (m.layer.head_k == 64 || m.layer.head_k == 128)) v.push_back(m.layer);
+  return v;
+}
+
+// What a GPU does with each kernel's shapes: points whose rows the fit rule lowers, points refused.
+struct SmemOutcome {
+  long points = 0, fewer_rows = 0, refused = 0;
+  int first_c = 0;  // the smallest capacity C with a point lowered or refused
+};
+using SmemOutcomes = std::map<std::string, SmemOutcome>;
+
+// A rows-per-block kernel at every occupancy choice `widest` its rule can make (16 .. max_rows,
+// dividing V: row counts the kernels' checks cover): the fit rule's rows are covered, no wider than
+// the choice, and fit; or nothing covered fits and the rule leaves the choice for the launch to refuse.
+template <class BytesOf>
+void check_rows_kernel(const std::string& kernel, int C, int V, int max_rows, BytesOf bytes_of, const DeviceLimits& d,
+                       SmemOutcomes& out) {
+  for (int widest = 16; widest <= max_rows && widest <= V; widest *= 2) {
+    const int rows = rows_within_smem(widest, 16, bytes_of, d);
+    SmemOutcome& o = out[kernel];
+    ++o.points;
+    ASSERT_TRUE(rows >= 16 && rows <= widest && V % rows == 0 && (rows & (rows - 1)) == 0) << kernel << " " << rows;
+    if (rows < widest || size_t(bytes_of(rows)) > d.smem_per_block_optin)
+      o.first_c = o.first_c ? std::min(o.first_c, C) : C;
+    if (size_t(bytes_of(rows)) <= d.smem_per_block_optin) {
+      if (rows < widest) {
+        ++o.fewer_rows;
+        EXPECT_GT(size_t(bytes_of(2 * rows)), d.smem_per_block_optin) << kernel << ": the largest that fits";
+      }
+    } else {
+      ++o.refused;
+      EXPECT_EQ(rows, widest) << kernel;
+      EXPECT_GT(size_t(bytes_of(16)), d.smem_per_block_optin) << kernel;
+    }
+  }
+}
+
+// A kernel of fixed rows: fits, or refused at launch.
+void check_fixed_kernel(const std::string& kernel, int C, size_t bytes, const DeviceLimits& d, SmemOutcomes& out) {
+  SmemOutcome& o = out[kernel];
+  ++o.points;
+  if (bytes <= d.smem_per_block_optin) return;
+  ++o.refused;
+  o.first_c = o.first_c ? std::min(o.first_c, C) : C;
+}
+
+SmemOutcomes gdn_smem_outcomes(const DeviceLimits& d) {
+  using namespace gdn_detail;
+  using gdn_verify_detail::VerifySmem;
+  SmemOutcomes out;
+  for (const LayerShape& l : gdn_layers())
+    for (StateType st : {StateType::FP32, StateType::BF16, StateType::FP16}) {
+      const size_t sb = state_type_bytes(st);
+      check_rows_kernel("gdn recurrent", 0, l.head_v, kRecurrentRows.max_rows, [&](int r) { return recurrent_smem_bytes(l.head_k, r, sb); }, d, out);
+      for (size_t eb : {size_t(2), size_t(4)})
+        for (int C = 1; C <= kMaxCapacity; ++C) {
+          for (bool raw : {false, true})
+            check_rows_kernel(raw ? "gdn kvbuffer single (raw)" : "gdn kvbuffer single (cached u)", C, l.head_v,
+                              kSingleKVBufferRows.max_rows * rows_per_fp32_row(st),
+                              [&](int r) { return kvbuffer_smem_layout(l.head_k, C, r, sb, eb, raw).bytes; }, d, out);
+          check_rows_kernel("gdn kvbuffer split / direct, kernel B", C, l.head_v, split_state_rows(C).max_rows, [&](int r) {
+            return split_state_smem_bytes(l.head_k, C, r, sb, eb) + kSplitStateStaticSmemBound;
+          }, d, out);
+          check_fixed_kernel("gdn kvbuffer split / direct, kernel A", C,
+                             split_buffer_smem_bytes(l.value_heads / l.key_heads, C, l.head_v, eb), d, out);
+          for (int T = 1; T <= kMaxDrafts && T <= C; ++T)
+            check_fixed_kernel("gdn verify kvbuffer", C,
+                               VerifySmem{l.head_k, gdn_verify_detail::verify_tmax(T), C, int(eb)}.bytes(), d, out);
+          if (C <= kMaxDrafts)  // the commit folds at T == C
+            check_fixed_kernel("gdn verify kvbuffer commit fold", C, gdn_verify_detail::commit_fold_smem_bytes(l.head_k, C),
+                               d, out);
+        }
+    }
+  return out;
+}
+
+// The fit rule on its own: at 1 KiB per row 99 KiB hold 64 rows, 163 KiB 128; at 7 KiB per row
+// 163 KiB hold 16 rows and 99 KiB none (the choice stays for the launch to refuse).
+TEST(LaunchRulesSmem, RowsWithinSmemPicksTheLargestThatFits) {
+  const auto kib_per_row = [](int kib) { return [kib](int rows) { return size_t(rows) * kib * 1024; }; };
+  const DeviceLimits& l40s = find_gpu("l40s").limits;
+  const DeviceLimits& a100 = find_gpu("a100-80gb").limits;
+  EXPECT_EQ(rows_within_smem(128, 16, kib_per_row(1), l40s), 64);
+  EXPECT_EQ(rows_within_smem(128, 16, kib_per_row(1), a100), 128);
+  EXPECT_EQ(rows_within_smem(32, 16, kib_per_row(1), l40s), 32);
+  EXPECT_EQ(rows_within_smem(128, 16, kib_per_row(7), l40s), 128);  // 16 rows need 112 KiB: refused
+  EXPECT_EQ(rows_within_smem(128, 16, kib_per_row(7), a100), 16);
+}
+
+// The Mamba-2 layer shapes of the catalog's models that the kernels are built for (N 64 or 128).
+std::vector<LayerShape> mamba2_layers() {
+  std::vector<LayerShape> v;
+  for (const ModelSpec& m : model_catalog())
+    if (m.kind == LayerKind::Mamba2 && (m.layer.head_k == 64 || m.layer.head_k == 128)) v.push_back(m.layer);
+  return v;
+}
+
+// The Mamba-2 KVBuffer kernels (kernels/mamba2/mamba2_launch_shape.h) at the rows they launch: the
+// decode block's whole head (kKVBufferRows: 64 rows at every batch) and the verify's one-head block
+// (the largest of 64, 32, 16, 8 dividing P). Their rows follow P, not the device: a shape that does not
+// fit is refused. (The verify's head-group kernel takes its heads per block from the occupancy API,
+// which reads the device's shared memory.)
+SmemOutcomes mamba2_smem_outcomes(const DeviceLimits& d) {
+  using namespace mamba2_detail;
+  SmemOutcomes out;
+  for (const LayerShape& l : mamba2_layers()) {
+    const int N = l.head_k, P = l.head_v;
+    int rows = kMaxRowsPerBlock;
+    while (P % rows != 0) rows /= 2;
+    for (StateType st : {StateType::FP32, StateType::BF16, StateType::FP16}) {
+      const int sb = state_type_bytes(st);
+      for (int C = 2; C <= kMaxCapacity; ++C) {
+        for (bool tile : {false, true})
+          check_fixed_kernel(tile ? "mamba2 kvbuffer decode (tiled)" : "mamba2 kvbuffer decode / direct, kernel B", C,
+                             kvbuffer_block_smem_bytes(N, tile, sb, C - 1, rows / kWarpRows), d, out);
+        check_fixed_kernel("mamba2 kvbuffer split / direct, kernel A", C, split_buffer_smem_bytes(C - 1, P, C), d, out);
+        for (int T = 1; T <= kMaxDrafts && T <= C; ++T)
+          check_fixed_kernel("mamba2 verify kvbuffer (one head)", C, size_t(VerifySmem(N, C, rows, T, sb).bytes), d, out);
+      }
+    }
+  }
+  return out;
+}
+
+// Both families' outcomes.
+SmemOutcomes smem_outcomes(const DeviceLimits& d) {
+  SmemOutcomes out = gdn_smem_outcomes(d);
+  for (const auto& [kernel, o] : mamba2_smem_outcomes(d)) out[kernel] = o;
+  return out;
+}
+
+// The H200 (227 KiB per block) holds every shape: its measured choices never change.
+TEST(LaunchRulesSmem, H200FitsEveryShape) {
+  ASSERT_FALSE(gdn_layers().empty());
+  ASSERT_FALSE(mamba2_layers().empty());
+  for (const auto& [kernel, o] : smem_outcomes(find_gpu("h200").limits)) {
+    EXPECT_GT(o.points, 0) << kernel;
+    EXPECT_EQ(o.fewer_rows, 0) << kernel;
+    EXPECT_EQ(o.refused, 0) << kernel;
+  }
+}
+
+// Every catalog GPU: each shape fits or is refused (checked in check_rows_kernel); the table of
+// what changes is printed, and sim/README.md must carry it as printed.
+TEST(LaunchRulesSmem, EveryCatalogGpuFitsOrRefuses) {
+  const SmemOutcomes h200 = smem_outcomes(find_gpu("h200").limits);
+  std::ifstream readme_file(std::string(KVBUF_RESULTS_DIR) + "/../sim/README.md");
+  ASSERT_TRUE(readme_file) << "sim/README.md";
+  std::stringstream readme;
+  readme << readme_file.rdbuf();
+  std::printf("| GPU | smem/block opt-in KiB | smem/SM KiB | SMs | L2 MiB | changes from the H200's shapes |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  for (const GpuSpec& g : gpu_catalog()) {
+    const DeviceLimits& d = g.limits;
+    const SmemOutcomes out = smem_outcomes(d);
+    std::string changes;
+    for (const auto& [kernel, o] : out) {
+      EXPECT_EQ(o.points, h200.at(kernel).points) << g.name << " " << kernel;
+      if (d.smem_per_block_optin >= find_gpu("h200").limits.smem_per_block_optin)
+        EXPECT_EQ(o.fewer_rows + o.refused, 0) << g.name << " " << kernel;
+      if (o.fewer_rows + o.refused == 0) continue;
+      changes += (changes.empty() ? "" : "; ") + kernel + " (from C = " + std::to_string(o.first_c) + "): ";
+      if (o.fewer_rows) changes += std::to_string(o.fewer_rows) + " of " + std::to_string(o.points) + " fewer rows";
+      if (o.refused)
+        changes += std::string(o.fewer_rows ? ", " : "") + std::to_string(o.refused) + " of " + std::to_string(o.points) +
+                   " refused";
+    }
+    char row[2048];
+    std::snprintf(row, sizeof(row), "| %s | %zu | %zu | %d | %zu | %s |\n", g.name.c_str(), d.smem_per_block_optin / 1024,
+                  d.smem_per_sm / 1024, d.sms, d.l2_bytes >> 20, changes.empty() ? "none" : changes.c_str());
+    std::printf("%s", row);
+    EXPECT_NE(readme.str().find(row), std::string::npos) << "sim/README.md lacks the row " << row;
+  }
 }
 
 }  // namespace

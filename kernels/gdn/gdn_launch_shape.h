@@ -1,0 +1,138 @@
+// The GDN kernels' launch-shape rules (rows per block) and the dynamic shared memory each shape
+// (rows per block, C, T, head dims) needs, as plain C++ (no CUDA headers): the kernels' host code
+// picks and sizes their launches with these, the kernels carve their shared memory by them, and the
+// CPU tests (sim/tests/test_launch_rules.cpp) check every catalog GPU's limits against them.
+#pragma once
+#include <cstddef>
+
+#include "kernels/common/host_device.h"
+
+namespace kvbuf {
+
+namespace gdn_detail {
+
+constexpr int kGroupLanes = 8;
+constexpr int kThreads = 128;                    // per block
+constexpr int kGroups = kThreads / kGroupLanes;  // row groups per block
+constexpr int kMaxChunks = 8;                    // rows_per_block <= 128
+constexpr int kUtilePad = 8;  // u tile row stride rows + 8: 16-byte rows, a group's 8 j's on distinct banks
+
+// V rows per block of a launch shape: io.rows_per_block when set, else up to max_rows, halved (down
+// to 16) while the grid would have fewer than min_blocks_per_sm blocks per SM, so that small
+// batches spread their state over every SM.
+struct RowsRule {
+  int max_rows, min_blocks_per_sm;
+};
+// The rules, measured on the H200 (notes/gdn_decode_kvbuffer.md v10, v12):
+//  * recurrent: 16 KiB tiles (32 rows) beat 32 KiB ones (in place at batch 64: 70.8 against
+//    71.1 us, out of place at 256: 266.3 against 268.4), and batch 8 runs 6% faster at 4 blocks
+//    per SM (32 rows) than at 8 (16 rows);
+//  * single KVBuffer kernel: 32 KiB tiles, as its blocks repeat the buffered-key work per tile
+//    (256, C = 8: 165-175 against 201 us with 32 rows); batch 8 at 4 blocks per SM (10.85
+//    against 11.65 us);
+//  * split kernel B: most of its blocks exit at once in direct mode and only the 1 / C that fold
+//    work; 32-row tiles split the long folds of C >= 32 over more blocks (direct, C = 64 at batch
+//    64: 34.0 against 39.4 us), but for C < 32 they only add empty blocks (direct, C = 8 at 256:
+//    70.5 against 58.8 us); small batches keep 8 blocks per SM (direct at batch 8, C = 8: 7.8 us
+//    with 16 rows, 11.1 with 32). These rules predate gdn_decode_direct's compacted kernel B
+//    (from C = 16: notes/gdn_decode_kvbuffer.md v21), which no longer launches the empty blocks.
+constexpr RowsRule kRecurrentRows{32, 4};
+constexpr RowsRule kSingleKVBufferRows{64, 4};  // 16-bit states: up to twice the rows (gdn_decode_device.h)
+inline RowsRule split_state_rows(int capacity) { return {capacity >= 32 ? 32 : 64, 8}; }
+
+// The single KVBuffer kernel's dynamic shared memory: the tile and buffer staging, then (16-byte
+// aligned, at rows_offset) the per-row arrays: barriers, v, outputs, appended entries.
+struct SingleSmemLayout {
+  size_t rows_offset, bytes;
+};
+inline SingleSmemLayout kvbuffer_smem_layout(int K, int C, int rows, size_t state_bytes, size_t entry_bytes,
+                                             bool raw) {
+  const size_t c = size_t(C), k = size_t(K);
+  size_t bytes = size_t(rows) * k * state_bytes + c * k * entry_bytes + 4 * c * 4;
+  if (raw)
+    bytes += (c * c + 2 * c + size_t(kGroups) * c) * 4;
+  else
+    bytes += c * size_t(rows + kUtilePad) * entry_bytes;
+  const size_t rows_offset = (bytes + 15) / 16 * 16;
+  return {rows_offset, rows_offset + kMaxChunks * sizeof(unsigned long long) + size_t(rows) * (2 + 2 + entry_bytes)};
+}
+
+// The split path's kernel B (state): the tile, the buffer keys and the u tile.
+inline size_t split_state_smem_bytes(int K, int C, int rows, size_t state_bytes, size_t entry_bytes) {
+  return size_t(rows) * K * state_bytes + size_t(C) * K * entry_bytes + size_t(C) * size_t(rows + kUtilePad) * entry_bytes;
+}
+
+// An upper bound of kernel B's static shared memory (its barriers and per-row values, and the
+// compact variant's row lists), which shares the block's limit with the dynamic part.
+constexpr size_t kSplitStateStaticSmemBound = 4096;
+
+// The split path's kernel A (buffer), per key head: R = HV / H value heads' buffered values and
+// coefficients.
+inline size_t split_buffer_smem_bytes(int R, int C, int V, size_t entry_bytes) {
+  const size_t c = size_t(C);
+  return size_t(R) * c * V * entry_bytes + (2 * c + 2 * size_t(R) * c + 2 * size_t(R)) * sizeof(float);
+}
+
+// The recurrent kernel's tile (the one-warp shape keeps it in registers).
+inline size_t recurrent_smem_bytes(int K, int rows, size_t state_bytes) { return size_t(rows) * K * state_bytes; }
+
+}  // namespace gdn_detail
+
+namespace gdn_verify_detail {
+
+constexpr int kRows = 64;  // V rows per block of the KVBuffer verify and of the commit's fold
+
+// Launch shape of the KVBuffer verify kernel (log v5): 4 lanes per state row, 2 rows per thread.
+constexpr int kLanesPerRow = 4, kRowsPerThread = 2;
+constexpr int kVerifyThreads = kRows * kLanesPerRow / kRowsPerThread, kVerifyWarps = kVerifyThreads / 32;
+
+// Tensor-core operand B [operand_cols(TMAX), operand_pitch(KD)] fp32: the window's raw keys
+// (columns 0..T-1) and queries (TMAX..TMAX+T-1), zeros elsewhere, in 8-column tiles; rows of
+// kd + 16 floats, so that the quarter-warp phases of its 16-byte fragment loads (2 columns x 4
+// lanes) hit distinct banks.
+KVB_HOST_DEVICE constexpr int operand_cols(int tmax) { return 8 * ((2 * tmax + 7) / 8); }
+KVB_HOST_DEVICE constexpr int operand_pitch(int kd) { return kd + 16; }
+
+// The window tokens the KVBuffer verify kernel is compiled for at T tokens.
+inline int verify_tmax(int T) { return T <= 2 ? 2 : T <= 4 ? 4 : T <= 6 ? T : 8; }
+
+// The KVBuffer verify kernel's shared-memory carve-up in bytes (16-byte aligned pieces) for TMAX
+// window tokens, capacity C and entry size esz. Buffer keys land in the entry type (cp.async) and
+// are converted once to padded fp32 rows, which every dot product and the fold read; the fold
+// weights later reuse the landing area (C kRows floats never exceed it for bf16; for fp32 entries
+// the area is the larger one).
+struct VerifySmem {
+  int kd, tmax, c, esz;
+  KVB_HOST_DEVICE static int up16(int x) { return (x + 15) / 16 * 16; }
+  KVB_HOST_DEVICE int kp() const { return kd + 4; }  // padded fp32 rows
+  KVB_HOST_DEVICE int keys() const { return 0; }                                   // [C, kp] fp32
+  KVB_HOST_DEVICE int landing() const { return keys() + c * kp() * 4; }             // [C, kd] E, then w
+  KVB_HOST_DEVICE int landing_bytes() const { return up16(c * (kd * esz > kRows * 4 ? kd * esz : kRows * 4)); }
+  KVB_HOST_DEVICE int u() const { return landing() + landing_bytes(); }             // [C, kRows] E
+  KVB_HOST_DEVICE int wu() const { return u() + up16(c * kRows * esz); }           // buffer coefficients [C, TMAX]
+  KVB_HOST_DEVICE int wo() const { return wu() + c * tmax * 4; }
+  KVB_HOST_DEVICE int vu() const { return wo() + c * tmax * 4; }                   // window coefficients [TMAX, TMAX]
+  KVB_HOST_DEVICE int vo() const { return vu() + tmax * tmax * 4; }
+  KVB_HOST_DEVICE int gbuf() const { return vo() + tmax * tmax * 4; }              // G of the buffer [C]
+  KVB_HOST_DEVICE int gwin() const { return gbuf() + up16(c * 4); }                // G of the window [TMAX]
+  KVB_HOST_DEVICE int egwin() const { return gwin() + tmax * 4; }
+  KVB_HOST_DEVICE int graw() const { return egwin() + tmax * 4; }                  // g of the window [TMAX]
+  KVB_HOST_DEVICE int beta() const { return graw() + tmax * 4; }
+  KVB_HOST_DEVICE int raw_kq() const { return up16(beta() + tmax * 4); }           // [2 TMAX, KD] bf16
+  KVB_HOST_DEVICE int raw_v() const { return raw_kq() + 2 * tmax * kd * 2; }       // [TMAX, kRows] bf16
+  KVB_HOST_DEVICE int nb() const { return operand_cols(tmax); }
+  KVB_HOST_DEVICE int bp() const { return operand_pitch(kd); }
+  KVB_HOST_DEVICE int b() const { return up16(raw_v() + tmax * kRows * 2); }
+  KVB_HOST_DEVICE int scale() const { return b() + nb() * bp() * 4; }               // [2 T] norm scales
+  // Key dot products, split over K by warp: [warps, key rows (C + TMAX, in 16-row tiles), nb] fp32.
+  KVB_HOST_DEVICE int key_rows_pad() const { return (c + tmax + 15) / 16 * 16; }
+  KVB_HOST_DEVICE int part() const { return up16(scale() + 2 * tmax * 4); }
+  KVB_HOST_DEVICE size_t bytes() const { return size_t(part() + kVerifyWarps * key_rows_pad() * nb() * 4); }
+};
+
+// The KVBuffer commit's fold kernel (C == T): the buffer's keys, its w rows and G.
+inline size_t commit_fold_smem_bytes(int K, int C) { return size_t(C) * (K + 4 + kRows + 1) * sizeof(float); }
+
+}  // namespace gdn_verify_detail
+
+}  // namespace kvbuf
