@@ -123,8 +123,19 @@ def _row(inputs, r, t=None):
     return d
 
 
+def _initial_state(state, s, has):
+    """Slot s's committed state in float64; zeros while it has none (short context)."""
+    return state[s].to(F64) if has else torch.zeros(state.shape[1:], dtype=F64)
+
+
+def _stack_rows(outs):
+    """The rows' outputs as one bf16 tensor; a padded row (slot < 0, None here) reads zeros."""
+    ref = next(o for o in outs if o is not None)
+    return torch.stack([o if o is not None else torch.zeros_like(ref) for o in outs]).to(torch.bfloat16)
+
+
 def _fold(fam, state, s, has, entries, G_last):
-    S0 = state[s].to(F64) if has else torch.zeros(state.shape[1:], dtype=F64)
+    S0 = _initial_state(state, s, has)
     ks, us, Gs, dts = entries
     S = torch.exp(G_last)[:, None, None] * S0
     if len(ks):
@@ -148,7 +159,7 @@ def decode_kvbuffer(*, slot, state, buf_k, buf_val, buf_gcum, fill, has_state, b
         tok = fam.token(_row(inputs, r))
         n, has = int(fill[s]), int(has_state[s])
         ks, us, Gs, dts = _entries(buf_k, buf_val, buf_gcum, buf_beta, s, n)
-        S0 = state[s].to(F64) if has else torch.zeros(state.shape[1:], dtype=F64)
+        S0 = _initial_state(state, s, has)
         G_t = (Gs[-1] if n else torch.zeros_like(tok["decay"])) + tok["decay"]
         o, k_new, u_new, dt_new = fam.step(S0, G_t, tok, ks, us, Gs, dts, buf_k.dtype)
         outs.append(o)
@@ -161,8 +172,7 @@ def decode_kvbuffer(*, slot, state, buf_k, buf_val, buf_gcum, fill, has_state, b
             cat = lambda a, b: torch.cat([a, b[None]]) if a is not None else None  # noqa: E731
             _fold(fam, state, s, has, (cat(ks, k_new), cat(us, u_new), cat(Gs, G_t), cat(dts, dt_new)), G_t)
             fill[s], has_state[s] = 0, 1
-    ref = next(o for o in outs if o is not None)
-    result = torch.stack([o if o is not None else torch.zeros_like(ref) for o in outs]).to(torch.bfloat16)
+    result = _stack_rows(outs)
     if out is None:
         return result[:, None] if t1_form else result  # the output takes the inputs' form, as the binding's
     out.copy_(result.reshape(out.shape))
@@ -204,7 +214,7 @@ def verify_kvbuffer(*, slot, state, buf_k, buf_val, buf_gcum, fill, has_state, w
             _fold(fam, state, s, has, (ks, us, Gs, dts), Gs[-1])
             has, n = 1, 0
             ks, us, Gs, dts = _entries(buf_k, buf_val, buf_gcum, buf_beta, s, 0)
-        S0 = state[s].to(F64) if has else torch.zeros(state.shape[1:], dtype=F64)
+        S0 = _initial_state(state, s, has)
         nodes, row = [], []  # per node: (k, u, G, dt) of its candidate entry
         for t in range(T):
             tok = fam.token(_row(inputs, r, t))
@@ -224,8 +234,7 @@ def verify_kvbuffer(*, slot, state, buf_k, buf_val, buf_gcum, fill, has_state, w
                 win_beta[r, t] = dt_new.float()
         win_base[r, 0], win_base[r, 1] = n, has
         outs.append(torch.stack(row))
-    ref = next(o for o in outs if o is not None)
-    result = torch.stack([o if o is not None else torch.zeros_like(ref) for o in outs]).to(torch.bfloat16)
+    result = _stack_rows(outs)
     if out is None:
         return result
     out.copy_(result)
