@@ -107,12 +107,12 @@ __device__ __forceinline__ void tile_wait(uint64_t* bar, uint32_t parity = 0) {
 // its reads after this grid's completion).
 __device__ __forceinline__ void wait_prior_grid() {
 #ifndef KVBUF_ARCH_AMPERE_PATH
-  wait_prior_grid();
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 __device__ __forceinline__ void allow_dependent_grids() {
 #ifndef KVBUF_ARCH_AMPERE_PATH
-  allow_dependent_grids();
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
