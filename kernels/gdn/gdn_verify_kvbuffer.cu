@@ -41,8 +41,10 @@
 // 14.16 / 60.78 / 119.22 / 230.87 / 458.87 us.
 // Performance log v1..v19 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
 // ("log vN" in the comments below).
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/common/common.cuh"
@@ -108,8 +110,44 @@ KVBufferArgs kvbuffer_args(const GdnVerifyKVBufferParams& p) {
 // The phases stay in the kernel body: moving even phase 9 into a __device__ __forceinline__
 // function changed ptxas's registers, spills and instruction counts of most instantiations
 // (kernels/gdn/notes/gdn_verify_kvbuffer.md, "Readable rewrite").
-template <int KD, int TMAX, class E, class S>
+// EXPERIMENT ONLY (branch verify36b, removed before merging: a variant the H200 measures faster
+// becomes the only code path): fewer instructions per warp, variants of the K = 128 instantiations
+// chosen at run time by the environment variable KVBUF_GDN_VERIFY_VARIANT (0 = the kernel as
+// measured at b577b47; each variant includes the ones before it; predictions in the notes, v20):
+//   c_last:    the shared-memory layout's fixed regions at compile-time offsets for (K, TMAX), C's
+//              regions after them (VerifySmem::c_last), so their addresses fold into immediates;
+//   warp_tree: every warp computes the window's tree, the fold decision and G_t for itself (warp
+//              0 still stores them for the later phases), and the buffer keys are read in their
+//              landed entry type by phase 5 and the fold (VerifySmem::raw_keys: no fp32 copies):
+//              the barrier after phase 4 goes;
+//   whole_k:   phase 5 without the split over K: each warp takes whole-K (16-row, 8-column) tiles,
+//              two accumulator chains, and computes the coefficients in its epilogue: no partial
+//              sums in shared memory and their barrier goes;
+//   atomic_coef (instead of whole_k): phase 5 split over K as in 2, each warp adding its partial
+//              products, scaled and decayed, into the coefficients (zeroed in phase 2) by shared
+//              atomics in its epilogue: all warps busy, no partial sums, and their barrier goes.
+struct VerifyVariant {
+  bool c_last, warp_tree, whole_k, atomic_coef;
+  constexpr bool partial_sums() const { return !whole_k && !atomic_coef; }
+};
+constexpr VerifyVariant kVerifyVariants[] = {
+    {false, false, false, false},  // 0: current kernel
+    {true, false, false, false},   // 1: compile-time layout, C's regions last
+    {true, true, false, false},    // 2: 1 + every warp its own tree, keys read as landed
+    {true, true, true, false},     // 3: 2 + phase 5 in whole-K tiles
+    {true, true, false, true},     // 4: 2 + phase 5 split over K, coefficients by shared atomics
+};
+constexpr int kVerifyVariantCount = int(sizeof(kVerifyVariants) / sizeof(kVerifyVariants[0]));
+constexpr bool coefficients_in_epilogue_need_warp_tree() {
+  for (const VerifyVariant& v : kVerifyVariants)
+    if (!v.partial_sums() && !v.warp_tree) return false;
+  return true;
+}
+static_assert(coefficients_in_epilogue_need_warp_tree(), "the epilogue reads G_t from each warp's registers");
+
+template <int KD, int TMAX, class E, class S, int VAR = 0>
 __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const KVBufferArgs p) {
+  constexpr VerifyVariant VV = kVerifyVariants[VAR];
   constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
   constexpr int NT = kVerifyThreads, NF = KD / (4 * LN), KP = KD + 4, ROW_STEP = kRows / RPT;
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
@@ -147,10 +185,16 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   }
   extern __shared__ float4 smem4[];
   char* smem = reinterpret_cast<char*>(smem4);
-  const VerifySmem L{KD, TMAX, C, ESZ};
+  const VerifySmem L{KD, TMAX, C, ESZ, VV.c_last, VV.warp_tree, VV.partial_sums()};
   float* s_keys = reinterpret_cast<float*>(smem + L.keys());
   E* s_landing = reinterpret_cast<E*>(smem + L.landing());
-  float* s_w = reinterpret_cast<float*>(smem + L.landing());
+  float* s_w = reinterpret_cast<float*>(smem + (VV.warp_tree ? L.keys() : L.landing()));
+  // The buffer keys as the dot products and the fold read them: fp32 copies (pitch KP) or, with
+  // warp_tree, the landed entries (padded pitch).
+  using KeyT = std::conditional_t<VV.warp_tree, E, float>;
+  constexpr int LANDING_PITCH = VV.warp_tree ? VerifySmem::raw_key_pitch(KD, ESZ) : KD;
+  constexpr int KEY_PITCH = VV.warp_tree ? LANDING_PITCH : KP;
+  const KeyT* s_key_rows = reinterpret_cast<const KeyT*>(VV.warp_tree ? smem + L.landing() : smem + L.keys());
   E* s_u = reinterpret_cast<E*>(smem + L.u());
   float *s_wu = reinterpret_cast<float*>(smem + L.wu()), *s_wo = reinterpret_cast<float*>(smem + L.wo());
   float *s_vu = reinterpret_cast<float*>(smem + L.vu()), *s_vo = reinterpret_cast<float*>(smem + L.vo());
@@ -188,7 +232,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   const E* buf_u = static_cast<const E*>(p.buf_val) + (size_t(slot) * C * io.HV + h) * io.V + v0;
   for (int c = threadIdx.x; c < n * (KD / E16); c += NT) {
     const int j = c / (KD / E16), e = (c % (KD / E16)) * E16;
-    cp_async16(s_landing + j * KD + e, buf_k + size_t(j) * io.H * KD + e);
+    cp_async16(s_landing + j * LANDING_PITCH + e, buf_k + size_t(j) * io.H * KD + e);
   }
   for (int c = threadIdx.x; c < n * (kRows / E16); c += NT) {
     const int j = c / (kRows / E16), e = (c % (kRows / E16)) * E16;
@@ -196,6 +240,12 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   }
   for (int j = threadIdx.x; j < n; j += NT) cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * io.HV + h);
   cp_async_commit();
+  if constexpr (VV.atomic_coef) {  // phase 5 adds into the coefficients
+    float *s_wu0 = reinterpret_cast<float*>(smem + L.wu()), *s_wo0 = reinterpret_cast<float*>(smem + L.wo());
+    float *s_vu0 = reinterpret_cast<float*>(smem + L.vu()), *s_vo0 = reinterpret_cast<float*>(smem + L.vo());
+    for (int idx = threadIdx.x; idx < n * TMAX; idx += NT) s_wu0[idx] = s_wo0[idx] = 0.f;
+    for (int idx = threadIdx.x; idx < TMAX * TMAX; idx += NT) s_vu0[idx] = s_vo0[idx] = 0.f;
+  }
   cp_async_wait_group<1>();
   __syncthreads();
   // Phase 3, window operand B. Tensor-core operand B and the norm scales in one pass: column c < T holds the raw key c,
@@ -243,32 +293,40 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // Phase 4, buffer keys and the window's tree.
   cp_async_wait_group<0>();
   __syncthreads();
-  for (int idx = threadIdx.x; idx < n * (KD / 4); idx += NT) {
-    const int j = idx / (KD / 4), e = (idx % (KD / 4)) * 4;
-    *reinterpret_cast<float4*>(s_keys + j * KP + e) = load4(s_landing + j * KD + e);
-  }
-  if (threadIdx.x < 32) {  // warp 0: the window's tree, the fold decision and G_t, lane t = node t
-    const int t = threadIdx.x;
+  if constexpr (!VV.warp_tree)
+    for (int idx = threadIdx.x; idx < n * (KD / 4); idx += NT) {
+      const int j = idx / (KD / 4), e = (idx % (KD / 4)) * 4;
+      *reinterpret_cast<float4*>(s_keys + j * KP + e) = load4(s_landing + j * KD + e);
+    }
+  // The window's tree, the fold decision and G_t, lane t = node t: warp 0 (stored for the other
+  // warps, after a barrier) or, with warp_tree, every warp for itself (warp 0 stores them for the
+  // phases after the next barrier).
+  bool fold_w = false;
+  float G = 0.f;
+  unsigned anc_w = 0u;
+  if (VV.warp_tree || threadIdx.x < 32) {
+    const int t = threadIdx.x & 31;
     const WindowNode node = window_node<TMAX>(T, io.parents ? s_praw : nullptr);
-    const bool fold = verify_folds_first(C, node.depth, n);
-    const float g_base = (!fold && n > 0) ? s_gbuf[n - 1] : 0.f;
+    fold_w = verify_folds_first(C, node.depth, n);
+    const float g_base = (!fold_w && n > 0) ? s_gbuf[n - 1] : 0.f;
     const float g_t = t < T ? s_graw[t] : 0.f;
-    float G = g_base + g_t;
+    G = g_base + g_t;
 #pragma unroll
     for (int a = 0; a < TMAX; ++a) {
       const float g_a = __shfl_sync(0xffffffffu, g_t, a);
       if ((node.anc >> a) & 1u) G += g_a;
     }
-    if (t < T) {
+    anc_w = node.anc;
+    if (threadIdx.x < T) {
       s_anc[t] = node.anc;
       s_gwin[t] = G;
       s_egwin[t] = expf(G);
     }
-    if (t == 0) s_fold = fold;
+    if (threadIdx.x == 0) s_fold = fold_w;
   }
-  __syncthreads();
+  if constexpr (!VV.warp_tree) __syncthreads();
 
-  const bool fold = s_fold;
+  const bool fold = VV.warp_tree ? fold_w : bool(s_fold);
   const int n_eff = fold ? 0 : n;
   if (fold) {  // the landing area is free now: fold weights w_j[r] = e^{G_n - G_j} u_j[r]
     const float g_n = s_gbuf[n - 1];
@@ -285,62 +343,140 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // a (row, column) pair, scales and decays them into wu, wo (buffer entry j, token t) or vu, vo
   // (node s, token t, ancestors and s = t only).
   const int key_rows = n_eff + T, key_tiles = (key_rows + 15) / 16;
-  {
-    constexpr bool kExactKeys = sizeof(E) == 2;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    float* part = s_part + warp * L.key_rows_pad() * NB;
-    for (int mt = 0; mt < key_tiles; ++mt) {
-      const float* a_row[2];
-      bool a_live[2];
+  // Operand A's row R from column 16 i + 4 tq, a buffer key (R < n_eff) or a raw window key
+  // (operand B's rows), read as fp32.
+  struct ARows {
+    const KeyT* key[2];
+    const float* win[2];
+    bool live[2], buf[2];
+  };
+  const auto a_rows = [&](int mt, int g, int tq) {
+    ARows a;
 #pragma unroll
-      for (int h8 = 0; h8 < 2; ++h8) {
-        const int R = mt * 16 + g + 8 * h8;
-        a_live[h8] = R < key_rows;
-        a_row[h8] = (R < n_eff ? s_keys + R * KP : s_b + (a_live[h8] ? R - n_eff : 0) * BP) + 4 * tq;
-      }
-      float d[NTILES][4];
-#pragma unroll
-      for (int nt = 0; nt < NTILES; ++nt) d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.f;
-#pragma unroll
-      for (int i = warp; i < NF; i += kVerifyWarps) {
-        const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-        const float4 r0 = a_live[0] ? *reinterpret_cast<const float4*>(a_row[0] + 16 * i) : zero;
-        const float4 r1 = a_live[1] ? *reinterpret_cast<const float4*>(a_row[1] + 16 * i) : zero;
-#pragma unroll
-        for (int nt = 0; nt < NTILES; ++nt) {
-          const float4 bf = *reinterpret_cast<const float4*>(s_b + (nt * 8 + g) * BP + 4 * tq + 16 * i);
-          // A window row (raw bf16 key) is exact either way; split only for fp32 buffer keys.
-          mma_tf32_a<kExactKeys>(d[nt], r0.x, r1.x, r0.y, r1.y, bf.x, bf.y);
-          mma_tf32_a<kExactKeys>(d[nt], r0.z, r1.z, r0.w, r1.w, bf.z, bf.w);
-        }
-      }
-#pragma unroll
-      for (int nt = 0; nt < NTILES; ++nt) {
-        float* p0 = part + (mt * 16 + g) * NB + nt * 8 + 2 * tq;
-        *reinterpret_cast<float2*>(p0) = make_float2(d[nt][0], d[nt][1]);
-        *reinterpret_cast<float2*>(p0 + 8 * NB) = make_float2(d[nt][2], d[nt][3]);
+    for (int h8 = 0; h8 < 2; ++h8) {
+      const int R = mt * 16 + g + 8 * h8;
+      a.live[h8] = R < key_rows;
+      if constexpr (kVerifyVariants[VAR].warp_tree) {
+        a.buf[h8] = R < n_eff;
+        a.key[h8] = s_key_rows + (a.buf[h8] ? R : 0) * KEY_PITCH + 4 * tq;
+        a.win[h8] = s_b + (a.live[h8] && !a.buf[h8] ? R - n_eff : 0) * BP + 4 * tq;
+      } else {  // fp32 key copies: one pointer of either kind
+        a.buf[h8] = true;
+        a.key[h8] = (R < n_eff ? s_key_rows + R * KEY_PITCH : s_b + (a.live[h8] ? R - n_eff : 0) * BP) + 4 * tq;
+        a.win[h8] = nullptr;
       }
     }
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < key_rows * 2 * TMAX; idx += NT) {
-    const int R = idx / (2 * TMAX), c = idx % (2 * TMAX);
-    const bool is_q = c >= TMAX;
-    const int t = is_q ? c - TMAX : c;
-    if (t >= T) continue;
-    float dot = 0.f;
+    return a;
+  };
+  const auto a_load = [](const ARows& a, int h8, int i) {
+    return !a.live[h8] ? make_float4(0.f, 0.f, 0.f, 0.f) : a.buf[h8] ? load4(a.key[h8] + 16 * i) : load4(a.win[h8] + 16 * i);
+  };
+  // Without partial sums: the coefficients of fragment (mt, nt) of the key dot products (whole, or
+  // with atomic_coef this warp's part over K, added), written or added by the lane that holds them;
+  // G_t and the ancestor masks come from the warp's own registers (lane t = node t), the rest as in
+  // the loop after the partial sums below. All lanes of the warp take part (shuffles).
+  const auto coefficients = [&](int mt, int nt, int g, int tq, const float (&dots)[4]) {
 #pragma unroll
-    for (int w = 0; w < kVerifyWarps; ++w) dot += s_part[(w * L.key_rows_pad() + R) * NB + c];
-    dot *= s_scale[is_q ? T + t : t];
-    if (R < n_eff) {
-      const float decay = expf(s_gwin[t] - s_gbuf[R]);
-      (is_q ? s_wo : s_wu)[R * TMAX + t] = decay * dot;
-    } else {
-      const int sn = R - n_eff;
-      const bool needed = ((s_anc[t] >> sn) & 1u) || sn == t;
-      const float v = needed ? expf(s_gwin[t] - s_gwin[sn]) * dot * s_scale[sn] : 0.f;
-      if (is_q) s_vo[sn * TMAX + t] = v;
-      else s_vu[sn * TMAX + t] = sn != t ? v : 0.f;
+    for (int e = 0; e < 4; ++e) {
+      const int R = mt * 16 + g + 8 * (e / 2), c = nt * 8 + 2 * tq + e % 2;
+      const bool is_q = c >= TMAX;
+      const int t = is_q ? c - TMAX : c, sn = R - n_eff;
+      const float g_t = __shfl_sync(0xffffffffu, G, t & 31), g_sn = __shfl_sync(0xffffffffu, G, sn & 31);
+      const unsigned anc_t = __shfl_sync(0xffffffffu, anc_w, t & 31);
+      if (R >= key_rows || c >= 2 * TMAX || t >= T) continue;
+      const float dot = dots[e] * s_scale[is_q ? T + t : t];
+      float* dst;
+      float v;
+      if (R < n_eff) {
+        dst = (is_q ? s_wo : s_wu) + R * TMAX + t;
+        v = expf(g_t - s_gbuf[R]) * dot;
+      } else {
+        const bool needed = (((anc_t >> sn) & 1u) || sn == t) && !(sn == t && !is_q);
+        dst = (is_q ? s_vo : s_vu) + sn * TMAX + t;
+        v = needed ? expf(g_t - g_sn) * dot * s_scale[sn] : 0.f;
+      }
+      if constexpr (kVerifyVariants[VAR].atomic_coef) atomicAdd(dst, v);
+      else *dst = v;
+    }
+  };
+  if constexpr (VV.whole_k) {
+    // Each warp whole-K (16-row, 8-column) tiles (mt, nt), its k-steps in two accumulator chains
+    // (even and odd 16-column chunks), and the coefficients in its epilogue: G_t and the ancestor
+    // masks come from the warp's own registers (lane t = node t), the rest as in the loop below.
+    constexpr bool kExactKeys = sizeof(E) == 2;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    for (int pr = warp; pr < key_tiles * NTILES; pr += kVerifyWarps) {
+      const int mt = pr / NTILES, nt = pr % NTILES;
+      const ARows a = a_rows(mt, g, tq);
+      float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
+      // Fully unrolled (spills 40 bytes at T = 5, 24 at T = 4); a loop of chunk pairs or of four
+      // chunks spilled more (68 and 120 bytes at T = 5).
+#pragma unroll
+      for (int i = 0; i < NF; ++i) {
+        const float4 r0 = a_load(a, 0, i), r1 = a_load(a, 1, i);
+        const float4 bf = load4(s_b + (nt * 8 + g) * BP + 4 * tq + 16 * i);
+        float(&d)[4] = i % 2 ? d1 : d0;
+        mma_tf32_a<kExactKeys>(d, r0.x, r1.x, r0.y, r1.y, bf.x, bf.y);
+        mma_tf32_a<kExactKeys>(d, r0.z, r1.z, r0.w, r1.w, bf.z, bf.w);
+      }
+      float dot[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dot[e] = d0[e] + d1[e];
+      coefficients(mt, nt, g, tq, dot);
+    }
+  } else {
+    {
+      constexpr bool kExactKeys = sizeof(E) == 2;
+      const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+      float* part = s_part + warp * L.key_rows_pad() * NB;
+      for (int mt = 0; mt < key_tiles; ++mt) {
+        const ARows a = a_rows(mt, g, tq);
+        float d[NTILES][4];
+#pragma unroll
+        for (int nt = 0; nt < NTILES; ++nt) d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.f;
+#pragma unroll
+        for (int i = warp; i < NF; i += kVerifyWarps) {
+          const float4 r0 = a_load(a, 0, i), r1 = a_load(a, 1, i);
+#pragma unroll
+          for (int nt = 0; nt < NTILES; ++nt) {
+            const float4 bf = *reinterpret_cast<const float4*>(s_b + (nt * 8 + g) * BP + 4 * tq + 16 * i);
+            // A window row (raw bf16 key) is exact either way; split only for fp32 buffer keys.
+            mma_tf32_a<kExactKeys>(d[nt], r0.x, r1.x, r0.y, r1.y, bf.x, bf.y);
+            mma_tf32_a<kExactKeys>(d[nt], r0.z, r1.z, r0.w, r1.w, bf.z, bf.w);
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NTILES; ++nt) {
+          if constexpr (VV.atomic_coef) {
+            coefficients(mt, nt, g, tq, d[nt]);
+          } else {
+            float* p0 = part + (mt * 16 + g) * NB + nt * 8 + 2 * tq;
+            *reinterpret_cast<float2*>(p0) = make_float2(d[nt][0], d[nt][1]);
+            *reinterpret_cast<float2*>(p0 + 8 * NB) = make_float2(d[nt][2], d[nt][3]);
+          }
+        }
+      }
+    }
+    if constexpr (VV.partial_sums()) __syncthreads();
+    for (int idx = threadIdx.x; VV.partial_sums() && idx < key_rows * 2 * TMAX; idx += NT) {
+      const int R = idx / (2 * TMAX), c = idx % (2 * TMAX);
+      const bool is_q = c >= TMAX;
+      const int t = is_q ? c - TMAX : c;
+      if (t >= T) continue;
+      float dot = 0.f;
+#pragma unroll
+      for (int w = 0; w < kVerifyWarps; ++w) dot += s_part[(w * L.key_rows_pad() + R) * NB + c];
+      dot *= s_scale[is_q ? T + t : t];
+      if (R < n_eff) {
+        const float decay = expf(s_gwin[t] - s_gbuf[R]);
+        (is_q ? s_wo : s_wu)[R * TMAX + t] = decay * dot;
+      } else {
+        const int sn = R - n_eff;
+        const bool needed = ((s_anc[t] >> sn) & 1u) || sn == t;
+        const float v = needed ? expf(s_gwin[t] - s_gwin[sn]) * dot * s_scale[sn] : 0.f;
+        if (is_q) s_vo[sn * TMAX + t] = v;
+        else s_vu[sn * TMAX + t] = sn != t ? v : 0.f;
+      }
     }
   }
   __syncthreads();
@@ -365,13 +501,13 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
         const int j0 = 8 * ks + part, j1 = j0 + 4;
         const Tf32Split a = tf32_split(j0 < n ? s_w[j0 * kRows + group] : 0.f, j0 < n ? s_w[j0 * kRows + group + ROW_STEP] : 0.f,
                                        j1 < n ? s_w[j1 * kRows + group] : 0.f, j1 < n ? s_w[j1 * kRows + group + ROW_STEP] : 0.f);
-        const float* key0 = s_keys + j0 * KP + 4 * (g / 2) + g % 2;
-        const float* key1 = s_keys + j1 * KP + 4 * (g / 2) + g % 2;
+        const KeyT* key0 = s_key_rows + j0 * KEY_PITCH + 4 * (g / 2) + g % 2;
+        const KeyT* key1 = s_key_rows + j1 * KEY_PITCH + 4 * (g / 2) + g % 2;
 #pragma unroll
         for (int i = 0; i < NF; ++i) {
           float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
-          mma_tf32x2(d0, a, j0 < n ? key0[16 * i] : 0.f, j1 < n ? key1[16 * i] : 0.f);
-          mma_tf32x2(d1, a, j0 < n ? key0[16 * i + 2] : 0.f, j1 < n ? key1[16 * i + 2] : 0.f);
+          mma_tf32x2(d0, a, j0 < n ? to_f32(key0[16 * i]) : 0.f, j1 < n ? to_f32(key1[16 * i]) : 0.f);
+          mma_tf32x2(d1, a, j0 < n ? to_f32(key0[16 * i + 2]) : 0.f, j1 < n ? to_f32(key1[16 * i + 2]) : 0.f);
           x[0][i].x += d0[0], x[0][i].y += d0[1], x[0][i].z += d1[0], x[0][i].w += d1[1];
           x[1][i].x += d0[2], x[1][i].y += d0[3], x[1][i].z += d1[2], x[1][i].w += d1[3];
         }
@@ -381,7 +517,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
         float wj[RPT];
 #pragma unroll
         for (int k = 0; k < RPT; ++k) wj[k] = s_w[j * kRows + group + k * ROW_STEP];
-        const float4* key = reinterpret_cast<const float4*>(s_keys + j * KP);
+        const float4* key = reinterpret_cast<const float4*>(s_key_rows + j * KEY_PITCH);
 #pragma unroll
         for (int i = 0; i < NF; ++i) {
           const float4 kf = key[LN * i + part];
@@ -691,18 +827,57 @@ void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, dim3 b
   launch_kernel(kernel, blocks, dim3(unsigned(threads)), smem, stream, programmatic_dependent, kvbuffer_args(p));
 }
 
+// EXPERIMENT ONLY (see kVerifyVariants): the variant named by KVBUF_GDN_VERIFY_VARIANT (read once;
+// unset or empty: 0), a value outside the table refused.
+int verify_variant() {
+  static const int variant = [] {
+    const char* text = std::getenv("KVBUF_GDN_VERIFY_VARIANT");
+    if (!text || !*text) return 0;
+    char* end = nullptr;
+    const long v = std::strtol(text, &end, 10);
+    if (*end != '\0' || v < 0 || v >= kVerifyVariantCount)
+      throw std::invalid_argument("KVBUF_GDN_VERIFY_VARIANT = '" + std::string(text) + "' (0.." +
+                                  std::to_string(kVerifyVariantCount - 1) + ")");
+    return int(v);
+  }();
+  return variant;
+}
+
+template <int KD, int TMAX, class E, class S, int VAR>
+void launch_variant(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t stream) {
+  constexpr VerifyVariant VV = kVerifyVariants[VAR];
+  const size_t smem = VerifySmem{KD, TMAX, p.capacity, int(sizeof(E)), VV.c_last, VV.warp_tree, VV.partial_sums()}.bytes();
+  launch(gdn_verify_kvbuffer_kernel<KD, TMAX, E, S, VAR>, p, smem, blocks, kVerifyThreads, stream, true);
+}
+
+template <int KD, int TMAX, class E, class S>
+void launch_tmax(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t stream) {
+  // Variants are built for the sweep's shapes only (K = 128, fp32 and bf16 states, T = 3..5), to
+  // bound the build time; every other launch runs variant 0.
+  if constexpr (KD == 128 && !std::is_same_v<S, __half> && (TMAX == 4 || TMAX == 5)) {
+    switch (verify_variant()) {
+      case 1: return launch_variant<KD, TMAX, E, S, 1>(p, blocks, stream);
+      case 2: return launch_variant<KD, TMAX, E, S, 2>(p, blocks, stream);
+      case 3: return launch_variant<KD, TMAX, E, S, 3>(p, blocks, stream);
+      case 4: return launch_variant<KD, TMAX, E, S, 4>(p, blocks, stream);
+      default: break;
+    }
+  } else {
+    verify_variant();  // refuses a bad value whatever the shape
+  }
+  launch_variant<KD, TMAX, E, S, 0>(p, blocks, stream);
+}
+
 template <int KD, class E, class S>
 void dispatch_tokens(const GdnVerifyKVBufferParams& p, cudaStream_t stream) {
   const int T = p.io.tokens;
-  const int tmax = verify_tmax(T);
-  const size_t smem = VerifySmem{KD, tmax, p.capacity, sizeof(E)}.bytes();
   const dim3 blocks(unsigned(p.io.V / kRows * (p.io.HV / p.io.H)), unsigned(p.io.H), unsigned(p.io.batch));
-  switch (tmax) {
-    case 2: return launch(gdn_verify_kvbuffer_kernel<KD, 2, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
-    case 4: return launch(gdn_verify_kvbuffer_kernel<KD, 4, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
-    case 5: return launch(gdn_verify_kvbuffer_kernel<KD, 5, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
-    case 6: return launch(gdn_verify_kvbuffer_kernel<KD, 6, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
-    case 8: return launch(gdn_verify_kvbuffer_kernel<KD, 8, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
+  switch (verify_tmax(T)) {
+    case 2: return launch_tmax<KD, 2, E, S>(p, blocks, stream);
+    case 4: return launch_tmax<KD, 4, E, S>(p, blocks, stream);
+    case 5: return launch_tmax<KD, 5, E, S>(p, blocks, stream);
+    case 6: return launch_tmax<KD, 6, E, S>(p, blocks, stream);
+    case 8: return launch_tmax<KD, 8, E, S>(p, blocks, stream);
     default: throw std::invalid_argument("gdn_verify_kvbuffer: unsupported token count " + std::to_string(T));
   }
 }

@@ -8,6 +8,8 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/gdn/gdn_launch_shape.h"
 #include "kernels/mamba2/mamba2_launch_shape.h"
@@ -327,6 +329,74 @@ TEST(GpuFileKey, DriverNamesMapToTheCatalog) {
   EXPECT_EQ(gpu_file_key("NVIDIA GeForce RTX 5090"), "rtx-5090");
   EXPECT_EQ(gpu_file_key("NVIDIA RTX PRO 6000 Blackwell Server Edition"), "rtx-pro-6000-blackwell-server-edition");
   EXPECT_EQ(gpu_file_key(""), "gpu");
+}
+
+}  // namespace
+}  // namespace kvbuf
+
+namespace kvbuf {
+namespace {
+
+// The GDN KVBuffer verify's shared-memory carve-up in each of its forms (today's order; the
+// experiment's c_last order, raw landed keys, no partial sums): the regions are disjoint, inside
+// bytes(), 16-byte aligned where the kernel copies or loads 16 bytes, and in the c_last order the
+// fixed regions' offsets do not depend on C. Each region: (offset, size in bytes, alignment).
+TEST(GdnVerifySmem, RegionsDisjointAlignedAndFixedOnesIndependentOfC) {
+  using gdn_verify_detail::kRows;
+  using gdn_verify_detail::kVerifyWarps;
+  using gdn_verify_detail::VerifySmem;
+  struct Region {
+    const char* name;
+    int at, size, align;
+  };
+  for (int kd : {64, 128})
+    for (int tmax : {2, 4, 5, 6, 8})
+      for (int esz : {2, 4})
+        for (int flags = 0; flags < 8; ++flags)
+          for (int c = tmax; c <= 64; ++c) {
+            const bool c_last = flags & 1, raw = flags & 2, split = !(flags & 4);
+            const VerifySmem L{kd, tmax, c, esz, c_last, raw, split};
+            SCOPED_TRACE("K " + std::to_string(kd) + " TMAX " + std::to_string(tmax) + " esz " + std::to_string(esz) +
+                         " C " + std::to_string(c) + " flags " + std::to_string(flags));
+            const int land = raw ? c * VerifySmem::raw_key_pitch(kd, esz) * esz : c * kd * esz;
+            std::vector<Region> rs = {
+                {"keys", L.keys(), raw ? c * kRows * 4 : c * L.kp() * 4, 16},
+                {"landing", L.landing(), std::max(land, raw ? 0 : c * kRows * 4), 16},
+                {"u", L.u(), c * kRows * esz, 16},
+                {"wu", L.wu(), c * tmax * 4, 4},
+                {"wo", L.wo(), c * tmax * 4, 4},
+                {"vu", L.vu(), tmax * tmax * 4, 4},
+                {"vo", L.vo(), tmax * tmax * 4, 4},
+                {"gbuf", L.gbuf(), c * 4, 4},
+                {"gwin", L.gwin(), tmax * 4, 4},
+                {"egwin", L.egwin(), tmax * 4, 4},
+                {"graw", L.graw(), tmax * 4, 4},
+                {"beta", L.beta(), tmax * 4, 4},
+                {"raw_kq", L.raw_kq(), 2 * tmax * kd * 2, 16},
+                {"raw_v", L.raw_v(), tmax * kRows * 2, 16},
+                {"b", L.b(), L.nb() * L.bp() * 4, 16},
+                {"scale", L.scale(), 2 * tmax * 4, 4},
+                {"part", L.part(), split ? kVerifyWarps * L.key_rows_pad() * L.nb() * 4 : 0, 8}};
+            if (raw) EXPECT_EQ(VerifySmem::raw_key_pitch(kd, esz) * esz % 16, 0);
+            for (size_t i = 0; i < rs.size(); ++i) {
+              EXPECT_EQ(rs[i].at % rs[i].align, 0) << rs[i].name;
+              EXPECT_GE(rs[i].at, 0) << rs[i].name;
+              EXPECT_LE(size_t(rs[i].at + rs[i].size), L.bytes()) << rs[i].name;
+              for (size_t j = 0; j < i; ++j)
+                if (rs[i].size > 0 && rs[j].size > 0)
+                  EXPECT_TRUE(rs[i].at + rs[i].size <= rs[j].at || rs[j].at + rs[j].size <= rs[i].at)
+                      << rs[i].name << " overlaps " << rs[j].name;
+            }
+            if (c_last) {
+              const VerifySmem L1{kd, tmax, 1, esz, c_last, raw, split};
+              for (auto [a, b] : {std::pair{L.raw_kq(), L1.raw_kq()}, {L.raw_v(), L1.raw_v()}, {L.b(), L1.b()},
+                                  {L.scale(), L1.scale()}, {L.vu(), L1.vu()}, {L.vo(), L1.vo()}, {L.gwin(), L1.gwin()},
+                                  {L.egwin(), L1.egwin()}, {L.graw(), L1.graw()}, {L.beta(), L1.beta()}, {L.keys(), L1.keys()}})
+                EXPECT_EQ(a, b);
+            }
+          }
+  // Today's order is the one the kernel was measured with: its size at the sweep's shape.
+  EXPECT_EQ((VerifySmem{128, 5, 16, 2}.bytes()), size_t(36240));
 }
 
 }  // namespace

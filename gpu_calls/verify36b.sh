@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# GPU call of branch verify36b (EXPERIMENT ONLY): the GDN KVBuffer verify kernel's variants
+# (kVerifyVariants in kernels/gdn/gdn_verify_kvbuffer.cu, chosen by KVBUF_GDN_VERIFY_VARIANT; each
+# includes the ones before it: 1 compile-time shared-memory layout, 2 + every warp its own tree and
+# the buffer keys read as landed, 3 = 2 + phase 5 in whole-K tiles, 4 = 2 + phase 5 split over K
+# with the coefficients added by shared atomics) checked against the float64
+# reference and timed against the current kernel (variant 0, run first and last).
+# Needs .gpu/bin/{test_gdn_verify,kvbuf} of this branch (libraries in .gpu/lib); writes under
+# $OUT/verify36b/ and prints a compact summary; about 200 s, at most LIMIT (240) s: every step has a
+# timeout and is skipped when the time left is short.
+set -u
+cd "$(dirname "$0")/.."
+export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+O=${OUT:-/tmp/out}/verify36b
+mkdir -p "$O"
+BIN=$PWD/.gpu/bin
+VARIANTS="0 1 2 3 4"
+RUNS="0a 1 2 3 4 0b"  # timing order: variant 0 first and last (0a, 0b), the drift between them is the noise floor
+T0=$SECONDS
+LIMIT=${LIMIT:-240}
+left() { echo $((LIMIT - (SECONDS - T0))); }
+tmo() { local t=$(( $(left) - $2 )); [ "$t" -lt "$1" ] && echo "$t" || echo "$1"; }  # at most $1 s, leaving $2 s
+log() { echo "[$((SECONDS - T0))s] $*"; }
+echo "verify36b: commit $(cat .gpu/COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null), $(nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader 2>/dev/null)"
+: > "$O/tests.txt"
+
+# 1. Checks: test_gdn_verify's K = 128 KVBuffer cases (chains, trees, every accepted length, ragged
+#    fills, fp32 and bf16 entries, fp32 / bf16 / fp16 states) with each variant. The variants are built
+#    for K = 128, fp32 and bf16 states, T = 3..5 (TMAX 4, 5); the other cases run variant 0.
+for v in $VARIANTS; do
+  [ "$(left)" -gt 150 ] || { log "checks of variant $v skipped (time)"; echo "$v skipped" >> "$O/tests.txt"; continue; }
+  KVBUF_GDN_VERIFY_VARIANT=$v timeout "$(tmo 30 150)" "$BIN/test_gdn_verify" --gtest_filter='Cases/GdnVerifyKVBufferTest.*K128*' \
+    --gtest_brief=1 > "$O/test_v$v.log" 2>&1
+  rc=$?
+  summary=$(grep -E "^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test|FAILED TEST" "$O/test_v$v.log" | head -3 | tr '\n' ' ')
+  echo "$v rc=$rc $summary" >> "$O/tests.txt"
+  log "checks variant $v: rc=$rc $summary"
+done
+
+# 2. Timing: kvbuf sweep (CUDA graphs of 36 layer pools, median), T = 4 and 5, C = 16, fp32 states at
+#    batch 1..512, then bf16 states at 128, 256; one run per variant, interleaved, variant 0 first
+#    and last. Each run writes its own CSV (the sweep skips points already in its CSV).
+for group in "fp32 1,8,64,128,256,512 30" "bf16 128,256 12"; do
+  set -- $group
+  for run in $RUNS; do
+    v=${run:0:1}
+    [ "$(left)" -gt "$3" ] || { log "timing $1 run $run skipped (time)"; continue; }
+    KVBUF_GDN_VERIFY_VARIANT=$v timeout "$(tmo 60 5)" "$BIN/kvbuf" sweep --model qwen3-next-80b-a3b --kernels verify-kvbuffer \
+      --batch "$2" --drafts 4,5 --chunk 16 --state-dtype "$1" --budget-s 0.12 \
+      --out "$O/decode_unused_$1_$run.csv" --verify-out "$O/verify_$1_$run.csv" >> "$O/sweep_$run.log" 2>&1 \
+      || log "sweep $1 run $run exited $?"
+    log "timed $1 run $run"
+  done
+done
+rm -f "$O"/decode_unused_*.csv
+
+# 3. Summary: us per layer step (median) per run, ratio to variant 0 (mean of its two runs).
+python3 - "$O" $RUNS <<'PY' | tee "$O/summary.txt"
+import csv, glob, math, os, sys
+out, runs = sys.argv[1], sys.argv[2:]
+t = {}
+for run in runs:
+    for p in glob.glob(os.path.join(out, f"verify_*_{run}.csv")):
+        for r in csv.DictReader(open(p)):
+            try:
+                t[(run, (r["state_dtype"], int(r["drafts"]), int(r["batch"])))] = float(r["latency_us_median"])
+            except (KeyError, ValueError):
+                pass
+keys = sorted({k for (_, k) in t}, key=lambda k: (k[0] != "fp32", k[1], k[2]))
+def base(k):
+    v = [t[(r, k)] for r in ("0a", "0b") if (r, k) in t]
+    return sum(v) / len(v) if v else None
+print("us per layer step (median), C = 16, qwen3-next-80b-a3b, 36 layer pools; (ratio to the mean of runs 0a, 0b)")
+print(f"{'state T batch':16s}" + "".join(f"{'v' + r:>16s}" for r in runs))
+for k in keys:
+    b = base(k)
+    line = f"{k[0]:5s} {k[1]:>2d} {k[2]:>6d}  "
+    for r in runs:
+        x = t.get((r, k))
+        line += f"{x:8.2f} ({x / b:5.3f})" if x is not None and b else f"{'-':>16s}"
+    print(line)
+for r in runs:
+    ratios = [t[(r, k)] / base(k) for k in keys if k[0] == "fp32" and k[2] >= 64 and (r, k) in t and base(k)]
+    per_t = {T: [t[(r, k)] / base(k) for k in keys if k[0] == "fp32" and k[1] == T and k[2] >= 64 and (r, k) in t and base(k)]
+             for T in (4, 5)}
+    gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+    print(f"run {r}: geomean ratio fp32 batch >= 64: {gm(ratios):.3f} (T=4 {gm(per_t[4]):.3f}, T=5 {gm(per_t[5]):.3f}; {len(ratios)} points)")
+PY
+echo "== checks per variant (rc=0 and PASSED: the variant matches the float64 reference)"; cat "$O/tests.txt"
+log "done"
