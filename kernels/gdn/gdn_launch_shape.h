@@ -101,14 +101,47 @@ inline int verify_tmax(int T) { return T <= 2 ? 2 : T <= 4 ? 4 : T <= 6 ? T : 8;
 // are converted once to padded fp32 rows, which every dot product and the fold read; the fold
 // weights later reuse the landing area (C kRows floats never exceed it for bf16; for fp32 entries
 // the area is the larger one).
-// The experiment's variants (gdn_verify_kvbuffer.cu, kVerifyVariants) change three things:
+struct VerifySmem {
+  int kd, tmax, c, esz;
+  KVB_HOST_DEVICE static int up16(int x) { return (x + 15) / 16 * 16; }
+  KVB_HOST_DEVICE int kp() const { return kd + 4; }  // padded fp32 rows
+  KVB_HOST_DEVICE int keys() const { return 0; }                                   // [C, kp] fp32
+  KVB_HOST_DEVICE int landing() const { return keys() + c * kp() * 4; }             // [C, kd] E, then w
+  KVB_HOST_DEVICE int landing_bytes() const { return up16(c * (kd * esz > kRows * 4 ? kd * esz : kRows * 4)); }
+  KVB_HOST_DEVICE int u() const { return landing() + landing_bytes(); }             // [C, kRows] E
+  KVB_HOST_DEVICE int wu() const { return u() + up16(c * kRows * esz); }           // buffer coefficients [C, TMAX]
+  KVB_HOST_DEVICE int wo() const { return wu() + c * tmax * 4; }
+  KVB_HOST_DEVICE int vu() const { return wo() + c * tmax * 4; }                   // window coefficients [TMAX, TMAX]
+  KVB_HOST_DEVICE int vo() const { return vu() + tmax * tmax * 4; }
+  KVB_HOST_DEVICE int gbuf() const { return vo() + tmax * tmax * 4; }              // G of the buffer [C]
+  KVB_HOST_DEVICE int gwin() const { return gbuf() + up16(c * 4); }                // G of the window [TMAX]
+  KVB_HOST_DEVICE int egwin() const { return gwin() + tmax * 4; }
+  KVB_HOST_DEVICE int graw() const { return egwin() + tmax * 4; }                  // g of the window [TMAX]
+  KVB_HOST_DEVICE int beta() const { return graw() + tmax * 4; }
+  KVB_HOST_DEVICE int raw_kq() const { return up16(beta() + tmax * 4); }           // [2 TMAX, KD] bf16
+  KVB_HOST_DEVICE int raw_v() const { return raw_kq() + 2 * tmax * kd * 2; }       // [TMAX, kRows] bf16
+  KVB_HOST_DEVICE int nb() const { return operand_cols(tmax); }
+  KVB_HOST_DEVICE int bp() const { return operand_pitch(kd); }
+  KVB_HOST_DEVICE int b() const { return up16(raw_v() + tmax * kRows * 2); }
+  KVB_HOST_DEVICE int scale() const { return b() + nb() * bp() * 4; }               // [2 T] norm scales
+  // Key dot products, split over K by warp: [warps, key rows (C + TMAX, in 16-row tiles), nb] fp32.
+  KVB_HOST_DEVICE int key_rows_pad() const { return (c + tmax + 15) / 16 * 16; }
+  KVB_HOST_DEVICE int part() const { return up16(scale() + 2 * tmax * 4); }
+  KVB_HOST_DEVICE size_t bytes() const { return size_t(part() + kVerifyWarps * key_rows_pad() * nb() * 4); }
+};
+
+// EXPERIMENT ONLY (branch verify36b; the kernel's variants 1.., kVerifyVariants in
+// gdn_verify_kvbuffer.cu): VerifySmem's carve-up with three changes. A copy beside VerifySmem so that
+// variant 0 compiles exactly as main (VerifySmem with these flags as members changed its SASS:
+// +99 instructions of uniform address arithmetic at T = 5); with all flags off it is VerifySmem's
+// (the CPU test checks this). The changes:
 //  * c_last: the regions whose size is fixed by (K, TMAX) first, those sized by the run-time C
 //    after them, so that in the kernel the fixed regions' addresses are compile-time constants;
 //  * raw_keys: no fp32 copies of the buffer keys: they land in padded rows of the entry type
 //    (raw_key_pitch) that the dot products and the fold read directly, and the keys' area holds
 //    the fold weights [C, kRows] fp32 instead;
 //  * split_k = false: no per-warp partial sums of the key dot products (each warp whole-K tiles).
-struct VerifySmem {
+struct VerifySmemVariant {
   int kd, tmax, c, esz;
   bool c_last = false, raw_keys = false, split_k = true;
   KVB_HOST_DEVICE static int up16(int x) { return (x + 15) / 16 * 16; }

@@ -115,10 +115,10 @@ KVBufferArgs kvbuffer_args(const GdnVerifyKVBufferParams& p) {
 // chosen at run time by the environment variable KVBUF_GDN_VERIFY_VARIANT (0 = the kernel as
 // measured at b577b47; each variant includes the ones before it; predictions in the notes, v20):
 //   c_last:    the shared-memory layout's fixed regions at compile-time offsets for (K, TMAX), C's
-//              regions after them (VerifySmem::c_last), so their addresses fold into immediates;
+//              regions after them (VerifySmemVariant::c_last), so their addresses fold into immediates;
 //   warp_tree: every warp computes the window's tree, the fold decision and G_t for itself (warp
 //              0 still stores them for the later phases), and the buffer keys are read in their
-//              landed entry type by phase 5 and the fold (VerifySmem::raw_keys: no fp32 copies):
+//              landed entry type by phase 5 and the fold (VerifySmemVariant::raw_keys: no fp32 copies):
 //              the barrier after phase 4 goes;
 //   whole_k:   phase 5 without the split over K: each warp takes whole-K (16-row, 8-column) tiles,
 //              two accumulator chains, and computes the coefficients in its epilogue: no partial
@@ -185,14 +185,18 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   }
   extern __shared__ float4 smem4[];
   char* smem = reinterpret_cast<char*>(smem4);
-  const VerifySmem L{KD, TMAX, C, ESZ, VV.c_last, VV.warp_tree, VV.partial_sums()};
+  const auto L = [&] {  // variant 0: main's layout type (its SASS); the others the experiment's
+    if constexpr (VAR == 0) return VerifySmem{KD, TMAX, C, ESZ};
+    else return VerifySmemVariant{KD, TMAX, C, ESZ, kVerifyVariants[VAR].c_last, kVerifyVariants[VAR].warp_tree,
+                                  kVerifyVariants[VAR].partial_sums()};
+  }();
   float* s_keys = reinterpret_cast<float*>(smem + L.keys());
   E* s_landing = reinterpret_cast<E*>(smem + L.landing());
   float* s_w = reinterpret_cast<float*>(smem + (VV.warp_tree ? L.keys() : L.landing()));
   // The buffer keys as the dot products and the fold read them: fp32 copies (pitch KP) or, with
   // warp_tree, the landed entries (padded pitch).
   using KeyT = std::conditional_t<VV.warp_tree, E, float>;
-  constexpr int LANDING_PITCH = VV.warp_tree ? VerifySmem::raw_key_pitch(KD, ESZ) : KD;
+  constexpr int LANDING_PITCH = VV.warp_tree ? VerifySmemVariant::raw_key_pitch(KD, ESZ) : KD;
   constexpr int KEY_PITCH = VV.warp_tree ? LANDING_PITCH : KP;
   const KeyT* s_key_rows = reinterpret_cast<const KeyT*>(VV.warp_tree ? smem + L.landing() : smem + L.keys());
   E* s_u = reinterpret_cast<E*>(smem + L.u());
@@ -300,11 +304,12 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     }
   // The window's tree, the fold decision and G_t, lane t = node t: warp 0 (stored for the other
   // warps, after a barrier) or, with warp_tree, every warp for itself (warp 0 stores them for the
-  // phases after the next barrier).
+  // phases after the next barrier). Two copies while the experiment runs, so that variant 0's
+  // SASS stays main's.
   bool fold_w = false;
   float G = 0.f;
   unsigned anc_w = 0u;
-  if (VV.warp_tree || threadIdx.x < 32) {
+  if constexpr (VV.warp_tree) {
     const int t = threadIdx.x & 31;
     const WindowNode node = window_node<TMAX>(T, io.parents ? s_praw : nullptr);
     fold_w = verify_folds_first(C, node.depth, n);
@@ -322,9 +327,28 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       s_gwin[t] = G;
       s_egwin[t] = expf(G);
     }
-    if (threadIdx.x == 0) s_fold = fold_w;
+  } else {
+    if (threadIdx.x < 32) {  // warp 0: the window's tree, the fold decision and G_t, lane t = node t
+      const int t = threadIdx.x;
+      const WindowNode node = window_node<TMAX>(T, io.parents ? s_praw : nullptr);
+      const bool fold = verify_folds_first(C, node.depth, n);
+      const float g_base = (!fold && n > 0) ? s_gbuf[n - 1] : 0.f;
+      const float g_t = t < T ? s_graw[t] : 0.f;
+      float G0 = g_base + g_t;
+#pragma unroll
+      for (int a = 0; a < TMAX; ++a) {
+        const float g_a = __shfl_sync(0xffffffffu, g_t, a);
+        if ((node.anc >> a) & 1u) G0 += g_a;
+      }
+      if (t < T) {
+        s_anc[t] = node.anc;
+        s_gwin[t] = G0;
+        s_egwin[t] = expf(G0);
+      }
+      if (t == 0) s_fold = fold;
+    }
+    __syncthreads();
   }
-  if constexpr (!VV.warp_tree) __syncthreads();
 
   const bool fold = VV.warp_tree ? fold_w : bool(s_fold);
   const int n_eff = fold ? 0 : n;
@@ -343,8 +367,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // a (row, column) pair, scales and decays them into wu, wo (buffer entry j, token t) or vu, vo
   // (node s, token t, ancestors and s = t only).
   const int key_rows = n_eff + T, key_tiles = (key_rows + 15) / 16;
-  // Operand A's row R from column 16 i + 4 tq, a buffer key (R < n_eff) or a raw window key
-  // (operand B's rows), read as fp32.
+  // warp_tree: operand A's row R from column 16 i + 4 tq, a landed buffer key (R < n_eff) or a
+  // raw window key (operand B's rows), read as fp32.
   struct ARows {
     const KeyT* key[2];
     const float* win[2];
@@ -356,15 +380,9 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     for (int h8 = 0; h8 < 2; ++h8) {
       const int R = mt * 16 + g + 8 * h8;
       a.live[h8] = R < key_rows;
-      if constexpr (kVerifyVariants[VAR].warp_tree) {
-        a.buf[h8] = R < n_eff;
-        a.key[h8] = s_key_rows + (a.buf[h8] ? R : 0) * KEY_PITCH + 4 * tq;
-        a.win[h8] = s_b + (a.live[h8] && !a.buf[h8] ? R - n_eff : 0) * BP + 4 * tq;
-      } else {  // fp32 key copies: one pointer of either kind
-        a.buf[h8] = true;
-        a.key[h8] = (R < n_eff ? s_key_rows + R * KEY_PITCH : s_b + (a.live[h8] ? R - n_eff : 0) * BP) + 4 * tq;
-        a.win[h8] = nullptr;
-      }
+      a.buf[h8] = R < n_eff;
+      a.key[h8] = s_key_rows + (a.buf[h8] ? R : 0) * KEY_PITCH + 4 * tq;
+      a.win[h8] = s_b + (a.live[h8] && !a.buf[h8] ? R - n_eff : 0) * BP + 4 * tq;
     }
     return a;
   };
@@ -425,7 +443,44 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       coefficients(mt, nt, g, tq, dot);
     }
   } else {
+    if constexpr (!VV.warp_tree)  // main's code (variant 0's SASS) while the experiment runs
     {
+      constexpr bool kExactKeys = sizeof(E) == 2;
+      const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+      float* part = s_part + warp * L.key_rows_pad() * NB;
+      for (int mt = 0; mt < key_tiles; ++mt) {
+        const float* a_row[2];
+        bool a_live[2];
+#pragma unroll
+        for (int h8 = 0; h8 < 2; ++h8) {
+          const int R = mt * 16 + g + 8 * h8;
+          a_live[h8] = R < key_rows;
+          a_row[h8] = (R < n_eff ? s_keys + R * KP : s_b + (a_live[h8] ? R - n_eff : 0) * BP) + 4 * tq;
+        }
+        float d[NTILES][4];
+#pragma unroll
+        for (int nt = 0; nt < NTILES; ++nt) d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.f;
+#pragma unroll
+        for (int i = warp; i < NF; i += kVerifyWarps) {
+          const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+          const float4 r0 = a_live[0] ? *reinterpret_cast<const float4*>(a_row[0] + 16 * i) : zero;
+          const float4 r1 = a_live[1] ? *reinterpret_cast<const float4*>(a_row[1] + 16 * i) : zero;
+#pragma unroll
+          for (int nt = 0; nt < NTILES; ++nt) {
+            const float4 bf = *reinterpret_cast<const float4*>(s_b + (nt * 8 + g) * BP + 4 * tq + 16 * i);
+            // A window row (raw bf16 key) is exact either way; split only for fp32 buffer keys.
+            mma_tf32_a<kExactKeys>(d[nt], r0.x, r1.x, r0.y, r1.y, bf.x, bf.y);
+            mma_tf32_a<kExactKeys>(d[nt], r0.z, r1.z, r0.w, r1.w, bf.z, bf.w);
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NTILES; ++nt) {
+          float* p0 = part + (mt * 16 + g) * NB + nt * 8 + 2 * tq;
+          *reinterpret_cast<float2*>(p0) = make_float2(d[nt][0], d[nt][1]);
+          *reinterpret_cast<float2*>(p0 + 8 * NB) = make_float2(d[nt][2], d[nt][3]);
+        }
+      }
+    } else {
       constexpr bool kExactKeys = sizeof(E) == 2;
       const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
       float* part = s_part + warp * L.key_rows_pad() * NB;
@@ -846,7 +901,9 @@ int verify_variant() {
 template <int KD, int TMAX, class E, class S, int VAR>
 void launch_variant(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t stream) {
   constexpr VerifyVariant VV = kVerifyVariants[VAR];
-  const size_t smem = VerifySmem{KD, TMAX, p.capacity, int(sizeof(E)), VV.c_last, VV.warp_tree, VV.partial_sums()}.bytes();
+  const size_t smem = VAR == 0 ? VerifySmem{KD, TMAX, p.capacity, int(sizeof(E))}.bytes()
+                                : VerifySmemVariant{KD, TMAX, p.capacity, int(sizeof(E)), VV.c_last, VV.warp_tree,
+                                                    VV.partial_sums()}.bytes();
   launch(gdn_verify_kvbuffer_kernel<KD, TMAX, E, S, VAR>, p, smem, blocks, kVerifyThreads, stream, true);
 }
 

@@ -337,14 +337,15 @@ TEST(GpuFileKey, DriverNamesMapToTheCatalog) {
 namespace kvbuf {
 namespace {
 
-// The GDN KVBuffer verify's shared-memory carve-up in each of its forms (today's order; the
-// experiment's c_last order, raw landed keys, no partial sums): the regions are disjoint, inside
+// The GDN KVBuffer verify experiment's shared-memory carve-up (VerifySmemVariant) in each of its
+// forms (today's order, equal to VerifySmem's; the c_last order, raw landed keys, no partial sums): the regions are disjoint, inside
 // bytes(), 16-byte aligned where the kernel copies or loads 16 bytes, and in the c_last order the
 // fixed regions' offsets do not depend on C. Each region: (offset, size in bytes, alignment).
 TEST(GdnVerifySmem, RegionsDisjointAlignedAndFixedOnesIndependentOfC) {
   using gdn_verify_detail::kRows;
   using gdn_verify_detail::kVerifyWarps;
   using gdn_verify_detail::VerifySmem;
+  using gdn_verify_detail::VerifySmemVariant;
   struct Region {
     const char* name;
     int at, size, align;
@@ -355,10 +356,10 @@ TEST(GdnVerifySmem, RegionsDisjointAlignedAndFixedOnesIndependentOfC) {
         for (int flags = 0; flags < 8; ++flags)
           for (int c = tmax; c <= 64; ++c) {
             const bool c_last = flags & 1, raw = flags & 2, split = !(flags & 4);
-            const VerifySmem L{kd, tmax, c, esz, c_last, raw, split};
+            const VerifySmemVariant L{kd, tmax, c, esz, c_last, raw, split};
             SCOPED_TRACE("K " + std::to_string(kd) + " TMAX " + std::to_string(tmax) + " esz " + std::to_string(esz) +
                          " C " + std::to_string(c) + " flags " + std::to_string(flags));
-            const int land = raw ? c * VerifySmem::raw_key_pitch(kd, esz) * esz : c * kd * esz;
+            const int land = raw ? c * VerifySmemVariant::raw_key_pitch(kd, esz) * esz : c * kd * esz;
             std::vector<Region> rs = {
                 {"keys", L.keys(), raw ? c * kRows * 4 : c * L.kp() * 4, 16},
                 {"landing", L.landing(), std::max(land, raw ? 0 : c * kRows * 4), 16},
@@ -377,7 +378,7 @@ TEST(GdnVerifySmem, RegionsDisjointAlignedAndFixedOnesIndependentOfC) {
                 {"b", L.b(), L.nb() * L.bp() * 4, 16},
                 {"scale", L.scale(), 2 * tmax * 4, 4},
                 {"part", L.part(), split ? kVerifyWarps * L.key_rows_pad() * L.nb() * 4 : 0, 8}};
-            if (raw) EXPECT_EQ(VerifySmem::raw_key_pitch(kd, esz) * esz % 16, 0);
+            if (raw) EXPECT_EQ(VerifySmemVariant::raw_key_pitch(kd, esz) * esz % 16, 0);
             for (size_t i = 0; i < rs.size(); ++i) {
               EXPECT_EQ(rs[i].at % rs[i].align, 0) << rs[i].name;
               EXPECT_GE(rs[i].at, 0) << rs[i].name;
@@ -388,11 +389,21 @@ TEST(GdnVerifySmem, RegionsDisjointAlignedAndFixedOnesIndependentOfC) {
                       << rs[i].name << " overlaps " << rs[j].name;
             }
             if (c_last) {
-              const VerifySmem L1{kd, tmax, 1, esz, c_last, raw, split};
+              const VerifySmemVariant L1{kd, tmax, 1, esz, c_last, raw, split};
               for (auto [a, b] : {std::pair{L.raw_kq(), L1.raw_kq()}, {L.raw_v(), L1.raw_v()}, {L.b(), L1.b()},
                                   {L.scale(), L1.scale()}, {L.vu(), L1.vu()}, {L.vo(), L1.vo()}, {L.gwin(), L1.gwin()},
                                   {L.egwin(), L1.egwin()}, {L.graw(), L1.graw()}, {L.beta(), L1.beta()}, {L.keys(), L1.keys()}})
                 EXPECT_EQ(a, b);
+            }
+            if (flags == 0) {  // all flags off: the kernel's own layout (VerifySmem), region for region
+              const VerifySmem M{kd, tmax, c, esz};
+              for (auto [a, b] : {std::pair{L.keys(), M.keys()}, {L.landing(), M.landing()}, {L.u(), M.u()},
+                                  {L.wu(), M.wu()}, {L.wo(), M.wo()}, {L.vu(), M.vu()}, {L.vo(), M.vo()},
+                                  {L.gbuf(), M.gbuf()}, {L.gwin(), M.gwin()}, {L.egwin(), M.egwin()},
+                                  {L.graw(), M.graw()}, {L.beta(), M.beta()}, {L.raw_kq(), M.raw_kq()},
+                                  {L.raw_v(), M.raw_v()}, {L.b(), M.b()}, {L.scale(), M.scale()}, {L.part(), M.part()}})
+                EXPECT_EQ(a, b);
+              EXPECT_EQ(L.bytes(), M.bytes());
             }
           }
   // Today's order is the one the kernel was measured with: its size at the sweep's shape.
