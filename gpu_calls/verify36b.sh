@@ -5,14 +5,17 @@
 # the buffer keys read as landed, 3 = 2 + phase 5 in whole-K tiles, 4 = 2 + phase 5 split over K
 # with the coefficients added by shared atomics) checked against the float64
 # reference and timed against the current kernel (variant 0, run first and last).
-# Needs .gpu/bin/{test_gdn_verify,kvbuf} of this branch (libraries in .gpu/lib); writes under
-# $OUT/verify36b/ and prints a compact summary; about 200 s, at most LIMIT (240) s: every step has a
-# timeout and is skipped when the time left is short.
+# Needs .gpu/bin/{test_gdn_verify,kvbuf} of this branch (libraries in .gpu/lib); prints a compact
+# summary and writes three files under $OUT/verify36b/: summary.txt, verify_runs.csv (every run's
+# sweep rows, with its run and variant in front) and logs.tar.gz (test and sweep logs, the per-run
+# CSVs); about 200 s, at most LIMIT (240) s: every step has a timeout and is skipped when the time
+# left is short.
 set -u
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-O=${OUT:-/tmp/out}/verify36b
-mkdir -p "$O"
+R=${OUT:-/tmp/out}/verify36b
+mkdir -p "$R"
+O=$(mktemp -d)  # the runs' files; what comes back is packed into $R at the end
 BIN=$PWD/.gpu/bin
 VARIANTS="0 1 2 3 4"
 RUNS="0a 1 2 3 4 0b"  # timing order: variant 0 first and last (0a, 0b), the drift between them is the noise floor
@@ -55,7 +58,7 @@ done
 rm -f "$O"/decode_unused_*.csv
 
 # 3. Summary: us per layer step (median) per run, ratio to variant 0 (mean of its two runs).
-python3 - "$O" $RUNS <<'PY' | tee "$O/summary.txt"
+python3 - "$O" $RUNS <<'PY' | tee "$R/summary.txt"
 import csv, glob, math, os, sys
 out, runs = sys.argv[1], sys.argv[2:]
 t = {}
@@ -86,5 +89,23 @@ for r in runs:
     gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
     print(f"run {r}: geomean ratio fp32 batch >= 64: {gm(ratios):.3f} (T=4 {gm(per_t[4]):.3f}, T=5 {gm(per_t[5]):.3f}; {len(ratios)} points)")
 PY
-echo "== checks per variant (rc=0 and PASSED: the variant matches the float64 reference)"; cat "$O/tests.txt"
+echo "== checks per variant (rc=0 and PASSED: the variant matches the float64 reference)" | tee -a "$R/summary.txt"
+tee -a "$R/summary.txt" < "$O/tests.txt"
+python3 - "$O" "$R/verify_runs.csv" $RUNS <<'PY'
+import csv, os, sys
+out, dst, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
+w = None
+with open(dst, "w", newline="") as f:
+    for dtype in ("fp32", "bf16"):
+        for run in runs:
+            p = os.path.join(out, f"verify_{dtype}_{run}.csv")
+            if not os.path.exists(p):
+                continue
+            for r in csv.DictReader(open(p)):
+                if w is None:
+                    w = csv.DictWriter(f, ["run", "variant"] + list(r.keys()), extrasaction="ignore")
+                    w.writeheader()
+                w.writerow({"run": run, "variant": run[0], **r})
+PY
+tar czf "$R/logs.tar.gz" -C "$O" . && rm -rf "$O"
 log "done"
