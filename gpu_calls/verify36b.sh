@@ -4,7 +4,8 @@
 # includes the ones before it: 1 compile-time shared-memory layout, 2 + every warp its own tree and
 # the buffer keys read as landed, 3 = 2 + phase 5 in whole-K tiles, 4 = 2 + phase 5 split over K
 # with the coefficients added by shared atomics) checked against the float64
-# reference and timed against the current kernel (variant 0, run first and last).
+# reference, timed against the current kernel (variant 0, run first and last), racecheck of variant 4
+# and memcheck of variant 3 on two small cases.
 # Needs .gpu/bin/{test_gdn_verify,kvbuf} of this branch (libraries in .gpu/lib); prints a compact
 # summary and writes three files under $OUT/verify36b/: summary.txt, verify_runs.csv (every run's
 # sweep rows, with its run and variant in front) and logs.tar.gz (test and sweep logs, the per-run
@@ -57,7 +58,22 @@ for group in "fp32 1,8,64,128,256,512 30" "bf16 128,256 12"; do
 done
 rm -f "$O"/decode_unused_*.csv
 
-# 3. Summary: us per layer step (median) per run, ratio to variant 0 (mean of its two runs).
+# 3. compute-sanitizer on two small check cases, as time allows (last): racecheck of variant 4 (the
+#    shared atomics, every warp's own tree, the padded landing) and memcheck of variant 3.
+SAN=${SAN:-/usr/local/cuda/bin/compute-sanitizer}
+cases='Cases/GdnVerifyKVBufferTest.*/K128_C16_T4_bf16_tree:Cases/GdnVerifyKVBufferTest.*/K128_C12_T5_bf16_chain_extreme_gates'
+for job in "racecheck 4" "memcheck 3"; do
+  set -- $job
+  [ -x "$SAN" ] || { log "no compute-sanitizer at $SAN"; break; }
+  [ "$(left)" -gt 25 ] || { log "$1 variant $2 skipped (time)"; echo "$1 v$2 skipped (time)" >> "$O/tests.txt"; continue; }
+  KVBUF_GDN_VERIFY_VARIANT=$2 timeout "$(tmo 45 12)" "$SAN" --tool "$1" --error-exitcode 3 "$BIN/test_gdn_verify" \
+    --gtest_filter="$cases" --gtest_brief=1 > "$O/sanitizer_$1_v$2.log" 2>&1
+  rc=$?
+  echo "$1 v$2 rc=$rc $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  PASSED|^\[  FAILED" "$O/sanitizer_$1_v$2.log" | head -2 | tr '\n' ' ')" >> "$O/tests.txt"
+  log "$1 variant $2: rc=$rc"
+done
+
+# 4. Summary: us per layer step (median) per run, ratio to variant 0 (mean of its two runs).
 python3 - "$O" $RUNS <<'PY' | tee "$R/summary.txt"
 import csv, glob, math, os, sys
 out, runs = sys.argv[1], sys.argv[2:]
@@ -89,7 +105,7 @@ for r in runs:
     gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
     print(f"run {r}: geomean ratio fp32 batch >= 64: {gm(ratios):.3f} (T=4 {gm(per_t[4]):.3f}, T=5 {gm(per_t[5]):.3f}; {len(ratios)} points)")
 PY
-echo "== checks per variant (rc=0 and PASSED: the variant matches the float64 reference)" | tee -a "$R/summary.txt"
+echo "== checks per variant (rc=0 and PASSED: the variant matches the float64 reference; sanitizer rc=0: clean)" | tee -a "$R/summary.txt"
 tee -a "$R/summary.txt" < "$O/tests.txt"
 python3 - "$O" "$R/verify_runs.csv" $RUNS <<'PY'
 import csv, os, sys
