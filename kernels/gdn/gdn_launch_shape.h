@@ -96,91 +96,44 @@ KVB_HOST_DEVICE constexpr int operand_pitch(int kd) { return kd + 16; }
 // The window tokens the KVBuffer verify kernel is compiled for at T tokens.
 inline int verify_tmax(int T) { return T <= 2 ? 2 : T <= 4 ? 4 : T <= 6 ? T : 8; }
 
-// The KVBuffer verify kernel's shared-memory carve-up in bytes (16-byte aligned pieces) for TMAX
-// window tokens, capacity C and entry size esz. Buffer keys land in the entry type (cp.async) and
-// are converted once to padded fp32 rows, which every dot product and the fold read; the fold
-// weights later reuse the landing area (C kRows floats never exceed it for bf16; for fp32 entries
-// the area is the larger one).
+// The KVBuffer verify kernel's shared-memory carve-up in bytes (16-byte aligned where the kernel
+// copies or loads 16 bytes) for TMAX window tokens, capacity C and entry size esz. The regions
+// whose size (K, TMAX) fix come first, those sized by the run-time C after them, so that in the
+// kernel the fixed regions' addresses are compile-time constants and the others linear in C.
+// Buffer keys land (cp.async) in padded rows of the entry type (key_pitch) that the key dot
+// products and the fold read directly; the fold weights have a region of their own, as the fold
+// reads the keys while they are written.
 struct VerifySmem {
   int kd, tmax, c, esz;
   KVB_HOST_DEVICE static int up16(int x) { return (x + 15) / 16 * 16; }
-  KVB_HOST_DEVICE int kp() const { return kd + 4; }  // padded fp32 rows
-  KVB_HOST_DEVICE int keys() const { return 0; }                                   // [C, kp] fp32
-  KVB_HOST_DEVICE int landing() const { return keys() + c * kp() * 4; }             // [C, kd] E, then w
-  KVB_HOST_DEVICE int landing_bytes() const { return up16(c * (kd * esz > kRows * 4 ? kd * esz : kRows * 4)); }
-  KVB_HOST_DEVICE int u() const { return landing() + landing_bytes(); }             // [C, kRows] E
-  KVB_HOST_DEVICE int wu() const { return u() + up16(c * kRows * esz); }           // buffer coefficients [C, TMAX]
-  KVB_HOST_DEVICE int wo() const { return wu() + c * tmax * 4; }
-  KVB_HOST_DEVICE int vu() const { return wo() + c * tmax * 4; }                   // window coefficients [TMAX, TMAX]
+  // A landed key row's pitch in entries: 16 bytes (fp32) or 32 (bf16) of padding put the 8 rows of
+  // a tensor-core fragment load on distinct bank groups.
+  KVB_HOST_DEVICE static constexpr int key_pitch(int kd, int esz) { return kd + (esz == 2 ? 16 : 4); }
+  KVB_HOST_DEVICE int nb() const { return operand_cols(tmax); }
+  KVB_HOST_DEVICE int bp() const { return operand_pitch(kd); }
+  // Key dot products, split over K by warp: [warps, key rows (C + TMAX, in 16-row tiles), nb] fp32.
+  KVB_HOST_DEVICE int key_rows_pad() const { return (c + tmax + 15) / 16 * 16; }
+  // Fixed by (K, TMAX), from 0.
+  KVB_HOST_DEVICE int raw_kq() const { return 0; }                                  // [2 TMAX, KD] bf16
+  KVB_HOST_DEVICE int raw_v() const { return raw_kq() + 2 * tmax * kd * 2; }       // [TMAX, kRows] bf16
+  KVB_HOST_DEVICE int b() const { return up16(raw_v() + tmax * kRows * 2); }       // operand B [nb, bp] fp32
+  KVB_HOST_DEVICE int scale() const { return b() + nb() * bp() * 4; }              // [2 T] norm scales
+  KVB_HOST_DEVICE int vu() const { return scale() + 2 * tmax * 4; }                // window coefficients [TMAX, TMAX]
   KVB_HOST_DEVICE int vo() const { return vu() + tmax * tmax * 4; }
-  KVB_HOST_DEVICE int gbuf() const { return vo() + tmax * tmax * 4; }              // G of the buffer [C]
-  KVB_HOST_DEVICE int gwin() const { return gbuf() + up16(c * 4); }                // G of the window [TMAX]
+  KVB_HOST_DEVICE int gwin() const { return vo() + tmax * tmax * 4; }              // G of the window [TMAX]
   KVB_HOST_DEVICE int egwin() const { return gwin() + tmax * 4; }
   KVB_HOST_DEVICE int graw() const { return egwin() + tmax * 4; }                  // g of the window [TMAX]
   KVB_HOST_DEVICE int beta() const { return graw() + tmax * 4; }
-  KVB_HOST_DEVICE int raw_kq() const { return up16(beta() + tmax * 4); }           // [2 TMAX, KD] bf16
-  KVB_HOST_DEVICE int raw_v() const { return raw_kq() + 2 * tmax * kd * 2; }       // [TMAX, kRows] bf16
-  KVB_HOST_DEVICE int nb() const { return operand_cols(tmax); }
-  KVB_HOST_DEVICE int bp() const { return operand_pitch(kd); }
-  KVB_HOST_DEVICE int b() const { return up16(raw_v() + tmax * kRows * 2); }
-  KVB_HOST_DEVICE int scale() const { return b() + nb() * bp() * 4; }               // [2 T] norm scales
-  // Key dot products, split over K by warp: [warps, key rows (C + TMAX, in 16-row tiles), nb] fp32.
-  KVB_HOST_DEVICE int key_rows_pad() const { return (c + tmax + 15) / 16 * 16; }
-  KVB_HOST_DEVICE int part() const { return up16(scale() + 2 * tmax * 4); }
-  KVB_HOST_DEVICE size_t bytes() const { return size_t(part() + kVerifyWarps * key_rows_pad() * nb() * 4); }
-};
-
-// EXPERIMENT ONLY (branch verify36b; the kernel's variants 1.., kVerifyVariants in
-// gdn_verify_kvbuffer.cu): VerifySmem's carve-up with three changes. A copy beside VerifySmem so that
-// variant 0 compiles exactly as main (VerifySmem with these flags as members changed its SASS:
-// +99 instructions of uniform address arithmetic at T = 5); with all flags off it is VerifySmem's
-// (the CPU test checks this). The changes:
-//  * c_last: the regions whose size is fixed by (K, TMAX) first, those sized by the run-time C
-//    after them, so that in the kernel the fixed regions' addresses are compile-time constants;
-//  * raw_keys: no fp32 copies of the buffer keys: they land in padded rows of the entry type
-//    (raw_key_pitch) that the dot products and the fold read directly, and the keys' area holds
-//    the fold weights [C, kRows] fp32 instead;
-//  * split_k = false: no per-warp partial sums of the key dot products (each warp whole-K tiles).
-struct VerifySmemVariant {
-  int kd, tmax, c, esz;
-  bool c_last = false, raw_keys = false, split_k = true;
-  KVB_HOST_DEVICE static int up16(int x) { return (x + 15) / 16 * 16; }
-  KVB_HOST_DEVICE int kp() const { return kd + 4; }  // padded fp32 rows
-  // raw_keys: a landed key row's pitch in entries; 16 bytes (fp32) or 32 (bf16) of padding put the
-  // 8 rows of a tensor-core fragment load on distinct bank groups.
-  KVB_HOST_DEVICE static constexpr int raw_key_pitch(int kd, int esz) { return kd + (esz == 2 ? 16 : 4); }
-  KVB_HOST_DEVICE int keys_bytes() const { return raw_keys ? c * kRows * 4 : c * kp() * 4; }
-  KVB_HOST_DEVICE int landing_bytes() const {
-    return raw_keys ? c * raw_key_pitch(kd, esz) * esz : up16(c * (kd * esz > kRows * 4 ? kd * esz : kRows * 4));
-  }
-  KVB_HOST_DEVICE int u_bytes() const { return up16(c * kRows * esz); }
-  KVB_HOST_DEVICE int part_bytes() const { return split_k ? kVerifyWarps * key_rows_pad() * nb() * 4 : 0; }
-  // Key dot products, split over K by warp: [warps, key rows (C + TMAX, in 16-row tiles), nb] fp32.
-  KVB_HOST_DEVICE int key_rows_pad() const { return (c + tmax + 15) / 16 * 16; }
-  KVB_HOST_DEVICE int nb() const { return operand_cols(tmax); }
-  KVB_HOST_DEVICE int bp() const { return operand_pitch(kd); }
-  // Fixed regions (c_last: from 0, in this order): raw_kq, raw_v, b, scale, vu, vo, gwin, egwin, graw, beta.
-  KVB_HOST_DEVICE int fixed_end() const { return up16(c_last_beta() + tmax * 4); }
-  KVB_HOST_DEVICE int c_last_scale() const { return up16(tmax * kRows * 2 + 2 * tmax * kd * 2) + nb() * bp() * 4; }
-  KVB_HOST_DEVICE int c_last_beta() const { return c_last_scale() + 2 * tmax * 4 + 2 * tmax * tmax * 4 + 3 * tmax * 4; }
-  KVB_HOST_DEVICE int keys() const { return c_last ? fixed_end() : 0; }        // [C, kp] fp32 (raw_keys: fold weights [C, kRows])
-  KVB_HOST_DEVICE int landing() const { return keys() + keys_bytes(); }        // [C, kd] E, then w (raw_keys: [C, raw_key_pitch] E)
-  KVB_HOST_DEVICE int u() const { return landing() + landing_bytes(); }        // [C, kRows] E
-  KVB_HOST_DEVICE int wu() const { return c_last ? up16(part() + part_bytes()) : u() + u_bytes(); }  // buffer coefficients [C, TMAX]
+  KVB_HOST_DEVICE int fixed_end() const { return up16(beta() + tmax * 4); }
+  // Sized by C, after the fixed ones.
+  KVB_HOST_DEVICE int w() const { return fixed_end(); }                            // fold weights [C, kRows] fp32
+  KVB_HOST_DEVICE int keys() const { return w() + c * kRows * 4; }                 // [C, key_pitch] E
+  KVB_HOST_DEVICE int u() const { return keys() + c * key_pitch(kd, esz) * esz; }  // [C, kRows] E
+  KVB_HOST_DEVICE int part() const { return u() + up16(c * kRows * esz); }         // partial sums
+  KVB_HOST_DEVICE int wu() const { return up16(part() + kVerifyWarps * key_rows_pad() * nb() * 4); }  // buffer coefficients [C, TMAX]
   KVB_HOST_DEVICE int wo() const { return wu() + c * tmax * 4; }
-  KVB_HOST_DEVICE int vu() const { return c_last ? c_last_scale() + 2 * tmax * 4 : wo() + c * tmax * 4; }  // window coefficients [TMAX, TMAX]
-  KVB_HOST_DEVICE int vo() const { return vu() + tmax * tmax * 4; }
-  KVB_HOST_DEVICE int gbuf() const { return c_last ? wo() + c * tmax * 4 : vo() + tmax * tmax * 4; }  // G of the buffer [C]
-  KVB_HOST_DEVICE int gwin() const { return c_last ? vo() + tmax * tmax * 4 : gbuf() + up16(c * 4); }  // G of the window [TMAX]
-  KVB_HOST_DEVICE int egwin() const { return gwin() + tmax * 4; }
-  KVB_HOST_DEVICE int graw() const { return egwin() + tmax * 4; }                  // g of the window [TMAX]
-  KVB_HOST_DEVICE int beta() const { return graw() + tmax * 4; }
-  KVB_HOST_DEVICE int raw_kq() const { return c_last ? 0 : up16(beta() + tmax * 4); }  // [2 TMAX, KD] bf16
-  KVB_HOST_DEVICE int raw_v() const { return raw_kq() + 2 * tmax * kd * 2; }       // [TMAX, kRows] bf16
-  KVB_HOST_DEVICE int b() const { return up16(raw_v() + tmax * kRows * 2); }
-  KVB_HOST_DEVICE int scale() const { return b() + nb() * bp() * 4; }               // [2 T] norm scales
-  KVB_HOST_DEVICE int part() const { return c_last ? u() + u_bytes() : up16(scale() + 2 * tmax * 4); }
-  KVB_HOST_DEVICE size_t bytes() const { return c_last ? size_t(up16(gbuf() + c * 4)) : size_t(part() + part_bytes()); }
+  KVB_HOST_DEVICE int gbuf() const { return wo() + c * tmax * 4; }                 // G of the buffer [C]
+  KVB_HOST_DEVICE size_t bytes() const { return size_t(up16(gbuf() + c * 4)); }
 };
 
 // The KVBuffer commit's fold kernel (C == T): the buffer's keys, its w rows and G.

@@ -112,10 +112,10 @@ __device__ __forceinline__ void store_row_halves(S* rowA, S* rowB, int parity, f
   }
 }
 
-// The tree structure of one request row computed by warp 0, lane t = node t (lanes >= T: no node):
-// its strict-ancestor bitmask (0-based), and the depth of the deepest node (every lane), from the
-// 1-based parents p(i) of the row (null: a chain; out-of-range entries read as 0, the committed
-// state). TMAX bounds T.
+// The tree structure of one request row, computed by the calling warp, lane t = node t (lanes >= T:
+// no node): its strict-ancestor bitmask (0-based), and the depth of the deepest node (every lane),
+// from the 1-based parents p(i) of the row (null: a chain; out-of-range entries read as 0, the
+// committed state). TMAX bounds T.
 struct WindowNode {
   unsigned anc;
   int depth;

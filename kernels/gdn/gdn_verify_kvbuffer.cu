@@ -20,9 +20,13 @@
 // buf_gcum [slots, C, HV] fp32;
 // q, k [B, T, H, K], v [B, T, HV, V] bf16; g, beta [B, T, HV] fp32; out [B, T, HV, V] bf16;
 // scratch win_k [B, T, H, K] E, win_u [B, T, HV, V] E, win_gcum [B, T, HV] fp32, win_base [B, 2].
-// Block: 64 rows of one value head, 128 threads (4 lanes per row, 2 rows per thread: kernel
-// below). The key dot products, the row products S0^T [k | q], the fold and (bf16 entries) the
-// buffer terms run on the tensor cores (m16n8k8 TF32, fp32 operands split hi + lo: mma.h).
+// Launch: grid (V / 64 tiles x value heads per key head, key heads, batch rows); block: 64 rows of
+// one value head, 128 threads (4 lanes per row, 2 rows per thread: kernel below), 4 block
+// barriers, shared memory VerifySmem (gdn_launch_shape.h: the (K, TMAX) regions at compile-time
+// offsets, the C regions after them; buffer keys read as landed, in the entry type). Every warp
+// computes the window's tree for itself. The key dot products, the row products S0^T [k | q], the
+// fold and (bf16 entries) the buffer terms run on the tensor cores (m16n8k8 TF32, fp32 operands
+// split hi + lo: mma.h).
 // State dtype (docs/kvbuffer-math.md section 11): S0 is read in its type and computed with in fp32;
 // a fold (the verify's, the commit's) rounds S0 once to nearest where it writes it, and the
 // verify's products after its fold use the rounded S0 (the registers take the value written), as
@@ -36,15 +40,14 @@
 // H=16 HV=32 K=V=128, 36 layer pools in one CUDA graph, every layer's verify then one commit of all
 // layers, median): T = 4 at batch 128 120.84 us [C = 16], 2.86x the in-place classic (345.88) and
 // 3.99x classic verify + copy commit (481.66); T = 5 6.53 / 132.54 / 259.42 us at batch 1 / 128 /
-// 256 [C = 16]. Measured again at b577b47 (this kernel, one call, log v19), C = 16, batch 1 / 8 /
+// 256 [C = 16]. Measured again at b577b47 (before v20, one call, log v19), C = 16, batch 1 / 8 /
 // 64 / 128 / 256 / 512: T = 5 6.55 / 15.94 / 70.34 / 135.06 / 264.21 / 535.16 us, T = 4 5.38 /
-// 14.16 / 60.78 / 119.22 / 230.87 / 458.87 us.
-// Performance log v1..v19 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
+// 14.16 / 60.78 / 119.22 / 230.87 / 458.87 us. This body and layout, variant 2 of v20, measured
+// 127.97 us at T = 5, batch 128 (03b05a3); its checks are pending.
+// Performance log v1..v20 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
 // ("log vN" in the comments below).
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/common/common.cuh"
@@ -96,13 +99,14 @@ KVBufferArgs kvbuffer_args(const GdnVerifyKVBufferParams& p) {
 // is reduced over LN lanes (log2 LN shuffles). After the reduction the lanes of a group split its
 // rows, LN/RPT lanes per row (row r_own), compute that row's outputs, and the first of them writes
 // them.
-// Phases, marked in the body:
+// Phases, marked in the body (4 block barriers: after the window lands, after the buffer lands,
+// after phase 5's partial sums, after the coefficients):
 //   1 coordinates and slot (padding rows write zeros and exit);
 //   2 issue: window tokens and gates (cp.async group 1), S0 rows into registers, buffer entries
 //     (group 2);
 //   3 window operand B and norm scales, while the buffer is in flight;
-//   4 buffer keys to fp32; warp 0: the window's tree, the fold decision, G_t;
-//   5 key dot products (tensor cores) into the coefficients wu, wo, vu, vo;
+//   4 every warp: the window's tree, the fold decision, G_t (no barrier: each warp has its own);
+//   5 key dot products (tensor cores, buffer keys read as landed) into the coefficients wu, wo, vu, vo;
 //   6 fold of the buffer into S0 when n + depth >= C (tensor cores for bf16), written back once;
 //   7 row products S0^T [k | q] and buffer terms (tensor cores), merged, gathered per row;
 //   8 the window's forward substitution: u_t, o_t per row, outputs and candidate u;
@@ -110,46 +114,12 @@ KVBufferArgs kvbuffer_args(const GdnVerifyKVBufferParams& p) {
 // The phases stay in the kernel body: moving even phase 9 into a __device__ __forceinline__
 // function changed ptxas's registers, spills and instruction counts of most instantiations
 // (kernels/gdn/notes/gdn_verify_kvbuffer.md, "Readable rewrite").
-// EXPERIMENT ONLY (branch verify36b, removed before merging: a variant the H200 measures faster
-// becomes the only code path): fewer instructions per warp, variants of the K = 128 instantiations
-// chosen at run time by the environment variable KVBUF_GDN_VERIFY_VARIANT (0 = the kernel as
-// measured at b577b47; each variant includes the ones before it; predictions in the notes, v20):
-//   c_last:    the shared-memory layout's fixed regions at compile-time offsets for (K, TMAX), C's
-//              regions after them (VerifySmemVariant::c_last), so their addresses fold into immediates;
-//   warp_tree: every warp computes the window's tree, the fold decision and G_t for itself (warp
-//              0 still stores them for the later phases), and the buffer keys are read in their
-//              landed entry type by phase 5 and the fold (VerifySmemVariant::raw_keys: no fp32 copies):
-//              the barrier after phase 4 goes;
-//   whole_k:   phase 5 without the split over K: each warp takes whole-K (16-row, 8-column) tiles,
-//              two accumulator chains, and computes the coefficients in its epilogue: no partial
-//              sums in shared memory and their barrier goes;
-//   atomic_coef (instead of whole_k): phase 5 split over K as in 2, each warp adding its partial
-//              products, scaled and decayed, into the coefficients (zeroed in phase 2) by shared
-//              atomics in its epilogue: all warps busy, no partial sums, and their barrier goes.
-struct VerifyVariant {
-  bool c_last, warp_tree, whole_k, atomic_coef;
-  constexpr bool partial_sums() const { return !whole_k && !atomic_coef; }
-};
-constexpr VerifyVariant kVerifyVariants[] = {
-    {false, false, false, false},  // 0: current kernel
-    {true, false, false, false},   // 1: compile-time layout, C's regions last
-    {true, true, false, false},    // 2: 1 + every warp its own tree, keys read as landed
-    {true, true, true, false},     // 3: 2 + phase 5 in whole-K tiles
-    {true, true, false, true},     // 4: 2 + phase 5 split over K, coefficients by shared atomics
-};
-constexpr int kVerifyVariantCount = int(sizeof(kVerifyVariants) / sizeof(kVerifyVariants[0]));
-constexpr bool coefficients_in_epilogue_need_warp_tree() {
-  for (const VerifyVariant& v : kVerifyVariants)
-    if (!v.partial_sums() && !v.warp_tree) return false;
-  return true;
-}
-static_assert(coefficients_in_epilogue_need_warp_tree(), "the epilogue reads G_t from each warp's registers");
-
-template <int KD, int TMAX, class E, class S, int VAR = 0>
+// Every (K, TMAX, entry, state) instantiation has this one body and layout: the layout's regions
+// sized by (K, TMAX) sit at compile-time offsets, those sized by the run-time C after them.
+template <int KD, int TMAX, class E, class S>
 __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const KVBufferArgs p) {
-  constexpr VerifyVariant VV = kVerifyVariants[VAR];
   constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
-  constexpr int NT = kVerifyThreads, NF = KD / (4 * LN), KP = KD + 4, ROW_STEP = kRows / RPT;
+  constexpr int NT = kVerifyThreads, NF = KD / (4 * LN), ROW_STEP = kRows / RPT;
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
   constexpr int NB = operand_cols(TMAX), NTILES = NB / 8, BP = operand_pitch(KD);  // tensor-core operand B
   const GdnVerifyIO& io = p.io;
@@ -185,20 +155,11 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   }
   extern __shared__ float4 smem4[];
   char* smem = reinterpret_cast<char*>(smem4);
-  const auto L = [&] {  // variant 0: main's layout type (its SASS); the others the experiment's
-    if constexpr (VAR == 0) return VerifySmem{KD, TMAX, C, ESZ};
-    else return VerifySmemVariant{KD, TMAX, C, ESZ, kVerifyVariants[VAR].c_last, kVerifyVariants[VAR].warp_tree,
-                                  kVerifyVariants[VAR].partial_sums()};
-  }();
-  float* s_keys = reinterpret_cast<float*>(smem + L.keys());
-  E* s_landing = reinterpret_cast<E*>(smem + L.landing());
-  float* s_w = reinterpret_cast<float*>(smem + (VV.warp_tree ? L.keys() : L.landing()));
-  // The buffer keys as the dot products and the fold read them: fp32 copies (pitch KP) or, with
-  // warp_tree, the landed entries (padded pitch).
-  using KeyT = std::conditional_t<VV.warp_tree, E, float>;
-  constexpr int LANDING_PITCH = VV.warp_tree ? VerifySmemVariant::raw_key_pitch(KD, ESZ) : KD;
-  constexpr int KEY_PITCH = VV.warp_tree ? LANDING_PITCH : KP;
-  const KeyT* s_key_rows = reinterpret_cast<const KeyT*>(VV.warp_tree ? smem + L.landing() : smem + L.keys());
+  const VerifySmem L{KD, TMAX, C, ESZ};
+  float* s_w = reinterpret_cast<float*>(smem + L.w());
+  // The buffer keys as landed, in the entry type (padded rows), read so by phase 5 and the fold.
+  constexpr int KEY_PITCH = VerifySmem::key_pitch(KD, ESZ);
+  E* s_keys = reinterpret_cast<E*>(smem + L.keys());
   E* s_u = reinterpret_cast<E*>(smem + L.u());
   float *s_wu = reinterpret_cast<float*>(smem + L.wu()), *s_wo = reinterpret_cast<float*>(smem + L.wo());
   float *s_vu = reinterpret_cast<float*>(smem + L.vu()), *s_vo = reinterpret_cast<float*>(smem + L.vo());
@@ -212,7 +173,6 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   float* s_part = reinterpret_cast<float*>(smem + L.part());
   __shared__ int s_praw[TMAX];
   __shared__ unsigned s_anc[TMAX];
-  __shared__ int s_fold;
 
   // Phase 2, issue. Every global read of the block is issued before the first one is consumed: the window's
   // tokens and gates (cp.async group 1, independent of the pools), then the state row chunks
@@ -236,7 +196,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   const E* buf_u = static_cast<const E*>(p.buf_val) + (size_t(slot) * C * io.HV + h) * io.V + v0;
   for (int c = threadIdx.x; c < n * (KD / E16); c += NT) {
     const int j = c / (KD / E16), e = (c % (KD / E16)) * E16;
-    cp_async16(s_landing + j * LANDING_PITCH + e, buf_k + size_t(j) * io.H * KD + e);
+    cp_async16(s_keys + j * KEY_PITCH + e, buf_k + size_t(j) * io.H * KD + e);
   }
   for (int c = threadIdx.x; c < n * (kRows / E16); c += NT) {
     const int j = c / (kRows / E16), e = (c % (kRows / E16)) * E16;
@@ -244,12 +204,6 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   }
   for (int j = threadIdx.x; j < n; j += NT) cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * io.HV + h);
   cp_async_commit();
-  if constexpr (VV.atomic_coef) {  // phase 5 adds into the coefficients
-    float *s_wu0 = reinterpret_cast<float*>(smem + L.wu()), *s_wo0 = reinterpret_cast<float*>(smem + L.wo());
-    float *s_vu0 = reinterpret_cast<float*>(smem + L.vu()), *s_vo0 = reinterpret_cast<float*>(smem + L.vo());
-    for (int idx = threadIdx.x; idx < n * TMAX; idx += NT) s_wu0[idx] = s_wo0[idx] = 0.f;
-    for (int idx = threadIdx.x; idx < TMAX * TMAX; idx += NT) s_vu0[idx] = s_vo0[idx] = 0.f;
-  }
   cp_async_wait_group<1>();
   __syncthreads();
   // Phase 3, window operand B. Tensor-core operand B and the norm scales in one pass: column c < T holds the raw key c,
@@ -294,65 +248,31 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       if (vec[k] >= 0 && lane == 0) s_scale[vec[k]] = rsqrtf(ss[k] + 1e-6f) * (vec[k] >= T ? rsqrtf(float(KD)) : 1.f);
     }
   }
-  // Phase 4, buffer keys and the window's tree.
+  // Phase 4, the window's tree, the fold decision and G_t, lane t = node t, once the buffer has
+  // landed: every warp computes them for itself, so no barrier follows; warp 0 stores them for the
+  // phases after phase 5's barrier.
   cp_async_wait_group<0>();
   __syncthreads();
-  if constexpr (!VV.warp_tree)
-    for (int idx = threadIdx.x; idx < n * (KD / 4); idx += NT) {
-      const int j = idx / (KD / 4), e = (idx % (KD / 4)) * 4;
-      *reinterpret_cast<float4*>(s_keys + j * KP + e) = load4(s_landing + j * KD + e);
-    }
-  // The window's tree, the fold decision and G_t, lane t = node t: warp 0 (stored for the other
-  // warps, after a barrier) or, with warp_tree, every warp for itself (warp 0 stores them for the
-  // phases after the next barrier). Two copies while the experiment runs, so that variant 0's
-  // SASS stays main's.
-  bool fold_w = false;
-  float G = 0.f;
-  unsigned anc_w = 0u;
-  if constexpr (VV.warp_tree) {
+  const WindowNode node = window_node<TMAX>(T, io.parents ? s_praw : nullptr);
+  const bool fold = verify_folds_first(C, node.depth, n);
+  {
     const int t = threadIdx.x & 31;
-    const WindowNode node = window_node<TMAX>(T, io.parents ? s_praw : nullptr);
-    fold_w = verify_folds_first(C, node.depth, n);
-    const float g_base = (!fold_w && n > 0) ? s_gbuf[n - 1] : 0.f;
+    const float g_base = (!fold && n > 0) ? s_gbuf[n - 1] : 0.f;
     const float g_t = t < T ? s_graw[t] : 0.f;
-    G = g_base + g_t;
+    float G = g_base + g_t;
 #pragma unroll
     for (int a = 0; a < TMAX; ++a) {
       const float g_a = __shfl_sync(0xffffffffu, g_t, a);
       if ((node.anc >> a) & 1u) G += g_a;
     }
-    anc_w = node.anc;
     if (threadIdx.x < T) {
       s_anc[t] = node.anc;
       s_gwin[t] = G;
       s_egwin[t] = expf(G);
     }
-  } else {
-    if (threadIdx.x < 32) {  // warp 0: the window's tree, the fold decision and G_t, lane t = node t
-      const int t = threadIdx.x;
-      const WindowNode node = window_node<TMAX>(T, io.parents ? s_praw : nullptr);
-      const bool fold = verify_folds_first(C, node.depth, n);
-      const float g_base = (!fold && n > 0) ? s_gbuf[n - 1] : 0.f;
-      const float g_t = t < T ? s_graw[t] : 0.f;
-      float G0 = g_base + g_t;
-#pragma unroll
-      for (int a = 0; a < TMAX; ++a) {
-        const float g_a = __shfl_sync(0xffffffffu, g_t, a);
-        if ((node.anc >> a) & 1u) G0 += g_a;
-      }
-      if (t < T) {
-        s_anc[t] = node.anc;
-        s_gwin[t] = G0;
-        s_egwin[t] = expf(G0);
-      }
-      if (t == 0) s_fold = fold;
-    }
-    __syncthreads();
   }
-
-  const bool fold = VV.warp_tree ? fold_w : bool(s_fold);
   const int n_eff = fold ? 0 : n;
-  if (fold) {  // the landing area is free now: fold weights w_j[r] = e^{G_n - G_j} u_j[r]
+  if (fold) {  // fold weights w_j[r] = e^{G_n - G_j} u_j[r]
     const float g_n = s_gbuf[n - 1];
     for (int idx = threadIdx.x; idx < n * kRows; idx += NT)
       s_w[idx] = expf(g_n - s_gbuf[idx / kRows]) * to_f32(s_u[idx]);
@@ -367,171 +287,75 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // a (row, column) pair, scales and decays them into wu, wo (buffer entry j, token t) or vu, vo
   // (node s, token t, ancestors and s = t only).
   const int key_rows = n_eff + T, key_tiles = (key_rows + 15) / 16;
-  // warp_tree: operand A's row R from column 16 i + 4 tq, a landed buffer key (R < n_eff) or a
-  // raw window key (operand B's rows), read as fp32.
-  struct ARows {
-    const KeyT* key[2];
-    const float* win[2];
-    bool live[2], buf[2];
-  };
-  const auto a_rows = [&](int mt, int g, int tq) {
-    ARows a;
+  {
+    // Operand A's row R from column 16 i + 4 tq: a landed buffer key (R < n_eff) or a raw window
+    // key (operand B's rows), read as fp32; rows past key_rows read zeros.
+    struct ARows {
+      const E* key[2];
+      const float* win[2];
+      bool live[2], buf[2];
+    };
+    const auto a_rows = [&](int mt, int g, int tq) {
+      ARows a;
 #pragma unroll
-    for (int h8 = 0; h8 < 2; ++h8) {
-      const int R = mt * 16 + g + 8 * h8;
-      a.live[h8] = R < key_rows;
-      a.buf[h8] = R < n_eff;
-      a.key[h8] = s_key_rows + (a.buf[h8] ? R : 0) * KEY_PITCH + 4 * tq;
-      a.win[h8] = s_b + (a.live[h8] && !a.buf[h8] ? R - n_eff : 0) * BP + 4 * tq;
-    }
-    return a;
-  };
-  const auto a_load = [](const ARows& a, int h8, int i) {
-    return !a.live[h8] ? make_float4(0.f, 0.f, 0.f, 0.f) : a.buf[h8] ? load4(a.key[h8] + 16 * i) : load4(a.win[h8] + 16 * i);
-  };
-  // Without partial sums: the coefficients of fragment (mt, nt) of the key dot products (whole, or
-  // with atomic_coef this warp's part over K, added), written or added by the lane that holds them;
-  // G_t and the ancestor masks come from the warp's own registers (lane t = node t), the rest as in
-  // the loop after the partial sums below. All lanes of the warp take part (shuffles).
-  const auto coefficients = [&](int mt, int nt, int g, int tq, const float (&dots)[4]) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int R = mt * 16 + g + 8 * (e / 2), c = nt * 8 + 2 * tq + e % 2;
-      const bool is_q = c >= TMAX;
-      const int t = is_q ? c - TMAX : c, sn = R - n_eff;
-      const float g_t = __shfl_sync(0xffffffffu, G, t & 31), g_sn = __shfl_sync(0xffffffffu, G, sn & 31);
-      const unsigned anc_t = __shfl_sync(0xffffffffu, anc_w, t & 31);
-      if (R >= key_rows || c >= 2 * TMAX || t >= T) continue;
-      const float dot = dots[e] * s_scale[is_q ? T + t : t];
-      float* dst;
-      float v;
-      if (R < n_eff) {
-        dst = (is_q ? s_wo : s_wu) + R * TMAX + t;
-        v = expf(g_t - s_gbuf[R]) * dot;
-      } else {
-        const bool needed = (((anc_t >> sn) & 1u) || sn == t) && !(sn == t && !is_q);
-        dst = (is_q ? s_vo : s_vu) + sn * TMAX + t;
-        v = needed ? expf(g_t - g_sn) * dot * s_scale[sn] : 0.f;
+      for (int h8 = 0; h8 < 2; ++h8) {
+        const int R = mt * 16 + g + 8 * h8;
+        a.live[h8] = R < key_rows;
+        a.buf[h8] = R < n_eff;
+        a.key[h8] = s_keys + (a.buf[h8] ? R : 0) * KEY_PITCH + 4 * tq;
+        a.win[h8] = s_b + (a.live[h8] && !a.buf[h8] ? R - n_eff : 0) * BP + 4 * tq;
       }
-      if constexpr (kVerifyVariants[VAR].atomic_coef) atomicAdd(dst, v);
-      else *dst = v;
-    }
-  };
-  if constexpr (VV.whole_k) {
-    // Each warp whole-K (16-row, 8-column) tiles (mt, nt), its k-steps in two accumulator chains
-    // (even and odd 16-column chunks), and the coefficients in its epilogue: G_t and the ancestor
-    // masks come from the warp's own registers (lane t = node t), the rest as in the loop below.
+      return a;
+    };
+    const auto a_load = [](const ARows& a, int h8, int i) {
+      return !a.live[h8] ? make_float4(0.f, 0.f, 0.f, 0.f) : a.buf[h8] ? load4(a.key[h8] + 16 * i) : load4(a.win[h8] + 16 * i);
+    };
     constexpr bool kExactKeys = sizeof(E) == 2;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    for (int pr = warp; pr < key_tiles * NTILES; pr += kVerifyWarps) {
-      const int mt = pr / NTILES, nt = pr % NTILES;
+    float* part = s_part + warp * L.key_rows_pad() * NB;
+    for (int mt = 0; mt < key_tiles; ++mt) {
       const ARows a = a_rows(mt, g, tq);
-      float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
-      // Fully unrolled (spills 40 bytes at T = 5, 24 at T = 4); a loop of chunk pairs or of four
-      // chunks spilled more (68 and 120 bytes at T = 5).
+      float d[NTILES][4];
 #pragma unroll
-      for (int i = 0; i < NF; ++i) {
+      for (int nt = 0; nt < NTILES; ++nt) d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.f;
+#pragma unroll
+      for (int i = warp; i < NF; i += kVerifyWarps) {
         const float4 r0 = a_load(a, 0, i), r1 = a_load(a, 1, i);
-        const float4 bf = load4(s_b + (nt * 8 + g) * BP + 4 * tq + 16 * i);
-        float(&d)[4] = i % 2 ? d1 : d0;
-        mma_tf32_a<kExactKeys>(d, r0.x, r1.x, r0.y, r1.y, bf.x, bf.y);
-        mma_tf32_a<kExactKeys>(d, r0.z, r1.z, r0.w, r1.w, bf.z, bf.w);
-      }
-      float dot[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dot[e] = d0[e] + d1[e];
-      coefficients(mt, nt, g, tq, dot);
-    }
-  } else {
-    if constexpr (!VV.warp_tree)  // main's code (variant 0's SASS) while the experiment runs
-    {
-      constexpr bool kExactKeys = sizeof(E) == 2;
-      const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-      float* part = s_part + warp * L.key_rows_pad() * NB;
-      for (int mt = 0; mt < key_tiles; ++mt) {
-        const float* a_row[2];
-        bool a_live[2];
-#pragma unroll
-        for (int h8 = 0; h8 < 2; ++h8) {
-          const int R = mt * 16 + g + 8 * h8;
-          a_live[h8] = R < key_rows;
-          a_row[h8] = (R < n_eff ? s_keys + R * KP : s_b + (a_live[h8] ? R - n_eff : 0) * BP) + 4 * tq;
-        }
-        float d[NTILES][4];
-#pragma unroll
-        for (int nt = 0; nt < NTILES; ++nt) d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.f;
-#pragma unroll
-        for (int i = warp; i < NF; i += kVerifyWarps) {
-          const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-          const float4 r0 = a_live[0] ? *reinterpret_cast<const float4*>(a_row[0] + 16 * i) : zero;
-          const float4 r1 = a_live[1] ? *reinterpret_cast<const float4*>(a_row[1] + 16 * i) : zero;
-#pragma unroll
-          for (int nt = 0; nt < NTILES; ++nt) {
-            const float4 bf = *reinterpret_cast<const float4*>(s_b + (nt * 8 + g) * BP + 4 * tq + 16 * i);
-            // A window row (raw bf16 key) is exact either way; split only for fp32 buffer keys.
-            mma_tf32_a<kExactKeys>(d[nt], r0.x, r1.x, r0.y, r1.y, bf.x, bf.y);
-            mma_tf32_a<kExactKeys>(d[nt], r0.z, r1.z, r0.w, r1.w, bf.z, bf.w);
-          }
-        }
 #pragma unroll
         for (int nt = 0; nt < NTILES; ++nt) {
-          float* p0 = part + (mt * 16 + g) * NB + nt * 8 + 2 * tq;
-          *reinterpret_cast<float2*>(p0) = make_float2(d[nt][0], d[nt][1]);
-          *reinterpret_cast<float2*>(p0 + 8 * NB) = make_float2(d[nt][2], d[nt][3]);
+          const float4 bf = *reinterpret_cast<const float4*>(s_b + (nt * 8 + g) * BP + 4 * tq + 16 * i);
+          // A window row (raw bf16 key) is exact either way; split only for fp32 buffer keys.
+          mma_tf32_a<kExactKeys>(d[nt], r0.x, r1.x, r0.y, r1.y, bf.x, bf.y);
+          mma_tf32_a<kExactKeys>(d[nt], r0.z, r1.z, r0.w, r1.w, bf.z, bf.w);
         }
       }
+#pragma unroll
+      for (int nt = 0; nt < NTILES; ++nt) {
+        float* p0 = part + (mt * 16 + g) * NB + nt * 8 + 2 * tq;
+        *reinterpret_cast<float2*>(p0) = make_float2(d[nt][0], d[nt][1]);
+        *reinterpret_cast<float2*>(p0 + 8 * NB) = make_float2(d[nt][2], d[nt][3]);
+      }
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < key_rows * 2 * TMAX; idx += NT) {
+    const int R = idx / (2 * TMAX), c = idx % (2 * TMAX);
+    const bool is_q = c >= TMAX;
+    const int t = is_q ? c - TMAX : c;
+    if (t >= T) continue;
+    float dot = 0.f;
+#pragma unroll
+    for (int w = 0; w < kVerifyWarps; ++w) dot += s_part[(w * L.key_rows_pad() + R) * NB + c];
+    dot *= s_scale[is_q ? T + t : t];
+    if (R < n_eff) {
+      const float decay = expf(s_gwin[t] - s_gbuf[R]);
+      (is_q ? s_wo : s_wu)[R * TMAX + t] = decay * dot;
     } else {
-      constexpr bool kExactKeys = sizeof(E) == 2;
-      const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-      float* part = s_part + warp * L.key_rows_pad() * NB;
-      for (int mt = 0; mt < key_tiles; ++mt) {
-        const ARows a = a_rows(mt, g, tq);
-        float d[NTILES][4];
-#pragma unroll
-        for (int nt = 0; nt < NTILES; ++nt) d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.f;
-#pragma unroll
-        for (int i = warp; i < NF; i += kVerifyWarps) {
-          const float4 r0 = a_load(a, 0, i), r1 = a_load(a, 1, i);
-#pragma unroll
-          for (int nt = 0; nt < NTILES; ++nt) {
-            const float4 bf = *reinterpret_cast<const float4*>(s_b + (nt * 8 + g) * BP + 4 * tq + 16 * i);
-            // A window row (raw bf16 key) is exact either way; split only for fp32 buffer keys.
-            mma_tf32_a<kExactKeys>(d[nt], r0.x, r1.x, r0.y, r1.y, bf.x, bf.y);
-            mma_tf32_a<kExactKeys>(d[nt], r0.z, r1.z, r0.w, r1.w, bf.z, bf.w);
-          }
-        }
-#pragma unroll
-        for (int nt = 0; nt < NTILES; ++nt) {
-          if constexpr (VV.atomic_coef) {
-            coefficients(mt, nt, g, tq, d[nt]);
-          } else {
-            float* p0 = part + (mt * 16 + g) * NB + nt * 8 + 2 * tq;
-            *reinterpret_cast<float2*>(p0) = make_float2(d[nt][0], d[nt][1]);
-            *reinterpret_cast<float2*>(p0 + 8 * NB) = make_float2(d[nt][2], d[nt][3]);
-          }
-        }
-      }
-    }
-    if constexpr (VV.partial_sums()) __syncthreads();
-    for (int idx = threadIdx.x; VV.partial_sums() && idx < key_rows * 2 * TMAX; idx += NT) {
-      const int R = idx / (2 * TMAX), c = idx % (2 * TMAX);
-      const bool is_q = c >= TMAX;
-      const int t = is_q ? c - TMAX : c;
-      if (t >= T) continue;
-      float dot = 0.f;
-#pragma unroll
-      for (int w = 0; w < kVerifyWarps; ++w) dot += s_part[(w * L.key_rows_pad() + R) * NB + c];
-      dot *= s_scale[is_q ? T + t : t];
-      if (R < n_eff) {
-        const float decay = expf(s_gwin[t] - s_gbuf[R]);
-        (is_q ? s_wo : s_wu)[R * TMAX + t] = decay * dot;
-      } else {
-        const int sn = R - n_eff;
-        const bool needed = ((s_anc[t] >> sn) & 1u) || sn == t;
-        const float v = needed ? expf(s_gwin[t] - s_gwin[sn]) * dot * s_scale[sn] : 0.f;
-        if (is_q) s_vo[sn * TMAX + t] = v;
-        else s_vu[sn * TMAX + t] = sn != t ? v : 0.f;
-      }
+      const int sn = R - n_eff;
+      const bool needed = ((s_anc[t] >> sn) & 1u) || sn == t;
+      const float v = needed ? expf(s_gwin[t] - s_gwin[sn]) * dot * s_scale[sn] : 0.f;
+      if (is_q) s_vo[sn * TMAX + t] = v;
+      else s_vu[sn * TMAX + t] = sn != t ? v : 0.f;
     }
   }
   __syncthreads();
@@ -556,8 +380,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
         const int j0 = 8 * ks + part, j1 = j0 + 4;
         const Tf32Split a = tf32_split(j0 < n ? s_w[j0 * kRows + group] : 0.f, j0 < n ? s_w[j0 * kRows + group + ROW_STEP] : 0.f,
                                        j1 < n ? s_w[j1 * kRows + group] : 0.f, j1 < n ? s_w[j1 * kRows + group + ROW_STEP] : 0.f);
-        const KeyT* key0 = s_key_rows + j0 * KEY_PITCH + 4 * (g / 2) + g % 2;
-        const KeyT* key1 = s_key_rows + j1 * KEY_PITCH + 4 * (g / 2) + g % 2;
+        const E* key0 = s_keys + j0 * KEY_PITCH + 4 * (g / 2) + g % 2;
+        const E* key1 = s_keys + j1 * KEY_PITCH + 4 * (g / 2) + g % 2;
 #pragma unroll
         for (int i = 0; i < NF; ++i) {
           float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
@@ -572,7 +396,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
         float wj[RPT];
 #pragma unroll
         for (int k = 0; k < RPT; ++k) wj[k] = s_w[j * kRows + group + k * ROW_STEP];
-        const float4* key = reinterpret_cast<const float4*>(s_key_rows + j * KEY_PITCH);
+        const float4* key = reinterpret_cast<const float4*>(s_keys + j * KEY_PITCH);
 #pragma unroll
         for (int i = 0; i < NF; ++i) {
           const float4 kf = key[LN * i + part];
@@ -882,47 +706,10 @@ void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, dim3 b
   launch_kernel(kernel, blocks, dim3(unsigned(threads)), smem, stream, programmatic_dependent, kvbuffer_args(p));
 }
 
-// EXPERIMENT ONLY (see kVerifyVariants): the variant named by KVBUF_GDN_VERIFY_VARIANT (read once;
-// unset or empty: 0), a value outside the table refused.
-int verify_variant() {
-  static const int variant = [] {
-    const char* text = std::getenv("KVBUF_GDN_VERIFY_VARIANT");
-    if (!text || !*text) return 0;
-    char* end = nullptr;
-    const long v = std::strtol(text, &end, 10);
-    if (*end != '\0' || v < 0 || v >= kVerifyVariantCount)
-      throw std::invalid_argument("KVBUF_GDN_VERIFY_VARIANT = '" + std::string(text) + "' (0.." +
-                                  std::to_string(kVerifyVariantCount - 1) + ")");
-    return int(v);
-  }();
-  return variant;
-}
-
-template <int KD, int TMAX, class E, class S, int VAR>
-void launch_variant(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t stream) {
-  constexpr VerifyVariant VV = kVerifyVariants[VAR];
-  const size_t smem = VAR == 0 ? VerifySmem{KD, TMAX, p.capacity, int(sizeof(E))}.bytes()
-                                : VerifySmemVariant{KD, TMAX, p.capacity, int(sizeof(E)), VV.c_last, VV.warp_tree,
-                                                    VV.partial_sums()}.bytes();
-  launch(gdn_verify_kvbuffer_kernel<KD, TMAX, E, S, VAR>, p, smem, blocks, kVerifyThreads, stream, true);
-}
-
 template <int KD, int TMAX, class E, class S>
 void launch_tmax(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t stream) {
-  // Variants are built for the sweep's shapes only (K = 128, fp32 and bf16 states, T = 3..5), to
-  // bound the build time; every other launch runs variant 0.
-  if constexpr (KD == 128 && !std::is_same_v<S, __half> && (TMAX == 4 || TMAX == 5)) {
-    switch (verify_variant()) {
-      case 1: return launch_variant<KD, TMAX, E, S, 1>(p, blocks, stream);
-      case 2: return launch_variant<KD, TMAX, E, S, 2>(p, blocks, stream);
-      case 3: return launch_variant<KD, TMAX, E, S, 3>(p, blocks, stream);
-      case 4: return launch_variant<KD, TMAX, E, S, 4>(p, blocks, stream);
-      default: break;
-    }
-  } else {
-    verify_variant();  // refuses a bad value whatever the shape
-  }
-  launch_variant<KD, TMAX, E, S, 0>(p, blocks, stream);
+  const size_t smem = VerifySmem{KD, TMAX, p.capacity, int(sizeof(E))}.bytes();
+  launch(gdn_verify_kvbuffer_kernel<KD, TMAX, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
 }
 
 template <int KD, class E, class S>

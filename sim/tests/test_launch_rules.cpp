@@ -337,77 +337,67 @@ TEST(GpuFileKey, DriverNamesMapToTheCatalog) {
 namespace kvbuf {
 namespace {
 
-// The GDN KVBuffer verify experiment's shared-memory carve-up (VerifySmemVariant) in each of its
-// forms (today's order, equal to VerifySmem's; the c_last order, raw landed keys, no partial sums): the regions are disjoint, inside
-// bytes(), 16-byte aligned where the kernel copies or loads 16 bytes, and in the c_last order the
-// fixed regions' offsets do not depend on C. Each region: (offset, size in bytes, alignment).
+// The GDN KVBuffer verify's shared-memory carve-up (VerifySmem) for every shape the kernel is built
+// for (K, T = 1..8 and its TMAX, entry size, T <= C <= 64): the regions are disjoint, inside bytes(),
+// 16-byte aligned where the kernel copies or loads 16 bytes (landed key rows too: their pitch in
+// bytes), and the fixed regions' offsets (those the kernel takes as compile-time constants) do not
+// depend on C. Each region: (offset, size in bytes, alignment).
 TEST(GdnVerifySmem, RegionsDisjointAlignedAndFixedOnesIndependentOfC) {
   using gdn_verify_detail::kRows;
   using gdn_verify_detail::kVerifyWarps;
   using gdn_verify_detail::VerifySmem;
-  using gdn_verify_detail::VerifySmemVariant;
   struct Region {
     const char* name;
     int at, size, align;
   };
   for (int kd : {64, 128})
-    for (int tmax : {2, 4, 5, 6, 8})
-      for (int esz : {2, 4})
-        for (int flags = 0; flags < 8; ++flags)
-          for (int c = tmax; c <= 64; ++c) {
-            const bool c_last = flags & 1, raw = flags & 2, split = !(flags & 4);
-            const VerifySmemVariant L{kd, tmax, c, esz, c_last, raw, split};
-            SCOPED_TRACE("K " + std::to_string(kd) + " TMAX " + std::to_string(tmax) + " esz " + std::to_string(esz) +
-                         " C " + std::to_string(c) + " flags " + std::to_string(flags));
-            const int land = raw ? c * VerifySmemVariant::raw_key_pitch(kd, esz) * esz : c * kd * esz;
-            std::vector<Region> rs = {
-                {"keys", L.keys(), raw ? c * kRows * 4 : c * L.kp() * 4, 16},
-                {"landing", L.landing(), std::max(land, raw ? 0 : c * kRows * 4), 16},
-                {"u", L.u(), c * kRows * esz, 16},
-                {"wu", L.wu(), c * tmax * 4, 4},
-                {"wo", L.wo(), c * tmax * 4, 4},
-                {"vu", L.vu(), tmax * tmax * 4, 4},
-                {"vo", L.vo(), tmax * tmax * 4, 4},
-                {"gbuf", L.gbuf(), c * 4, 4},
-                {"gwin", L.gwin(), tmax * 4, 4},
-                {"egwin", L.egwin(), tmax * 4, 4},
-                {"graw", L.graw(), tmax * 4, 4},
-                {"beta", L.beta(), tmax * 4, 4},
-                {"raw_kq", L.raw_kq(), 2 * tmax * kd * 2, 16},
-                {"raw_v", L.raw_v(), tmax * kRows * 2, 16},
-                {"b", L.b(), L.nb() * L.bp() * 4, 16},
-                {"scale", L.scale(), 2 * tmax * 4, 4},
-                {"part", L.part(), split ? kVerifyWarps * L.key_rows_pad() * L.nb() * 4 : 0, 8}};
-            if (raw) EXPECT_EQ(VerifySmemVariant::raw_key_pitch(kd, esz) * esz % 16, 0);
-            for (size_t i = 0; i < rs.size(); ++i) {
-              EXPECT_EQ(rs[i].at % rs[i].align, 0) << rs[i].name;
-              EXPECT_GE(rs[i].at, 0) << rs[i].name;
-              EXPECT_LE(size_t(rs[i].at + rs[i].size), L.bytes()) << rs[i].name;
-              for (size_t j = 0; j < i; ++j)
-                if (rs[i].size > 0 && rs[j].size > 0)
-                  EXPECT_TRUE(rs[i].at + rs[i].size <= rs[j].at || rs[j].at + rs[j].size <= rs[i].at)
-                      << rs[i].name << " overlaps " << rs[j].name;
-            }
-            if (c_last) {
-              const VerifySmemVariant L1{kd, tmax, 1, esz, c_last, raw, split};
-              for (auto [a, b] : {std::pair{L.raw_kq(), L1.raw_kq()}, {L.raw_v(), L1.raw_v()}, {L.b(), L1.b()},
-                                  {L.scale(), L1.scale()}, {L.vu(), L1.vu()}, {L.vo(), L1.vo()}, {L.gwin(), L1.gwin()},
-                                  {L.egwin(), L1.egwin()}, {L.graw(), L1.graw()}, {L.beta(), L1.beta()}, {L.keys(), L1.keys()}})
-                EXPECT_EQ(a, b);
-            }
-            if (flags == 0) {  // all flags off: the kernel's own layout (VerifySmem), region for region
-              const VerifySmem M{kd, tmax, c, esz};
-              for (auto [a, b] : {std::pair{L.keys(), M.keys()}, {L.landing(), M.landing()}, {L.u(), M.u()},
-                                  {L.wu(), M.wu()}, {L.wo(), M.wo()}, {L.vu(), M.vu()}, {L.vo(), M.vo()},
-                                  {L.gbuf(), M.gbuf()}, {L.gwin(), M.gwin()}, {L.egwin(), M.egwin()},
-                                  {L.graw(), M.graw()}, {L.beta(), M.beta()}, {L.raw_kq(), M.raw_kq()},
-                                  {L.raw_v(), M.raw_v()}, {L.b(), M.b()}, {L.scale(), M.scale()}, {L.part(), M.part()}})
-                EXPECT_EQ(a, b);
-              EXPECT_EQ(L.bytes(), M.bytes());
-            }
+    for (int T = 1; T <= 8; ++T)
+      for (int esz : {2, 4}) {
+        const int tmax = gdn_verify_detail::verify_tmax(T);
+        const int pitch_bytes = VerifySmem::key_pitch(kd, esz) * esz;
+        EXPECT_EQ(pitch_bytes % 16, 0) << "K " << kd << " esz " << esz;
+        EXPECT_GE(pitch_bytes, kd * esz);
+        for (int c = T; c <= 64; ++c) {
+          const VerifySmem L{kd, tmax, c, esz};
+          SCOPED_TRACE("K " + std::to_string(kd) + " TMAX " + std::to_string(tmax) + " esz " + std::to_string(esz) +
+                       " C " + std::to_string(c));
+          const std::vector<Region> rs = {
+              {"raw_kq", L.raw_kq(), 2 * tmax * kd * 2, 16},
+              {"raw_v", L.raw_v(), tmax * kRows * 2, 16},
+              {"b", L.b(), L.nb() * L.bp() * 4, 16},
+              {"scale", L.scale(), 2 * tmax * 4, 4},
+              {"vu", L.vu(), tmax * tmax * 4, 4},
+              {"vo", L.vo(), tmax * tmax * 4, 4},
+              {"gwin", L.gwin(), tmax * 4, 4},
+              {"egwin", L.egwin(), tmax * 4, 4},
+              {"graw", L.graw(), tmax * 4, 4},
+              {"beta", L.beta(), tmax * 4, 4},
+              {"w", L.w(), c * kRows * 4, 16},
+              {"keys", L.keys(), c * pitch_bytes, 16},
+              {"u", L.u(), c * kRows * esz, 16},
+              {"part", L.part(), kVerifyWarps * L.key_rows_pad() * L.nb() * 4, 8},
+              {"wu", L.wu(), c * tmax * 4, 4},
+              {"wo", L.wo(), c * tmax * 4, 4},
+              {"gbuf", L.gbuf(), c * 4, 4}};
+          for (size_t i = 0; i < rs.size(); ++i) {
+            EXPECT_EQ(rs[i].at % rs[i].align, 0) << rs[i].name;
+            EXPECT_GE(rs[i].at, 0) << rs[i].name;
+            EXPECT_LE(size_t(rs[i].at + rs[i].size), L.bytes()) << rs[i].name;
+            for (size_t j = 0; j < i; ++j)
+              EXPECT_TRUE(rs[i].at + rs[i].size <= rs[j].at || rs[j].at + rs[j].size <= rs[i].at)
+                  << rs[i].name << " overlaps " << rs[j].name;
           }
-  // Today's order is the one the kernel was measured with: its size at the sweep's shape.
-  EXPECT_EQ((VerifySmem{128, 5, 16, 2}.bytes()), size_t(36240));
+          EXPECT_GE(L.key_rows_pad(), c + tmax);
+          EXPECT_EQ(L.key_rows_pad() % 16, 0);
+          const VerifySmem L1{kd, tmax, 1, esz};
+          for (auto [a, b] : {std::pair{L.raw_kq(), L1.raw_kq()}, {L.raw_v(), L1.raw_v()}, {L.b(), L1.b()},
+                              {L.scale(), L1.scale()}, {L.vu(), L1.vu()}, {L.vo(), L1.vo()}, {L.gwin(), L1.gwin()},
+                              {L.egwin(), L1.egwin()}, {L.graw(), L1.graw()}, {L.beta(), L1.beta()}, {L.w(), L1.w()}})
+            EXPECT_EQ(a, b);
+        }
+      }
+  // The size at the sweep's shape (K = 128, T = 5, C = 16, bf16 entries) as measured (v20, variant 2).
+  EXPECT_EQ((VerifySmem{128, 5, 16, 2}.bytes()), size_t(32384));
 }
 
 }  // namespace
