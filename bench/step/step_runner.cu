@@ -179,9 +179,9 @@ bool StepRunner::prepare(const StepPoint& p, std::string* why) {
   m.ps.reset();
   KVB_CUDA_CHECK(cudaDeviceSynchronize());
   const RankShapes& r = m.r;
-  MemoryPlan plan = memory_plan(r, p);
-  plan.weights = 0;  // already allocated: free memory excludes them
-  const std::string refusal = memory_refusal(plan, double(gpu_free_bytes()));
+  const MemoryPlan plan = memory_plan(r, p);
+  // The weights are allocated already: compare the whole plan with what was free before them.
+  const std::string refusal = memory_refusal(plan, double(gpu_free_bytes()) + m.weight_bytes);
   if (!refusal.empty()) {
     *why = refusal;
     return false;
