@@ -100,6 +100,12 @@ std::vector<StepProfile> read_step_profiles(const std::string& path) {
   for (const CsvRow& r : rows) {
     ++line;
     const std::string where = "step CSV '" + path + "' line " + std::to_string(line) + ": ";
+    // A point the runner could not measure (memory) is a row with its reason and no numbers.
+    if (r.at("measured_step_us").empty()) {
+      const auto note = r.find("note");
+      if (note != r.end() && note->second.rfind("skipped", 0) == 0) continue;
+      throw bad(where + "measured_step_us is empty and the note gives no reason (skipped: ...)");
+    }
     StepProfile p;
     try {
       auto num = [&](const char* c) {
