@@ -8,16 +8,17 @@
 //   projections, MLP / MoE, LM head: weight bytes read per step (MoE: the expected distinct experts
 //       touched by the step's tokens under uniform routing) or GEMM time where compute-bound;
 //   per-layer kernel overhead and, at TP > 1, two all-reduces per layer.
+// Given an operator profile (sim/step_profile.h), the full-attention, GEMM/MoE and elementwise
+// (overhead) terms are the measured operators' where the profile covers the configuration.
 // Speculative decoding verifies T tokens per request per step (the last accepted token and T - 1
 // drafts) and emits m of them, m = 1 + the leading drafts accepted, E[m] = (1 - a^T) / (1 - a).
 #pragma once
 #include <array>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <memory>
 
 #include "sim/catalog.h"
 #include "sim/gpus.h"
