@@ -249,4 +249,73 @@ TEST(KvbufCalibrateStep, BadInputExitsTwo) {
   expect_usage_error("calibrate-step --step-csv " + few.string() + " --holdout model", "at least");
 }
 
+// A copy of the step CSV with one column's values replaced.
+fs::path with_column(const std::string& name, const std::string& column, const std::string& value) {
+  std::istringstream in(slurp(kStepCsv));
+  std::string line, out;
+  int index = -1;
+  while (std::getline(in, line)) {
+    std::vector<std::string> fields;
+    std::stringstream ls(line);
+    for (std::string f; std::getline(ls, f, ',');) fields.push_back(f);
+    if (index < 0) {
+      index = int(std::find(fields.begin(), fields.end(), column) - fields.begin());
+    } else if (index < int(fields.size())) {
+      fields[index] = value;
+    }
+    for (size_t i = 0; i < fields.size(); ++i) out += (i ? "," : "") + fields[i];
+    out += line.back() == ',' ? ",\n" : "\n";
+  }
+  return write(name, out);
+}
+
+TEST(KvbufValidateStep, LeavePointOutAndSeparateRun) {
+  const fs::path csv = scratch() / "profile_validation.csv";
+  const SimRun r = kvbuf("validate-step --step-csv " + kStepCsv + " --out " + csv.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("profile leave-point-out"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("speedup within 10%:"), std::string::npos) << r.out;
+  const std::string text = slurp(csv);
+  EXPECT_EQ(text.rfind("profile,profile_points,model,", 0), 0u);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 120);
+  // The CSV's own terms as a separate run: each step is its terms' sum, within 12% everywhere.
+  const SimRun same = kvbuf("validate-step --step-csv " + kStepCsv + " --profile " + kStepCsv + " --require-within 0.12");
+  EXPECT_EQ(same.status, 0) << same.out << same.err;
+  EXPECT_NE(same.out.find("profile separate-run"), std::string::npos) << same.out;
+  // Without the GEMM term the same check fails.
+  const fs::path no_gemm = with_column("step_no_gemm.csv", "measured_gemm_us", "0");
+  const SimRun dropped =
+      kvbuf("validate-step --step-csv " + kStepCsv + " --profile " + no_gemm.string() + " --require-within 0.12");
+  EXPECT_EQ(dropped.status, 1) << dropped.out << dropped.err;
+  EXPECT_NE(dropped.out.find("FAILED"), std::string::npos) << dropped.out;
+}
+
+TEST(KvbufValidateStep, BadInputExitsTwo) {
+  expect_usage_error("validate-step --step-csv /nonexistent/step.csv", "--step-csv");
+  expect_usage_error("validate-step --step-csv " + kStepCsv + " --profile /nonexistent/terms.csv", "--profile");
+  const fs::path terms_only = with_column("step_terms_only.csv", "measured_step_us", "");
+  expect_usage_error("validate-step --step-csv " + terms_only.string(), "no row with a measured whole step");
+  const fs::path negative = with_column("step_negative.csv", "measured_attention_us", "-1");
+  expect_usage_error("validate-step --step-csv " + kStepCsv + " --profile " + negative.string(), "negative");
+}
+
+TEST(KvbufStep, ProfileTermsAndTheirSources) {
+  const fs::path csv = scratch() / "step_profiled.csv";
+  const SimRun r = kvbuf("step --model qwen3.5-0.8b --batch 8,64,1024 --context 1024 --profile " + kStepCsv +
+                         " --csv " + csv.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("profile " + kStepCsv), std::string::npos) << r.out;
+  const std::string text = slurp(csv);
+  EXPECT_NE(text.find(",profile,profile,profile,"), std::string::npos) << text;  // batch 8 and 64
+  EXPECT_NE(text.find(",profile,profile-extrapolated,profile-extrapolated,"), std::string::npos) << text;  // 1024
+  // T = 2 was not profiled: parametric, and tokens per second at E[m] = 1 + 0.7.
+  const SimRun t2 = kvbuf("step --model qwen3.5-0.8b --batch 8 --context 1024 --drafts 2 --acceptance 0.7 --profile " +
+                          kStepCsv + " --csv " + csv.string());
+  ASSERT_EQ(t2.status, 0) << t2.err;
+  EXPECT_NE(t2.out.find("E[m] = 1.700"), std::string::npos) << t2.out;
+  EXPECT_NE(slurp(csv).find(",parametric,parametric,parametric,1.7000,"), std::string::npos) << slurp(csv);
+  expect_usage_error("step --model qwen3.5-0.8b --batch 8 --profile /nonexistent/terms.csv", "--profile");
+  expect_usage_error("step --model qwen3.5-0.8b --batch 8 --terms-only", "--terms-only");
+}
+
 }  // namespace
