@@ -101,12 +101,6 @@ std::vector<StepProfile> read_step_profiles(const std::string& path) {
   for (const CsvRow& r : rows) {
     ++line;
     const std::string where = "step CSV '" + path + "' line " + std::to_string(line) + ": ";
-    // A point the runner could not measure (memory) is a row with its reason and no numbers.
-    if (r.at("measured_step_us").empty()) {
-      const auto note = r.find("note");
-      if (note != r.end() && note->second.rfind("skipped", 0) == 0) continue;
-      throw bad(where + "measured_step_us is empty and the note gives no reason (skipped: ...)");
-    }
     StepProfile p;
     try {
       auto num = [&](const char* c) {
@@ -116,8 +110,13 @@ std::vector<StepProfile> read_step_profiles(const std::string& path) {
         if (used != v.size() || !std::isfinite(d)) throw bad(std::string(c) + " '" + v + "' is not a number");
         return d;
       };
-      // A point that did not run: no measured terms.
-      if (r.at("measured_linear_us").empty()) continue;
+      // A point that did not run (memory, a shape that cannot launch): no measured terms, its reason
+      // in the note. A row with neither is damaged.
+      if (r.at("measured_linear_us").empty()) {
+        const auto note = r.find("note");
+        if (note != r.end() && !note->second.empty()) continue;
+        throw bad("no measured terms and no reason in the note");
+      }
       p.model = r.at("model");
       p.method = r.at("method");
       p.state_dtype = r.at("state_dtype");
