@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/csv.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -210,21 +212,9 @@ const std::string kStepCsv = std::string(KVBUF_RESULTS_DIR) + "/step_h200.csv";
 
 // The rows of the step CSV with a measured whole step (a point refused for memory has none).
 int measured_step_rows() {
-  std::ifstream in(kStepCsv);
-  std::string line;
-  std::getline(in, line);
-  std::vector<std::string> header;
-  std::stringstream hs(line);
-  for (std::string c; std::getline(hs, c, ',');) header.push_back(c);
-  const size_t col = size_t(std::find(header.begin(), header.end(), "measured_step_us") - header.begin());
-  int n = 0;
-  while (std::getline(in, line)) {
-    std::stringstream ls(line);
-    std::string field;
-    for (size_t i = 0; i <= col; ++i) std::getline(ls, field, ',');  // the columns before the quoted note
-    n += !field.empty();
-  }
-  return n;
+  const std::vector<kvbuf::CsvRow> rows = kvbuf::read_csv_rows(kStepCsv);
+  return int(std::count_if(rows.begin(), rows.end(),
+                           [](const kvbuf::CsvRow& r) { return !r.at("measured_step_us").empty(); }));
 }
 const std::string kCalibration = std::string(KVBUF_RESULTS_DIR) + "/calibrate_h200.json";
 
