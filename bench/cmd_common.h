@@ -31,6 +31,7 @@ Command add_capacity_command(CLI::App& app);
 Command add_simulate_command(CLI::App& app);
 Command add_step_command(CLI::App& app);
 Command add_calibrate_step_command(CLI::App& app);
+Command add_validate_step_command(CLI::App& app);
 // Every build; without CUDA only --dry-run runs (bench/cmd_sweep.cpp).
 Command add_sweep_command(CLI::App& app);
 // Every build; without CUDA only --dry-run runs (bench/cmd_accuracy.cpp).

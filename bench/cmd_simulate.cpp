@@ -17,6 +17,7 @@
 #include "bench/step/step_plan.h"
 #endif
 #include "sim/serving.h"
+#include "sim/step_calibration.h"
 #include "sim/step_model.h"
 
 namespace kvbuf::cli {
@@ -33,6 +34,7 @@ struct StepOptions {
   std::string calibration = "auto";
   std::string results_dir = KVBUF_RESULTS_DIR;
   std::string state_dtype = "fp32";
+  std::string profile;
 
   void add_to(CLI::App* c, bool model_required) {
     auto* m = c->add_option("--model", model, "catalog model name (see `kvbuf models`)");
@@ -47,7 +49,7 @@ struct StepOptions {
     c->add_option("--drafts", drafts, "speculative decoding: tokens verified per step T (0: off)")
         ->check(non_negative_integer())
         ->capture_default_str();
-    c->add_option("--accept-rate", accept_rate, "probability that each draft is accepted")
+    c->add_option("--accept-rate,--acceptance", accept_rate, "probability that each draft is accepted")
         ->check(CLI::Range(0.0, 1.0))
         ->capture_default_str();
     c->add_option("--calibration", calibration,
@@ -61,6 +63,19 @@ struct StepOptions {
                   "and verify16_h200.csv)")
         ->capture_default_str()
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+    c->add_option("--profile", profile,
+                  "operator profile: a step CSV (`kvbuf step --measure [--terms-only] --out`) whose measured attention, "
+                  "GEMM/MoE and elementwise terms replace the parametric ones where it covers the configuration");
+  }
+
+  // The operator profile (null without --profile).
+  std::shared_ptr<const StepProfileTable> profile_table() const {
+    if (profile.empty()) return nullptr;
+    try {
+      return std::make_shared<const StepProfileTable>(profile_points(read_step_profiles(profile)));
+    } catch (const std::exception& e) {
+      throw UsageError(std::string("--profile: ") + e.what());
+    }
   }
 
   GpuSpec gpu_spec() const {
@@ -113,15 +128,21 @@ struct StepOptions {
   }
 };
 
-StepModel make_model(const StepConfig& c, const MeasuredLinearTable& t) {
+StepModel make_model(const StepConfig& c, const MeasuredLinearTable& t,
+                     std::shared_ptr<const StepProfileTable> profile = nullptr) {
   try {
-    return StepModel(c, t);
+    return StepModel(c, t, std::move(profile));
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
 }
 
-std::string gpu_line(const GpuSpec& g) {
+std::string gpu_line(const GpuSpec& g, const StepProfileTable* profile = nullptr, const std::string& profile_path = "") {
+  const std::string profiled =
+      profile ? fmt::format("\nprofile {}: {} measured points; attention, GEMM/MoE and elementwise from it where it covers "
+                            "the model, tp, drafts and routing (log-log interpolation), else the terms below",
+                            profile_path, profile->points())
+              : std::string();
   return fmt::format("GPU {}: {:.0f} GiB, read {:.0f} GB/s, copy {:.0f} GB/s, bf16 GEMM {:.0f} TFLOP/s, "
                      "kernel overhead {:.1f} us ({}); {}",
                      g.name, g.memory_bytes / (1024.0 * 1024 * 1024), g.read_gbps, g.copy_gbps, g.gemm_tflops,
@@ -132,7 +153,8 @@ std::string gpu_line(const GpuSpec& g) {
                             g.step_terms.rows, g.step_terms.source)
               : std::string("\nterms: linear attention from the measured kernel tables; full attention and GEMM/MoE "
                             "bytes over bandwidth (GEMM rooflines), elementwise as per-kernel overhead; TP comm "
-                            "modelled"));
+                            "modelled")) +
+         profiled;
 }
 
 struct SimulateOptions {
@@ -158,7 +180,8 @@ int run_simulate(const SimulateOptions& o) {
   if (!poisson && o.duration_option->count() > 0) throw UsageError("--duration goes with --rate");
   const DecodeMethod method = parse_method(o.method);
   const GpuSpec gpu = o.step.gpu_spec();
-  const StepModel model = make_model(o.step.config(method, gpu), o.step.table());
+  const auto profile = o.step.profile_table();
+  const StepModel model = make_model(o.step.config(method, gpu), o.step.table(), profile);
   std::vector<ServingRequest> requests;
   try {
     requests = poisson ? poisson_requests(o.rate, o.duration, o.prompt_tokens, o.output_tokens, o.seed)
@@ -189,7 +212,7 @@ int run_simulate(const SimulateOptions& o) {
                       : "",
              r.requests, poisson ? fmt::format("Poisson {} /s over {} s, seed {}", o.rate, o.duration, o.seed)
                                  : o.trace);
-  fmt::print("{}\n", gpu_line(gpu));
+  fmt::print("{}\n", gpu_line(gpu, profile.get(), o.step.profile));
   fmt::print("memory: {:.1f} GB usable ({:.0f}% of the GPU), weights {:.1f} GB per GPU, peak {:.1f} GB\n",
              r.memory_limit_bytes / 1e9, 100 * o.mem_fraction, r.weight_bytes / 1e9, r.peak_memory_bytes / 1e9);
   fmt::print("throughput: {:.1f} output tokens/s ({} tokens in {:.2f} s), {} decode steps\n", r.throughput_tok_s,
@@ -241,6 +264,7 @@ struct StepCmdOptions {
   uint64_t seed = 1;
   std::string routing = "uniform";
   std::string expert_gemm = "grouped";
+  bool terms_only = false;
 };
 
 int run_held_out(const StepCmdOptions& o) {
@@ -280,6 +304,7 @@ int run_step_measure(const StepCmdOptions& o, const GpuSpec& gpu, const Measured
   a.chunk = o.step.chunk;
   a.drafts = o.step.drafts;
   a.acceptance = o.step.accept_rate;
+  a.terms_only = o.terms_only;
   a.state = parse_state_type(o.step.state_dtype);
   a.out = o.out;
   a.routing = step::parse_routing(o.routing);
@@ -287,8 +312,14 @@ int run_step_measure(const StepCmdOptions& o, const GpuSpec& gpu, const Measured
   a.budget_s = o.budget_s;
   a.seed = o.seed;
   a.commit = source_commit();
+  const auto profile = o.step.profile_table();
   std::map<DecodeMethod, StepModel> models;
-  for (DecodeMethod m : a.methods) models.emplace(m, make_model(o.step.config(m, gpu), table));
+  for (DecodeMethod m : a.methods) {
+    StepConfig sc = o.step.config(m, gpu);
+    sc.routing = o.routing;
+    models.emplace(m, make_model(sc, table, profile));
+  }
+  a.emitted_per_request = models.begin()->second.expected_emitted();
   a.simulate = [&models](DecodeMethod m, int batch, long context) { return models.at(m).step_uniform(batch, context); };
   try {
     step::rank_shapes(a.model, a.tp);
@@ -296,7 +327,7 @@ int run_step_measure(const StepCmdOptions& o, const GpuSpec& gpu, const Measured
     throw UsageError(e.what());
   }
   if (!o.out.empty() && !std::ofstream(o.out, std::ios::app)) throw UsageError("--out: cannot write '" + o.out + "'");
-  fmt::print("{}\n", gpu_line(gpu));
+  fmt::print("{}\n", gpu_line(gpu, profile.get(), o.step.profile));
   return step::run_step_measure(a);
 #else
   (void)o, (void)gpu, (void)table;
@@ -312,18 +343,24 @@ int run_step(const StepCmdOptions& o) {
   const MeasuredLinearTable table = o.step.table();
   if (o.measure) return run_step_measure(o, gpu, table);
   if (!o.out.empty()) throw UsageError("--out goes with --measure (the simulated rows: --csv)");
-  const StepModel classic = make_model(o.step.config(DecodeMethod::Classic, gpu), table);
-  const StepModel kvb = make_model(o.step.config(DecodeMethod::KVBuffer, gpu), table);
+  if (o.terms_only) throw UsageError("--terms-only goes with --measure");
+  const auto profile = o.step.profile_table();
+  const StepModel classic = make_model(o.step.config(DecodeMethod::Classic, gpu), table, profile);
+  const StepModel kvb = make_model(o.step.config(DecodeMethod::KVBuffer, gpu), table, profile);
   const StepConfig& c = kvb.config();
   fmt::print("step model: {} on {} x tp {}, context {} tokens per request, {} states, KVBuffer C = {}{}\n",
              c.model.name, gpu.name, c.tp, fmt::join(o.contexts, ", "), state_type_name(c.state), c.chunk,
              c.drafts ? fmt::format(", speculative T = {} at acceptance {}", c.drafts, c.acceptance) : "");
-  fmt::print("{}\n", gpu_line(gpu));
+  fmt::print("{}\n", gpu_line(gpu, profile.get(), o.step.profile));
+  if (c.drafts > 0)
+    fmt::print("speculative T = {}: E[m] = {:.3f} tokens emitted per request and step at acceptance {}\n", c.drafts,
+               kvb.expected_emitted(), c.acceptance);
   fmt::print("us per decode step: linear attention (source), full-attention KV, projections, MLP/MoE, LM head, "
-             "overhead, TP comm\n\n");
-  fmt::print("{:>5} {:>7} {:<9} {:>9} {:>13} {:>8} {:>8} {:>8} {:>7} {:>8} {:>7} {:>9} {:>7} {:>8}\n", "batch",
-             "context", "method", "linear", "source", "attn KV", "proj", "mlp", "lmhead", "overhd", "comm", "total",
-             "linear%", "speedup");
+             "overhead (elementwise), TP comm; terms: where attention / GEMM-MoE / elementwise came from (p profile, "
+             "x profile-extrapolated beyond its range, m parametric)\n\n");
+  fmt::print("{:>5} {:>7} {:<9} {:>9} {:>13} {:>8} {:>8} {:>8} {:>7} {:>8} {:>7} {:>9} {:>5} {:>7} {:>8} {:>10} {:>10}\n",
+             "batch", "context", "method", "linear", "source", "attn KV", "proj", "mlp", "lmhead", "overhd", "comm",
+             "total", "terms", "linear%", "speedup", "tok/s/req", "tok/s/GPU");
   std::unique_ptr<CsvWriter> csv;
   if (!o.csv.empty()) {
     try {
@@ -331,7 +368,9 @@ int run_step(const StepCmdOptions& o) {
           o.csv, std::vector<std::string>{"model", "gpu", "tp", "method", "batch", "context", "chunk", "drafts",
                                           "acceptance", "linear_attn_us", "linear_source", "attn_kv_us",
                                           "projections_us", "mlp_us", "lm_head_us", "overhead_us", "comm_us",
-                                          "total_us", "tokens_per_s", "speedup_vs_classic", "state_dtype"});
+                                          "total_us", "attention_source", "gemm_source", "elementwise_source",
+                                          "emitted_per_request", "tokens_per_s_per_request", "tokens_per_s_per_gpu",
+                                          "speedup_vs_classic", "state_dtype"});
     } catch (const std::runtime_error& e) {
       throw UsageError(fmt::format("--csv: {}", e.what()));
     }
@@ -345,11 +384,16 @@ int run_step(const StepCmdOptions& o) {
         const StepTerms& t = *pair;
         const double speedup = tc.total_us() / t.total_us();
         const StepModel& sm = is_kvb ? kvb : classic;
+        const double per_request = sm.expected_emitted() / (t.total_us() * 1e-6);
+        const double per_gpu = per_request * b / c.tp;
+        std::string letters;
+        for (TermSource s : t.operator_sources)
+          letters += s == TermSource::Profile ? 'p' : s == TermSource::ProfileExtrapolated ? 'x' : 'm';
         fmt::print("{:>5} {:>7} {:<9} {:>9.1f} {:>13} {:>8.1f} {:>8.1f} {:>8.1f} {:>7.1f} {:>8.1f} {:>7.1f} {:>9.1f} "
-                   "{:>6.1f}% {:>7.3f}x\n",
+                   "{:>5} {:>6.1f}% {:>7.3f}x {:>10.1f} {:>10.0f}\n",
                    b, context, is_kvb ? "kvbuffer" : "classic", t.linear_attn_us, linear_source_name(t.linear_source),
                    t.attn_kv_us, t.projections_us, t.mlp_us, t.lm_head_us, t.overhead_us, t.comm_us, t.total_us(),
-                   100 * t.linear_attn_us / t.total_us(), speedup);
+                   letters, 100 * t.linear_attn_us / t.total_us(), speedup, per_request, per_gpu);
         if (csv)
           csv->row({c.model.name, gpu.name, std::to_string(c.tp), is_kvb ? "kvbuffer" : "classic", std::to_string(b),
                     std::to_string(context), std::to_string(c.chunk), std::to_string(c.drafts),
@@ -358,7 +402,9 @@ int run_step(const StepCmdOptions& o) {
                     fmt::format("{:.3f}", t.projections_us), fmt::format("{:.3f}", t.mlp_us),
                     fmt::format("{:.3f}", t.lm_head_us), fmt::format("{:.3f}", t.overhead_us),
                     fmt::format("{:.3f}", t.comm_us), fmt::format("{:.3f}", t.total_us()),
-                    fmt::format("{:.1f}", b * sm.expected_emitted() / (t.total_us() * 1e-6)),
+                    term_source_name(t.operator_sources[0]), term_source_name(t.operator_sources[1]),
+                    term_source_name(t.operator_sources[2]), fmt::format("{:.4f}", sm.expected_emitted()),
+                    fmt::format("{:.2f}", per_request), fmt::format("{:.1f}", per_gpu),
                     fmt::format("{:.4f}", speedup), state_type_name(c.state)});
       }
     }
@@ -427,6 +473,9 @@ Command add_step_command(CLI::App& app) {
       ->check(CLI::IsMember({"classic", "kvbuffer"}))
       ->capture_default_str();
   c.app->add_option("--out", o->out, "--measure: write the measured rows to this CSV file");
+  c.app->add_flag("--terms-only", o->terms_only,
+                  "--measure: time each term's kernels alone, not the whole step (an operator profile for --profile "
+                  "and `kvbuf validate-step --profile`; the step columns stay empty)");
   c.app->add_option("--budget-s", o->budget_s, "--measure: seconds of timed samples per graph")
       ->check(positive_number())
       ->capture_default_str();

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   std::vector<Command> commands = {add_models_command(app), add_bytes_command(app),
                                    add_check_command(app), add_export_command(app),
                                    add_capacity_command(app), add_simulate_command(app),
-                                   add_step_command(app), add_calibrate_step_command(app), add_sweep_command(app),
+                                   add_step_command(app), add_calibrate_step_command(app), add_validate_step_command(app), add_sweep_command(app),
                                    add_accuracy_command(app)};
 #ifdef KVBUF_WITH_CUDA
   commands.push_back(add_calibrate_command(app));

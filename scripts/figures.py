@@ -285,10 +285,16 @@ def provenance(*sources):
     return "; ".join(parts)
 
 
-def new_figure(ncols, title):
-    fig, axes = plt.subplots(1, ncols, figsize=(6.4 * ncols, 5.2), squeeze=False)
+def new_figure(panels, title, max_cols=4):
+    """A figure of `panels` axes, at most `max_cols` to a row (the step figure has one per setting)."""
+    ncols = min(panels, max_cols)
+    nrows = -(-panels // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.4 * ncols, 5.2 * nrows), squeeze=False)
     fig.suptitle(title, fontsize=12)
-    return fig, list(axes[0])
+    flat = list(axes.flat)
+    for ax in flat[panels:]:
+        ax.set_visible(False)
+    return fig, flat[:panels]
 
 
 def caption(fig, text):

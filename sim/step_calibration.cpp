@@ -5,6 +5,7 @@
 #include <limits>
 #include <tuple>
 #include <map>
+#include <memory>
 #include <set>
 #include <stdexcept>
 
@@ -109,6 +110,13 @@ std::vector<StepProfile> read_step_profiles(const std::string& path) {
         if (used != v.size() || !std::isfinite(d)) throw bad(std::string(c) + " '" + v + "' is not a number");
         return d;
       };
+      // A point that did not run (memory, a shape that cannot launch): no measured terms, its reason
+      // in the note. A row with neither is damaged.
+      if (r.at("measured_linear_us").empty()) {
+        const auto note = r.find("note");
+        if (note != r.end() && !note->second.empty()) continue;
+        throw bad("no measured terms and no reason in the note");
+      }
       p.model = r.at("model");
       p.method = r.at("method");
       p.state_dtype = r.at("state_dtype");
@@ -120,7 +128,7 @@ std::vector<StepProfile> read_step_profiles(const std::string& path) {
       p.context = long(num("context"));
       p.chunk = int(num("chunk"));
       p.drafts = int(num("drafts"));
-      p.measured_step_us = num("measured_step_us");
+      p.measured_step_us = r.at("measured_step_us").empty() ? 0 : num("measured_step_us");
       p.simulated_step_us = num("simulated_step_us");
       p.measured_linear_us = num("measured_linear_us");
       p.simulated_linear_us = num("simulated_linear_us");
@@ -129,17 +137,14 @@ std::vector<StepProfile> read_step_profiles(const std::string& path) {
       p.measured_elementwise_us = num("measured_elementwise_us");
       p.modelled_comm_us = num("modelled_comm_us");
       p.measured_speedup = r.at("measured_speedup").empty() ? 0 : num("measured_speedup");
-      if (p.batch < 1 || p.context < 1 || p.tp < 1 || !(p.measured_step_us > 0))
-        throw bad("batch, context, tp and measured_step_us must be positive");
-      StepConfig cfg;
-      cfg.model = find_model(p.model);
-      cfg.tp = p.tp;
-      cfg.method = parse_method(p.method);
-      cfg.drafts = p.drafts;
-      cfg.chunk = std::max({1, p.chunk, p.drafts});
-      cfg.state = parse_state_type(p.state_dtype);
-      cfg.gpu = find_gpu("h200");  // the features count bytes, FLOPs and kernels: no GPU number enters them
-      p.features = StepModel(cfg, MeasuredLinearTable()).features(std::vector<long>(size_t(p.batch), p.context));
+      if (p.batch < 1 || p.context < 1 || p.tp < 1 || p.measured_step_us < 0)
+        throw bad("batch, context and tp must be positive, measured_step_us not negative");
+      if (p.measured_linear_us < 0 || p.measured_attention_us < 0 || p.measured_gemm_us < 0 ||
+          p.measured_elementwise_us < 0)
+        throw bad("a measured term is negative");
+      // The features count bytes, FLOPs and kernels: no GPU number enters them.
+      p.features = StepModel(step_config(p, find_gpu("h200")), MeasuredLinearTable())
+                       .features(std::vector<long>(size_t(p.batch), p.context));
     } catch (const std::invalid_argument& e) {
       throw bad(where + e.what());
     } catch (const std::out_of_range&) {
@@ -147,6 +152,29 @@ std::vector<StepProfile> read_step_profiles(const std::string& path) {
     }
     out.push_back(std::move(p));
   }
+  return out;
+}
+
+StepConfig step_config(const StepProfile& p, const GpuSpec& gpu) {
+  StepConfig cfg;
+  cfg.model = find_model(p.model);
+  cfg.tp = p.tp;
+  cfg.method = parse_method(p.method);
+  cfg.drafts = p.drafts;
+  cfg.chunk = std::max({1, p.chunk, p.drafts});
+  cfg.state = parse_state_type(p.state_dtype);
+  cfg.routing = p.routing;
+  cfg.gpu = gpu;
+  return cfg;
+}
+
+ProfileKey profile_key(const StepProfile& p) { return {p.model, p.tp, p.drafts, p.routing, p.expert_gemm}; }
+
+std::vector<ProfilePoint> profile_points(const std::vector<StepProfile>& rows) {
+  std::vector<ProfilePoint> out;
+  for (const StepProfile& p : rows)
+    out.push_back({profile_key(p), p.batch, p.context,
+                   {p.measured_attention_us, p.measured_gemm_us, p.measured_elementwise_us}});
   return out;
 }
 
@@ -215,7 +243,11 @@ std::vector<ValidationRow> validate_held_out(const std::vector<StepProfile>& row
   std::vector<ValidationRow> out;
   for (const std::string& fold : folds) {
     std::vector<StepProfile> fit_rows, held;
-    for (const StepProfile& p : rows) (fold_of(p) == fold ? held : fit_rows).push_back(p);
+    // A terms-only row (no whole step) fits but is not checked.
+    for (const StepProfile& p : rows)
+      if (fold_of(p) != fold) fit_rows.push_back(p);
+      else if (p.measured_step_us > 0) held.push_back(p);
+    if (held.empty()) continue;
     if (fit_rows.size() < size_t(GemmFeatures::kCount)) continue;
     const StepTermFit fit = fit_step_terms(fit_rows);
     // The classic row a kvbuffer row's speedup is against: same point, other method.
@@ -235,6 +267,76 @@ std::vector<ValidationRow> validate_held_out(const std::vector<StepProfile>& row
       if (p.method == "kvbuffer" && it != classic_us.end()) v.predicted_speedup = it->second / v.predicted.total();
       out.push_back(v);
     }
+  }
+  return out;
+}
+
+double ProfileValidationRow::measured_term(int i) const {
+  const double m[] = {row.measured_linear_us, row.measured_attention_us, row.measured_gemm_us,
+                      row.measured_elementwise_us};
+  return m[i];
+}
+double ProfileValidationRow::predicted_term(int i) const {
+  const double p[] = {linear_us, predicted[0], predicted[1], predicted[2]};
+  return p[i];
+}
+std::string ProfileValidationRow::worst_term() const {
+  static const char* names[] = {"linear", "attention", "gemm", "elementwise"};
+  int worst = 0;
+  for (int i = 1; i < 4; ++i)
+    if (std::abs(predicted_term(i) - measured_term(i)) > std::abs(predicted_term(worst) - measured_term(worst)))
+      worst = i;
+  return names[worst];
+}
+
+std::vector<ProfileValidationRow> validate_with_profiles(const std::vector<StepProfile>& steps,
+                                                         const std::vector<StepProfile>* separate_run,
+                                                         const GpuSpec& gpu) {
+  auto point = [](const StepProfile& p) { return std::make_tuple(profile_key(p), p.batch, p.context); };
+  // The fit beyond the profile's range: on the profile's rows where it has enough, else the GPU's own.
+  auto parametric_gpu = [&gpu](const std::vector<StepProfile>& profile) {
+    GpuSpec g = gpu;
+    if (profile.size() >= size_t(GemmFeatures::kCount)) g.step_terms = fit_step_terms(profile);
+    return g;
+  };
+  auto predict = [](const StepProfile& row, const GpuSpec& g, std::shared_ptr<const StepProfileTable> table,
+                    const char* how, int points) {
+    const StepModel model(step_config(row, g), MeasuredLinearTable(), std::move(table));
+    const StepTerms t = model.step_uniform(row.batch, row.context);
+    ProfileValidationRow v;
+    v.row = row;
+    v.profile = how;
+    v.profile_points = points;
+    v.linear_us = row.simulated_linear_us;
+    v.comm_us = row.modelled_comm_us;
+    v.predicted = {t.attn_kv_us, t.projections_us + t.mlp_us + t.lm_head_us, t.overhead_us};
+    v.sources = t.operator_sources;
+    return v;
+  };
+  std::vector<ProfileValidationRow> out;
+  if (separate_run) {
+    const auto table = std::make_shared<const StepProfileTable>(profile_points(*separate_run));
+    const GpuSpec g = parametric_gpu(*separate_run);
+    for (const StepProfile& row : steps)
+      if (row.measured_step_us > 0) out.push_back(predict(row, g, table, "separate-run", int(separate_run->size())));
+  } else {
+    for (const StepProfile& row : steps) {
+      if (!(row.measured_step_us > 0)) continue;
+      std::vector<StepProfile> others;
+      for (const StepProfile& p : steps)
+        if (point(p) != point(row)) others.push_back(p);
+      const auto table = std::make_shared<const StepProfileTable>(profile_points(others));
+      out.push_back(predict(row, parametric_gpu(others), table, "leave-point-out", int(others.size())));
+    }
+  }
+  // Speedups: a kvbuffer row against the classic row of the same point and state type.
+  std::map<std::tuple<ProfileKey, int, long, std::string>, double> classic;
+  for (const ProfileValidationRow& v : out)
+    if (v.row.method == "classic") classic[{profile_key(v.row), v.row.batch, v.row.context, v.row.state_dtype}] = v.total();
+  for (ProfileValidationRow& v : out) {
+    if (v.row.method != "kvbuffer") continue;
+    const auto it = classic.find({profile_key(v.row), v.row.batch, v.row.context, v.row.state_dtype});
+    if (it != classic.end()) v.predicted_speedup = it->second / v.total();
   }
   return out;
 }

@@ -28,9 +28,17 @@ struct StepProfile {
 };
 
 // The rows of a step CSV, each with its features (the catalog's model at its tp, method, C, T,
-// state type). Throws std::invalid_argument naming the file and the missing columns, a bad value
+// state type). A point that did not run (its measured columns empty, its note saying why) is left
+// out; a terms-only row (`kvbuf step --measure --terms-only`) has measured_step_us 0. Throws std::invalid_argument naming the file and the missing columns, a bad value
 // (with its line) or an unknown model; std::runtime_error when the file cannot be read.
 std::vector<StepProfile> read_step_profiles(const std::string& path);
+
+// The step model's configuration of a row on `gpu`.
+StepConfig step_config(const StepProfile& row, const GpuSpec& gpu);
+
+// The rows' measured operator terms as profile points (sim/step_profile.h).
+ProfileKey profile_key(const StepProfile& row);
+std::vector<ProfilePoint> profile_points(const std::vector<StepProfile>& rows);
 
 // The coefficients fitted on `rows`; throws std::invalid_argument with fewer rows than coefficients.
 StepTermFit fit_step_terms(const std::vector<StepProfile>& rows);
@@ -65,5 +73,33 @@ struct ValidationRow {
 // Every row predicted by the fit on the rows outside its fold (folds: the distinct models or
 // batches). A fold whose complement has too few rows to fit is skipped.
 std::vector<ValidationRow> validate_held_out(const std::vector<StepProfile>& rows, HoldOut by);
+
+// The profile-based step (sim/step_profile.h) against each measured whole step:
+//   leave-point-out: the profile is every other row of the CSV, without the checked point's own
+//       (batch, context) in any method or state type; the parametric terms (the fallback beyond the
+//       profile's range) fitted on the same rows;
+//   separate-run: the profile is another run's rows (`--terms-only`) at the same shapes, the
+//       parametric terms fitted on them.
+// The linear term is the simulator's from the measured kernel tables (the row's simulated_linear_us),
+// the TP all-reduce the row's modelled one.
+struct ProfileValidationRow {
+  StepProfile row;
+  std::string profile;     // leave-point-out | separate-run
+  int profile_points = 0;  // rows the profile held
+  double linear_us = 0, comm_us = 0;
+  OperatorTimes predicted{};
+  std::array<TermSource, kOperatorTerms> sources{};
+  double predicted_speedup = 0;  // kvbuffer rows whose classic row was predicted too; 0 otherwise
+  double total() const { return linear_us + comm_us + predicted[0] + predicted[1] + predicted[2]; }
+  double step_error() const { return total() / row.measured_step_us - 1; }
+  bool has_speedup() const { return row.measured_speedup > 0 && predicted_speedup > 0; }
+  double speedup_error() const { return has_speedup() ? predicted_speedup / row.measured_speedup - 1 : 0; }
+  double measured_term(int i) const;  // 0 linear, 1 attention, 2 gemm, 3 elementwise
+  double predicted_term(int i) const;
+  std::string worst_term() const;      // the term furthest from its measurement, in us
+};
+std::vector<ProfileValidationRow> validate_with_profiles(const std::vector<StepProfile>& steps,
+                                                         const std::vector<StepProfile>* separate_run,
+                                                         const GpuSpec& gpu);
 
 }  // namespace kvbuf

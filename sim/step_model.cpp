@@ -332,8 +332,9 @@ std::vector<HeldOutRow> held_out_check(const MeasuredLinearTable& full, const Gp
   return rows;
 }
 
-StepModel::StepModel(const StepConfig& config, MeasuredLinearTable table)
-    : cfg_(config), table_(std::move(table)) {
+StepModel::StepModel(const StepConfig& config, MeasuredLinearTable table,
+                     std::shared_ptr<const StepProfileTable> profile)
+    : cfg_(config), table_(std::move(table)), profile_(std::move(profile)) {
   if (cfg_.chunk < 1 || cfg_.chunk > kMaxBufferCapacity)
     throw bad("buffer capacity C must be in 1.." + std::to_string(kMaxBufferCapacity));
   if (cfg_.drafts < 0) throw bad("draft count T must be non-negative");
@@ -405,7 +406,45 @@ StepModel::Roofline StepModel::gemm(double params, double rows, double rows_per_
   return {std::max(memory_us, compute_us), compute_us > memory_us};
 }
 
+ProfileKey StepModel::profile_key() const {
+  return {cfg_.model.name, cfg_.tp, cfg_.drafts, cfg_.routing, weights_.experts > 0 ? "grouped" : "none"};
+}
+
 StepTerms StepModel::step(const std::vector<long>& contexts) const {
+  StepTerms t = parametric_step(contexts);
+  if (!profile_ || profile_->empty() || contexts.empty()) return t;
+  const ProfileKey key = profile_key();
+  double kv_tokens = 0;
+  for (long c : contexts) kv_tokens += double(c);
+  const double batch = double(contexts.size());
+  auto term_of = [](const StepTerms& s, OperatorTerm term) {
+    switch (term) {
+      case OperatorTerm::Attention: return s.attn_kv_us;
+      case OperatorTerm::Gemm: return s.projections_us + s.mlp_us + s.lm_head_us;
+      case OperatorTerm::Elementwise: return s.overhead_us;
+    }
+    return 0.0;
+  };
+  for (int i = 0; i < kOperatorTerms; ++i) {
+    const OperatorTerm term = OperatorTerm(i);
+    const double here = term_of(t, term);
+    const TermLookup l = profile_->lookup(
+        key, term, batch, kv_tokens,
+        [&](int b, long c) { return term_of(parametric_step(std::vector<long>(size_t(b), c)), term); }, here);
+    t.operator_sources[i] = l.source;
+    if (term == OperatorTerm::Attention) t.attn_kv_us = l.us;
+    if (term == OperatorTerm::Elementwise) t.overhead_us = l.us;
+    if (term == OperatorTerm::Gemm) {
+      // The profile times the GEMMs together: split as the parametric terms split them.
+      const double f = here > 0 ? l.us / here : 0;
+      t.projections_us *= f, t.mlp_us *= f, t.lm_head_us *= f;
+      if (here <= 0) t.projections_us = l.us;
+    }
+  }
+  return t;
+}
+
+StepTerms StepModel::parametric_step(const std::vector<long>& contexts) const {
   StepTerms t;
   const int batch = int(contexts.size());
   if (batch == 0) return t;

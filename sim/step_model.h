@@ -8,11 +8,14 @@
 //   projections, MLP / MoE, LM head: weight bytes read per step (MoE: the expected distinct experts
 //       touched by the step's tokens under uniform routing) or GEMM time where compute-bound;
 //   per-layer kernel overhead and, at TP > 1, two all-reduces per layer.
+// Given an operator profile (sim/step_profile.h), the full-attention, GEMM/MoE and elementwise
+// (overhead) terms are the measured operators' where the profile covers the configuration.
 // Speculative decoding verifies T tokens per request per step (the last accepted token and T - 1
 // drafts) and emits m of them, m = 1 + the leading drafts accepted, E[m] = (1 - a^T) / (1 - a).
 #pragma once
 #include <array>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -20,6 +23,7 @@
 #include "sim/catalog.h"
 #include "sim/gpus.h"
 #include "sim/layout.h"
+#include "sim/step_profile.h"
 
 namespace kvbuf {
 
@@ -103,6 +107,7 @@ struct StepConfig {
   int drafts = 0;  // T tokens verified per step; 0: plain decode
   double acceptance = 0.7;
   StateType state = StateType::FP32;  // the linear-attention state's element type (both methods)
+  std::string routing = "uniform";    // MoE routing of the profile rows the step looks up
 };
 
 // What the fitted terms (GpuSpec::step_terms) multiply their coefficients with, for one step on
@@ -148,6 +153,10 @@ struct StepTerms {
   // true: attention, GEMM/MoE and elementwise (overhead_us) from the GPU's fit to measured step
   // profiles; false: bytes over bandwidth, GEMM rooflines and the per-kernel overhead
   bool fitted_terms = false;
+  // Where the attention, GEMM/MoE (projections + MLP + LM head) and elementwise (overhead) terms
+  // came from: an operator profile (StepModel's profile), or the parametric terms above.
+  std::array<TermSource, kOperatorTerms> operator_sources{TermSource::Parametric, TermSource::Parametric,
+                                                          TermSource::Parametric};
   bool mlp_compute_bound = false;
   double experts_touched = 0;  // per MoE layer, expected
   double total_us() const {
@@ -158,7 +167,12 @@ struct StepTerms {
 class StepModel {
  public:
   // Throws std::invalid_argument on a bad configuration (tp not dividing the heads, C < T, ...).
-  StepModel(const StepConfig& config, MeasuredLinearTable table);
+  // With a profile, the attention, GEMM/MoE and elementwise terms come from it where it covers the
+  // configuration (sim/step_profile.h).
+  StepModel(const StepConfig& config, MeasuredLinearTable table,
+            std::shared_ptr<const StepProfileTable> profile = nullptr);
+  // The profile key of this configuration.
+  ProfileKey profile_key() const;
   const StepConfig& config() const { return cfg_; }
   const ModelSpec& model_per_gpu() const { return per_gpu_; }
   // Tokens each request feeds per step (1, or T) and emits on average (1, or E[m]).
@@ -189,12 +203,14 @@ class StepModel {
     bool compute_bound = false;
   };
   Roofline gemm(double params, double rows, double rows_per_weight) const;
+  StepTerms parametric_step(const std::vector<long>& contexts) const;
   double bytes_per_request(LinearKernel k, const LayerShape& s) const;
   StepConfig cfg_;
   ModelSpec per_gpu_;
   WeightCounts weights_;
   MeasuredLinearTable table_;
   bool table_applies_ = false;  // same layer kind as the table's reference
+  std::shared_ptr<const StepProfileTable> profile_;
 };
 
 }  // namespace kvbuf

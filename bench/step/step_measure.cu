@@ -33,7 +33,8 @@ std::vector<std::string> measure_columns() {
           "measured_linear_us", "simulated_linear_us", "measured_attention_us", "simulated_attention_us",
           "measured_gemm_us", "simulated_gemm_us", "measured_elementwise_us", "simulated_elementwise_us",
           "modelled_comm_us", "measured_speedup", "simulated_speedup", "step_us_min", "step_us_max", "samples",
-          "attention_split_kv", "weights_gib", "gpu", "commit", "note"};
+          "attention_split_kv", "weights_gib", "acceptance", "emitted_per_request", "tokens_per_s_per_request",
+          "tokens_per_s_per_gpu", "gpu", "commit", "note"};
 }
 
 int run_step_measure(const MeasureArgs& a) {
@@ -83,9 +84,13 @@ int run_step_measure(const MeasureArgs& a) {
              " | commit {}\n",
              a.model.name, a.tp, model_blocks(shapes.model).size(), shapes.model.linear_layers,
              shapes.model.attn_layers, weights_only.weights / double(1 << 30), gpu, a.commit);
-  fmt::print("us per step, measured (simulated); terms: linear attention, full attention, GEMMs, elementwise\n");
-  fmt::print("{:>5} {:>7} {:<9} {:>19} {:>19} {:>19} {:>19} {:>19} {:>15}\n", "batch", "context", "method", "step",
-             "linear", "attention", "gemm", "elementwise", "speedup");
+  fmt::print("us per step, measured (simulated); terms: linear attention, full attention, GEMMs, elementwise{}\n",
+             a.terms_only ? "; terms only (no whole step): step = their sum + modelled comm" : "");
+  if (a.drafts > 0)
+    fmt::print("speculative T = {} at acceptance {}: E[m] = {:.3f} tokens per request and step\n", a.drafts,
+               a.acceptance, a.emitted_per_request);
+  fmt::print("{:>5} {:>7} {:<9} {:>19} {:>19} {:>19} {:>19} {:>19} {:>15} {:>11} {:>11}\n", "batch", "context",
+             "method", "step", "linear", "attention", "gemm", "elementwise", "speedup", "tok/s/req", "tok/s/GPU");
   int failed = 0;
   for (long context : a.contexts)
     for (int batch : a.batches) {
@@ -104,9 +109,14 @@ int run_step_measure(const MeasureArgs& a) {
             row(p, std::vector<std::string>(measured_fields), "skipped: " + why, asked_gemm(p));
             continue;
           }
-          const MeasuredStep m = runner->measure(a.budget_s);
-          // tp > 1: the all-reduces are the simulator's, added to the measured rank.
-          const double step = m.total.median_us + sim.comm;
+          const MeasuredStep m = runner->measure(a.budget_s, !a.terms_only);
+          // tp > 1: the all-reduces are the simulator's, added to the measured rank. Terms only: their sum.
+          const double step =
+              (a.terms_only ? m.linear.median_us + m.attention.median_us + m.gemm.median_us + m.elementwise.median_us
+                            : m.total.median_us) +
+              sim.comm;
+          const double per_request = a.emitted_per_request / (step * 1e-6);
+          const double per_gpu = per_request * batch / a.tp;
           totals[method] = {step, sim.total};
           std::string speed_m, speed_s;
           if (method == DecodeMethod::KVBuffer && totals.count(DecodeMethod::Classic)) {
@@ -114,18 +124,25 @@ int run_step_measure(const MeasureArgs& a) {
             speed_s = fmt::format("{:.4f}", totals[DecodeMethod::Classic].second / sim.total);
           }
           auto cell = [](double meas, double simu) { return fmt::format("{:.1f} ({:.1f})", meas, simu); };
-          fmt::print("{:>5} {:>7} {:<9} {:>19} {:>19} {:>19} {:>19} {:>19} {:>15}\n", batch, context,
-                     method_name(method), cell(step, sim.total), cell(m.linear.median_us, sim.linear),
+          fmt::print("{:>5} {:>7} {:<9} {:>19} {:>19} {:>19} {:>19} {:>19} {:>15} {:>11.1f} {:>11.0f}\n", batch,
+                     context, method_name(method), cell(step, sim.total), cell(m.linear.median_us, sim.linear),
                      cell(m.attention.median_us, sim.attention), cell(m.gemm.median_us, sim.gemm),
                      cell(m.elementwise.median_us, sim.elementwise),
-                     speed_m.empty() ? "" : fmt::format("{} ({})", speed_m.substr(0, 5), speed_s.substr(0, 5)));
+                     speed_m.empty() ? "" : fmt::format("{} ({})", speed_m.substr(0, 5), speed_s.substr(0, 5)),
+                     per_request, per_gpu);
+          // A terms-only row has no whole step: its step columns stay empty, the terms are the profile.
+          const bool whole = !a.terms_only;
           row(p,
-              {us(step), us(sim.total), us(m.linear.median_us), us(sim.linear), us(m.attention.median_us),
+              {whole ? us(step) : "", us(sim.total), us(m.linear.median_us), us(sim.linear), us(m.attention.median_us),
                us(sim.attention), us(m.gemm.median_us), us(sim.gemm), us(m.elementwise.median_us),
-               us(sim.elementwise), us(sim.comm), speed_m, speed_s, us(m.total.min_us), us(m.total.max_us),
-               std::to_string(m.total.samples), m.attention_split_kv ? "1" : "0",
-               fmt::format("{:.3f}", runner->weight_bytes() / double(1 << 30))},
-              a.tp > 1 ? "TP all-reduce modelled (modelled_comm_us), the rest measured" : "", runner->expert_gemm());
+               us(sim.elementwise), us(sim.comm), whole ? speed_m : "", speed_s, whole ? us(m.total.min_us) : "",
+               whole ? us(m.total.max_us) : "", whole ? std::to_string(m.total.samples) : "",
+               m.attention_split_kv ? "1" : "0", fmt::format("{:.3f}", runner->weight_bytes() / double(1 << 30)),
+               a.drafts > 0 ? fmt::format("{}", a.acceptance) : "", fmt::format("{:.4f}", a.emitted_per_request),
+               whole ? fmt::format("{:.2f}", per_request) : "", whole ? fmt::format("{:.1f}", per_gpu) : ""},
+              std::string(a.terms_only ? "terms only" : "") + (a.terms_only && a.tp > 1 ? "; " : "") +
+                  (a.tp > 1 ? "TP all-reduce modelled (modelled_comm_us), the rest measured" : ""),
+              runner->expert_gemm());
         } catch (const std::invalid_argument& e) {
           cudaGetLastError();
           fmt::print("{:>5} {:>7} {:<9} cannot run: {}\n", batch, context, method_name(method), e.what());

@@ -21,6 +21,8 @@ struct MeasureArgs {
   int chunk = 16;
   int drafts = 0;  // T verified per request and step (0: plain decode)
   double acceptance = 0.7;
+  double emitted_per_request = 1;  // tokens a request emits per step: 1, or E[m] at `acceptance` with drafts
+  bool terms_only = false;         // each term alone, not the whole step (an operator profile)
   StateType state = StateType::FP32;
   Routing routing = Routing::Uniform;
   bool grouped_expert_gemm = true;

@@ -179,9 +179,9 @@ bool StepRunner::prepare(const StepPoint& p, std::string* why) {
   m.ps.reset();
   KVB_CUDA_CHECK(cudaDeviceSynchronize());
   const RankShapes& r = m.r;
-  MemoryPlan plan = memory_plan(r, p);
-  plan.weights = 0;  // already allocated: free memory excludes them
-  const std::string refusal = memory_refusal(plan, double(gpu_free_bytes()));
+  const MemoryPlan plan = memory_plan(r, p);
+  // The weights are allocated already: compare the whole plan with what was free before them.
+  const std::string refusal = memory_refusal(plan, double(gpu_free_bytes()) + m.weight_bytes);
   if (!refusal.empty()) {
     *why = refusal;
     return false;
@@ -682,7 +682,7 @@ void StepRunner::enqueue(cudaStream_t st, unsigned terms) {
     gemm(m.cublas.h, x.normed.as<bf16>(), m.head.at("lm_head"), x.logits.as<bf16>(), B, m.r.vocab, m.r.hidden, 0.f);
 }
 
-MeasuredStep StepRunner::measure(double budget_s) {
+MeasuredStep StepRunner::measure(double budget_s, bool whole_step) {
   Impl& m = *impl_;
   if (!m.ps) throw std::logic_error("StepRunner: prepare a point first");
   GraphTiming how;
@@ -698,7 +698,7 @@ MeasuredStep StepRunner::measure(double budget_s) {
     return time_graph_steps([&](cudaStream_t st) { enqueue(st, terms); }, how);
   };
   MeasuredStep out;
-  out.total = time(kAllTerms);
+  if (whole_step) out.total = time(kAllTerms);
   out.linear = time(kLinear);
   out.attention = m.r.model.attn_layers > 0 ? time(kAttention) : TimingStats{};
   out.gemm = time(kGemm);

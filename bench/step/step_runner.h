@@ -50,7 +50,8 @@ class StepRunner {
   // routing again, whatever their input), without the embedding, final norm and LM head: the layer
   // tests' entry point.
   void enqueue_blocks(cudaStream_t stream, int first, int last);
-  MeasuredStep measure(double budget_s);
+  // Each term alone and (whole_step) the whole step; total is empty without it.
+  MeasuredStep measure(double budget_s, bool whole_step = true);
   // How the prepared point runs its experts' GEMMs: none (dense), grouped, or loop (asked for, or
   // with the reason the grouped call could not be captured).
   std::string expert_gemm() const;

@@ -11,6 +11,9 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include "sim/csv.h"
 
 namespace {
 
@@ -206,6 +209,13 @@ TEST(KvbufStep, CalibrationFromTheResultsDirectoryUnlessNone) {
 namespace {
 
 const std::string kStepCsv = std::string(KVBUF_RESULTS_DIR) + "/step_h200.csv";
+
+// The rows of the step CSV with a measured whole step (a point refused for memory has none).
+int measured_step_rows() {
+  const std::vector<kvbuf::CsvRow> rows = kvbuf::read_csv_rows(kStepCsv);
+  return int(std::count_if(rows.begin(), rows.end(),
+                           [](const kvbuf::CsvRow& r) { return !r.at("measured_step_us").empty(); }));
+}
 const std::string kCalibration = std::string(KVBUF_RESULTS_DIR) + "/calibrate_h200.json";
 
 TEST(KvbufCalibrateStep, FitsIntoTheCalibrationAndStepUsesIt) {
@@ -213,11 +223,13 @@ TEST(KvbufCalibrateStep, FitsIntoTheCalibrationAndStepUsesIt) {
   const SimRun r = kvbuf("calibrate-step --step-csv " + kStepCsv + " --calibration " + kCalibration + " --out " +
                          out.string());
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("fitted to 119 measured rows"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fitted to " + std::to_string(measured_step_rows()) + " measured rows"), std::string::npos) << r.out;
   EXPECT_NE(slurp(out).find("\"step_terms\""), std::string::npos);
   const SimRun fitted = kvbuf("step --model qwen3.5-4b --batch 8 --calibration " + out.string());
   ASSERT_EQ(fitted.status, 0) << fitted.err;
-  EXPECT_NE(fitted.out.find("fitted to 119 measured step profiles"), std::string::npos) << fitted.out;
+  EXPECT_NE(fitted.out.find("fitted to " + std::to_string(measured_step_rows()) + " measured step profiles"),
+            std::string::npos)
+      << fitted.out;
   const SimRun plain = kvbuf("step --model qwen3.5-4b --batch 8 --calibration none");
   ASSERT_EQ(plain.status, 0) << plain.err;
   EXPECT_NE(plain.out.find("bytes over bandwidth"), std::string::npos) << plain.out;
@@ -230,7 +242,7 @@ TEST(KvbufCalibrateStep, HoldOutWritesOneRowPerMeasuredRow) {
   EXPECT_NE(r.out.find("step within 10%:"), std::string::npos) << r.out;
   const std::string text = slurp(csv);
   EXPECT_EQ(text.rfind("holdout,fold,fit_rows,model,", 0), 0u);
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 120);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), measured_step_rows() + 1);
   EXPECT_NE(text.find(",0243fd4d09dd\n"), std::string::npos);
 }
 
@@ -247,6 +259,75 @@ TEST(KvbufCalibrateStep, BadInputExitsTwo) {
   expect_usage_error("calibrate-step --step-csv " + bad_model.string() + " --holdout model", "line 2");
   const fs::path few = write("step_few.csv", text.substr(0, text.find('\n') + 1));
   expect_usage_error("calibrate-step --step-csv " + few.string() + " --holdout model", "at least");
+}
+
+// A copy of the step CSV with one column's values replaced.
+fs::path with_column(const std::string& name, const std::string& column, const std::string& value) {
+  std::istringstream in(slurp(kStepCsv));
+  std::string line, out;
+  int index = -1;
+  while (std::getline(in, line)) {
+    std::vector<std::string> fields;
+    std::stringstream ls(line);
+    for (std::string f; std::getline(ls, f, ',');) fields.push_back(f);
+    if (index < 0) {
+      index = int(std::find(fields.begin(), fields.end(), column) - fields.begin());
+    } else if (index < int(fields.size())) {
+      fields[index] = value;
+    }
+    for (size_t i = 0; i < fields.size(); ++i) out += (i ? "," : "") + fields[i];
+    out += line.back() == ',' ? ",\n" : "\n";
+  }
+  return write(name, out);
+}
+
+TEST(KvbufValidateStep, LeavePointOutAndSeparateRun) {
+  const fs::path csv = scratch() / "profile_validation.csv";
+  const SimRun r = kvbuf("validate-step --step-csv " + kStepCsv + " --out " + csv.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("profile leave-point-out"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("speedup within 10%:"), std::string::npos) << r.out;
+  const std::string text = slurp(csv);
+  EXPECT_EQ(text.rfind("profile,profile_points,model,", 0), 0u);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), measured_step_rows() + 1);
+  // The CSV's own terms as a separate run: each step is its terms' sum, within 12% everywhere.
+  const SimRun same = kvbuf("validate-step --step-csv " + kStepCsv + " --profile " + kStepCsv + " --require-within 0.12");
+  EXPECT_EQ(same.status, 0) << same.out << same.err;
+  EXPECT_NE(same.out.find("profile separate-run"), std::string::npos) << same.out;
+  // Without the GEMM term the same check fails.
+  const fs::path no_gemm = with_column("step_no_gemm.csv", "measured_gemm_us", "0");
+  const SimRun dropped =
+      kvbuf("validate-step --step-csv " + kStepCsv + " --profile " + no_gemm.string() + " --require-within 0.12");
+  EXPECT_EQ(dropped.status, 1) << dropped.out << dropped.err;
+  EXPECT_NE(dropped.out.find("FAILED"), std::string::npos) << dropped.out;
+}
+
+TEST(KvbufValidateStep, BadInputExitsTwo) {
+  expect_usage_error("validate-step --step-csv /nonexistent/step.csv", "--step-csv");
+  expect_usage_error("validate-step --step-csv " + kStepCsv + " --profile /nonexistent/terms.csv", "--profile");
+  const fs::path terms_only = with_column("step_terms_only.csv", "measured_step_us", "");
+  expect_usage_error("validate-step --step-csv " + terms_only.string(), "no row with a measured whole step");
+  const fs::path negative = with_column("step_negative.csv", "measured_attention_us", "-1");
+  expect_usage_error("validate-step --step-csv " + kStepCsv + " --profile " + negative.string(), "negative");
+}
+
+TEST(KvbufStep, ProfileTermsAndTheirSources) {
+  const fs::path csv = scratch() / "step_profiled.csv";
+  const SimRun r = kvbuf("step --model qwen3.5-0.8b --batch 8,64,1024 --context 1024 --profile " + kStepCsv +
+                         " --csv " + csv.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("profile " + kStepCsv), std::string::npos) << r.out;
+  const std::string text = slurp(csv);
+  EXPECT_NE(text.find(",profile,profile,profile,"), std::string::npos) << text;  // batch 8 and 64
+  EXPECT_NE(text.find(",profile,profile-extrapolated,profile-extrapolated,"), std::string::npos) << text;  // 1024
+  // T = 2 was not profiled: parametric, and tokens per second at E[m] = 1 + 0.7.
+  const SimRun t2 = kvbuf("step --model qwen3.5-0.8b --batch 8 --context 1024 --drafts 2 --acceptance 0.7 --profile " +
+                          kStepCsv + " --csv " + csv.string());
+  ASSERT_EQ(t2.status, 0) << t2.err;
+  EXPECT_NE(t2.out.find("E[m] = 1.700"), std::string::npos) << t2.out;
+  EXPECT_NE(slurp(csv).find(",parametric,parametric,parametric,1.7000,"), std::string::npos) << slurp(csv);
+  expect_usage_error("step --model qwen3.5-0.8b --batch 8 --profile /nonexistent/terms.csv", "--profile");
+  expect_usage_error("step --model qwen3.5-0.8b --batch 8 --terms-only", "--terms-only");
 }
 
 }  // namespace

@@ -175,16 +175,17 @@ __device__ __forceinline__ void write_zero_output(const GdnStepIO& io, const Blo
   for (int r = threadIdx.x; r < rows; r += blockDim.x) out[r] = __float2bfloat16_rn(0.f);
 }
 
-// ---- State tiles through the bulk copy engine (sm_90): one thread issues cp.async.bulk copies of
-// the block's contiguous state rows (K elements of the state type S, K * sizeof(S) bytes: 256 or
-// 512 for fp32, 128 or 256 for 16-bit states, multiples of 16 as the copies need) into shared
-// memory, 16 rows (kGroups: one per group) per chunk, each chunk completing on its own mbarrier, all
-// chunks in flight at once. The copies overlap the block's other loads and arithmetic and put up
-// to rows x K x sizeof(S) bytes in flight per block without holding registers.
+// ---- State tiles by the architecture layer's copies (kernels/common/arch.cuh: one thread's
+// cp.async.bulk on sm_90, warp 0's cp.async pieces before) of the block's contiguous state rows (K
+// elements of the state type S, K * sizeof(S) bytes: 256 or 512 for fp32, 128 or 256 for 16-bit
+// states, multiples of 16 as the copies need) into shared memory, 16 rows (kGroups: one per group)
+// per chunk, each chunk completing on its own mbarrier, all chunks in flight at once. The copies
+// overlap the block's other loads and arithmetic and put up to rows x K x sizeof(S) bytes in flight
+// per block without holding registers.
 
-// Thread 0 only: start the copies of rows [0, 16 * chunks) of `src` (rows of K elements of S)
-// into `tile` on initialised barriers. The block must pass a __syncthreads() after the
-// initialisation and before any wait.
+// The copy issuers (copy_issuer(threadIdx.x)) only: start the copies of rows [0, 16 * chunks) of
+// `src` (rows of K elements of S) into `tile` on initialised barriers. The block must pass a
+// __syncthreads() after the initialisation and before any wait.
 template <int K, class S>
 __device__ __forceinline__ void tile_copy(S* tile, const S* src, int chunks, uint64_t* bars) {
   constexpr uint32_t kChunkBytes = kGroups * K * sizeof(S);

@@ -156,13 +156,13 @@ __device__ __forceinline__ void single_store(const GdnKVBufferParams& p, const B
   }
 }
 
-// Phase 2, second part: the S0 tile by bulk copies (thread 0, one barrier per chunk), or, without a
+// Phase 2, second part: the S0 tile by bulk copies (the copy issuers, one barrier per chunk), or, without a
 // state, a zero tile for the cached-u row loop.
 template <int K, bool RAW, class S>
 __device__ __forceinline__ void single_issue_tile(bool has_state, S* tile, const S* state,
                                                   const BlockCoords& c, int rows, int chunks, uint64_t* bars) {
   if (has_state) {
-    if (threadIdx.x == 0) tile_issue<K>(tile, state + size_t(c.v0) * K, chunks, bars);
+    if (copy_issuer(threadIdx.x)) tile_issue<K>(tile, state + size_t(c.v0) * K, chunks, bars);
   } else if (!RAW) {
     constexpr int kPerVec = 16 / int(sizeof(S));  // elements per 16-byte store
     for (int i = threadIdx.x; i < rows * K / kPerVec; i += kThreads)
@@ -547,7 +547,7 @@ __device__ __forceinline__ void split_state_row(const GdnKVBufferParams& p, int 
   const int H = io.H, HV = io.HV, kh = c.kh;
   const int chunks = rows / kGroups;
   S* state = static_cast<S*>(p.state) + (size_t(slot) * HV + c.h) * V * K;
-  if (has_state && threadIdx.x == 0) tile_copy<K>(tile, state + size_t(c.v0) * K, chunks, sh.bars);
+  if (has_state && copy_issuer(threadIdx.x)) tile_copy<K>(tile, state + size_t(c.v0) * K, chunks, sh.bars);
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
   TokenKQRaw<K> kq_raw;
   issue_token_kq<K>(io, c.row, kh, lane, kq_raw);
@@ -634,7 +634,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
     const int slot = io.slot[c.row], n = p.row_fill[c.row];
     const bool has_state = p.row_has_state[c.row] != 0;
     if (!state_kernel_row(slot, n, has_state, C)) return;  // kernel A wrote the zero output / finished the token
-    if (has_state && threadIdx.x == 0) tile_init(chunks, sh.bars);
+    if (has_state && copy_issuer(threadIdx.x)) tile_init(chunks, sh.bars);
     split_state_row<K, V, S, E>(p, rows, c, slot, n, has_state, 0, s0_tile, sh);
   } else {
     constexpr int kPer = kCompactMaxBatch / kThreads, kWarps = kThreads / 32;
@@ -659,7 +659,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
       const unsigned m = __ballot_sync(0xffffffffu, (work >> i) & 1u);
       if (wl == 0) s_count[i][warp] = __popc(m);
     }
-    if (threadIdx.x == 0) tile_init(chunks, sh.bars);
+    if (copy_issuer(threadIdx.x)) tile_init(chunks, sh.bars);
     __syncthreads();
     int before = 0;  // rows needing kernel B ahead of chunk i
 #pragma unroll
@@ -677,7 +677,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
       if (t > 0) {
         __syncthreads();  // the previous row's tile, sv, sr, ss and sw are consumed
         // Generic-proxy reads of the tile precede the next bulk (async-proxy) writes to it.
-        if (threadIdx.x == 0) fence_before_copy_overwrite();
+        if (copy_issuer(threadIdx.x)) fence_before_copy_overwrite();
       }
       c.row = s_rows[t];
       const int slot = io.slot[c.row], n = p.row_fill[c.row];

@@ -11,7 +11,7 @@
 //          q, k [B, H, K] bf16; v, out [B, HV, V] bf16; g, beta [B, HV] fp32 (or a, b bf16 [B, HV]
 //          + A_log, dt_bias [HV] fp32); slot [B] int32 (negative: padding, output zeros only).
 // Work split (tile shape): block = (row, value head, tile of rows_per_block state rows), 128 threads = 16
-// groups of 8 lanes (gdn_decode_device.h). Thread 0 starts bulk copies (cp.async.bulk, 16 rows per
+// groups of 8 lanes (gdn_decode_device.h). The copy issuers start bulk copies (arch.cuh, 16 rows per
 // chunk, one mbarrier each) of the block's contiguous S rows into shared memory, all in flight at
 // once; meanwhile every group normalises k, q and the block stages v; then each group takes one
 // row per chunk, as soon as its chunk lands, and stores the new row straight to global memory.
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(Recurren
   }
   const size_t head = (size_t(slot) * io.HV + c.h) * V * K;
   const int chunks = rows / kGroups;
-  if (has_state && threadIdx.x == 0)
+  if (has_state && copy_issuer(threadIdx.x))
     tile_issue<K>(tile, static_cast<const S*>(p.state_in) + head + size_t(c.v0) * K, chunks, bars);
 
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;

@@ -223,15 +223,15 @@ __device__ __forceinline__ void add_buffered_entries(float (&s)[kWarpRows / 2][N
   }
 }
 
-// Lane 0 of each warp: the warp's 8 contiguous S0 rows (8 N sizeof(S) bytes: 1-4 KiB, a multiple
-// of 16 as the bulk copy needs) into its part of a shared-memory tile of S by one bulk copy on the
-// warp's own mbarrier (wait with tile_wait); the S0 bytes are then in flight without holding
+// Every lane of a warp (its copy issuers take part): the warp's 8 contiguous S0 rows (8 N sizeof(S)
+// bytes: 1-4 KiB, a multiple of 16 as the bulk copy needs) into its part of a shared-memory tile of
+// S by one bulk copy on the warp's own mbarrier (wait with tile_wait); the S0 bytes are then in flight without holding
 // registers. Used by the KVBuffer decode kernel.
 template <int N, class S>
 __device__ __forceinline__ void issue_warp_rows(S* tile_rows, const S* src, uint64_t* bar, int lane) {
   constexpr uint32_t kBytes = kWarpRows * N * sizeof(S);
   static_assert(kBytes % 16 == 0, "bulk copies move multiples of 16 bytes");
-  if (lane == 0) {
+  if (copy_issuer(lane)) {
     tile_init(1, bar);
     expect_copy_bytes(bar, kBytes);
     bulk_copy(tile_rows, src, kBytes, bar);

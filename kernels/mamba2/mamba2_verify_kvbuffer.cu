@@ -130,9 +130,9 @@ __device__ __forceinline__ F* tile_row(F* tile, int r) {
 // and i + 4.
 __device__ __forceinline__ int fragment_row(int g) { return (g >> 1) + (g & 1) * (kWarpRows / 2); }
 
-// Lane 0: the warp's 8 S0 rows at src into its tile `dst` by two bulk copies (the halves) on `bar`
-// (initialised by the block before a block barrier). The proxy fence orders the warp's earlier
-// reads and writes of dst (a previous head's) before the copies' writes.
+// The warp's copy issuers (copy_issuer(lane)): its 8 S0 rows at src into its tile `dst` by two bulk
+// copies (the halves) on `bar` (initialised by the block before a block barrier). The proxy fence
+// orders the warp's earlier reads and writes of dst (a previous head's) before the copies' writes.
 template <int N, class S>
 __device__ __forceinline__ void issue_s0_rows(S* dst, const S* src, uint64_t* bar) {
   constexpr int kHalfRows = kWarpRows / 2;
@@ -387,12 +387,12 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   __shared__ unsigned s_path[kTMax];  // node t's root path (ancestors and t) as a bitmask
   __shared__ int s_fold, s_neff;
 
-  // Phase 1, issue: the warps' mbarriers (thread 0; the block barrier below publishes them, no
-  // memory round trip), then the window (independent of the pools), the slot, and at once each
+  // Phase 1, issue: the warps' mbarriers (the copy issuers of warp 0; the block barrier below
+  // publishes them, no memory round trip), then the window (independent of the pools), the slot, and at once each
   // warp's 8 S0 rows by one bulk copy, issued with fill and has_state (one round trip after the
   // slot, not two: a row in direct mode reads its slot's unused rows and ignores them); then the n
   // buffer entries by cp.async. Every loop here and below divides only by constants.
-  if (threadIdx.x == 0) tile_init(warps, bar - warp);
+  if (copy_issuer(threadIdx.x)) tile_init(warps, bar - warp);
   stage_window_bc<N>(s_b, s_cwin, io, row, g, C, T, G);
   // Each warp its own 8 rows of the window's x, and of the gate: read where the outputs are
   // written, each token's z would be one more dependent round trip (the stores to out may alias z).
@@ -421,7 +421,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   __syncthreads();  // the barriers' initialisation before any copy
   S* state_rows = static_cast<S*>(p.state) + ((size_t(slot) * NH + h) * P + p0) * N;
   S* tile_rows = s_tile + warp * warp_tile_elems<N, S>();
-  if (lane == 0) issue_s0_rows<N>(tile_rows, state_rows, bar);
+  if (copy_issuer(lane)) issue_s0_rows<N>(tile_rows, state_rows, bar);
   const float dt_lane = warp == 0 && lane < T ? token_step(io, dt_raw) : 0.f;
   const int par_lane = warp == 0 && lane < T ? parent_of(par_raw, lane) : -1;
   const int n = p.fill[slot];
@@ -628,13 +628,13 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   __shared__ int s_fold, s_fold_from;  // the row folds; its heads' folds from s_fold_from on (head 0's may run early)
   __shared__ int s_in_buffer;          // the window's entries go into the buffer (window_entries)
 
-  // Phase 1, issue: the stages' mbarriers (thread 0, published by the block barrier below), the
-  // slot, fill and has_state; at once each warp's S0 rows of the first heads by bulk copies, and by
+  // Phase 1, issue: the stages' mbarriers (the copy issuers of warp 0, published by the block
+  // barrier below), the slot, fill and has_state; at once each warp's S0 rows of the first heads by bulk copies, and by
   // cp.async the n buffered entries' B (the group's), x (the heads'), G_j and dt_j (the heads'): the
   // pools, read before the wait for the kernel before when it writes none of them. Then what the
   // kernel before may produce: by cp.async the window's B and C (the group's), x (the heads'); the
   // gates, warp 0's parents, the heads' A, D and window dt.
-  if (threadIdx.x == 0) tile_init(L.ring * warps, s_bars);
+  if (copy_issuer(threadIdx.x)) tile_init(L.ring * warps, s_bars);
   const int slot = io.slot[row];
   int n = 0;
   bool has_state = false;
@@ -648,7 +648,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
   const bool first_wave = p.pools_ready_at_launch &&
                           int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) < first_wave_blocks;
   if (slot >= 0) {
-    if (lane == 0)
+    if (copy_issuer(lane))
       for (int hh = 0; hh < HB && hh < kStages; ++hh) issue_s0_rows<N>(stage(hh), s0_rows(hh), stage_bar(hh));
     const __nv_bfloat16* bk = p.buf_k + (size_t(slot) * C * G + g) * N;  // B_j at + j G N
     stage_buffer_b<N>(s_b, bk, n, G);
@@ -794,7 +794,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kGroupBlocksPerSM)
     float2 s0c = make_float2(0.f, 0.f);
     if (has_state || fold) s0c = s0_product<N>(tile_rows, s_cp + tok * CPS + fc, fg, fc);  // else S0 = 0
     __syncwarp();  // every lane's reads of the stage before its refill
-    if (lane == 0 && hh + kStages < HB) issue_s0_rows<N>(tile_rows, s0_rows(hh + kStages), stage_bar(hh));
+    if (copy_issuer(lane) && hh + kStages < HB) issue_s0_rows<N>(tile_rows, s0_rows(hh + kStages), stage_bar(hh));
     float d[4] = {t0 < T ? s0c.x * s_egwin[hh][t0] : 0.f, t0 + 1 < T ? s0c.y * s_egwin[hh][t0 + 1] : 0.f, 0.f, 0.f};
     const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(xw) + r;  // x_e of row r at xb[8 e]
     const float2* wf = s_wf + hh * KS * 32 + lane;
