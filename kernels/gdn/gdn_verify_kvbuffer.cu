@@ -42,8 +42,10 @@
 // 3.99x classic verify + copy commit (481.66); T = 5 6.53 / 132.54 / 259.42 us at batch 1 / 128 /
 // 256 [C = 16]. Measured again at b577b47 (before v20, one call, log v19), C = 16, batch 1 / 8 /
 // 64 / 128 / 256 / 512: T = 5 6.55 / 15.94 / 70.34 / 135.06 / 264.21 / 535.16 us, T = 4 5.38 /
-// 14.16 / 60.78 / 119.22 / 230.87 / 458.87 us. This body and layout, variant 2 of v20, measured
-// 127.97 us at T = 5, batch 128 (03b05a3); its checks are pending.
+// 14.16 / 60.78 / 119.22 / 230.87 / 458.87 us. This body and layout (variant 2 of v20) at
+// a447bdf1b1a3, same call form: T = 5 6.44 / 15.28 / 65.84 / 128.38 / 257.34 / 512.34 us, T = 4
+// 5.34 / 13.53 / 57.29 / 112.22 / 220.38 / 427.22 us; bf16 state T = 5 125.77 / 248.53 at batch
+// 128 / 256; test_gdn_verify (44 cases) passed, memcheck and racecheck clean on two K = 128 cases.
 // Performance log v1..v20 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
 // ("log vN" in the comments below).
 #include <stdexcept>
