@@ -34,7 +34,7 @@ struct StepOptions {
   std::string calibration = "auto";
   std::string results_dir = KVBUF_RESULTS_DIR;
   std::string state_dtype = "fp32";
-  std::string profile;
+  std::string profile = "auto";
 
   void add_to(CLI::App* c, bool model_required) {
     auto* m = c->add_option("--model", model, "catalog model name (see `kvbuf models`)");
@@ -65,14 +65,26 @@ struct StepOptions {
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
     c->add_option("--profile", profile,
                   "operator profile: a step CSV (`kvbuf step --measure [--terms-only] --out`) whose measured attention, "
-                  "GEMM/MoE and elementwise terms replace the parametric ones where it covers the configuration");
+                  "GEMM/MoE and elementwise terms replace the parametric ones where it covers the configuration; auto: "
+                  "<results>/step_<gpu>.csv where it exists (the H200's is committed), except under `step --measure`, "
+                  "whose simulated columns stay independent of the measurement; none: the parametric terms")
+        ->capture_default_str();
   }
 
-  // The operator profile (null without --profile).
-  std::shared_ptr<const StepProfileTable> profile_table() const {
-    if (profile.empty()) return nullptr;
+  // The operator profile's file: --profile's, or under auto the GPU's committed step CSV where one exists
+  // and the step is not being measured (its simulated columns must not be fitted to itself); "" for none.
+  std::string profile_path(bool measuring = false) const {
+    if (profile == "none" || profile.empty()) return "";
+    if (profile != "auto") return profile;
+    const std::string file = results_dir + "/step_" + gpu + ".csv";
+    return !measuring && std::filesystem::is_regular_file(file) ? file : "";
+  }
+  // The operator profile (null when profile_path is empty).
+  std::shared_ptr<const StepProfileTable> profile_table(bool measuring = false) const {
+    const std::string file = profile_path(measuring);
+    if (file.empty()) return nullptr;
     try {
-      return std::make_shared<const StepProfileTable>(profile_points(read_step_profiles(profile)));
+      return std::make_shared<const StepProfileTable>(profile_points(read_step_profiles(file)));
     } catch (const std::exception& e) {
       throw UsageError(std::string("--profile: ") + e.what());
     }
@@ -212,7 +224,7 @@ int run_simulate(const SimulateOptions& o) {
                       : "",
              r.requests, poisson ? fmt::format("Poisson {} /s over {} s, seed {}", o.rate, o.duration, o.seed)
                                  : o.trace);
-  fmt::print("{}\n", gpu_line(gpu, profile.get(), o.step.profile));
+  fmt::print("{}\n", gpu_line(gpu, profile.get(), o.step.profile_path()));
   fmt::print("memory: {:.1f} GB usable ({:.0f}% of the GPU), weights {:.1f} GB per GPU, peak {:.1f} GB\n",
              r.memory_limit_bytes / 1e9, 100 * o.mem_fraction, r.weight_bytes / 1e9, r.peak_memory_bytes / 1e9);
   fmt::print("throughput: {:.1f} output tokens/s ({} tokens in {:.2f} s), {} decode steps\n", r.throughput_tok_s,
@@ -312,7 +324,7 @@ int run_step_measure(const StepCmdOptions& o, const GpuSpec& gpu, const Measured
   a.budget_s = o.budget_s;
   a.seed = o.seed;
   a.commit = source_commit();
-  const auto profile = o.step.profile_table();
+  const auto profile = o.step.profile_table(/*measuring=*/true);
   std::map<DecodeMethod, StepModel> models;
   for (DecodeMethod m : a.methods) {
     StepConfig sc = o.step.config(m, gpu);
@@ -327,7 +339,7 @@ int run_step_measure(const StepCmdOptions& o, const GpuSpec& gpu, const Measured
     throw UsageError(e.what());
   }
   if (!o.out.empty() && !std::ofstream(o.out, std::ios::app)) throw UsageError("--out: cannot write '" + o.out + "'");
-  fmt::print("{}\n", gpu_line(gpu, profile.get(), o.step.profile));
+  fmt::print("{}\n", gpu_line(gpu, profile.get(), o.step.profile_path(/*measuring=*/true)));
   return step::run_step_measure(a);
 #else
   (void)o, (void)gpu, (void)table;
@@ -351,7 +363,7 @@ int run_step(const StepCmdOptions& o) {
   fmt::print("step model: {} on {} x tp {}, context {} tokens per request, {} states, KVBuffer C = {}{}\n",
              c.model.name, gpu.name, c.tp, fmt::join(o.contexts, ", "), state_type_name(c.state), c.chunk,
              c.drafts ? fmt::format(", speculative T = {} at acceptance {}", c.drafts, c.acceptance) : "");
-  fmt::print("{}\n", gpu_line(gpu, profile.get(), o.step.profile));
+  fmt::print("{}\n", gpu_line(gpu, profile.get(), o.step.profile_path()));
   if (c.drafts > 0)
     fmt::print("speculative T = {}: E[m] = {:.3f} tokens emitted per request and step at acceptance {}\n", c.drafts,
                kvb.expected_emitted(), c.acceptance);

@@ -330,4 +330,21 @@ TEST(KvbufStep, ProfileTermsAndTheirSources) {
   expect_usage_error("step --model qwen3.5-0.8b --batch 8 --terms-only", "--terms-only");
 }
 
+// The committed profile is the default (auto: <results>/step_<gpu>.csv); none gives the parametric terms;
+// a GPU without a step CSV of its own falls back to the parametric terms.
+TEST(KvbufStep, ProfileAutoIsTheDefault) {
+  const fs::path csv = scratch() / "step_default.csv";
+  const SimRun by_default = kvbuf("step --model qwen3.5-0.8b --batch 64 --context 1024 --csv " + csv.string());
+  ASSERT_EQ(by_default.status, 0) << by_default.err;
+  EXPECT_NE(by_default.out.find("profile " + kStepCsv), std::string::npos) << by_default.out;
+  EXPECT_NE(slurp(csv).find(",profile,profile,profile,"), std::string::npos) << slurp(csv);
+  const SimRun none = kvbuf("step --model qwen3.5-0.8b --batch 64 --context 1024 --profile none --csv " + csv.string());
+  ASSERT_EQ(none.status, 0) << none.err;
+  EXPECT_EQ(none.out.find("profile " + kStepCsv), std::string::npos) << none.out;
+  EXPECT_NE(slurp(csv).find(",parametric,parametric,parametric,"), std::string::npos) << slurp(csv);
+  const SimRun other_gpu = kvbuf("step --model qwen3.5-0.8b --gpu a100-80gb --batch 64 --context 1024 --csv " + csv.string());
+  ASSERT_EQ(other_gpu.status, 0) << other_gpu.err;
+  EXPECT_NE(slurp(csv).find(",parametric,parametric,parametric,"), std::string::npos) << slurp(csv);
+}
+
 }  // namespace
