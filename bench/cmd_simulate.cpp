@@ -152,7 +152,7 @@ StepModel make_model(const StepConfig& c, const MeasuredLinearTable& t,
 std::string gpu_line(const GpuSpec& g, const StepProfileTable* profile = nullptr, const std::string& profile_path = "") {
   const std::string profiled =
       profile ? fmt::format("\nprofile {}: {} measured points; attention, GEMM/MoE and elementwise from it where it covers "
-                            "the model, tp, drafts and routing (log-log interpolation), else the terms below",
+                            "the model, tp, drafts and routing (log-log interpolation), else the terms above",
                             profile_path, profile->points())
               : std::string();
   return fmt::format("GPU {}: {:.0f} GiB, read {:.0f} GB/s, copy {:.0f} GB/s, bf16 GEMM {:.0f} TFLOP/s, "
