@@ -1,5 +1,5 @@
 // Full attention over a paged KV cache with FlashInfer's header-only kernels, planned once per
-// point outside the CUDA graph as FlashInfer's CUDA-graph mode does, then launched from the graph.
+// point outside the CUDA graph, then launched from the graph.
 // bf16 q, KV and output; KV layout [pages, kv heads, page tokens, head dim] (HND).
 // - Decode (one token per request): the batch decode kernel (BatchDecodeWithPagedKVCacheDispatched,
 //   the kernel SGLang and vLLM run for decode). Head dims 128 and 256 and GQA groups 1, 2, 3, 4 and
@@ -9,7 +9,9 @@
 //   same pages (BatchPrefillWithPagedKVCacheDispatched, as SGLang's and vLLM's FlashInfer backends
 //   verify drafts): a request's T queries attend its KV in one pass, causal among the T tokens
 //   (query t sees the first kv_len - T + 1 + t tokens), so the KV is read once per request and
-//   not T times. Head dims 128 and 256; the GQA group is a runtime value there (any group).
+//   not T times. Head dims 128 and 256; the GQA group is a runtime value there (any group). Its
+//   query tile follows a request's T x group packed rows (FlashInfer's non-graph plan, as its
+//   uniform-query-length graph plan from 0.7 picks it; step_verify_attention.cu says why).
 // Anything else throws std::invalid_argument.
 #pragma once
 #include <cuda_bf16.h>
@@ -63,9 +65,9 @@ class PagedMultiQueryAttention {
   ~PagedMultiQueryAttention();
   PagedMultiQueryAttention(const PagedMultiQueryAttention&) = delete;
   PagedMultiQueryAttention& operator=(const PagedMultiQueryAttention&) = delete;
-  // Device bytes this object allocates for the shape: FlashInfer's split-KV partials (in CUDA-graph
-  // mode they grow with the query rows, unlike the decode kernel's fixed workspace), its index
-  // workspace and the query row pointers.
+  // Device bytes this object allocates for the shape: FlashInfer's split-KV partials (sized by its
+  // scheduler from the SM count and the query tiles, unlike the decode kernel's fixed workspace),
+  // its index workspace and the query row pointers.
   static size_t workspace_bytes(const PagedMultiQueryShape& shape, const std::vector<int32_t>& kv_indptr_h);
   // o [requests x tokens, q_heads, head_dim]: row (r, t) = softmax(q k^T / sqrt(head_dim)) v over
   // request r's first kv_len - tokens + 1 + t tokens.

@@ -190,7 +190,7 @@ bool StepRunner::prepare(const StepPoint& p, std::string* why) {
   const PagedMultiQueryShape mq_shape{p.batch, p.tokens(), r.model.attn_q_heads, r.model.attn_kv_heads,
                                       r.model.attn_head_dim, kPageTokens};
   // The multi-query kernel's split-KV partials follow FlashInfer's scheduler (and the GPU's SM
-  // count), which the plan cannot see: what exceeds the plan's decode workspace is added here.
+  // count), which the plan cannot see: what exceeds the plan's attention budget is added here.
   if (multi_query)
     plan.activations += std::max(0.0, double(PagedMultiQueryAttention::workspace_bytes(mq_shape, indptr)) -
                                           kAttentionWorkspaceBytes);

@@ -1,7 +1,6 @@
 // The multi-query (speculative verify) attention of bench/step/step_attention.h: FlashInfer's batch
-// prefill kernel over the paged KV cache, causal, planned in CUDA-graph mode (as SGLang's verify
-// graphs plan it). A translation unit of its own: prefill.cuh is heavy to compile, and only the
-// head dims and query tiles the plan can pick for the catalog's head dims are instantiated.
+// prefill kernel over the paged KV cache, causal. A translation unit of its own: prefill.cuh is
+// heavy to compile, and only the head dims and query tiles the plan can pick are instantiated.
 #include <flashinfer/attention/default_prefill_params.cuh>
 #include <flashinfer/attention/prefill.cuh>
 #include <flashinfer/attention/scheduler.cuh>
@@ -24,7 +23,13 @@ using Variant = fi::DefaultAttention</*custom mask*/ false, /*sliding window*/ f
                                      /*alibi*/ false>;
 constexpr auto kNoRope = fi::PosEncodingMode::kNone;  // RoPE is applied before the cache append
 constexpr auto kCausal = fi::MaskMode::kCausal;
-constexpr bool kCudaGraph = true;  // the plan a server's replayed verify graph uses
+// The plan's mode. FlashInfer 0.6.0's CUDA-graph mode sizes the query tile for the largest request
+// the rows could form (rows - requests + 1 tokens: 64 packed rows at head dim 256, 128 at 128, at
+// any batch > 1) where a verify request has T x group (16 at T = 4, group 4); FlashInfer 0.7 added a
+// uniform query length to its graph plan for this case. The non-graph mode picks the tile from the
+// rows per request, as that plan does; a point's requests and contexts are fixed, so the grid it
+// plans is the one every replay of the step's graph runs.
+constexpr bool kCudaGraphPlan = false;
 // The index workspace (FlashInfer's default, 8 MiB: tile indices, merge and output pointers).
 constexpr size_t kIntWorkspace = size_t(8) << 20;
 // Slack for FlashInfer's 16-byte alignment of the two partial buffers in the float workspace.
@@ -100,7 +105,7 @@ size_t float_workspace_bytes(const PagedMultiQueryShape& s, const std::vector<in
   auto [split_kv, new_batch, padded_batch, tile, chunk, requests, qo_tiles, kv_tiles, merge, o_indptr] =
       fi::PrefillSplitQOKVIndptr(qo.data(), kv.data(), uint32_t(s.requests * s.tokens), uint32_t(s.requests),
                                  uint32_t(s.q_heads), uint32_t(s.kv_heads), uint32_t(s.head_dim),
-                                 uint32_t(s.page_tokens), max_batch_size_if_split(s.kv_heads), kCudaGraph,
+                                 uint32_t(s.page_tokens), max_batch_size_if_split(s.kv_heads), kCudaGraphPlan,
                                  /*window_left=*/-1, /*fixed_split_size=*/-1, /*disable_split_kv=*/false);
   if (!split_kv) return kAlignSlack;
   const size_t rows = size_t(s.q_heads) * padded_batch * tile;
@@ -130,7 +135,7 @@ PagedMultiQueryAttention::PagedMultiQueryAttention(const PagedMultiQueryShape& s
                                  m.host_int_ws.data(), kIntWorkspace, m.plan, qo.data(), kv.data(),
                                  uint32_t(s.requests * s.tokens), uint32_t(s.requests), uint32_t(s.q_heads),
                                  uint32_t(s.kv_heads), uint32_t(s.head_dim), uint32_t(s.head_dim),
-                                 uint32_t(s.page_tokens), kCudaGraph, /*sizeof_dtype_o=*/2, /*window_left=*/-1,
+                                 uint32_t(s.page_tokens), kCudaGraphPlan, /*sizeof_dtype_o=*/2, /*window_left=*/-1,
                                  /*fixed_split_size=*/-1, /*disable_split_kv=*/false, /*num_colocated_ctas=*/0,
                                  stream),
         "PrefillPlan");
