@@ -150,7 +150,8 @@ bool check_case(const Case& c, int T, const std::vector<int>& contexts, uint64_t
           const double err = std::abs(got - ref[e]) / tol;
           if (err > 1)
             ADD_FAILURE() << "request " << r << " (context " << contexts[r] << ") token " << t << " head " << hq
-                          << " dim " << e << ": gpu " << got << ", float64 " << ref[e] << ", tolerance " << tol;
+                          << " dim " << e << ": gpu " << got << ", float64 " << ref[e] << ", tolerance " << tol
+                          << " (FlashInfer query tile " << attn.cta_tile_q() << ", split KV " << attn.split_kv() << ")";
           worst = std::max(worst, err);
           non_causal_worst = std::max(non_causal_worst, std::abs(got - ref_nc[e]) / tol);
         }
