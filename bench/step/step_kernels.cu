@@ -133,7 +133,7 @@ __global__ void attention_prep_kernel(AttnPrepParams p) {
     dst = p.q_out + (size_t(r) * p.q_heads + h) * D;
   } else {
     const int kh = h - p.q_heads;
-    const int page = p.kv_indices[p.kv_indptr[r] + pos / p.page_tokens];
+    const int page = p.kv_indices[p.kv_indptr[r / p.tokens_per_request] + pos / p.page_tokens];
     const size_t at = ((size_t(page) * p.kv_heads + kh) * p.page_tokens + pos % p.page_tokens) * D;
     dst = p.k_cache + at;
     vdst = p.v_cache + at;

@@ -54,16 +54,18 @@ void copy_columns(const bf16* src, int src_stride, int offset, int rows, int wid
 void gated_rms_norm(const bf16* x, const bf16* w, int w_len, const bf16* z, int z_stride, int z_offset, bf16* out,
                     int rows, int width, int group, cudaStream_t s);
 
-// Full-attention input of one decode token per row: from the qkv projection [q | gate | k | v]
+// Full-attention input of one token per row: from the qkv projection [q | gate | k | v]
 // (row stride in_stride; gate present when gate_width > 0), RMSNorm of every q and k head (q_norm,
 // k_norm [head_dim]), NeoX rotary embedding of the first rot_dim dims at position pos[r] (base
 // theta), q to q_out [rows, q_heads, head_dim], k and v appended to the paged caches
-// [pages, kv_heads, page_tokens, head_dim] at pos[r]: page kv_indices[kv_indptr[r] + pos /
+// [pages, kv_heads, page_tokens, head_dim] at pos[r] of the row's request (rows are request-major,
+// tokens_per_request each: decode 1, verify T): page kv_indices[kv_indptr[request] + pos /
 // page_tokens], slot pos % page_tokens.
 struct AttnPrepParams {
   const bf16* in = nullptr;
   int in_stride = 0, gate_width = 0;
   int rows = 0, q_heads = 0, kv_heads = 0, head_dim = 0, rot_dim = 0, page_tokens = 16;
+  int tokens_per_request = 1;
   float theta = 1e7f;
   const bf16 *q_norm = nullptr, *k_norm = nullptr;
   const int32_t* pos = nullptr;

@@ -16,7 +16,6 @@ int divide(int n, int tp, const std::string& what, const std::string& model) {
 
 // Activation rows of the step's widest buffers, bf16, and the fixed workspaces of the runner.
 constexpr double kCublasWorkspaceBytes = 32.0 * (1 << 20);
-constexpr double kAttentionWorkspaceBytes = 256.0 * (1 << 20);  // FlashInfer's split-KV partials
 }  // namespace
 
 int rotary_dim(const ModelSpec& m) {

@@ -112,6 +112,10 @@ struct MemoryPlan {
   double total() const { return weights + kv_cache + linear_pools + activations; }
 };
 MemoryPlan memory_plan(const RankShapes& r, const StepPoint& p);
+// FlashInfer's workspaces (split-KV partials and index tables) budgeted for the full attention: the
+// decode kernel's fixed 128 + 8 MiB fit; the multi-query kernel's partials follow its scheduler
+// (the GPU's SM count, the query tiles), and the runner adds what would exceed this budget.
+constexpr double kAttentionWorkspaceBytes = 256.0 * (1 << 20);
 // Bytes kept free beyond the plan (cuBLAS and CUDA-graph internals, fragmentation).
 constexpr double kMemoryHeadroomBytes = 1.5 * (1 << 30);
 // Empty when the point fits in free_bytes, else why not (the sizes in GiB).

@@ -66,15 +66,17 @@ struct PointState {
   // conv_slot: the request's conv window; step_slot [batch, T]: in-place verify's node slots;
   // accept_len [batch]: the step's accepted tokens m per request (verify).
   DeviceBuffer ids, slots, conv_slot, step_slot, accept_len, pos;
-  // The page table per token row (decode: per request; verify: row (r, t) sees the first
-  // context - T + 1 + t tokens of request r's pages).
+  // The page table per request (its context's pages; the T token rows of a request are its last T
+  // positions, context - T .. context - 1, the causal mask of the multi-query attention).
   DeviceBuffer kv_indptr, kv_indices, kv_last;
   std::vector<DeviceBuffer> k_cache, v_cache;  // per attention layer
   std::unique_ptr<DevicePools> pools;
   DeviceBuffer row_fill, row_has, scratch;
   // Activations.
   DeviceBuffer hidden, normed, proj, q, k, v, g, beta, z, dt, lin_out, gated, attn_q, attn_o, mlp_up, mlp_act, logits;
-  std::unique_ptr<PagedDecodeAttention> attention;
+  // Full attention: the decode kernel for one token per request, the multi-query kernel for T > 1.
+  std::unique_ptr<PagedDecodeAttention> decode_attention;
+  std::unique_ptr<PagedMultiQueryAttention> verify_attention;
   // MoE: router logits, top-k, the grouping, the experts' rows in expert order, the shared expert.
   DeviceBuffer route_bias, router_logits, topk_ids, topk_w, offsets, order, position, x_sorted, up_sorted, act_sorted,
       y_sorted, shared_up, shared_act;
@@ -179,7 +181,19 @@ bool StepRunner::prepare(const StepPoint& p, std::string* why) {
   m.ps.reset();
   KVB_CUDA_CHECK(cudaDeviceSynchronize());
   const RankShapes& r = m.r;
-  const MemoryPlan plan = memory_plan(r, p);
+  MemoryPlan plan = memory_plan(r, p);
+  // Every request's pages: P of them, the last holding the rest of the context.
+  const int P = int((p.context + kPageTokens - 1) / kPageTokens);
+  const bool multi_query = r.model.attn_layers > 0 && p.tokens() > 1;
+  std::vector<int32_t> indptr(size_t(p.batch) + 1);
+  for (int i = 0; i <= p.batch; ++i) indptr[i] = i * P;
+  const PagedMultiQueryShape mq_shape{p.batch, p.tokens(), r.model.attn_q_heads, r.model.attn_kv_heads,
+                                      r.model.attn_head_dim, kPageTokens};
+  // The multi-query kernel's split-KV partials follow FlashInfer's scheduler (and the GPU's SM
+  // count), which the plan cannot see: what exceeds the plan's attention budget is added here.
+  if (multi_query)
+    plan.activations += std::max(0.0, double(PagedMultiQueryAttention::workspace_bytes(mq_shape, indptr)) -
+                                          kAttentionWorkspaceBytes);
   // The weights are allocated already: compare the whole plan with what was free before them.
   const std::string refusal = memory_refusal(plan, double(gpu_free_bytes()) + m.weight_bytes);
   if (!refusal.empty()) {
@@ -218,21 +232,12 @@ bool StepRunner::prepare(const StepPoint& p, std::string* why) {
   ps->step_slot = upload(step_slot), ps->accept_len = upload(accept);
   // Paged KV: each request's pages scattered over the pool (a shuffled page table, as an
   // allocator's free list leaves it after a while).
-  const int P = int((p.context + kPageTokens - 1) / kPageTokens);
   ps->pages_per_row = P;
   ps->kv_indices_h.resize(size_t(B) * P);
   std::iota(ps->kv_indices_h.begin(), ps->kv_indices_h.end(), 0);
   std::shuffle(ps->kv_indices_h.begin(), ps->kv_indices_h.end(), rng);
-  std::vector<int32_t> indptr(R + 1, 0), indices, last(R);
-  for (int i = 0; i < R; ++i) {
-    const long tokens = pos[i] + 1;
-    const int pages = int((tokens + kPageTokens - 1) / kPageTokens);
-    const auto first = ps->kv_indices_h.begin() + size_t(i / T) * P;
-    indices.insert(indices.end(), first, first + pages);
-    indptr[i + 1] = indptr[i] + pages;
-    last[i] = int32_t(tokens - int64_t(pages - 1) * kPageTokens);
-  }
-  ps->kv_indptr = upload(indptr), ps->kv_indices = upload(indices), ps->kv_last = upload(last);
+  const std::vector<int32_t> last(B, int32_t(p.context - int64_t(P - 1) * kPageTokens));
+  ps->kv_indptr = upload(indptr), ps->kv_indices = upload(ps->kv_indices_h), ps->kv_last = upload(last);
   const size_t cache_elems = size_t(B) * P * kPageTokens * r.attn_kv_width();
   uint64_t fill_seed = m.seed * 7919 + 3;
   for (int l = 0; l < r.model.attn_layers; ++l) {
@@ -301,10 +306,14 @@ bool StepRunner::prepare(const StepPoint& p, std::string* why) {
   }
   ps->logits = act(r.vocab);
   fill_uniform_bf16(ps->hidden.as<void>(), size_t(R) * d, m.seed + 5, -1.f, 1.f);
-  if (r.model.attn_layers > 0) {
-    PagedDecodeShape shape{R, r.model.attn_q_heads, r.model.attn_kv_heads, r.model.attn_head_dim, kPageTokens};
-    ps->attention = std::make_unique<PagedDecodeAttention>(shape, indptr, ps->kv_indptr.as<int32_t>(),
-                                                           ps->kv_indices.as<int32_t>(), ps->kv_last.as<int32_t>(), nullptr);
+  if (multi_query) {
+    ps->verify_attention = std::make_unique<PagedMultiQueryAttention>(mq_shape, indptr, ps->kv_indptr.as<int32_t>(),
+                                                                      ps->kv_indices.as<int32_t>(),
+                                                                      ps->kv_last.as<int32_t>(), nullptr);
+  } else if (r.model.attn_layers > 0) {
+    PagedDecodeShape shape{B, r.model.attn_q_heads, r.model.attn_kv_heads, r.model.attn_head_dim, kPageTokens};
+    ps->decode_attention = std::make_unique<PagedDecodeAttention>(
+        shape, indptr, ps->kv_indptr.as<int32_t>(), ps->kv_indices.as<int32_t>(), ps->kv_last.as<int32_t>(), nullptr);
   }
   KVB_CUDA_CHECK(cudaDeviceSynchronize());
   m.ps = std::move(ps);
@@ -425,14 +434,19 @@ void StepRunner::Impl::attention_mixer(cudaStream_t st, int i, unsigned terms) {
     AttnPrepParams p;
     p.in = x.proj.as<bf16>(), p.in_stride = W, p.gate_width = r.attn_gate() ? qw : 0;
     p.rows = B, p.q_heads = md.attn_q_heads, p.kv_heads = md.attn_kv_heads, p.head_dim = md.attn_head_dim;
-    p.rot_dim = rotary_dim(md), p.page_tokens = kPageTokens, p.theta = rope_theta(md);
+    p.rot_dim = rotary_dim(md), p.page_tokens = kPageTokens, p.tokens_per_request = x.p.tokens();
+    p.theta = rope_theta(md);
     p.q_norm = w.at("mixer.q_norm"), p.k_norm = w.at("mixer.k_norm");
     p.pos = x.pos.as<int32_t>(), p.kv_indptr = x.kv_indptr.as<int32_t>(), p.kv_indices = x.kv_indices.as<int32_t>();
     p.q_out = x.attn_q.as<bf16>(), p.k_cache = x.k_cache[l].as<bf16>(), p.v_cache = x.v_cache[l].as<bf16>();
     attention_prep(p, st);
   }
-  if (terms & kAttention)
-    x.attention->run(x.attn_q.as<bf16>(), x.k_cache[l].as<bf16>(), x.v_cache[l].as<bf16>(), x.attn_o.as<bf16>(), st);
+  if ((terms & kAttention) && x.verify_attention)
+    x.verify_attention->run(x.attn_q.as<bf16>(), x.k_cache[l].as<bf16>(), x.v_cache[l].as<bf16>(), x.attn_o.as<bf16>(),
+                            st);
+  if ((terms & kAttention) && x.decode_attention)
+    x.decode_attention->run(x.attn_q.as<bf16>(), x.k_cache[l].as<bf16>(), x.v_cache[l].as<bf16>(), x.attn_o.as<bf16>(),
+                            st);
   const bf16* o = x.attn_o.as<bf16>();
   if (r.attn_gate()) {
     if (terms & kElementwise) sigmoid_gate(x.attn_o.as<bf16>(), x.proj.as<bf16>(), W, qw, B, qw, x.gated.as<bf16>(), st);
@@ -703,7 +717,8 @@ MeasuredStep StepRunner::measure(double budget_s, bool whole_step) {
   out.attention = m.r.model.attn_layers > 0 ? time(kAttention) : TimingStats{};
   out.gemm = time(kGemm);
   out.elementwise = time(kElementwise);
-  out.attention_split_kv = m.ps->attention && m.ps->attention->split_kv();
+  out.attention_split_kv = (m.ps->decode_attention && m.ps->decode_attention->split_kv()) ||
+                           (m.ps->verify_attention && m.ps->verify_attention->split_kv());
   return out;
 }
 

@@ -1,8 +1,9 @@
 // GPU tests of the step runner (ctest label gpu): on small models of the real layer kinds, one
 // block of each kind run by the runner matches the float64 reference of reference/decoder_layers.h
 // on the same random weights, caches and states: a Gated DeltaNet block and a full-attention block
-// (each with its SwiGLU MLP), a Mamba-2 block (squared-ReLU MLP), a GDN + MoE block with its
-// routing and grouping against the host definitions. Whole steps of both methods leave no
+// (each with its SwiGLU MLP; the attention block also verifying T tokens per request), a Mamba-2
+// block (squared-ReLU MLP), a GDN + MoE block with its routing and grouping against the host
+// definitions. Whole steps of both methods leave no
 // poisoned (NaN) activation, and a point that cannot fit is refused with its reason.
 // Tolerances: the GPU keeps every activation in bf16 (2^-8 relative rounding): the residual stream
 // is rounded twice per block (after the mixer and after the MLP), and each block's contribution
@@ -12,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -172,13 +174,15 @@ TEST_F(StepLayers, GatedDeltaNetBlockMatchesFloat64Reference) {
 }
 
 // The attention block `block` of a prepared runner against the float64 reference, and the new
-// token's K and V in the paged cache.
+// tokens' K and V in the paged cache. With drafts, the T token rows of a request (request-major)
+// are its positions context - T .. context - 1; the reference runs them as T decode steps in
+// order, each appending its K and V before the next attends (the causal verify).
 void check_attention_block(StepRunner& r, const StepPoint& point, int block, const std::string& what) {
   const RankShapes& shapes = r.shapes();
-  const int B = point.batch, d = shapes.hidden;
+  const int B = point.batch, d = shapes.hidden, T = point.tokens(), R = B * T;
   ASSERT_EQ(r.blocks()[block].mixer, Mixer::Attention);
   const ModelSpec& m = shapes.model;
-  const int D = m.attn_head_dim, kvh = m.attn_kv_heads, pos = int(point.context - 1), P = r.pages_per_row();
+  const int D = m.attn_head_dim, kvh = m.attn_kv_heads, pos = int(point.context - T), P = r.pages_per_row();
   const ref::AttentionDims a{m.attn_q_heads, kvh, D, rotary_dim(m), 1e7, true};
   const ref::AttentionMixerWeights w{bf16_to_double(r.weight(block, "mixer.norm"), d),
                                      bf16_to_double(r.weight(block, "mixer.qkv_proj"), shapes.attn_in_width() * d),
@@ -198,7 +202,7 @@ void check_attention_block(StepRunner& r, const StepPoint& point, int block, con
         for (int h = 0; h < kvh; ++h) rows[b].insert(rows[b].end(), &cache[at(b, t, h)], &cache[at(b, t, h)] + D);
     return rows;
   };
-  const ref::DVec before = bf16_to_double(r.hidden(), size_t(B) * d);
+  const ref::DVec before = bf16_to_double(r.hidden(), size_t(R) * d);
   std::vector<ref::DVec> keys = cached(bf16_to_double(r.k_cache(block), cache_elems), pos);
   std::vector<ref::DVec> values = cached(bf16_to_double(r.v_cache(block), cache_elems), pos);
 
@@ -206,11 +210,18 @@ void check_attention_block(StepRunner& r, const StepPoint& point, int block, con
   KVB_CUDA_CHECK(cudaDeviceSynchronize());
 
   ref::DVec expected = before;
-  ref::attention_mixer_decode(a, d, w, kRmsEps, expected, B, pos, keys, values);
-  ref::mlp_decode(d, shapes.dense_ffn, true, mlp_weights(r, block), kRmsEps, expected, B);
-  expect_hidden_near(bf16_to_double(r.hidden(), size_t(B) * d), expected, before, what);
-  const std::vector<ref::DVec> k_after = cached(bf16_to_double(r.k_cache(block), cache_elems), pos + 1);
-  const std::vector<ref::DVec> v_after = cached(bf16_to_double(r.v_cache(block), cache_elems), pos + 1);
+  for (int t = 0; t < T; ++t) {
+    ref::DVec rows(size_t(B) * d);  // token t of every request
+    for (int b = 0; b < B; ++b)
+      std::copy_n(&expected[(size_t(b) * T + t) * d], d, &rows[size_t(b) * d]);
+    ref::attention_mixer_decode(a, d, w, kRmsEps, rows, B, pos + t, keys, values);
+    for (int b = 0; b < B; ++b)
+      std::copy_n(&rows[size_t(b) * d], d, &expected[(size_t(b) * T + t) * d]);
+  }
+  ref::mlp_decode(d, shapes.dense_ffn, true, mlp_weights(r, block), kRmsEps, expected, R);
+  expect_hidden_near(bf16_to_double(r.hidden(), size_t(R) * d), expected, before, what);
+  const std::vector<ref::DVec> k_after = cached(bf16_to_double(r.k_cache(block), cache_elems), pos + T);
+  const std::vector<ref::DVec> v_after = cached(bf16_to_double(r.v_cache(block), cache_elems), pos + T);
   for (int b = 0; b < B; ++b) {
     EXPECT_LE(distance(k_after[b], keys[b]), 2 * kBf16 * norm(keys[b])) << what << ": K cache of row " << b;
     EXPECT_LE(distance(v_after[b], values[b]), 2 * kBf16 * norm(values[b])) << what << ": V cache of row " << b;
@@ -229,6 +240,23 @@ TEST_F(StepLayers, FullAttentionOfGroup16MatchesFloat64Reference) {
   std::string why;
   ASSERT_TRUE(r.prepare(point_, &why)) << why;
   check_attention_block(r, point_, 3, "attention block, GQA group 16");
+}
+
+// Verify of T = 3 tokens per request: the multi-query attention (FlashInfer's batch prefill kernel)
+// after the T tokens' K and V are appended at the request's last T positions, against the T
+// tokens decoded in order; a short context, so that a token seeing a later draft would show. GQA
+// group 4 at head dim 256 and group 16 at 128.
+TEST_F(StepLayers, FullAttentionVerifyOfDraftsMatchesSequentialReference) {
+  StepPoint p = point_;
+  p.drafts = 3, p.context = 7;
+  std::string why;
+  ASSERT_TRUE(runner_->prepare(p, &why)) << why;
+  check_attention_block(*runner_, p, 3, "attention block verifying 3 tokens, GQA group 4");
+  ModelSpec m = tiny_model();
+  m.attn_q_heads = 16, m.attn_head_dim = 128;
+  StepRunner r(rank_shapes(m, 1), test_seed() + 2);
+  ASSERT_TRUE(r.prepare(p, &why)) << why;
+  check_attention_block(r, p, 3, "attention block verifying 3 tokens, GQA group 16");
 }
 
 // Every activation is poisoned (NaN) when allocated: a whole step of either method that read one
