@@ -44,7 +44,7 @@
 // 64 / 128 / 256 / 512: T = 5 6.55 / 15.94 / 70.34 / 135.06 / 264.21 / 535.16 us, T = 4 5.38 /
 // 14.16 / 60.78 / 119.22 / 230.87 / 458.87 us. This body and layout, variant 2 of v20, measured
 // 127.97 us at T = 5, batch 128 (03b05a3); its checks are pending.
-// Performance log v1..v20 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
+// Performance log v1..v21 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
 // ("log vN" in the comments below).
 #include <cstdlib>
 #include <stdexcept>
