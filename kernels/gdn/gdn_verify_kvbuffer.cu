@@ -26,7 +26,7 @@
 // offsets, the C regions after them; buffer keys read as landed, in the entry type). Every warp
 // computes the window's tree for itself. The key dot products, the row products S0^T [k | q], the
 // fold and (bf16 entries) the buffer terms run on the tensor cores (m16n8k8 TF32, fp32 operands
-// split hi + lo: mma.h).
+// split hi + lo, 16-bit states exact in TF32: mma.h).
 // State dtype (docs/kvbuffer-math.md section 11): S0 is read in its type and computed with in fp32;
 // a fold (the verify's, the commit's) rounds S0 once to nearest where it writes it, and the
 // verify's products after its fold use the rounded S0 (the registers take the value written), as
@@ -42,14 +42,15 @@
 // 3.99x classic verify + copy commit (481.66); T = 5 6.53 / 132.54 / 259.42 us at batch 1 / 128 /
 // 256 [C = 16]. Measured again at b577b47 (before v20, one call, log v19), C = 16, batch 1 / 8 /
 // 64 / 128 / 256 / 512: T = 5 6.55 / 15.94 / 70.34 / 135.06 / 264.21 / 535.16 us, T = 4 5.38 /
-// 14.16 / 60.78 / 119.22 / 230.87 / 458.87 us. This body and layout, variant 2 of v20, measured
-// 127.97 us at T = 5, batch 128 (03b05a3); its checks are pending.
+// 14.16 / 60.78 / 119.22 / 230.87 / 458.87 us.
+// This body (variant 3 of v21) measured at f6f64f7, C = 16, fp32 states: T = 5 6.00 / 126.03 /
+// 251.71 / 498.12 us at batch 1 / 128 / 256 / 512, T = 4 112.40 / 215.50 us at 128 / 256; bf16
+// states: T = 4 100.59 / 194.91 us, T = 5 120.35 / 235.12 us at 128 / 256 (geomean 0.986 of v20's
+// body at fp32, batch >= 64; 0.944 with bf16 states). The checks of this single path are pending.
 // Performance log v1..v21 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
 // ("log vN" in the comments below).
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/common/common.cuh"
@@ -108,7 +109,8 @@ KVBufferArgs kvbuffer_args(const GdnVerifyKVBufferParams& p) {
 //     (group 2);
 //   3 window operand B and norm scales, while the buffer is in flight;
 //   4 every warp: the window's tree, the fold decision, G_t (no barrier: each warp has its own);
-//   5 key dot products (tensor cores, buffer keys read as landed) into the coefficients wu, wo, vu, vo;
+//   5 key dot products (tensor cores, buffer keys read as landed) into the coefficients wu, wo
+//     (buffer) and s_cu, s_co (window);
 //   6 fold of the buffer into S0 when n + depth >= C (tensor cores for bf16), written back once;
 //   7 row products S0^T [k | q] and buffer terms (tensor cores), merged, gathered per row;
 //   8 the window's forward substitution: u_t, o_t per row, outputs and candidate u;
@@ -118,35 +120,18 @@ KVBufferArgs kvbuffer_args(const GdnVerifyKVBufferParams& p) {
 // (kernels/gdn/notes/gdn_verify_kvbuffer.md, "Readable rewrite").
 // Every (K, TMAX, entry, state) instantiation has this one body and layout: the layout's regions
 // sized by (K, TMAX) sit at compile-time offsets, those sized by the run-time C after them.
-// EXPERIMENT ONLY (branch verify36d, removed before merging: a variant the H200 measures faster
-// becomes the only code path): fewer instructions per warp in phases 7 and 8, variants of the
-// K = 128, TMAX 4 and 5, bf16-entry instantiations (fp32 and bf16 states) chosen at run time by the
-// environment variable KVBUF_GDN_VERIFY_VARIANT (0 = the kernel as at a447bdf; each variant
-// includes the ones before it; predictions in the notes, v21):
-//   exact16:      a 16-bit S0 (bf16, fp16) is exact in TF32, before and after a fold (the fold
-//                 leaves the rounded values in x), so phase 7 takes one product per k-step instead
-//                 of the hi + lo split's two (its lo parts are zeros); fp32 states unchanged;
-//   column_factors: phase 7's merge reads one factor per operand column, e^{G_t} times the
-//                 column's norm scale (zero for absent tokens and padding), written once by warp 0
-//                 in phase 4: two 8-byte loads per thread instead of the per-column index
-//                 arithmetic and loads;
-//   solve_rows:   phase 8 reads the substitution's coefficients as rows of 16-byte vectors (column
-//                 t of vu, vo at row t, padded to a multiple of 4) written so by phase 5's
-//                 epilogue, instead of one scalar load per (s, t) term.
-struct VerifyVariant {
-  bool exact16, column_factors, solve_rows;
-};
-constexpr VerifyVariant kVerifyVariants[] = {
-    {false, false, false},  // 0: the kernel as at a447bdf
-    {true, false, false},   // 1: one TF32 product per k-step in phase 7 for 16-bit states
-    {true, true, false},    // 2: 1 + the merge's column factors
-    {true, true, true},     // 3: 2 + the solve's coefficient rows
-};
-constexpr int kVerifyVariantCount = int(sizeof(kVerifyVariants) / sizeof(kVerifyVariants[0]));
-
-template <int KD, int TMAX, class E, class S, int VAR = 0>
+// Three choices of v21 (log v21) hold for every instantiation (K = 64, 128, every TMAX, both entry
+// and all state dtypes):
+//   phase 7, 16-bit states: a bf16 or fp16 S0 is exact in TF32, before and after a fold (the fold
+//     leaves the rounded values in x), so it takes one product per k-step instead of the hi + lo
+//     split's two (whose lo parts would be zeros);
+//   phase 7's merge reads one factor per operand column, e^{G_t} times the column's norm scale (zero
+//     for absent tokens and padding), written once by warp 0 in phase 4 (s_colf);
+//   phase 8 reads the substitution's coefficients as rows of 16-byte vectors (row t: column t of the
+//     window coefficients, s_cu for u (s < t), s_co for o (s <= t), padded to CP), written so by
+//     phase 5's epilogue.
+template <int KD, int TMAX, class E, class S>
 __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const KVBufferArgs p) {
-  constexpr VerifyVariant VV = kVerifyVariants[VAR];
   constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
   constexpr int NT = kVerifyThreads, NF = KD / (4 * LN), ROW_STEP = kRows / RPT;
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
@@ -191,9 +176,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   E* s_keys = reinterpret_cast<E*>(smem + L.keys());
   E* s_u = reinterpret_cast<E*>(smem + L.u());
   float *s_wu = reinterpret_cast<float*>(smem + L.wu()), *s_wo = reinterpret_cast<float*>(smem + L.wo());
-  float *s_vu = reinterpret_cast<float*>(smem + L.vu()), *s_vo = reinterpret_cast<float*>(smem + L.vo());
   float *s_gbuf = reinterpret_cast<float*>(smem + L.gbuf()), *s_gwin = reinterpret_cast<float*>(smem + L.gwin());
-  float *s_egwin = reinterpret_cast<float*>(smem + L.egwin()), *s_graw = reinterpret_cast<float*>(smem + L.graw());
+  float* s_graw = reinterpret_cast<float*>(smem + L.graw());
   float* s_beta = reinterpret_cast<float*>(smem + L.beta());
   __nv_bfloat16* s_raw_kq = reinterpret_cast<__nv_bfloat16*>(smem + L.raw_kq());
   __nv_bfloat16* s_raw_v = reinterpret_cast<__nv_bfloat16*>(smem + L.raw_v());
@@ -202,12 +186,13 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   float* s_part = reinterpret_cast<float*>(smem + L.part());
   __shared__ int s_praw[TMAX];
   __shared__ unsigned s_anc[TMAX];
-  // solve_rows: the substitution's coefficients, row t = column t of vu (s < t) and of vo
-  // (s <= t), padded to CP (16-byte rows); column_factors: the merge's factors.
-  constexpr int CP = (TMAX + 3) / 4 * 4;
-  __shared__ __align__(16) float s_cu[VV.solve_rows ? TMAX * CP : 1];
-  __shared__ __align__(16) float s_co[VV.solve_rows ? TMAX * CP : 1];
-  __shared__ __align__(16) float s_colf[VV.column_factors ? NB : 1];
+  // The window's substitution coefficients, row t = column t (s < t for u, s <= t for o) in
+  // 16-byte rows of CP, and phase 7's column factors: static, sized by TMAX alone, as measured
+  // (log v21; verify_static_smem_bytes bounds them with s_praw, s_anc).
+  constexpr int CP = coef_pitch(TMAX);
+  __shared__ __align__(16) float s_cu[TMAX * CP];
+  __shared__ __align__(16) float s_co[TMAX * CP];
+  __shared__ __align__(16) float s_colf[NB];
 
   // Phase 2, issue. Every global read of the block is issued before the first one is consumed: the window's
   // tokens and gates (cp.async group 1, independent of the pools), then the state row chunks
@@ -304,9 +289,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     if (threadIdx.x < T) {
       s_anc[t] = node.anc;
       s_gwin[t] = G;
-      s_egwin[t] = e_g;
     }
-    if constexpr (VV.column_factors) {  // column c's factor e^{G_t} scale_c, c = t (key) or TMAX + t (query)
+    {  // column c's factor e^{G_t} scale_c for phase 7's merge, c = t (key) or TMAX + t (query)
       const int tc = t < TMAX ? t : t - TMAX;
       const float e_gc = __shfl_sync(0xffffffffu, e_g, tc < TMAX ? tc : 0);
       if (threadIdx.x < NB)
@@ -326,8 +310,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // (a short chain of dependent products per warp, all warps busy), with the same K permutation
   // as the row products below (lane (g, t) loads 16-byte pieces of rows g and g + 8 at columns
   // 16 i + 4 t), and stores its partial sums; after the barrier each thread adds the partials of
-  // a (row, column) pair, scales and decays them into wu, wo (buffer entry j, token t) or vu, vo
-  // (node s, token t, ancestors and s = t only).
+  // a (row, column) pair, scales and decays them into wu, wo (buffer entry j, token t) or, row t
+  // per token, s_cu, s_co (node s, token t, ancestors and s = t only).
   const int key_rows = n_eff + T, key_tiles = (key_rows + 15) / 16;
   {
     // Operand A's row R from column 16 i + 4 tq: a landed buffer key (R < n_eff) or a raw window
@@ -396,13 +380,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       const int sn = R - n_eff;
       const bool needed = ((s_anc[t] >> sn) & 1u) || sn == t;
       const float v = needed ? expf(s_gwin[t] - s_gwin[sn]) * dot * s_scale[sn] : 0.f;
-      if constexpr (VV.solve_rows) {
-        if (is_q) s_co[t * CP + sn] = v;
-        else s_cu[t * CP + sn] = sn != t ? v : 0.f;
-      } else {
-        if (is_q) s_vo[sn * TMAX + t] = v;
-        else s_vu[sn * TMAX + t] = sn != t ? v : 0.f;
-      }
+      if (is_q) s_co[t * CP + sn] = v;
+      else s_cu[t * CP + sn] = sn != t ? v : 0.f;
     }
   }
   __syncthreads();
@@ -490,7 +469,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
 #pragma unroll
       for (int nt = 0; nt < NTILES; ++nt) {
         const float4 bf = *reinterpret_cast<const float4*>(b_row + nt * 8 * BP + 16 * i);
-        if constexpr (VV.exact16 && sizeof(S) == 2) {  // exact in TF32: one product, the two k-steps in the two chains
+        if constexpr (sizeof(S) == 2) {  // exact in TF32: one product, the two k-steps in the two chains
           mma_tf32(d[nt], __float_as_uint(x[0][i].x), __float_as_uint(x[1][i].x), __float_as_uint(x[0][i].y),
                    __float_as_uint(x[1][i].y), bf.x, bf.y);
           mma_tf32(db[nt], __float_as_uint(x[0][i].z), __float_as_uint(x[1][i].z), __float_as_uint(x[0][i].w),
@@ -533,25 +512,13 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       }
     }
   }
-  if constexpr (VV.column_factors) {
 #pragma unroll
-    for (int nt = 0; nt < NTILES; ++nt) {
-      const float2 f = *reinterpret_cast<const float2*>(s_colf + 8 * nt + 2 * part);
-      d[nt][0] = fmaf(f.x, d[nt][0], db[nt][0]);
-      d[nt][2] = fmaf(f.x, d[nt][2], db[nt][2]);
-      d[nt][1] = fmaf(f.y, d[nt][1], db[nt][1]);
-      d[nt][3] = fmaf(f.y, d[nt][3], db[nt][3]);
-    }
-  } else {
-#pragma unroll
-    for (int nt = 0; nt < NTILES; ++nt)
-#pragma unroll
-      for (int par = 0; par < 2; ++par) {
-        const int c = 8 * nt + 2 * part + par, t = c < TMAX ? c : c - TMAX;
-        const float f = c < 2 * TMAX && t < T ? s_egwin[t] * s_scale[c < TMAX ? t : T + t] : 0.f;
-        d[nt][par] = fmaf(f, d[nt][par], db[nt][par]);
-        d[nt][2 + par] = fmaf(f, d[nt][2 + par], db[nt][2 + par]);
-      }
+  for (int nt = 0; nt < NTILES; ++nt) {
+    const float2 f = *reinterpret_cast<const float2*>(s_colf + 8 * nt + 2 * part);
+    d[nt][0] = fmaf(f.x, d[nt][0], db[nt][0]);
+    d[nt][2] = fmaf(f.x, d[nt][2], db[nt][2]);
+    d[nt][1] = fmaf(f.y, d[nt][1], db[nt][1]);
+    d[nt][3] = fmaf(f.y, d[nt][3], db[nt][3]);
   }
   float e_row[2 * TMAX];  // row r_own's merged sums
   const int quad = (threadIdx.x & 31) & ~3;
@@ -576,29 +543,27 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // Phase 8, the window's forward substitution per row.
   E* win_u = static_cast<E*>(p.win_u);
   float u[TMAX];
-  // solve_rows: token t's output index as a base plus t strides (with the vector loads ptxas
-  // recomputed the full product per token: 37 more instructions at T = 5).
+  // Token t's output index as a base plus t strides (with the vector loads below ptxas recomputed
+  // the full product per token: 37 more instructions at T = 5, log v21).
   const size_t tok0 = (size_t(row) * T * io.HV + h) * io.V + v0 + r, tok_stride = size_t(io.HV) * io.V;
 #pragma unroll
   for (int t = 0; t < TMAX; ++t) {
     u[t] = 0.f;
     if (t < T) {
-      const size_t tok = VV.solve_rows ? tok0 + t * tok_stride : ((size_t(row) * T + t) * io.HV + h) * io.V + v0 + r;
-      float cu[CP], co[CP];  // solve_rows: coefficients of column t, s = 0 .. t (- 1)
-      if constexpr (VV.solve_rows) {
+      const size_t tok = tok0 + t * tok_stride;
+      float cu[CP], co[CP];  // coefficients of column t, s = 0 .. t - 1 (u) and 0 .. t (o)
 #pragma unroll
-        for (int q4 = 0; q4 < CP / 4; ++q4) {
-          if (4 * q4 < t) *reinterpret_cast<float4*>(cu + 4 * q4) = *reinterpret_cast<const float4*>(s_cu + t * CP + 4 * q4);
-          if (4 * q4 <= t) *reinterpret_cast<float4*>(co + 4 * q4) = *reinterpret_cast<const float4*>(s_co + t * CP + 4 * q4);
-        }
+      for (int q4 = 0; q4 < CP / 4; ++q4) {
+        if (4 * q4 < t) *reinterpret_cast<float4*>(cu + 4 * q4) = *reinterpret_cast<const float4*>(s_cu + t * CP + 4 * q4);
+        if (4 * q4 <= t) *reinterpret_cast<float4*>(co + 4 * q4) = *reinterpret_cast<const float4*>(s_co + t * CP + 4 * q4);
       }
       float xv = __bfloat162float(s_raw_v[t * kRows + r]) - e_row[t];
 #pragma unroll
-      for (int s = 0; s < t; ++s) xv = fmaf(-(VV.solve_rows ? cu[s] : s_vu[s * TMAX + t]), u[s], xv);
+      for (int s = 0; s < t; ++s) xv = fmaf(-cu[s], u[s], xv);
       u[t] = round_to<E>(s_beta[t] * xv);
       float o = e_row[TMAX + t];
 #pragma unroll
-      for (int s = 0; s <= t; ++s) o = fmaf(VV.solve_rows ? co[s] : s_vo[s * TMAX + t], u[s], o);
+      for (int s = 0; s <= t; ++s) o = fmaf(co[s], u[s], o);
       if (writer) {
         io.out[tok] = __float2bfloat16_rn(o);
         win_u[tok] = from_f32<E>(u[t]);
@@ -782,42 +747,10 @@ void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, dim3 b
   launch_kernel(kernel, blocks, dim3(unsigned(threads)), smem, stream, programmatic_dependent, kvbuffer_args(p));
 }
 
-// EXPERIMENT ONLY (see kVerifyVariants): the variant named by KVBUF_GDN_VERIFY_VARIANT (read once;
-// unset or empty: 0), a value outside the table refused.
-int verify_variant() {
-  static const int variant = [] {
-    const char* text = std::getenv("KVBUF_GDN_VERIFY_VARIANT");
-    if (!text || !*text) return 0;
-    char* end = nullptr;
-    const long v = std::strtol(text, &end, 10);
-    if (*end != '\0' || v < 0 || v >= kVerifyVariantCount)
-      throw std::invalid_argument("KVBUF_GDN_VERIFY_VARIANT = '" + std::string(text) + "' (0.." +
-                                  std::to_string(kVerifyVariantCount - 1) + ")");
-    return int(v);
-  }();
-  return variant;
-}
-
-template <int KD, int TMAX, class E, class S, int VAR>
-void launch_variant(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t stream) {
-  const size_t smem = VerifySmem{KD, TMAX, p.capacity, int(sizeof(E))}.bytes();
-  launch(gdn_verify_kvbuffer_kernel<KD, TMAX, E, S, VAR>, p, smem, blocks, kVerifyThreads, stream, true);
-}
-
 template <int KD, int TMAX, class E, class S>
 void launch_tmax(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t stream) {
-  // Variants are built for the sweep's shapes only (K = 128, bf16 entries, fp32 and bf16 states,
-  // TMAX 4 and 5), to bound the build time; every other launch runs variant 0.
-  const int variant = verify_variant();  // refuses a bad value whatever the shape
-  if constexpr (KD == 128 && std::is_same_v<E, __nv_bfloat16> && !std::is_same_v<S, __half> && (TMAX == 4 || TMAX == 5)) {
-    switch (variant) {
-      case 1: return launch_variant<KD, TMAX, E, S, 1>(p, blocks, stream);
-      case 2: return launch_variant<KD, TMAX, E, S, 2>(p, blocks, stream);
-      case 3: return launch_variant<KD, TMAX, E, S, 3>(p, blocks, stream);
-      default: break;
-    }
-  }
-  launch_variant<KD, TMAX, E, S, 0>(p, blocks, stream);
+  const size_t smem = VerifySmem{KD, TMAX, p.capacity, int(sizeof(E))}.bytes();
+  launch(gdn_verify_kvbuffer_kernel<KD, TMAX, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
 }
 
 template <int KD, class E, class S>
