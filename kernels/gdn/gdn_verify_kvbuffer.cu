@@ -115,9 +115,10 @@ KVBufferArgs kvbuffer_args(const GdnVerifyKVBufferParams& p) {
 //   7 row products S0^T [k | q] and buffer terms (tensor cores), merged, gathered per row;
 //   8 the window's forward substitution: u_t, o_t per row, outputs and candidate u;
 //   9 scratch for the commit: window keys, G_t, the row's base.
-// The phases stay in the kernel body: moving even phase 9 into a __device__ __forceinline__
-// function changed ptxas's registers, spills and instruction counts of most instantiations
-// (kernels/gdn/notes/gdn_verify_kvbuffer.md, "Readable rewrite").
+// The phases stay in the kernel body: as __device__ __forceinline__ functions they change the
+// measured SASS (phase 9: registers and spills, "Readable rewrite" in the notes; v21's single path
+// with phases 3 and 9 as functions: +12 to +38 instructions at the sweep's shapes, phase 3 alone
+// +26 at T = 5 with a bf16 state: log v21).
 // Every (K, TMAX, entry, state) instantiation has this one body and layout: the layout's regions
 // sized by (K, TMAX) sit at compile-time offsets, those sized by the run-time C after them.
 // Three choices of v21 (log v21) hold for every instantiation (K = 64, 128, every TMAX, both entry
