@@ -93,6 +93,17 @@ constexpr int kVerifyThreads = kRows * kLanesPerRow / kRowsPerThread, kVerifyWar
 KVB_HOST_DEVICE constexpr int operand_cols(int tmax) { return 8 * ((2 * tmax + 7) / 8); }
 KVB_HOST_DEVICE constexpr int operand_pitch(int kd) { return kd + 16; }
 
+// The window's substitution coefficients, row t = column t, in rows of coef_pitch(TMAX) floats (16-byte
+// vectors): static shared arrays of the kernel, sized by TMAX alone.
+KVB_HOST_DEVICE constexpr int coef_pitch(int tmax) { return (tmax + 3) / 4 * 4; }
+// An upper bound of the kernel's static shared memory, which shares the block's limit with
+// VerifySmem: the coefficients of u and o [TMAX, coef_pitch], the merge's column factors
+// [operand_cols], the parents and the ancestor masks [TMAX] (4 bytes each), every array rounded up
+// to 16 bytes.
+KVB_HOST_DEVICE constexpr int verify_static_smem_bytes(int tmax) {
+  return 2 * (tmax * coef_pitch(tmax) * 4) + operand_cols(tmax) * 4 + 2 * ((tmax * 4 + 15) / 16 * 16);
+}
+
 // The window tokens the KVBuffer verify kernel is compiled for at T tokens.
 inline int verify_tmax(int T) { return T <= 2 ? 2 : T <= 4 ? 4 : T <= 6 ? T : 8; }
 
@@ -102,7 +113,8 @@ inline int verify_tmax(int T) { return T <= 2 ? 2 : T <= 4 ? 4 : T <= 6 ? T : 8;
 // kernel the fixed regions' addresses are compile-time constants and the others linear in C.
 // Buffer keys land (cp.async) in padded rows of the entry type (key_pitch) that the key dot
 // products and the fold read directly; the fold weights have a region of their own, as the fold
-// reads the keys while they are written.
+// reads the keys while they are written. (The window's substitution coefficients and the merge's
+// column factors are static shared arrays of the kernel: verify_static_smem_bytes.)
 struct VerifySmem {
   int kd, tmax, c, esz;
   KVB_HOST_DEVICE static int up16(int x) { return (x + 15) / 16 * 16; }
@@ -118,11 +130,8 @@ struct VerifySmem {
   KVB_HOST_DEVICE int raw_v() const { return raw_kq() + 2 * tmax * kd * 2; }       // [TMAX, kRows] bf16
   KVB_HOST_DEVICE int b() const { return up16(raw_v() + tmax * kRows * 2); }       // operand B [nb, bp] fp32
   KVB_HOST_DEVICE int scale() const { return b() + nb() * bp() * 4; }              // [2 T] norm scales
-  KVB_HOST_DEVICE int vu() const { return scale() + 2 * tmax * 4; }                // window coefficients [TMAX, TMAX]
-  KVB_HOST_DEVICE int vo() const { return vu() + tmax * tmax * 4; }
-  KVB_HOST_DEVICE int gwin() const { return vo() + tmax * tmax * 4; }              // G of the window [TMAX]
-  KVB_HOST_DEVICE int egwin() const { return gwin() + tmax * 4; }
-  KVB_HOST_DEVICE int graw() const { return egwin() + tmax * 4; }                  // g of the window [TMAX]
+  KVB_HOST_DEVICE int gwin() const { return scale() + 2 * tmax * 4; }             // G of the window [TMAX]
+  KVB_HOST_DEVICE int graw() const { return gwin() + tmax * 4; }                   // g of the window [TMAX]
   KVB_HOST_DEVICE int beta() const { return graw() + tmax * 4; }
   KVB_HOST_DEVICE int fixed_end() const { return up16(beta() + tmax * 4); }
   // Sized by C, after the fixed ones.

@@ -26,7 +26,7 @@
 // offsets, the C regions after them; buffer keys read as landed, in the entry type). Every warp
 // computes the window's tree for itself. The key dot products, the row products S0^T [k | q], the
 // fold and (bf16 entries) the buffer terms run on the tensor cores (m16n8k8 TF32, fp32 operands
-// split hi + lo: mma.h).
+// split hi + lo, 16-bit states exact in TF32: mma.h).
 // State dtype (docs/kvbuffer-math.md section 11): S0 is read in its type and computed with in fp32;
 // a fold (the verify's, the commit's) rounds S0 once to nearest where it writes it, and the
 // verify's products after its fold use the rounded S0 (the registers take the value written), as
@@ -42,11 +42,12 @@
 // 3.99x classic verify + copy commit (481.66); T = 5 6.53 / 132.54 / 259.42 us at batch 1 / 128 /
 // 256 [C = 16]. Measured again at b577b47 (before v20, one call, log v19), C = 16, batch 1 / 8 /
 // 64 / 128 / 256 / 512: T = 5 6.55 / 15.94 / 70.34 / 135.06 / 264.21 / 535.16 us, T = 4 5.38 /
-// 14.16 / 60.78 / 119.22 / 230.87 / 458.87 us. This body and layout (variant 2 of v20) at
-// a447bdf1b1a3, same call form: T = 5 6.44 / 15.28 / 65.84 / 128.38 / 257.34 / 512.34 us, T = 4
-// 5.34 / 13.53 / 57.29 / 112.22 / 220.38 / 427.22 us; bf16 state T = 5 125.77 / 248.53 at batch
-// 128 / 256; test_gdn_verify (44 cases) passed, memcheck and racecheck clean on two K = 128 cases.
-// Performance log v1..v20 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
+// 14.16 / 60.78 / 119.22 / 230.87 / 458.87 us.
+// This body (variant 3 of v21) measured at f6f64f7, C = 16, fp32 states: T = 5 6.00 / 126.03 /
+// 251.71 / 498.12 us at batch 1 / 128 / 256 / 512, T = 4 112.40 / 215.50 us at 128 / 256; bf16
+// states: T = 4 100.59 / 194.91 us, T = 5 120.35 / 235.12 us at 128 / 256 (geomean 0.986 of v20's
+// body at fp32, batch >= 64; 0.944 with bf16 states). This single path at a4bcb6550146: test_gdn_verify 48 cases passed, memcheck and racecheck clean; T = 4 105.40 / 209.51 us, T = 5 122.83 / 241.37 us at batch 128 / 256 (another board).
+// Performance log v1..v21 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
 // ("log vN" in the comments below).
 #include <stdexcept>
 #include <string>
@@ -108,16 +109,28 @@ KVBufferArgs kvbuffer_args(const GdnVerifyKVBufferParams& p) {
 //     (group 2);
 //   3 window operand B and norm scales, while the buffer is in flight;
 //   4 every warp: the window's tree, the fold decision, G_t (no barrier: each warp has its own);
-//   5 key dot products (tensor cores, buffer keys read as landed) into the coefficients wu, wo, vu, vo;
+//   5 key dot products (tensor cores, buffer keys read as landed) into the coefficients wu, wo
+//     (buffer) and s_cu, s_co (window);
 //   6 fold of the buffer into S0 when n + depth >= C (tensor cores for bf16), written back once;
 //   7 row products S0^T [k | q] and buffer terms (tensor cores), merged, gathered per row;
 //   8 the window's forward substitution: u_t, o_t per row, outputs and candidate u;
 //   9 scratch for the commit: window keys, G_t, the row's base.
-// The phases stay in the kernel body: moving even phase 9 into a __device__ __forceinline__
-// function changed ptxas's registers, spills and instruction counts of most instantiations
-// (kernels/gdn/notes/gdn_verify_kvbuffer.md, "Readable rewrite").
+// The phases stay in the kernel body: as __device__ __forceinline__ functions they change the
+// measured SASS (phase 9: registers and spills, "Readable rewrite" in the notes; v21's single path
+// with phases 3 and 9 as functions: +12 to +38 instructions at the sweep's shapes, phase 3 alone
+// +26 at T = 5 with a bf16 state: log v21).
 // Every (K, TMAX, entry, state) instantiation has this one body and layout: the layout's regions
 // sized by (K, TMAX) sit at compile-time offsets, those sized by the run-time C after them.
+// Three choices of v21 (log v21) hold for every instantiation (K = 64, 128, every TMAX, both entry
+// and all state dtypes):
+//   phase 7, 16-bit states: a bf16 or fp16 S0 is exact in TF32, before and after a fold (the fold
+//     leaves the rounded values in x), so it takes one product per k-step instead of the hi + lo
+//     split's two (whose lo parts would be zeros);
+//   phase 7's merge reads one factor per operand column, e^{G_t} times the column's norm scale (zero
+//     for absent tokens and padding), written once by warp 0 in phase 4 (s_colf);
+//   phase 8 reads the substitution's coefficients as rows of 16-byte vectors (row t: column t of the
+//     window coefficients, s_cu for u (s < t), s_co for o (s <= t), padded to CP), written so by
+//     phase 5's epilogue.
 template <int KD, int TMAX, class E, class S>
 __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const KVBufferArgs p) {
   constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
@@ -164,9 +177,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   E* s_keys = reinterpret_cast<E*>(smem + L.keys());
   E* s_u = reinterpret_cast<E*>(smem + L.u());
   float *s_wu = reinterpret_cast<float*>(smem + L.wu()), *s_wo = reinterpret_cast<float*>(smem + L.wo());
-  float *s_vu = reinterpret_cast<float*>(smem + L.vu()), *s_vo = reinterpret_cast<float*>(smem + L.vo());
   float *s_gbuf = reinterpret_cast<float*>(smem + L.gbuf()), *s_gwin = reinterpret_cast<float*>(smem + L.gwin());
-  float *s_egwin = reinterpret_cast<float*>(smem + L.egwin()), *s_graw = reinterpret_cast<float*>(smem + L.graw());
+  float* s_graw = reinterpret_cast<float*>(smem + L.graw());
   float* s_beta = reinterpret_cast<float*>(smem + L.beta());
   __nv_bfloat16* s_raw_kq = reinterpret_cast<__nv_bfloat16*>(smem + L.raw_kq());
   __nv_bfloat16* s_raw_v = reinterpret_cast<__nv_bfloat16*>(smem + L.raw_v());
@@ -175,6 +187,13 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   float* s_part = reinterpret_cast<float*>(smem + L.part());
   __shared__ int s_praw[TMAX];
   __shared__ unsigned s_anc[TMAX];
+  // The window's substitution coefficients, row t = column t (s < t for u, s <= t for o) in
+  // 16-byte rows of CP, and phase 7's column factors: static, sized by TMAX alone, as measured
+  // (log v21; verify_static_smem_bytes bounds them with s_praw, s_anc).
+  constexpr int CP = coef_pitch(TMAX);
+  __shared__ __align__(16) float s_cu[TMAX * CP];
+  __shared__ __align__(16) float s_co[TMAX * CP];
+  __shared__ __align__(16) float s_colf[NB];
 
   // Phase 2, issue. Every global read of the block is issued before the first one is consumed: the window's
   // tokens and gates (cp.async group 1, independent of the pools), then the state row chunks
@@ -267,10 +286,16 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       const float g_a = __shfl_sync(0xffffffffu, g_t, a);
       if ((node.anc >> a) & 1u) G += g_a;
     }
+    const float e_g = expf(G);
     if (threadIdx.x < T) {
       s_anc[t] = node.anc;
       s_gwin[t] = G;
-      s_egwin[t] = expf(G);
+    }
+    {  // column c's factor e^{G_t} scale_c for phase 7's merge, c = t (key) or TMAX + t (query)
+      const int tc = t < TMAX ? t : t - TMAX;
+      const float e_gc = __shfl_sync(0xffffffffu, e_g, tc < TMAX ? tc : 0);
+      if (threadIdx.x < NB)
+        s_colf[t] = t < 2 * TMAX && tc < T ? e_gc * s_scale[t < TMAX ? tc : T + tc] : 0.f;
     }
   }
   const int n_eff = fold ? 0 : n;
@@ -286,8 +311,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // (a short chain of dependent products per warp, all warps busy), with the same K permutation
   // as the row products below (lane (g, t) loads 16-byte pieces of rows g and g + 8 at columns
   // 16 i + 4 t), and stores its partial sums; after the barrier each thread adds the partials of
-  // a (row, column) pair, scales and decays them into wu, wo (buffer entry j, token t) or vu, vo
-  // (node s, token t, ancestors and s = t only).
+  // a (row, column) pair, scales and decays them into wu, wo (buffer entry j, token t) or, row t
+  // per token, s_cu, s_co (node s, token t, ancestors and s = t only).
   const int key_rows = n_eff + T, key_tiles = (key_rows + 15) / 16;
   {
     // Operand A's row R from column 16 i + 4 tq: a landed buffer key (R < n_eff) or a raw window
@@ -356,8 +381,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       const int sn = R - n_eff;
       const bool needed = ((s_anc[t] >> sn) & 1u) || sn == t;
       const float v = needed ? expf(s_gwin[t] - s_gwin[sn]) * dot * s_scale[sn] : 0.f;
-      if (is_q) s_vo[sn * TMAX + t] = v;
-      else s_vu[sn * TMAX + t] = sn != t ? v : 0.f;
+      if (is_q) s_co[t * CP + sn] = v;
+      else s_cu[t * CP + sn] = sn != t ? v : 0.f;
     }
   }
   __syncthreads();
@@ -445,12 +470,19 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
 #pragma unroll
       for (int nt = 0; nt < NTILES; ++nt) {
         const float4 bf = *reinterpret_cast<const float4*>(b_row + nt * 8 * BP + 16 * i);
-        const Tf32Split a0 = tf32_split(x[0][i].x, x[1][i].x, x[0][i].y, x[1][i].y);
-        const Tf32Split a1 = tf32_split(x[0][i].z, x[1][i].z, x[0][i].w, x[1][i].w);
-        mma_tf32(db[nt], a0.lo[0], a0.lo[1], a0.lo[2], a0.lo[3], bf.x, bf.y);
-        mma_tf32(d[nt], a0.hi[0], a0.hi[1], a0.hi[2], a0.hi[3], bf.x, bf.y);
-        mma_tf32(db[nt], a1.lo[0], a1.lo[1], a1.lo[2], a1.lo[3], bf.z, bf.w);
-        mma_tf32(d[nt], a1.hi[0], a1.hi[1], a1.hi[2], a1.hi[3], bf.z, bf.w);
+        if constexpr (sizeof(S) == 2) {  // exact in TF32: one product, the two k-steps in the two chains
+          mma_tf32(d[nt], __float_as_uint(x[0][i].x), __float_as_uint(x[1][i].x), __float_as_uint(x[0][i].y),
+                   __float_as_uint(x[1][i].y), bf.x, bf.y);
+          mma_tf32(db[nt], __float_as_uint(x[0][i].z), __float_as_uint(x[1][i].z), __float_as_uint(x[0][i].w),
+                   __float_as_uint(x[1][i].w), bf.z, bf.w);
+        } else {
+          const Tf32Split a0 = tf32_split(x[0][i].x, x[1][i].x, x[0][i].y, x[1][i].y);
+          const Tf32Split a1 = tf32_split(x[0][i].z, x[1][i].z, x[0][i].w, x[1][i].w);
+          mma_tf32(db[nt], a0.lo[0], a0.lo[1], a0.lo[2], a0.lo[3], bf.x, bf.y);
+          mma_tf32(d[nt], a0.hi[0], a0.hi[1], a0.hi[2], a0.hi[3], bf.x, bf.y);
+          mma_tf32(db[nt], a1.lo[0], a1.lo[1], a1.lo[2], a1.lo[3], bf.z, bf.w);
+          mma_tf32(d[nt], a1.hi[0], a1.hi[1], a1.hi[2], a1.hi[3], bf.z, bf.w);
+        }
       }
     }
 #pragma unroll
@@ -482,14 +514,13 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     }
   }
 #pragma unroll
-  for (int nt = 0; nt < NTILES; ++nt)
-#pragma unroll
-    for (int par = 0; par < 2; ++par) {
-      const int c = 8 * nt + 2 * part + par, t = c < TMAX ? c : c - TMAX;
-      const float f = c < 2 * TMAX && t < T ? s_egwin[t] * s_scale[c < TMAX ? t : T + t] : 0.f;
-      d[nt][par] = fmaf(f, d[nt][par], db[nt][par]);
-      d[nt][2 + par] = fmaf(f, d[nt][2 + par], db[nt][2 + par]);
-    }
+  for (int nt = 0; nt < NTILES; ++nt) {
+    const float2 f = *reinterpret_cast<const float2*>(s_colf + 8 * nt + 2 * part);
+    d[nt][0] = fmaf(f.x, d[nt][0], db[nt][0]);
+    d[nt][2] = fmaf(f.x, d[nt][2], db[nt][2]);
+    d[nt][1] = fmaf(f.y, d[nt][1], db[nt][1]);
+    d[nt][3] = fmaf(f.y, d[nt][3], db[nt][3]);
+  }
   float e_row[2 * TMAX];  // row r_own's merged sums
   const int quad = (threadIdx.x & 31) & ~3;
 #pragma unroll
@@ -513,18 +544,27 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // Phase 8, the window's forward substitution per row.
   E* win_u = static_cast<E*>(p.win_u);
   float u[TMAX];
+  // Token t's output index as a base plus t strides (with the vector loads below ptxas recomputed
+  // the full product per token: 37 more instructions at T = 5, log v21).
+  const size_t tok0 = (size_t(row) * T * io.HV + h) * io.V + v0 + r, tok_stride = size_t(io.HV) * io.V;
 #pragma unroll
   for (int t = 0; t < TMAX; ++t) {
     u[t] = 0.f;
     if (t < T) {
-      const size_t tok = ((size_t(row) * T + t) * io.HV + h) * io.V + v0 + r;
+      const size_t tok = tok0 + t * tok_stride;
+      float cu[CP], co[CP];  // coefficients of column t, s = 0 .. t - 1 (u) and 0 .. t (o)
+#pragma unroll
+      for (int q4 = 0; q4 < CP / 4; ++q4) {
+        if (4 * q4 < t) *reinterpret_cast<float4*>(cu + 4 * q4) = *reinterpret_cast<const float4*>(s_cu + t * CP + 4 * q4);
+        if (4 * q4 <= t) *reinterpret_cast<float4*>(co + 4 * q4) = *reinterpret_cast<const float4*>(s_co + t * CP + 4 * q4);
+      }
       float xv = __bfloat162float(s_raw_v[t * kRows + r]) - e_row[t];
 #pragma unroll
-      for (int s = 0; s < t; ++s) xv = fmaf(-s_vu[s * TMAX + t], u[s], xv);
+      for (int s = 0; s < t; ++s) xv = fmaf(-cu[s], u[s], xv);
       u[t] = round_to<E>(s_beta[t] * xv);
       float o = e_row[TMAX + t];
 #pragma unroll
-      for (int s = 0; s <= t; ++s) o = fmaf(s_vo[s * TMAX + t], u[s], o);
+      for (int s = 0; s <= t; ++s) o = fmaf(co[s], u[s], o);
       if (writer) {
         io.out[tok] = __float2bfloat16_rn(o);
         win_u[tok] = from_f32<E>(u[t]);

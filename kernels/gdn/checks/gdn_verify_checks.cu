@@ -755,6 +755,8 @@ std::vector<VerifyCase> verify_cases(bool quick) {
   add({"K128_C12_T5_bf16_chain_extreme_gates", kKVBuffer, 128, 128, 2, 4, 12, 5, true, false, ref::GateRange::extreme(), 24},
       false);
   add({"K128_C16_T4_bf16_tree", kKVBuffer, 128, 128, 2, 4, 16, 4, true, true, ref::GateRange::mild(), 24}, false);
+  add({"K128_C16_T5_bf16_tree", kKVBuffer, 128, 128, 2, 4, 16, 5, true, true, {}, 24}, false);
+  add({"K128_C6_T3_bf16_tree", kKVBuffer, 128, 128, 2, 4, 6, 3, true, true, {}, 24}, false);  // T < TMAX (4)
   add({"small_K64_T4_chain", kClassic, 64, 64, 2, 4, 0, 4, false, false, {}, 20}, false);
   add({"K128_T5_chain", kClassic, 128, 128, 2, 4, 0, 5, false, false, {}, 20}, true);
   add({"K128_T8_tree", kClassic, 128, 128, 2, 4, 0, 8, false, true, {}, 20}, true);
@@ -767,7 +769,7 @@ std::vector<VerifyCase> verify_cases(bool quick) {
   add({"inplace_K64_V128_T6_tree_extreme_gates", kClassic, 64, 128, 2, 4, 0, 6, false, true,
        ref::GateRange::extreme(), 20, true},
       false);
-  // 16-bit states, 10 cases per type: KVBuffer chains and trees, bf16 and fp32 entries, folds in the
+  // 16-bit states, 11 cases per type: KVBuffer chains and trees, bf16 and fp32 entries, folds in the
   // verify (n + depth >= C) and in the commit (T = C: C4 T4, C1 T1), K 64 and 128; classic copy
   // (verify + commit) and in place, chains and trees (a tree node reloads its parent's rounded
   // state). Every case accepts random lengths 0..T (random root paths for trees), so fills stagger.
@@ -783,6 +785,7 @@ std::vector<VerifyCase> verify_cases(bool quick) {
     add16({"K128_C16_T4_bf16_chain", kKVBuffer, 128, 128, 2, 4, 16, 4, true, false, {}, 24}, bf16);
     add16({"small_K64_C4_T4_bf16_chain", kKVBuffer, 64, 64, 2, 4, 4, 4, true, false, {}, 16}, false);  // C = T
     add16({"K128_C8_T5_fp32_chain", kKVBuffer, 128, 128, 2, 4, 8, 5, false, false, {}, 24}, false);
+    add16({"K128_C12_T5_bf16_tree", kKVBuffer, 128, 128, 2, 4, 12, 5, true, true, {}, 24}, false);
     add16({"K128_C1_T1_fp32_chain", kKVBuffer, 128, 128, 2, 4, 1, 1, false, false, {}, 12}, false);
     add16({"small_K64_C8_T6_bf16_tree", kKVBuffer, 64, 64, 2, 4, 8, 6, true, true, {}, 24}, !bf16);
     add16({"K128_C12_T8_fp32_tree", kKVBuffer, 128, 128, 2, 4, 12, 8, false, true, {}, 24}, false);
