@@ -114,23 +114,29 @@ __device__ __forceinline__ void warp_x(uint32_t raw, float (&x)[2]) {
 template <int R>
 using WarpXRaw = std::conditional_t<R == 8, uint4, std::conditional_t<R == 4, uint2, uint32_t>>;
 
-// The R per-row partial sums v[i] of every lane (R = 2, 4 or 8) reduced over the warp by halving
+// The R per-row partial sums v[i] of every lane (R = 2, 4, 8 or 16) reduced over the warp by halving
 // exchanges (R = 8: 4 + 2 + 1 shuffles, then 2 to finish: 9 instead of 40, gdn_decode_recurrent.cu
 // log v6): lane l ends with the full sum of row l / kRowLanes<R>.
 template <int R>
 constexpr int kRowLanes = 32 / R;
+// One halving exchange: lanes with bit `mask` set keep the upper half of v[0 .. 2 kHalf), the
+// others the lower, each adding its partner's copy; then the next level (a compile-time recursion:
+// ptxas unrolls a loop over the levels only partly at R = 16 and keeps v in local memory).
+template <int kHalf, int R>
+__device__ __forceinline__ void halve_row_sums(float (&v)[R], int lane, int mask) {
+  const bool upper = lane & mask;
+#pragma unroll
+  for (int j = 0; j < kHalf; ++j) {
+    const float send = upper ? v[j] : v[j + kHalf];
+    const float keep = upper ? v[j + kHalf] : v[j];
+    v[j] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+  }
+  if constexpr (kHalf > 1) halve_row_sums<kHalf / 2>(v, lane, mask / 2);
+}
 template <int R>
 __device__ __forceinline__ float row_sums(float (&v)[R], int lane) {
-#pragma unroll
-  for (int half = R / 2, mask = 16; half >= 1; half /= 2, mask /= 2) {
-    const bool upper = lane & mask;
-#pragma unroll
-    for (int j = 0; j < half; ++j) {
-      const float send = upper ? v[j] : v[j + half];
-      const float keep = upper ? v[j + half] : v[j];
-      v[j] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
-    }
-  }
+  static_assert(R == 2 || R == 4 || R == 8 || R == 16, "2 to 16 rows per warp");
+  halve_row_sums<R / 2>(v, lane, 16);
   float s = v[0];
 #pragma unroll
   for (int mask = 1; mask < kRowLanes<R>; mask *= 2) s += __shfl_xor_sync(0xffffffffu, s, mask);
@@ -150,11 +156,13 @@ __device__ __forceinline__ float token_dt(const Mamba2StepIO& io, int row, int h
 // the bf16 output's rounding; z << 0 gives -0).
 __device__ __forceinline__ float silu(float z) { return __fdividef(z, 1.f + __expf(-z)); }
 
-// Block decomposition: grid (P / rows_per_block, NH, batch), rows_per_block / 8 warps per block;
-// warp w of block x owns rows p0 = (x * warps + w) * 8 .. p0 + 7 of head blockIdx.y.
+// Block decomposition: grid (P / rows_per_block, NH, batch), rows_per_block / R warps per block
+// of R rows (8 unless a kernel says otherwise); warp w of block x owns rows p0 = (x * warps + w) R
+// .. p0 + R - 1 of head blockIdx.y.
 struct WarpCoords {
   int row, h, g, p0, lane, warp;
 };
+template <int R = kWarpRows>
 __device__ __forceinline__ WarpCoords warp_coords(const Mamba2StepIO& io) {
   WarpCoords c;
   c.lane = threadIdx.x & 31;
@@ -162,19 +170,23 @@ __device__ __forceinline__ WarpCoords warp_coords(const Mamba2StepIO& io) {
   c.row = blockIdx.z;
   c.h = blockIdx.y;
   c.g = c.h / (io.NH / io.G);
-  c.p0 = (blockIdx.x * (blockDim.x >> 5) + c.warp) * kWarpRows;
+  c.p0 = (blockIdx.x * (blockDim.x >> 5) + c.warp) * R;
   return c;
 }
 inline dim3 decode_grid(const Mamba2StepIO& io, int rows_per_block) {
   return dim3(unsigned(io.P / rows_per_block), unsigned(io.NH), unsigned(io.batch));
 }
-inline dim3 decode_block(int rows_per_block) { return dim3(unsigned(rows_per_block / kWarpRows * 32)); }
+inline dim3 decode_block(int rows_per_block, int warp_rows = kWarpRows) {
+  return dim3(unsigned(rows_per_block / warp_rows * 32));
+}
 
-// Output of this lane's row (lane 4 i writes row i): y + D x, times silu(z) when z is given.
+// Output of this lane's row of a warp's R (row_sums<R> leaves row i's sum in lanes i 32 / R ..;
+// the first of them writes it): y + D x, times silu(z) when z is given.
+template <int R = kWarpRows>
 __device__ __forceinline__ void write_output(const Mamba2StepIO& io, size_t xo, int lane, float y, float D,
                                              float x_own) {
-  if ((lane & 3) != 0) return;
-  const int i = lane >> 2;
+  if (lane % kRowLanes<R> != 0) return;
+  const int i = lane / kRowLanes<R>;
   float o = fmaf(D, x_own, y);
   if (io.z) o *= silu(__bfloat162float(io.z[xo + i]));
   io.out[xo + i] = __float2bfloat16_rn(o);
@@ -198,19 +210,20 @@ __device__ __forceinline__ void step_warp_rows(float (&s)[R][N / 32], const floa
   }
 }
 
-// The buffered entries' part of a fold, for rows 4 half .. 4 half + 3 of a warp's 8:
-// s[i] += sum_{j < n} (w[j] x_j[4 half + i]) B_j over this lane's NL columns, B_j the bf16 row at
-// keys + j N, x_j a uint4 of the warp's 8 rows (xw[j]). Used by the KVBuffer decode's fold (the
-// verify's, fold_warp_rows in mamba2_verify_kvbuffer.cu, has its own row passes and B stride).
-template <int N>
-__device__ __forceinline__ void add_buffered_entries(float (&s)[kWarpRows / 2][N / 32], const __nv_bfloat16* keys,
-                                                     const uint4* xw, const float* w, int n, int half, int lane) {
-  constexpr int NL = N / 32, H = kWarpRows / 2;
+// The buffered entries' part of a fold, for rows 4 pass .. 4 pass + 3 of a warp's R:
+// s[i] += sum_{j < n} (w[j] x_j[4 pass + i]) B_j over this lane's NL columns, B_j the bf16 row at
+// keys + j N, x_j the R bf16 of the warp's rows (R / 8 uint4 at xw + j R / 8). Used by the
+// KVBuffer decode's fold (the verify's, fold_warp_rows in mamba2_verify_kvbuffer.cu, has its own
+// row passes and B stride).
+template <int N, int R>
+__device__ __forceinline__ void add_buffered_entries(float (&s)[4][N / 32], const __nv_bfloat16* keys,
+                                                     const uint4* xw, const float* w, int n, int pass, int lane) {
+  constexpr int NL = N / 32, H = 4;
 #pragma unroll 2
   for (int j = 0; j < n; ++j) {
     float Bj[NL];
     bf16_slice<N>(load_bf16_raw<N>(keys + j * N, lane), Bj);
-    const uint2 xr = reinterpret_cast<const uint2*>(xw + j)[half];
+    const uint2 xr = reinterpret_cast<const uint2*>(xw + j * (R / 8))[pass];
     const float2 xa = bf16x2_to_float2(xr.x), xb = bf16x2_to_float2(xr.y);
     const float xj[H] = {xa.x, xa.y, xb.x, xb.y};
     const float wj = w[j];
@@ -223,13 +236,13 @@ __device__ __forceinline__ void add_buffered_entries(float (&s)[kWarpRows / 2][N
   }
 }
 
-// Every lane of a warp (its copy issuers take part): the warp's 8 contiguous S0 rows (8 N sizeof(S)
+// Every lane of a warp (its copy issuers take part): the warp's R contiguous S0 rows (R N sizeof(S)
 // bytes: 1-4 KiB, a multiple of 16 as the bulk copy needs) into its part of a shared-memory tile of
 // S by one bulk copy on the warp's own mbarrier (wait with tile_wait); the S0 bytes are then in flight without holding
 // registers. Used by the KVBuffer decode kernel.
-template <int N, class S>
+template <int N, int R, class S>
 __device__ __forceinline__ void issue_warp_rows(S* tile_rows, const S* src, uint64_t* bar, int lane) {
-  constexpr uint32_t kBytes = kWarpRows * N * sizeof(S);
+  constexpr uint32_t kBytes = R * N * sizeof(S);
   static_assert(kBytes % 16 == 0, "bulk copies move multiples of 16 bytes");
   if (copy_issuer(lane)) {
     tile_init(1, bar);

@@ -26,16 +26,17 @@
 // launch. With scheduler metadata (row_fill, row_has_state per row) nothing is advanced in kernel.
 // Entry n is written by this launch and only entries < n are read; B_t is written by the first
 // block of the first head of its group.
-// Work split: warp rows (mamba2_decode_device.h), block = rows_per_block / 8 warps of one head,
-// grid (P / rows_per_block, NH, batch). Phases: (0) the slot and row metadata with the token's
-// inputs; (1) one round trip for everything else: the entries j < n by cp.async into shared memory
-// (keys B_j by the block, x_j of its 8 rows by each warp, G_j, dt_j), then each warp's 8 contiguous
-// S0 rows (8 N sizeof(S) bytes) by one bulk copy on the warp's own mbarrier into a tile of S
+// Work split: warp rows (mamba2_decode_device.h), R rows per warp (kvbuffer_warp_rows: 8, or 16 for
+// a 16-bit state's tile), block = rows_per_block / R warps of one head, grid (P / rows_per_block,
+// NH, batch). Phases: (0) the slot and row metadata with the token's inputs; (1) one round trip for
+// everything else: the entries j < n by cp.async into shared memory (keys B_j by the block, x_j of
+// its R rows by each warp, G_j, dt_j), then each warp's R contiguous S0 rows (R N sizeof(S) bytes)
+// by one bulk copy on the warp's own mbarrier into a tile of S
 // (mamba2_decode_kvbuffer: kTile) or, in the tile-less instantiation mamba2_decode_direct
 // launches, read from the pool where used (its rows are mostly stateless, and without the 32 KiB
 // fp32 tile its blocks fit 6 per SM at every C); (2) one
 // barrier, the n dots c_j split over the warps, lane 0 forms w_j and a_j = w_j c_j, a barrier (n =
-// 0 skips both); (3) outputs: lane j adds a_j x_j into the 8 partial sums of its S0 . C_t slice, one
+// 0 skips both); (3) outputs: lane j adds a_j x_j into the R partial sums of its S0 . C_t slice, one
 // halving reduction; (4) fold 4 rows at a time from shared memory, or append entry n.
 // Registers, not bytes, set the pace (kernels/mamba2/notes/mamba2_decode.md runs 2-4): S0 rows held in
 // registers allowed 3-4 blocks per SM; in the tile 5 (48 registers; 35 KiB of shared memory at C =
@@ -67,13 +68,14 @@ namespace {
 
 constexpr int kMaxCapacity = 64;
 
-// The block's dynamic shared memory, sized by C and the block's warps: the S0 rows [rows][N] of S
-// first (128-byte aligned for the bulk copies; each warp's 8 rows 1-4 KiB), then the staged entries
-// j < n <= C - 1: keys
-// [C-1][N] bf16 (B_j), x [warps][C-1] uint4 (x_j of the warp's 8 rows), fp32 [C-1] each: G_j, dt_j,
-// w_j = e^{G_t - G_j} dt_j, a_j = w_j c_j; then one mbarrier per warp (its rows' bulk copy).
-template <int N, bool kTile, class S>
+// The block's dynamic shared memory, sized by C and the block's warps of R rows: the S0 rows
+// [rows][N] of S first (128-byte aligned for the bulk copies; each warp's R rows 1-4 KiB), then the
+// staged entries j < n <= C - 1: keys [C-1][N] bf16 (B_j), x [warps][C-1] R / 8 uint4 (x_j of the
+// warp's R rows), fp32 [C-1] each: G_j, dt_j, w_j = e^{G_t - G_j} dt_j, a_j = w_j c_j; the token's
+// x [warps] R / 8 uint4; then one mbarrier per warp (its rows' bulk copy).
+template <int N, bool kTile, class S, int R>
 struct BlockSmem {
+  static constexpr int kX = R / 8;  // uint4 per x row of a warp
   S* tile;
   __nv_bfloat16* keys;
   uint4* x;
@@ -82,21 +84,21 @@ struct BlockSmem {
   uint64_t* bars;
   __device__ BlockSmem(unsigned char* base, int entries, int warps) {
     tile = reinterpret_cast<S*>(base);
-    keys = reinterpret_cast<__nv_bfloat16*>(tile + (kTile ? size_t(warps) * kWarpRows * N : 0));
+    keys = reinterpret_cast<__nv_bfloat16*>(tile + (kTile ? size_t(warps) * R * N : 0));
     x = reinterpret_cast<uint4*>(keys + size_t(entries) * N);
-    G = reinterpret_cast<float*>(x + size_t(warps) * entries);
+    G = reinterpret_cast<float*>(x + size_t(warps) * entries * kX);
     dt = G + entries, w = dt + entries, a = w + entries;
-    xt = reinterpret_cast<uint4*>(a + entries);  // 16-byte aligned: entries (2N + 16 warps + 16) bytes above the tile
-    bars = reinterpret_cast<uint64_t*>(xt + warps);
+    xt = reinterpret_cast<uint4*>(a + entries);  // 16-byte aligned: entries (2N + 2 R warps + 16) bytes above the tile
+    bars = reinterpret_cast<uint64_t*>(xt + warps * kX);
   }
   static size_t bytes(int entries, int warps) {
-    return kvbuffer_block_smem_bytes(N, kTile, int(sizeof(S)), entries, warps);
+    return kvbuffer_block_smem_bytes(N, kTile, int(sizeof(S)), entries, warps, R);
   }
 };
 
 // Phase 1: every entry j < n of the request into shared memory, one cp.async round trip: the
-// keys B_j by the whole block, each warp the x_j of its own 8 rows (lane j), G_j and dt_j.
-template <int N, class Smem>
+// keys B_j by the whole block, each warp the x_j of its own R rows (R / 8 lanes per j), G_j and dt_j.
+template <int N, int R, class Smem>
 __device__ __forceinline__ void stage_entries(const Mamba2KVBufferParams& p, const WarpCoords& c, int slot, int n,
                                               const Smem& st) {
   const int NH = p.io.NH, G = p.io.G, C = p.capacity;
@@ -107,7 +109,9 @@ __device__ __forceinline__ void stage_entries(const Mamba2KVBufferParams& p, con
     cp_async16(st.keys + j * N + k * 8, keys + size_t(j) * G * N + k * 8);
   }
   const __nv_bfloat16* xs = p.buf_val + (size_t(slot) * C * NH + c.h) * p.io.P + c.p0;  // x_j at xs[j NH P]
-  for (int j = c.lane; j < n; j += 32) cp_async16(st.x + c.warp * (C - 1) + j, xs + size_t(j) * NH * p.io.P);
+  constexpr int kX = R / 8;
+  for (int i = c.lane; i < n * kX; i += 32)
+    cp_async16(st.x + (c.warp * (C - 1)) * kX + i, xs + size_t(i / kX) * NH * p.io.P + (i % kX) * 8);
   const size_t sh = size_t(slot) * C * NH + c.h;  // G_j at buf_gcum[sh + j NH]
   for (int i = threadIdx.x; i < 2 * n; i += blockDim.x) {
     const int j = i < n ? i : i - n;
@@ -118,16 +122,16 @@ __device__ __forceinline__ void stage_entries(const Mamba2KVBufferParams& p, con
 // One request row's step (phases 0-4 above) for the block's rows of head c.h: slot and, with
 // scheduler metadata, meta_fill / meta_has were loaded by the caller; the token inputs are issued
 // here before the slot is first used.
-template <int N, bool kTile, class S>
+template <int N, bool kTile, class S, int R>
 __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsigned char* smem, const WarpCoords& c,
                                            int slot, int meta_fill, int meta_has) {
-  constexpr int NL = N / 32, R = kWarpRows;
+  constexpr int NL = N / 32, kX = R / 8;
   const Mamba2StepIO& io = p.io;
   const int lane = c.lane, warps = blockDim.x >> 5;
   const int NH = io.NH, P = io.P, G = io.G, C = p.capacity;
   const bool row_meta = p.row_fill != nullptr;
   const size_t xo = (size_t(c.row) * NH + c.h) * P + c.p0;
-  const uint4 xraw = *reinterpret_cast<const uint4*>(io.x + xo);
+  const uint4 xraw = lane < kX ? reinterpret_cast<const uint4*>(io.x + xo)[lane] : uint4{};
   const size_t bco = (size_t(c.row) * G + c.g) * N;
   const auto braw = load_bf16_raw<N>(io.B + bco, lane), craw = load_bf16_raw<N>(io.C + bco, lane);
   const float dt = token_dt(io, c.row, c.h);
@@ -139,19 +143,19 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
   const int n = row_meta ? meta_fill : load_unsunk(p.fill + slot);
   const bool has_state = (row_meta ? meta_has : load_unsunk(p.has_state + slot)) != 0;
   const bool fold = n + 1 == C;
-  const BlockSmem<N, kTile, S> st(smem, C - 1, warps);
+  const BlockSmem<N, kTile, S, R> st(smem, C - 1, warps);
 
   // Phase 1: the entries' small copies (the block waits for them at the first barrier), then the
   // warp's S0 rows by a bulk copy (waited for by the warp where they are used).
-  if (n > 0) stage_entries<N>(p, c, slot, n, st);
+  if (n > 0) stage_entries<N, R>(p, c, slot, n, st);
   cp_async_commit();
   S* rows = static_cast<S*>(p.state) + ((size_t(slot) * NH + c.h) * P + c.p0) * N;
   // The warp's S0 rows: its part of the tile, or (no tile) the pool rows themselves.
-  const S* s0rows = kTile ? st.tile + c.warp * kWarpRows * N : rows;
+  const S* s0rows = kTile ? st.tile + c.warp * R * N : rows;
   uint64_t* bar = st.bars + c.warp;
-  if (kTile && has_state) issue_warp_rows<N>(st.tile + c.warp * kWarpRows * N, rows, bar, lane);
-  // The token's x (8 rows) waits in shared memory for the fold or the append, not in registers.
-  if (lane == 0) st.xt[c.warp] = xraw;
+  if (kTile && has_state) issue_warp_rows<N, R>(st.tile + c.warp * R * N, rows, bar, lane);
+  // The token's x (R rows) waits in shared memory for the fold or the append, not in registers.
+  if (lane < kX) st.xt[c.warp * kX + lane] = xraw;
   __syncwarp();
   float Bv[NL], Cv[NL];
   bf16_slice<N>(braw, Bv);
@@ -178,7 +182,7 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
   }
   const float eG = expf(G_t);
 
-  // Phase 3: the outputs. Lane l adds entries j = l, l + 32 to the 8 partial sums of its S0 . C_t
+  // Phase 3: the outputs. Lane l adds entries j = l, l + 32 to the R partial sums of its S0 . C_t
   // slice; one halving reduction sums both over the warp.
   float y8[R];
   if (kTile && has_state) tile_wait(bar);
@@ -188,41 +192,44 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
     if (has_state) load_row<N>(s0rows + i * N + lane * NL, s0);
     y8[i] = has_state ? eG * dot<NL>(s0, Cv) : 0.f;
   }
-  const uint4* xw = st.x + c.warp * (C - 1);
+  const uint4* xw = st.x + c.warp * (C - 1) * kX;
   for (int j = lane; j < n; j += 32) {
     float xj[R];
-    bf16x8(xw[j], xj);
+#pragma unroll
+    for (int q = 0; q < kX; ++q) bf16x8(xw[j * kX + q], xj + 8 * q);
     const float a = st.a[j];
 #pragma unroll
     for (int i = 0; i < R; ++i) y8[i] = fmaf(a, xj[i], y8[i]);
   }
-  const float y = row_sums<kWarpRows>(y8, lane);
-  const float x_own = __bfloat162float(io.x[xo + ((lane >> 2) & (R - 1))]);
-  write_output(io, xo, lane, y, fmaf(dt, c_t, D), x_own);
+  const float y = row_sums<R>(y8, lane);
+  const float x_own = __bfloat162float(io.x[xo + lane / kRowLanes<R>]);
+  write_output<R>(io, xo, lane, y, fmaf(dt, c_t, D), x_own);
 
   // Phase 4: fold from the tile and the staged entries, 4 rows at a time, or append entry n.
   if (fold) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      constexpr int H = R / 2;
-      const uint2 xtr = reinterpret_cast<const uint2*>(st.xt + c.warp)[half];
+    for (int pass = 0; pass < R / 4; ++pass) {
+      constexpr int H = 4;
+      const uint2 xtr = reinterpret_cast<const uint2*>(st.xt + c.warp * kX)[pass];
       const float2 xta = bf16x2_to_float2(xtr.x), xtb = bf16x2_to_float2(xtr.y);
       const float xt[H] = {xta.x, xta.y, xtb.x, xtb.y};
       float s[H][NL];
 #pragma unroll
       for (int i = 0; i < H; ++i) {
         float s0[NL];
-        if (has_state) load_row<N>(s0rows + (half * H + i) * N + lane * NL, s0);
+        if (has_state) load_row<N>(s0rows + (pass * H + i) * N + lane * NL, s0);
         const float dx = dt * xt[i];
 #pragma unroll
         for (int e = 0; e < NL; ++e) s[i][e] = fmaf(dx, Bv[e], has_state ? eG * s0[e] : 0.f);
       }
-      add_buffered_entries<N>(s, st.keys, xw, st.w, n, half, lane);
+      add_buffered_entries<N, R>(s, st.keys, xw, st.w, n, pass, lane);
 #pragma unroll
-      for (int i = 0; i < H; ++i) store_row<N>(rows + size_t(half * H + i) * N + lane * NL, s[i]);
+      for (int i = 0; i < H; ++i) store_row<N>(rows + size_t(pass * H + i) * N + lane * NL, s[i]);
     }
   } else {
-    if (lane == 0) *reinterpret_cast<uint4*>(p.buf_val + (size_t(slot) * C * NH + size_t(n) * NH + c.h) * P + c.p0) = st.xt[c.warp];
+    if (lane < kX)
+      reinterpret_cast<uint4*>(p.buf_val + (size_t(slot) * C * NH + size_t(n) * NH + c.h) * P + c.p0)[lane] =
+          st.xt[c.warp * kX + lane];
     if (blockIdx.x == 0 && c.warp == 0) {
       if (lane == 0) {
         p.buf_gcum[(size_t(slot) * C + n) * NH + c.h] = G_t;
@@ -245,17 +252,22 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
   }
 }
 
-template <int N, bool kTile, class S>
-__global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kTile ? 5 : 6) mamba2_decode_kvbuffer_kernel(Mamba2KVBufferParams p) {
+// R rows per warp (kvbuffer_warp_rows): 8, whose 5 (tiled) or 6 blocks of 8 warps per SM were
+// measured (notes, runs 2-4), or 16 for a 16-bit state's tile at 8 blocks of 4 warps per SM.
+template <int R, bool kTile>
+constexpr int kKVBufferMinBlocks = R == 8 ? (kTile ? 5 : 6) : 8;
+template <int N, bool kTile, class S, int R>
+__global__ void __launch_bounds__(kMaxRowsPerBlock / R * 32, kKVBufferMinBlocks<R, kTile>)
+    mamba2_decode_kvbuffer_kernel(Mamba2KVBufferParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const WarpCoords c = warp_coords(p.io);
+  const WarpCoords c = warp_coords<R>(p.io);
   const bool row_meta = p.row_fill != nullptr;
   // Phase 0: the slot with the scheduler's row metadata, and the token inputs (independent of
   // the slot), all issued before the slot's round trip ends.
   const int slot = p.io.slot[c.row];
   const int meta_fill = row_meta ? p.row_fill[c.row] : 0;
   const int meta_has = row_meta ? p.row_has_state[c.row] : 0;
-  decode_row<N, kTile, S>(p, smem, c, slot, meta_fill, meta_has);
+  decode_row<N, kTile, S, R>(p, smem, c, slot, meta_fill, meta_has);
 }
 
 // ---- The split direct path (mamba2_decode_direct with scheduler metadata, P <= 64; Auto: below)
@@ -430,7 +442,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 4) mamba2_direct_state_k
       for (uint32_t m = need_mask[w]; m != 0; m &= m - 1, ++rank) {
         if (rank % groups != group) continue;
         c.row = base + w * 32 + __ffs(int(m)) - 1;
-        decode_row<N, false, S>(p, smem, c, io.slot[c.row], p.row_fill[c.row], p.row_has_state[c.row]);
+        decode_row<N, false, S, kWarpRows>(p, smem, c, io.slot[c.row], p.row_fill[c.row], p.row_has_state[c.row]);
         __syncthreads();  // the shared memory of this row before the next one's copies
       }
     }
@@ -452,7 +464,7 @@ void launch_split_direct(const Mamba2KVBufferParams& p, cudaStream_t stream) {
   launch_kernel(mamba2_direct_buffer_kernel<N>, grid_a, dim3(kSplitThreads),
                 SplitBufferSmem::bytes(p.capacity - 1, p.io.P, p.capacity), stream, false, p);
   const int rows = choose_rows_per_block(p.io, kKVBufferRows);
-  const size_t smem = BlockSmem<N, false, S>::bytes(p.capacity - 1, rows / kWarpRows);
+  const size_t smem = BlockSmem<N, false, S, kWarpRows>::bytes(p.capacity - 1, rows / kWarpRows);
   dim3 grid_b = decode_grid(p.io, rows);
   const long per_wave = long(multiprocessor_count()) *
                         resident_blocks(mamba2_direct_state_kernel<N, S>, int(decode_block(rows).x), smem);
@@ -497,9 +509,16 @@ void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char
       using S = typename decltype(tag)::type;
       if (!kTile && split_direct(p)) return launch_split_direct<N, S>(p, stream);
       const int rows = choose_rows_per_block(p.io, kKVBufferRows);
-      const size_t smem = BlockSmem<N, kTile, S>::bytes(p.capacity - 1, rows / kWarpRows);
-      launch_kernel(mamba2_decode_kvbuffer_kernel<N, kTile, S>, decode_grid(p.io, rows), decode_block(rows), smem, stream,
-                    false, p);
+      auto launch = [&](auto warp_rows) {
+        constexpr int R = decltype(warp_rows)::value;
+        const size_t smem = BlockSmem<N, kTile, S, R>::bytes(p.capacity - 1, rows / R);
+        launch_kernel(mamba2_decode_kvbuffer_kernel<N, kTile, S, R>, decode_grid(p.io, rows), decode_block(rows, R),
+                      smem, stream, false, p);
+      };
+      if constexpr (kTile && sizeof(S) == 2) {
+        if (kvbuffer_warp_rows(kTile, int(sizeof(S)), rows) == 16) return launch(std::integral_constant<int, 16>{});
+      }
+      launch(std::integral_constant<int, kWarpRows>{});
     });
   });
 }

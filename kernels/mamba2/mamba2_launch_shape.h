@@ -14,12 +14,22 @@ constexpr int kMaxRowsPerBlock = 64;  // 8 warps
 constexpr int kSplitHeads = 8;        // heads per split kernel-A block, one warp each
 constexpr int kVerifyTMax = 8;        // verify window tokens (kMamba2VerifyMaxTokens, asserted equal)
 
-// The KVBuffer decode block: the S0 rows [rows][N] of the state type first (the tiled kernel only),
-// then the staged entries (entries = C - 1): keys [C-1][N] bf16, x [warps][C-1] uint4, fp32 [C-1]
-// each of G_j, dt_j, w_j, a_j; a uint4 per warp; one mbarrier per warp (tiled).
-inline size_t kvbuffer_block_smem_bytes(int N, bool tile, int state_bytes, int entries, int warps) {
-  return (tile ? size_t(warps) * (kWarpRows * N * state_bytes + 8) : 0) + size_t(warps) * 16 +
-         size_t(entries) * (N * 2 + size_t(warps) * 16 + 16);
+// State rows per warp of the KVBuffer decode kernel: 8, or 16 for the tile of a 16-bit state where
+// the block's rows allow (a warp's tile is then the fp32 warp's 4 KiB, and the work every warp does
+// once per step, the token's inputs, metadata, decay and sums, spreads over twice the elements:
+// kernels/mamba2/notes/mamba2_decode.md, "16 rows per warp").
+KVB_HOST_DEVICE constexpr int kvbuffer_warp_rows(bool tile, int state_bytes, int rows_per_block) {
+  return tile && state_bytes == 2 && rows_per_block % 16 == 0 ? 16 : 8;
+}
+
+// The KVBuffer decode block of `warps` warps of `warp_rows` rows: the S0 rows [rows][N] of the
+// state type first (the tiled kernel only), then the staged entries (entries = C - 1): keys
+// [C-1][N] bf16, x [warps][C-1][warp_rows] bf16, fp32 [C-1] each of G_j, dt_j, w_j, a_j; the
+// token's x [warps][warp_rows] bf16; one mbarrier per warp (tiled).
+inline size_t kvbuffer_block_smem_bytes(int N, bool tile, int state_bytes, int entries, int warps, int warp_rows) {
+  const size_t x_bytes = size_t(warps) * warp_rows * 2;
+  return (tile ? size_t(warps) * (size_t(warp_rows) * N * state_bytes + 8) : 0) + x_bytes +
+         size_t(entries) * (N * 2 + x_bytes + 16);
 }
 
 // The split path's kernel A: x_j [C-1][kSplitHeads * P] bf16, G_j and dt_j [C-1][kSplitHeads], c_j [C].

@@ -247,9 +247,11 @@ SmemOutcomes mamba2_smem_outcomes(const DeviceLimits& d) {
     for (StateType st : {StateType::FP32, StateType::BF16, StateType::FP16}) {
       const int sb = state_type_bytes(st);
       for (int C = 2; C <= kMaxCapacity; ++C) {
-        for (bool tile : {false, true})
+        for (bool tile : {false, true}) {
+          const int warp_rows = kvbuffer_warp_rows(tile, sb, rows);
           check_fixed_kernel(tile ? "mamba2 kvbuffer decode (tiled)" : "mamba2 kvbuffer decode / direct, kernel B", C,
-                             kvbuffer_block_smem_bytes(N, tile, sb, C - 1, rows / kWarpRows), d, out);
+                             kvbuffer_block_smem_bytes(N, tile, sb, C - 1, rows / warp_rows, warp_rows), d, out);
+        }
         check_fixed_kernel("mamba2 kvbuffer split / direct, kernel A", C, split_buffer_smem_bytes(C - 1, P, C), d, out);
         for (int T = 1; T <= kMaxDrafts && T <= C; ++T)
           check_fixed_kernel("mamba2 verify kvbuffer (one head)", C, size_t(VerifySmem(N, C, rows, T, sb).bytes), d, out);
