@@ -86,6 +86,11 @@ struct Mamba2KVBufferParams {
   // The state pool's element type (state above; the fold rounds to it once per write). Last, so that
   // the fp32 kernels' parameter offsets (and their SASS) stay those of a float* state.
   StateType state_type = StateType::FP32;
+  // State rows per warp of mamba2_decode_kvbuffer's kernel: 0 = chosen (8; for a 16-bit state 16
+  // or 32 by the grid's size, sim/launch_rules.h); 8 always, or 16 / 32 with a 16-bit state where
+  // they divide the block's rows. mamba2_decode_direct takes 0 or 8. (In the struct's padding:
+  // the size and every offset are what they were without it.)
+  int warp_rows = 0;
 };
 void mamba2_decode_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream);
 

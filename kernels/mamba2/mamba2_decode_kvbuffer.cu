@@ -182,32 +182,38 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
   }
   const float eG = expf(G_t);
 
-  // Phase 3: the outputs. Lane l adds entries j = l, l + 32 to the R partial sums of its S0 . C_t
+  // Phase 3: the outputs, in passes of up to 16 rows (32-row warps: two, each with its own
+  // registers). Lane l adds entries j = l, l + 32 to the pass's partial sums of its S0 . C_t
   // slice; one halving reduction sums both over the warp.
-  float y8[R];
+  constexpr int kPassRows = R < 16 ? R : 16, kPassX = kPassRows / 8;
   if (kTile && has_state) tile_wait(bar);
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    float s0[NL];
-    if (has_state) load_row<N>(s0rows + i * N + lane * NL, s0);
-    y8[i] = has_state ? eG * dot<NL>(s0, Cv) : 0.f;
-  }
   const uint4* xw = st.x + c.warp * (C - 1) * kX;
-  for (int j = lane; j < n; j += 32) {
-    float xj[R];
+#pragma unroll 1
+  for (int pass = 0; pass < R / kPassRows; ++pass) {
+    float y8[kPassRows];
 #pragma unroll
-    for (int q = 0; q < kX; ++q) bf16x8(xw[j * kX + q], xj + 8 * q);
-    const float a = st.a[j];
+    for (int i = 0; i < kPassRows; ++i) {
+      float s0[NL];
+      if (has_state) load_row<N>(s0rows + (pass * kPassRows + i) * N + lane * NL, s0);
+      y8[i] = has_state ? eG * dot<NL>(s0, Cv) : 0.f;
+    }
+    for (int j = lane; j < n; j += 32) {
+      float xj[kPassRows];
 #pragma unroll
-    for (int i = 0; i < R; ++i) y8[i] = fmaf(a, xj[i], y8[i]);
+      for (int q = 0; q < kPassX; ++q) bf16x8(xw[j * kX + pass * kPassX + q], xj + 8 * q);
+      const float a = st.a[j];
+#pragma unroll
+      for (int i = 0; i < kPassRows; ++i) y8[i] = fmaf(a, xj[i], y8[i]);
+    }
+    const float y = row_sums<kPassRows>(y8, lane);
+    const size_t xp = xo + pass * kPassRows;
+    const float x_own = __bfloat162float(io.x[xp + lane / kRowLanes<kPassRows>]);
+    write_output<kPassRows>(io, xp, lane, y, fmaf(dt, c_t, D), x_own);
   }
-  const float y = row_sums<R>(y8, lane);
-  const float x_own = __bfloat162float(io.x[xo + lane / kRowLanes<R>]);
-  write_output<R>(io, xo, lane, y, fmaf(dt, c_t, D), x_own);
 
   // Phase 4: fold from the tile and the staged entries, 4 rows at a time, or append entry n.
   if (fold) {
-#pragma unroll
+#pragma unroll 4
     for (int pass = 0; pass < R / 4; ++pass) {
       constexpr int H = 4;
       const uint2 xtr = reinterpret_cast<const uint2*>(st.xt + c.warp * kX)[pass];
@@ -253,9 +259,9 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
 }
 
 // R rows per warp (kvbuffer_warp_rows): 8, whose 5 (tiled) or 6 blocks of 8 warps per SM were
-// measured (notes, runs 2-4), or 16 for a 16-bit state's tile at 8 blocks of 4 warps per SM.
+// measured (notes, runs 2-4), or 16 / 32 for a 16-bit state's tile at 64 registers per thread.
 template <int R, bool kTile>
-constexpr int kKVBufferMinBlocks = R == 8 ? (kTile ? 5 : 6) : 8;
+constexpr int kKVBufferMinBlocks = R == 8 ? (kTile ? 5 : 6) : R / 2;
 template <int N, bool kTile, class S, int R>
 __global__ void __launch_bounds__(kMaxRowsPerBlock / R * 32, kKVBufferMinBlocks<R, kTile>)
     mamba2_decode_kvbuffer_kernel(Mamba2KVBufferParams p) {
@@ -485,6 +491,13 @@ Mamba2RecurrentParams capacity1_params(const Mamba2KVBufferParams& p) {
   return r;
 }
 
+// State rows per warp of the tiled kernel at `rows` rows per block (Mamba2KVBufferParams::warp_rows).
+int kvbuffer_warp_rows(const Mamba2KVBufferParams& p, int rows) {
+  if (p.warp_rows != 0) return p.warp_rows;
+  if (state_type_bytes(p.state_type) != 2) return kWarpRows;
+  return mamba2_kvbuffer16_warp_rows(long(p.io.batch) * p.io.NH * p.io.P, rows, device_limits());
+}
+
 template <bool kTile>
 void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char* who) {
   validate_step_io(p.io, who);
@@ -500,6 +513,13 @@ void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char
   if (!kTile && p.path == DecodePath::Split && !(p.row_fill && p.io.P <= kSplitMaxP))
     fail("the split path needs row_fill/row_has_state and P <= " + std::to_string(kSplitMaxP));
   if (!kTile && p.every_row_has_state) fail("every_row_has_state contradicts direct mode");
+  if (p.warp_rows != 0) {
+    const int rows = choose_rows_per_block(p.io, kKVBufferRows), w = p.warp_rows;
+    const bool wide = kTile && state_type_bytes(p.state_type) == 2;
+    if (!(w == 8 || (wide && (w == 16 || w == 32) && rows % w == 0)))
+      fail("unsupported warp_rows " + std::to_string(w) + " (8; 16 or 32 only for mamba2_decode_kvbuffer with a 16-bit state, dividing the " +
+           std::to_string(rows) + " rows per block)");
+  }
   if (p.io.batch == 0) return;
   // mamba2_decode_direct refused the promise above.
   if (capacity1_route(p)) return mamba2_decode_recurrent(capacity1_params(p), stream);
@@ -516,7 +536,10 @@ void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char
                       smem, stream, false, p);
       };
       if constexpr (kTile && sizeof(S) == 2) {
-        if (kvbuffer_warp_rows(kTile, int(sizeof(S)), rows) == 16) return launch(std::integral_constant<int, 16>{});
+        switch (kvbuffer_warp_rows(p, rows)) {
+          case 32: return launch(std::integral_constant<int, 32>{});
+          case 16: return launch(std::integral_constant<int, 16>{});
+        }
       }
       launch(std::integral_constant<int, kWarpRows>{});
     });

@@ -14,15 +14,8 @@ constexpr int kMaxRowsPerBlock = 64;  // 8 warps
 constexpr int kSplitHeads = 8;        // heads per split kernel-A block, one warp each
 constexpr int kVerifyTMax = 8;        // verify window tokens (kMamba2VerifyMaxTokens, asserted equal)
 
-// State rows per warp of the KVBuffer decode kernel: 8, or 16 for the tile of a 16-bit state where
-// the block's rows allow (a warp's tile is then the fp32 warp's 4 KiB, and the work every warp does
-// once per step, the token's inputs, metadata, decay and sums, spreads over twice the elements:
-// kernels/mamba2/notes/mamba2_decode.md, "16 rows per warp").
-KVB_HOST_DEVICE constexpr int kvbuffer_warp_rows(bool tile, int state_bytes, int rows_per_block) {
-  return tile && state_bytes == 2 && rows_per_block % 16 == 0 ? 16 : 8;
-}
-
-// The KVBuffer decode block of `warps` warps of `warp_rows` rows: the S0 rows [rows][N] of the
+// The KVBuffer decode block of `warps` warps of `warp_rows` rows (8, or for a 16-bit state's tile
+// 16 or 32: sim/launch_rules.h, mamba2_kvbuffer16_warp_rows): the S0 rows [rows][N] of the
 // state type first (the tiled kernel only), then the staged entries (entries = C - 1): keys
 // [C-1][N] bf16, x [warps][C-1][warp_rows] bf16, fp32 [C-1] each of G_j, dt_j, w_j, a_j; the
 // token's x [warps][warp_rows] bf16; one mbarrier per warp (tiled).

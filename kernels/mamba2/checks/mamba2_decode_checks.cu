@@ -153,6 +153,7 @@ std::string describe(const Mamba2DecodeCase& c) {
   }
   field("dt", std::string(checks::dt_regime_name(c.dt)), std::string(checks::dt_regime_name(d.dt)));
   field("z_gate", c.z_gate, d.z_gate), field("rows_per_block", c.rows_per_block, d.rows_per_block);
+  field("warp_rows", c.warp_rows, d.warp_rows);
   field("state", std::string(state_type_name(c.state)), std::string(state_type_name(d.state)));
   s << " (other fields at Mamba2DecodeCase's defaults)";
   return s.str();
@@ -311,7 +312,7 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
       p.io = io, p.capacity = C, p.state = pool.as<void>(), p.state_type = stype;
       p.buf_k = buf_k.as<__nv_bfloat16>(), p.buf_val = buf_val.as<__nv_bfloat16>();
       p.buf_gcum = buf_g.as<float>(), p.buf_beta = buf_dt.as<float>();
-      p.path = cs.path, p.every_row_has_state = cs.every_row_has_state;
+      p.path = cs.path, p.every_row_has_state = cs.every_row_has_state, p.warp_rows = cs.warp_rows;
       if (cs.row_metadata) {
         p.row_fill = d_row_fill.as<int32_t>(), p.row_has_state = d_row_has.as<int32_t>();
       } else {
@@ -623,6 +624,28 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
       c.name = "kvbuffer" + t + "-C8-rows16-b3-z";
       add(c);
       c.capacity = 64, c.rows_per_block = 8, c.name = "kvbuffer" + t + "-C64-rows8-b3-z";
+      add(c);
+    }
+    // The tile's wider warps (chosen from larger grids than a check runs): 16 and 32 rows per warp
+    // at C = 4 and 16 with staggered fills, direct rows, z, row metadata, N = 64, the Nemotron-3
+    // Nano shape, and 16 rows in a 16-row block (one warp).
+    for (int w : {16, 32}) {
+      const std::string ws = "-warp" + std::to_string(w);
+      Mamba2DecodeCase c;
+      c.state = st, c.warp_rows = w, c.capacity = 4, c.batch = 5, c.pad_rows = 2, c.direct_every = 3, c.z_gate = true;
+      c.name = "kvbuffer" + t + ws + "-C4-b5-mixed-direct-z";
+      add(c);
+      c.capacity = 16, c.batch = 3, c.pad_rows = 1, c.direct_every = 0, c.row_metadata = true, c.G = 8, c.NH = 64;
+      c.name = "kvbuffer" + t + ws + "-nemotron-nano-shape-C16-b3-rowmeta-z";
+      add(c);
+      c.G = 2, c.NH = 4, c.N = 64, c.capacity = 8, c.row_metadata = false, c.z_gate = false, c.dt = DtRegime::Large;
+      c.name = "kvbuffer" + t + ws + "-P64-N64-C8-dt-large-b3";
+      add(c);
+    }
+    {
+      Mamba2DecodeCase c;
+      c.state = st, c.warp_rows = 16, c.rows_per_block = 16, c.capacity = 8, c.z_gate = true;
+      c.name = "kvbuffer" + t + "-warp16-rows16-C8-b3-z";
       add(c);
     }
     {

@@ -31,6 +31,7 @@ struct Mamba2DecodeCase {
   bool z_gate = false;
   int direct_every = 0;     // request r starts in direct mode when direct_every && r % direct_every == 0
   int rows_per_block = 0;
+  int warp_rows = 0;        // Mamba2KVBufferParams::warp_rows (0 = chosen)
   bool row_metadata = false;  // fill/has_state as per-row step inputs instead of pool arrays
   bool every_row_has_state = false;  // the scheduler's promise (only for cases without direct rows)
   DecodePath path = DecodePath::Auto;  // mamba2_decode_direct's launch shape
