@@ -3,25 +3,21 @@
 #include <flashinfer/attention/decode.cuh>
 #include <flashinfer/attention/default_decode_params.cuh>
 #include <flashinfer/attention/scheduler.cuh>
-#include <flashinfer/attention/variants.cuh>
 
 #include <stdexcept>
 #include <string>
 
+#include "bench/step/step_flashinfer.cuh"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device_buffer.h"
 
 namespace kvbuf::step {
 namespace fi = flashinfer;
 namespace {
+using namespace flashinfer_settings;
 using Params = fi::BatchDecodeParams<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, int32_t>;
-using Variant = fi::DefaultAttention</*custom mask*/ false, /*sliding window*/ false, /*soft cap*/ false,
-                                     /*alibi*/ false>;
-constexpr auto kNoRope = fi::PosEncodingMode::kNone;  // RoPE is applied before the cache append
-// FlashInfer's default workspaces (flashinfer.BatchDecodeWithPagedKVCacheWrapper: 128 MiB float,
-// 8 MiB int).
+// FlashInfer's default float workspace (flashinfer.BatchDecodeWithPagedKVCacheWrapper: 128 MiB).
 constexpr size_t kFloatWorkspace = size_t(128) << 20;
-constexpr size_t kIntWorkspace = size_t(8) << 20;
 
 template <class F>
 void with_head_dim(int head_dim, F f) {
@@ -32,10 +28,6 @@ void with_head_dim(int head_dim, F f) {
   else
     throw std::invalid_argument("paged decode attention: head dim " + std::to_string(head_dim) +
                                 " not compiled (128, 256)");
-}
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("FlashInfer ") + what + ": " + cudaGetErrorString(e));
 }
 
 // GQA groups above FlashInfer's largest (8), e.g. Nemotron-H's 16: the q heads of each KV head are

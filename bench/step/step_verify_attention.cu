@@ -4,7 +4,6 @@
 #include <flashinfer/attention/default_prefill_params.cuh>
 #include <flashinfer/attention/prefill.cuh>
 #include <flashinfer/attention/scheduler.cuh>
-#include <flashinfer/attention/variants.cuh>
 
 #include <algorithm>
 #include <cmath>
@@ -12,16 +11,15 @@
 #include <string>
 
 #include "bench/step/step_attention.h"
+#include "bench/step/step_flashinfer.cuh"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device_buffer.h"
 
 namespace kvbuf::step {
 namespace fi = flashinfer;
 namespace {
+using namespace flashinfer_settings;
 using Params = fi::BatchPrefillPagedParams<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, int32_t>;
-using Variant = fi::DefaultAttention</*custom mask*/ false, /*sliding window*/ false, /*soft cap*/ false,
-                                     /*alibi*/ false>;
-constexpr auto kNoRope = fi::PosEncodingMode::kNone;  // RoPE is applied before the cache append
 constexpr auto kCausal = fi::MaskMode::kCausal;
 // The plan's mode. FlashInfer 0.6.0's CUDA-graph mode sizes the query tile for the largest request
 // the rows could form (rows - requests + 1 tokens: 64 packed rows at head dim 256, 128 at 128, at
@@ -30,8 +28,6 @@ constexpr auto kCausal = fi::MaskMode::kCausal;
 // rows per request, as that plan does; a point's requests and contexts are fixed, so the grid it
 // plans is the one every replay of the step's graph runs.
 constexpr bool kCudaGraphPlan = false;
-// The index workspace (FlashInfer's default, 8 MiB: tile indices, merge and output pointers).
-constexpr size_t kIntWorkspace = size_t(8) << 20;
 // Slack for FlashInfer's 16-byte alignment of the two partial buffers in the float workspace.
 constexpr size_t kAlignSlack = 64;
 
@@ -57,10 +53,6 @@ void with_head_dim_and_tile(int head_dim, int tile, F f) {
   else
     throw std::invalid_argument("multi-query attention: unsupported head dim " + std::to_string(head_dim) +
                                 " (compiled: 128, 256)");
-}
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("FlashInfer ") + what + ": " + cudaGetErrorString(e));
 }
 
 void validate(const PagedMultiQueryShape& s, const std::vector<int32_t>& kv_indptr_h) {
