@@ -52,13 +52,13 @@ inline int classic_verify_rows_per_warp(long rows, const DeviceLimits& d) {
   return 4;
 }
 
-// Mamba-2 KVBuffer decode with a 16-bit state's tile: state rows per warp, the most of 32, 16 and
-// 8 dividing rows_per_block whose grid of warps (total_rows / R, total_rows = batch x heads x P)
-// still has min warps per multiprocessor: 16 from 24, 32 from 192 (H200, measured:
+// Mamba-2 KVBuffer decode with a 16-bit state: state rows per warp, the most of 32, 16 and 8
+// dividing rows_per_block whose grid of warps (total_rows / R, total_rows = batch x heads x P)
+// still has min warps per multiprocessor: 16 from 24, 32 from 96 (H200, measured:
 // kernels/mamba2/notes/mamba2_decode.md, "16 rows per warp"; a warp's fixed work per step spreads
 // over more rows, while fewer warps hide less latency at small batches).
 inline int mamba2_kvbuffer16_warp_rows(long total_rows, int rows_per_block, const DeviceLimits& d) {
-  if (rows_per_block % 32 == 0 && total_rows / 32 >= 192L * d.sms) return 32;
+  if (rows_per_block % 32 == 0 && total_rows / 32 >= 96L * d.sms) return 32;
   if (rows_per_block % 16 == 0 && total_rows / 16 >= 24L * d.sms) return 16;
   return 8;
 }

@@ -87,9 +87,10 @@ struct Mamba2KVBufferParams {
   // the fp32 kernels' parameter offsets (and their SASS) stay those of a float* state.
   StateType state_type = StateType::FP32;
   // State rows per warp of mamba2_decode_kvbuffer's kernel: 0 = chosen (8; for a 16-bit state 16
-  // or 32 by the grid's size, sim/launch_rules.h); 8 always, or 16 / 32 with a 16-bit state where
-  // they divide the block's rows. mamba2_decode_direct takes 0 or 8. (In the struct's padding:
-  // the size and every offset are what they were without it.)
+  // or 32 by the grid's size, sim/launch_rules.h); 8 always (S0 staged in a shared-memory tile), or
+  // 16 / 32 with a 16-bit state where they divide the block's rows (S0 read from the pool where
+  // used). mamba2_decode_direct takes 0 or 8. (In the struct's padding: the size and every offset
+  // are what they were without it.)
   int warp_rows = 0;
 };
 void mamba2_decode_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream);

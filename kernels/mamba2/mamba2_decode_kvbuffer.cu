@@ -26,15 +26,16 @@
 // launch. With scheduler metadata (row_fill, row_has_state per row) nothing is advanced in kernel.
 // Entry n is written by this launch and only entries < n are read; B_t is written by the first
 // block of the first head of its group.
-// Work split: warp rows (mamba2_decode_device.h), R rows per warp (kvbuffer_warp_rows: 8, or 16 for
-// a 16-bit state's tile), block = rows_per_block / R warps of one head, grid (P / rows_per_block,
-// NH, batch). Phases: (0) the slot and row metadata with the token's inputs; (1) one round trip for
+// Work split: warp rows (mamba2_decode_device.h), R rows per warp (kvbuffer_warp_rows: 8, or 16 / 32
+// for a 16-bit state from larger grids, without the tile), block = rows_per_block / R warps of one
+// head, grid (P / rows_per_block, NH, batch). Phases: (0) the slot and row metadata with the token's inputs; (1) one round trip for
 // everything else: the entries j < n by cp.async into shared memory (keys B_j by the block, x_j of
 // its R rows by each warp, G_j, dt_j), then each warp's R contiguous S0 rows (R N sizeof(S) bytes)
 // by one bulk copy on the warp's own mbarrier into a tile of S
-// (mamba2_decode_kvbuffer: kTile) or, in the tile-less instantiation mamba2_decode_direct
-// launches, read from the pool where used (its rows are mostly stateless, and without the 32 KiB
-// fp32 tile its blocks fit 6 per SM at every C); (2) one
+// (mamba2_decode_kvbuffer at 8 rows per warp: kTile) or, in the tile-less instantiation, read from
+// the pool where used (mamba2_decode_direct: its rows are mostly stateless, and without the 32 KiB
+// fp32 tile its blocks fit 6 per SM at every C; mamba2_decode_kvbuffer's 16-bit wide warps: each
+// warp's loads of its 16 or 32 rows are in flight at once); (2) one
 // barrier, the n dots c_j split over the warps, lane 0 forms w_j and a_j = w_j c_j, a barrier (n =
 // 0 skips both); (3) outputs: lane j adds a_j x_j into the R partial sums of its S0 . C_t slice, one
 // halving reduction; (4) fold 4 rows at a time from shared memory, or append entry n.
@@ -260,7 +261,7 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
 }
 
 // R rows per warp (kvbuffer_warp_rows): 8, whose 5 (tiled) or 6 blocks of 8 warps per SM were
-// measured (notes, runs 2-4), or 16 / 32 for a 16-bit state's tile at 64 registers per thread.
+// measured (notes, runs 2-4), or 16 / 32 for a 16-bit state (tile-less) at 64 registers per thread.
 template <int R, bool kTile>
 constexpr int kKVBufferMinBlocks = R == 8 ? (kTile ? 5 : 6) : R / 2;
 template <int N, bool kTile, class S, int R>
@@ -530,10 +531,14 @@ void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char
       using S = typename decltype(tag)::type;
       if (!kTile && split_direct(p)) return launch_split_direct<N, S>(p, stream);
       const int rows = choose_rows_per_block(p.io, kKVBufferRows);
+      // Wide warps (16-bit state only) read S0 from the pool where used, as the tile-less body
+      // does: at 16 and 32 rows per warp the tile's shared memory held the SM to 8-12 blocks, and
+      // the loads in flight of the warps' own rows replace it (notes, "16 rows per warp").
       auto launch = [&](auto warp_rows) {
         constexpr int R = decltype(warp_rows)::value;
-        const size_t smem = BlockSmem<N, kTile, S, R>::bytes(p.capacity - 1, rows / R);
-        launch_kernel(mamba2_decode_kvbuffer_kernel<N, kTile, S, R>, decode_grid(p.io, rows), decode_block(rows, R),
+        constexpr bool kUseTile = kTile && R == kWarpRows;
+        const size_t smem = BlockSmem<N, kUseTile, S, R>::bytes(p.capacity - 1, rows / R);
+        launch_kernel(mamba2_decode_kvbuffer_kernel<N, kUseTile, S, R>, decode_grid(p.io, rows), decode_block(rows, R),
                       smem, stream, false, p);
       };
       if constexpr (kTile && sizeof(S) == 2) {

@@ -14,8 +14,8 @@ constexpr int kMaxRowsPerBlock = 64;  // 8 warps
 constexpr int kSplitHeads = 8;        // heads per split kernel-A block, one warp each
 constexpr int kVerifyTMax = 8;        // verify window tokens (kMamba2VerifyMaxTokens, asserted equal)
 
-// The KVBuffer decode block of `warps` warps of `warp_rows` rows (8, or for a 16-bit state's tile
-// 16 or 32: sim/launch_rules.h, mamba2_kvbuffer16_warp_rows): the S0 rows [rows][N] of the
+// The KVBuffer decode block of `warps` warps of `warp_rows` rows (8, or for a 16-bit state 16 or
+// 32, tile-less: sim/launch_rules.h, mamba2_kvbuffer16_warp_rows): the S0 rows [rows][N] of the
 // state type first (the tiled kernel only), then the staged entries (entries = C - 1): keys
 // [C-1][N] bf16, x [warps][C-1][warp_rows] bf16, fp32 [C-1] each of G_j, dt_j, w_j, a_j; the
 // token's x [warps][warp_rows] bf16; one mbarrier per warp (tiled).

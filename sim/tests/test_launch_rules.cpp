@@ -123,9 +123,9 @@ TEST(LaunchRules, ThresholdsFollowTheSmCount) {
   EXPECT_EQ(gdn_rows(37, 128, 8, find_gpu("b200").limits), 128);
 }
 
-// Mamba-2 KVBuffer decode, 16-bit tile, the Nemotron-3 Nano layer (64 heads of P = 64 rows, whole-head
-// blocks): rows per warp 8 below batch 13, 16 from 13, 32 from 198 on the H200 (measured: 8 rows
-// fastest at batch 8, 16 from 16 to 128, 32 at 256 and 512); fewer SMs move the thresholds down.
+// Mamba-2 KVBuffer decode, 16-bit state, the Nemotron-3 Nano layer (64 heads of P = 64 rows, whole-head
+// blocks): rows per warp 8 below batch 13, 16 from 13, 32 from 99 on the H200 (measured: 8 rows
+// fastest at batch 8, 16 at 32 and 64, 32 from 128); fewer SMs move the thresholds down.
 TEST(LaunchRules, Mamba2KVBuffer16WarpRowsFollowTheGrid) {
   auto warp_rows = [](int batch, int rows_per_block, const char* gpu) {
     return mamba2_kvbuffer16_warp_rows(long(batch) * 64 * 64, rows_per_block, find_gpu(gpu).limits);
@@ -133,16 +133,16 @@ TEST(LaunchRules, Mamba2KVBuffer16WarpRowsFollowTheGrid) {
   EXPECT_EQ(warp_rows(1, 64, "h200"), 8);
   EXPECT_EQ(warp_rows(12, 64, "h200"), 8);
   EXPECT_EQ(warp_rows(13, 64, "h200"), 16);
-  EXPECT_EQ(warp_rows(128, 64, "h200"), 16);
-  EXPECT_EQ(warp_rows(197, 64, "h200"), 16);
-  EXPECT_EQ(warp_rows(198, 64, "h200"), 32);
+  EXPECT_EQ(warp_rows(64, 64, "h200"), 16);
+  EXPECT_EQ(warp_rows(98, 64, "h200"), 16);
+  EXPECT_EQ(warp_rows(99, 64, "h200"), 32);
   EXPECT_EQ(warp_rows(512, 64, "h200"), 32);
   EXPECT_EQ(warp_rows(512, 16, "h200"), 16);  // the rows per block bound the warp's rows
   EXPECT_EQ(warp_rows(512, 8, "h200"), 8);
   EXPECT_EQ(warp_rows(11, 64, "a100-80gb"), 16);  // 108 SMs: 16 rows from batch 11
   EXPECT_EQ(warp_rows(10, 64, "a100-80gb"), 8);
-  EXPECT_EQ(warp_rows(162, 64, "a100-80gb"), 32);
-  EXPECT_EQ(warp_rows(161, 64, "a100-80gb"), 16);
+  EXPECT_EQ(warp_rows(81, 64, "a100-80gb"), 32);
+  EXPECT_EQ(warp_rows(80, 64, "a100-80gb"), 16);
 }
 
 // ---- Shared memory: every shape the sweep grid can ask of the GDN kernels whose shared memory

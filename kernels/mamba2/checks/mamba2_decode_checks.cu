@@ -626,7 +626,7 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
       c.capacity = 64, c.rows_per_block = 8, c.name = "kvbuffer" + t + "-C64-rows8-b3-z";
       add(c);
     }
-    // The tile's wider warps (chosen from larger grids than a check runs): 16 and 32 rows per warp
+    // The wider, tile-less warps (chosen from larger grids than a check runs): 16 and 32 rows per warp
     // at C = 4 and 16 with staggered fills, direct rows, z, row metadata, N = 64, the Nemotron-3
     // Nano shape, and 16 rows in a 16-row block (one warp).
     for (int w : {16, 32}) {

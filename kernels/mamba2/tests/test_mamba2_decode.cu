@@ -110,7 +110,7 @@ TEST(Mamba2DecodeDispatch, RefusesUnsupportedShapes) {
   expect_refusal([&] { mamba2_decode_direct(b, 0); }, "the split path needs row_fill/row_has_state");
   b.row_fill = b.row_has_state = fake<const int32_t>(), b.io.P = 128;
   expect_refusal([&] { mamba2_decode_direct(b, 0); }, "P <= 64");
-  // Wider warps only for a 16-bit state's tile, dividing the block's rows.
+  // Wider warps only for mamba2_decode_kvbuffer with a 16-bit state, dividing the block's rows.
   b.row_fill = b.row_has_state = nullptr, b.path = DecodePath::Auto, b.io.P = 64, b.warp_rows = 16;
   expect_refusal([&] { mamba2_decode_kvbuffer(b, 0); }, "unsupported warp_rows 16");  // fp32 state
   b.state_type = StateType::BF16, b.warp_rows = 12;
