@@ -28,14 +28,14 @@
 // block of the first head of its group.
 // Work split: warp rows (mamba2_decode_device.h), R rows per warp (kvbuffer_warp_rows: 8, or 16 / 32
 // for a 16-bit state from larger grids, without the tile), block = rows_per_block / R warps of one
-// head, grid (P / rows_per_block, NH, batch). Phases: (0) the slot and row metadata with the token's inputs; (1) one round trip for
-// everything else: the entries j < n by cp.async into shared memory (keys B_j by the block, x_j of
-// its R rows by each warp, G_j, dt_j), then each warp's R contiguous S0 rows (R N sizeof(S) bytes)
-// by one bulk copy on the warp's own mbarrier into a tile of S
-// (mamba2_decode_kvbuffer at 8 rows per warp: kTile) or, in the tile-less instantiation, read from
-// the pool where used (mamba2_decode_direct: its rows are mostly stateless, and without the 32 KiB
-// fp32 tile its blocks fit 6 per SM at every C; mamba2_decode_kvbuffer's 16-bit wide warps: each
-// warp's loads of its 16 or 32 rows are in flight at once); (2) one
+// head, grid (P / rows_per_block, NH, batch). Phases: (0) the slot and row metadata with the
+// token's inputs; (1) one round trip for everything else: the entries j < n by cp.async into shared
+// memory (keys B_j by the block, x_j of its R rows by each warp, G_j, dt_j), then each warp's R
+// contiguous S0 rows (R N sizeof(S) bytes) by one bulk copy on the warp's own mbarrier into a tile
+// of S (mamba2_decode_kvbuffer at 8 rows per warp: kTile) or, in the tile-less instantiation, read
+// from the pool where used (mamba2_decode_direct: its rows are mostly stateless, and without the 32
+// KiB fp32 tile its blocks fit 6 per SM at every C; mamba2_decode_kvbuffer's 16-bit wide warps:
+// each warp's loads of its 16 or 32 rows are in flight at once); (2) one
 // barrier, the n dots c_j split over the warps, lane 0 forms w_j and a_j = w_j c_j, a barrier (n =
 // 0 skips both); (3) outputs: lane j adds a_j x_j into the R partial sums of its S0 . C_t slice, one
 // halving reduction; (4) fold 4 rows at a time from shared memory, or append entry n.
@@ -519,7 +519,8 @@ void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char
     const int rows = choose_rows_per_block(p.io, kKVBufferRows), w = p.warp_rows;
     const bool wide = kTile && state_type_bytes(p.state_type) == 2;
     if (!(w == 8 || (wide && (w == 16 || w == 32) && rows % w == 0)))
-      fail("unsupported warp_rows " + std::to_string(w) + " (8; 16 or 32 only for mamba2_decode_kvbuffer with a 16-bit state, dividing the " +
+      fail("unsupported warp_rows " + std::to_string(w) +
+           " (8; 16 or 32 only for mamba2_decode_kvbuffer with a 16-bit state, dividing the " +
            std::to_string(rows) + " rows per block)");
   }
   if (p.io.batch == 0) return;
