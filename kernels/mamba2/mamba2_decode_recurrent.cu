@@ -63,6 +63,7 @@ int choose_rows_per_block(const Mamba2StepIO& io, RowsRule rule) {
   if (io.rows_per_block) return io.rows_per_block;
   int rows = kWarpRows;
   while (rows * 2 <= std::min(io.P, rule.max_rows) && io.P % (rows * 2) == 0) rows *= 2;
+  if (rule.min_blocks_per_sm == 0) return rows;  // no grid to fill: no device query (host-side refusals need none)
   return halve_rows_to_fill(long(io.batch) * io.NH, io.P, rows, kWarpRows, rule.min_blocks_per_sm, device_limits());
 }
 
