@@ -213,7 +213,8 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
     write_output<kPassRows>(io, xp, lane, y, fmaf(dt, c_t, D), x_own);
   }
 
-  // Phase 4: fold from the tile and the staged entries, 4 rows at a time, or append entry n.
+  // Phase 4: fold from the tile (tile-less: the pool rows again) and the staged entries, 4 rows at a
+  // time, or append entry n.
   if (fold) {
 #pragma unroll 4
     for (int pass = 0; pass < R / 4; ++pass) {
@@ -493,7 +494,7 @@ Mamba2RecurrentParams capacity1_params(const Mamba2KVBufferParams& p) {
   return r;
 }
 
-// State rows per warp of the tiled kernel at `rows` rows per block (Mamba2KVBufferParams::warp_rows).
+// State rows per warp of mamba2_decode_kvbuffer at `rows` rows per block (Mamba2KVBufferParams::warp_rows).
 int kvbuffer_warp_rows(const Mamba2KVBufferParams& p, int rows) {
   if (p.warp_rows != 0) return p.warp_rows;
   if (state_type_bytes(p.state_type) != 2) return kWarpRows;
