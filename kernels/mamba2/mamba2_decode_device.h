@@ -34,16 +34,21 @@ struct RowVec {
   using H = typename std::conditional<NL == 4, uint2, uint32_t>::type;  // bf16 (16-bit) slice
 };
 
-// This lane's NL columns (as fp32) of a state row of S starting at `row` (already offset by
-// lane * NL): one float4 / float2 for fp32, one uint2 / uint32_t for a 16-bit S.
+// This lane's NL columns of a state row of S starting at `row` (already offset by lane * NL) as
+// loaded (RowRaw: one float4 / float2 for fp32, one uint2 / uint32_t for a 16-bit S), as fp32, and
+// both at once (load_row).
 template <int N, class S>
-__device__ __forceinline__ void load_row(const S* row, float* s) {
+using RowRaw = std::conditional_t<std::is_same_v<S, float>, typename RowVec<N>::F, typename RowVec<N>::H>;
+template <int N, class S>
+__device__ __forceinline__ RowRaw<N, S> load_row_raw(const S* row) {
+  return *reinterpret_cast<const RowRaw<N, S>*>(row);
+}
+template <int N, class S>
+__device__ __forceinline__ void row_to_f32(const RowRaw<N, S>& v, float* s) {
   if constexpr (std::is_same_v<S, float>) {
-    const auto v = *reinterpret_cast<const typename RowVec<N>::F*>(row);
     s[0] = v.x, s[1] = v.y;
     if constexpr (N == 128) s[2] = reinterpret_cast<const float4&>(v).z, s[3] = reinterpret_cast<const float4&>(v).w;
   } else {
-    const auto v = *reinterpret_cast<const typename RowVec<N>::H*>(row);
     if constexpr (N == 128) {
       const float2 a = pair_to_float2<S>(v.x), b = pair_to_float2<S>(v.y);
       s[0] = a.x, s[1] = a.y, s[2] = b.x, s[3] = b.y;
@@ -52,6 +57,10 @@ __device__ __forceinline__ void load_row(const S* row, float* s) {
       s[0] = a.x, s[1] = a.y;
     }
   }
+}
+template <int N, class S>
+__device__ __forceinline__ void load_row(const S* row, float* s) {
+  row_to_f32<N, S>(load_row_raw<N>(row), s);
 }
 // The same columns stored (a 16-bit S: each rounded once to nearest even).
 template <int N, class S>
@@ -180,33 +189,49 @@ inline dim3 decode_block(int rows_per_block, int warp_rows = kWarpRows) {
   return dim3(unsigned(rows_per_block / warp_rows * 32));
 }
 
+// The token's x and z (0 without z) of this lane's output row, row lane / kRowLanes<R> of the R
+// rows at xo, as fp32. Loaded with the token's other inputs: read where the output is written
+// (after row_sums' shuffles, above which ptxas does not move a load), they were one more dependent
+// round trip at the end of every warp (kernels/mamba2/notes/mamba2_decode.md, "loads in order").
+struct OwnRowInputs {
+  float x, z;
+};
+template <int R = kWarpRows>
+__device__ __forceinline__ OwnRowInputs own_row_inputs(const Mamba2StepIO& io, size_t xo, int lane) {
+  const size_t i = xo + lane / kRowLanes<R>;
+  return {__bfloat162float(io.x[i]), io.z ? __bfloat162float(io.z[i]) : 0.f};
+}
+
 // Output of this lane's row of a warp's R (row_sums<R> leaves row i's sum in lanes i 32 / R ..;
 // the first of them writes it): y + D x, times silu(z) when z is given.
 template <int R = kWarpRows>
 __device__ __forceinline__ void write_output(const Mamba2StepIO& io, size_t xo, int lane, float y, float D,
-                                             float x_own) {
+                                             OwnRowInputs own) {
   if (lane % kRowLanes<R> != 0) return;
-  const int i = lane / kRowLanes<R>;
-  float o = fmaf(D, x_own, y);
-  if (io.z) o *= silu(__bfloat162float(io.z[xo + i]));
-  io.out[xo + i] = __float2bfloat16_rn(o);
+  float o = fmaf(D, own.x, y);
+  if (io.z) o *= silu(own.z);
+  io.out[xo + lane / kRowLanes<R>] = __float2bfloat16_rn(o);
 }
 
-// One selective-state step of a warp's R rows held in registers (lane l's N / 32 columns each):
-// S <- decay S + (dt x) B, each row stored to `dst` (rows N apart) and y[i] = this lane's part of
-// row i's dot with C, from the fp32 row before a 16-bit store rounds it (the output of a token
-// comes from its unrounded state). Used by the recurrent decode and the classic verify kernels.
+// One selective-state step of a state row held in registers (lane l's N / 32 columns):
+// s <- decay s + (dt x) B, and this lane's part of the row's dot with C from the fp32 row (before a
+// 16-bit store rounds it: the output of a token comes from its unrounded state).
+template <int NL>
+__device__ __forceinline__ float step_row(float (&s)[NL], float dx, const float* Bv, const float* Cv, float decay) {
+#pragma unroll
+  for (int e = 0; e < NL; ++e) s[e] = fmaf(decay, s[e], dx * Bv[e]);
+  return dot<NL>(s, Cv);
+}
+// step_row for a warp's R rows, each stored to `dst` (rows N apart) after its step, and y[i] = this
+// lane's part of row i's dot with C. Used by the pair shape of the recurrent decode and the classic
+// verify kernels.
 template <int N, int R, class S>
 __device__ __forceinline__ void step_warp_rows(float (&s)[R][N / 32], const float (&x)[R], const float* Bv, const float* Cv,
                                                float dt, float decay, S* dst, float (&y)[R]) {
-  constexpr int NL = N / 32;
 #pragma unroll
   for (int i = 0; i < R; ++i) {
-    const float dx = dt * x[i];
-#pragma unroll
-    for (int e = 0; e < NL; ++e) s[i][e] = fmaf(decay, s[i][e], dx * Bv[e]);
+    y[i] = step_row(s[i], dt * x[i], Bv, Cv, decay);
     store_row<N>(dst + size_t(i) * N, s[i]);
-    y[i] = dot<NL>(s[i], Cv);
   }
 }
 

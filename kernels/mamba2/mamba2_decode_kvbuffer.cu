@@ -134,6 +134,17 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
   const bool row_meta = p.row_fill != nullptr;
   const size_t xo = (size_t(c.row) * NH + c.h) * P + c.p0;
   const uint4 xraw = lane < kX ? reinterpret_cast<const uint4*>(io.x + xo)[lane] : uint4{};
+  // Phase 3's passes and their output rows' x and z, loaded here with the token's other inputs by
+  // the wide warps (R >= 16, 64 registers); at 8 rows per warp (40-48 registers at the launch
+  // bound) the registers held that long spilled, so those warps load them where the output is
+  // written, and their fold (tiled, or direct mode's tile-less body) loads each pass's rows in it.
+  constexpr int kPassRows = R < 16 ? R : 16, kPasses = R / kPassRows;
+  constexpr bool kWide = R >= 16;
+  OwnRowInputs own[kPasses];
+  if constexpr (kWide) {
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) own[pass] = own_row_inputs<kPassRows>(io, xo + pass * kPassRows, lane);
+  }
   const size_t bco = (size_t(c.row) * G + c.g) * N;
   const auto braw = load_bf16_raw<N>(io.B + bco, lane), craw = load_bf16_raw<N>(io.C + bco, lane);
   const float dt = token_dt(io, c.row, c.h);
@@ -187,11 +198,11 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
   // Phase 3: the outputs, in passes of up to 16 rows (32-row warps: two, each with its own
   // registers). Lane l adds entries j = l, l + 32 to the pass's partial sums of its S0 . C_t
   // slice; one halving reduction sums both over the warp.
-  constexpr int kPassRows = R < 16 ? R : 16, kPassX = kPassRows / 8;
+  constexpr int kPassX = kPassRows / 8;
   if (kTile && has_state) tile_wait(bar);
   const uint4* xw = st.x + c.warp * (C - 1) * kX;
 #pragma unroll 1
-  for (int pass = 0; pass < R / kPassRows; ++pass) {
+  for (int pass = 0; pass < kPasses; ++pass) {
     float y8[kPassRows];
 #pragma unroll
     for (int i = 0; i < kPassRows; ++i) {
@@ -209,24 +220,48 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
     }
     const float y = row_sums<kPassRows>(y8, lane);
     const size_t xp = xo + pass * kPassRows;
-    const float x_own = __bfloat162float(io.x[xp + lane / kRowLanes<kPassRows>]);
-    write_output<kPassRows>(io, xp, lane, y, fmaf(dt, c_t, D), x_own);
+    // (pass is a run-time index: a select, not a local-memory array)
+    const OwnRowInputs own_pass =
+        kWide ? (pass == 0 ? own[0] : own[kPasses - 1]) : own_row_inputs<kPassRows>(io, xp, lane);
+    write_output<kPassRows>(io, xp, lane, y, fmaf(dt, c_t, D), own_pass);
   }
 
   // Phase 4: fold from the tile (tile-less: the pool rows again) and the staged entries, 4 rows at a
   // time, or append entry n.
   if (fold) {
+    constexpr int H = 4;
+    // Wide warps (tile-less): S0 comes from the pool again (L2), so each pass's rows are loaded one
+    // pass ahead (raw, 2 registers per row at 16 bits): one round trip per warp, not one per pass.
+    RowRaw<N, S> ahead[H] = {};
+    if constexpr (kWide) {
+      if (has_state) {
+#pragma unroll
+        for (int i = 0; i < H; ++i) ahead[i] = load_row_raw<N>(s0rows + i * N + lane * NL);
+      }
+    }
 #pragma unroll 4
     for (int pass = 0; pass < R / 4; ++pass) {
-      constexpr int H = 4;
       const uint2 xtr = reinterpret_cast<const uint2*>(st.xt + c.warp * kX)[pass];
       const float2 xta = bf16x2_to_float2(xtr.x), xtb = bf16x2_to_float2(xtr.y);
       const float xt[H] = {xta.x, xta.y, xtb.x, xtb.y};
+      RowRaw<N, S> cur[H];
+      if constexpr (kWide) {
+#pragma unroll
+        for (int i = 0; i < H; ++i) cur[i] = ahead[i];
+        if (has_state && pass + 1 < R / 4) {
+#pragma unroll
+          for (int i = 0; i < H; ++i) ahead[i] = load_row_raw<N>(s0rows + ((pass + 1) * H + i) * N + lane * NL);
+        }
+      }
       float s[H][NL];
 #pragma unroll
       for (int i = 0; i < H; ++i) {
         float s0[NL];
-        if (has_state) load_row<N>(s0rows + (pass * H + i) * N + lane * NL, s0);
+        if constexpr (kWide) {
+          row_to_f32<N, S>(cur[i], s0);
+        } else {
+          if (has_state) load_row<N>(s0rows + (pass * H + i) * N + lane * NL, s0);
+        }
         const float dx = dt * xt[i];
 #pragma unroll
         for (int e = 0; e < NL; ++e) s[i][e] = fmaf(dx, Bv[e], has_state ? eG * s0[e] : 0.f);

@@ -13,9 +13,10 @@
 // Work split: warp rows (mamba2_decode_device.h): one warp per 8 state rows, lane l holds columns
 //   [l N/32, (l+1) N/32) of the 8 rows in registers (the shape of gdn_decode_recurrent's one-warp
 //   kernel, which reaches 97% of copy there); block = rows_per_block / 8 warps of one head, grid
-//   (P / rows_per_block, NH, batch). The token's x, B, C, dt are issued before the slot's round
-//   trip ends; then the 8 rows are loaded at once, updated, stored, and their 8 dot products with
-//   C reduced by halving exchanges (9 shuffles); lane 4 i writes row i's output.
+//   (P / rows_per_block, NH, batch). The token's x, B, C, dt (and the output row's x and z) are
+//   issued before the slot's round trip ends; then the 8 rows are loaded at once, updated, their 8
+//   dot products with C reduced by halving exchanges (9 shuffles), the rows stored; lane 4 i writes
+//   row i's output.
 // Memory: the state is read and written once (2 P N sizeof(S) bytes per head and request);
 //   everything else is < 1% of that at fp32. Target: the copy bandwidth at batch >= 64. Every
 //   result quoted below is the fp32 state's. 16-bit states (f9ba9c9, results/decode16_h200.csv,
@@ -79,9 +80,9 @@ struct RecurrentArgs {
   S* state;
 };
 
-// A warp's R state rows (lane l's columns at `rows`, rows N apart): loaded at once, updated
-// S <- e^{dt A} S + (dt x) B, stored back; y[i] = this lane's part of row i's dot with C, and x
-// the rows' x as fp32.
+// The pair shape's R rows of a warp (lane l's columns at `rows`, rows N apart): loaded at once,
+// updated S <- e^{dt A} S + (dt x) B, stored back; y[i] = this lane's part of row i's dot with C,
+// and x the rows' x as fp32.
 template <int N, int R, class S, class XRaw>
 __device__ __forceinline__ void update_warp_rows(S* rows, XRaw xraw, float (&x)[R], typename RowVec<N>::H braw,
                                                  typename RowVec<N>::H craw, float dt, float A, float (&y)[R]) {
@@ -96,8 +97,15 @@ __device__ __forceinline__ void update_warp_rows(S* rows, XRaw xraw, float (&x)[
   step_warp_rows<N, R>(s, x, Bv, Cv, dt, expf(dt * A), rows, y);
 }
 
+// The one-warp shape (rows_per_block / 8 warps of 8 rows), its 8 rows' loads all in flight at once
+// (kernels/mamba2/notes/mamba2_decode.md, "loads in order"): with each row stored as soon as it was
+// updated, ptxas issued rows 3-7's loads between the first rows' stores, after their data had
+// arrived; with the stores after the reduction (as in gdn_decode_recurrent's warp kernel) it still
+// issued 5, then 3 after the first rows' arithmetic, at 40 registers (a 16-bit state). A minimum of
+// one block per SM in the launch bounds lets it take the registers to issue all 8 first (64 for a
+// 16-bit state, 80 for fp32): bf16 at batch 256 136.3 us against 144.9, fp32 262.2 against 265.1.
 template <int N, class S>
-__global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_recurrent_kernel(RecurrentArgs<S> p) {
+__global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 1) mamba2_decode_recurrent_kernel(RecurrentArgs<S> p) {
   constexpr int NL = N / 32, R = kWarpRows;
   const Mamba2StepIO& io = p.io;
   const WarpCoords c = warp_coords(io);
@@ -106,6 +114,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_recurrent_
   // The token's inputs do not depend on the slot: issued before its round trip ends.
   const size_t xo = (size_t(c.row) * io.NH + c.h) * io.P + c.p0;
   const uint4 xraw = *reinterpret_cast<const uint4*>(io.x + xo);
+  const OwnRowInputs own = own_row_inputs<R>(io, xo, lane);
   const size_t bco = (size_t(c.row) * io.G + c.g) * N;
   const auto braw = load_bf16_raw<N>(io.B + bco, lane), craw = load_bf16_raw<N>(io.C + bco, lane);
   const float dt = token_dt(io, c.row, c.h);
@@ -114,13 +123,21 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4) mamba2_decode_recurrent_
     if (lane < R) io.out[xo + lane] = __float2bfloat16_rn(0.f);
     return;
   }
-  float x[R], y8[R];
-  update_warp_rows<N, R>(p.state + ((size_t(slot) * io.NH + c.h) * io.P + c.p0) * N + lane * NL, xraw,
-                         x, braw, craw, dt, A, y8);
+  S* rows = p.state + ((size_t(slot) * io.NH + c.h) * io.P + c.p0) * N + lane * NL;
+  float s[R][NL];
+#pragma unroll
+  for (int i = 0; i < R; ++i) load_row<N>(rows + size_t(i) * N, s[i]);
+  float x[R], Bv[NL], Cv[NL], y8[R];
+  warp_x(xraw, x);
+  bf16_slice<N>(braw, Bv);
+  bf16_slice<N>(craw, Cv);
+  const float decay = expf(dt * A);
+#pragma unroll
+  for (int i = 0; i < R; ++i) y8[i] = step_row(s[i], dt * x[i], Bv, Cv, decay);
   const float y = row_sums<R>(y8, lane);
-  // x of this lane's row (lane >> 2) & 7 without a dynamically indexed register array.
-  const float x_own = __bfloat162float(io.x[xo + ((lane >> 2) & (R - 1))]);
-  write_output(io, xo, lane, y, D, x_own);
+#pragma unroll
+  for (int i = 0; i < R; ++i) store_row<N>(rows + size_t(i) * N, s[i]);
+  write_output(io, xo, lane, y, D, own);
 }
 
 // Small batches (log run 6): one warp per 2 state rows, 4 warps per block, the shape of vLLM's
