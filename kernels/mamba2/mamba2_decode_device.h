@@ -223,8 +223,7 @@ __device__ __forceinline__ float step_row(float (&s)[NL], float dx, const float*
   return dot<NL>(s, Cv);
 }
 // step_row for a warp's R rows, each stored to `dst` (rows N apart) after its step, and y[i] = this
-// lane's part of row i's dot with C. Used by the pair shape of the recurrent decode and the classic
-// verify kernels.
+// lane's part of row i's dot with C. Used by the classic verify kernel.
 template <int N, int R, class S>
 __device__ __forceinline__ void step_warp_rows(float (&s)[R][N / 32], const float (&x)[R], const float* Bv, const float* Cv,
                                                float dt, float decay, S* dst, float (&y)[R]) {

@@ -53,7 +53,7 @@
 // Current result (28cea4f, the paper preset, results/decode_h200.csv, H200, Nemotron-3 Nano, 23
 // layer pools per graph): KVBuffer at its best C (8) 4.24 / 9.25 / 43.30 / 80.04 / 155.31 / 305.00
 // us at batch 1 / 8 / 64 / 128 / 256 / 512: 0.89x / 1.18x / 1.60x / 1.68x / 1.70x / 1.72x the
-// recurrent kernel (at batch 1 its pair shape is faster), faster than ReplaySSM at every batch.
+// recurrent kernel (at batch 1 the recurrent kernel is faster), faster than ReplaySSM at every batch.
 // Direct at C = 64 (split path): 26.46 / 63.35 / 100.33 us at batch 64 / 256 / 512, 0.38x / 0.24x /
 // 0.19x recurrent (single kernel, a631d6a: 0.60x / 0.57x / 0.56x).
 #include <algorithm>
@@ -517,8 +517,8 @@ void launch_split_direct(const Mamba2KVBufferParams& p, cudaStream_t stream) {
 }
 
 // Capacity 1 with every row stateful (Mamba2KVBufferParams::every_row_has_state): the step is the
-// recurrent update, so the recurrent kernel runs it (its pair shape is 10% faster than this kernel
-// at batch 1: kernels/mamba2/notes/mamba2_decode.md, the paper preset).
+// recurrent update, so the recurrent kernel runs it (10% faster than this kernel at batch 1 in the
+// paper preset, with the pair shape it had then: kernels/mamba2/notes/mamba2_decode.md).
 bool capacity1_route(const Mamba2KVBufferParams& p) {
   return p.capacity == 1 && p.every_row_has_state && p.row_fill && p.path == DecodePath::Auto;
 }

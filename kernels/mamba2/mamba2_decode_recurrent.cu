@@ -18,16 +18,19 @@
 //   dot products with C reduced by halving exchanges (9 shuffles), the rows stored; lane 4 i writes
 //   row i's output.
 // Memory: the state is read and written once (2 P N sizeof(S) bytes per head and request);
-//   everything else is < 1% of that at fp32. Target: the copy bandwidth at batch >= 64. Every
-//   result quoted below is the fp32 state's. 16-bit states (f9ba9c9, results/decode16_h200.csv,
-//   two-warp blocks from batch 9, recurrent_rows): bf16 2.25 / 8.01 / 38.95 / 73.62 / 143.25 /
-//   282.40 us at batch 1 / 8 / 64 / 128 / 256 / 512, 82% of copy at 64, 86-90% from 128; ahead of
-//   vLLM's recorded bf16 selective_state_update except at batch 8 (6.63).
-// rows_per_block (0 = chosen): 8 by default (one-warp blocks, log in kernels/mamba2/notes/mamba2_decode.md);
-//   up to batch kPairMaxBatch the pair shape below (8-row blocks of 4 warps, 2 rows per warp):
-//   3.62 / 4.85 / 6.93 / 11.04 us at batch 1 / 2 / 4 / 8 against the one-warp shape's 4.62 / 5.50 /
-//   7.30 / 11.36 (5f7bc96, results/archive/mamba2_recurrent_*_h200.csv; vLLM 3.58 / 11.2 at 1 / 8);
-//   in the paper preset's Mamba-2 rows (f0e8dce, results/decode_h200.csv) 3.53 / 10.91 at 1 / 8.
+//   everything else is < 1% of that at fp32. Target: the copy bandwidth at batch >= 64.
+// rows_per_block (0 = chosen): 8 (one-warp blocks) for fp32, 16 (two warps) for a 16-bit state,
+//   halved while the grid has fewer blocks than SMs; log in kernels/mamba2/notes/mamba2_decode.md.
+//   The small-batch pair shape (2 rows per warp, up to batch 8) is gone: with its loads in order this
+//   kernel is faster at every batch (9fb3a34, bf16 at batch 1 / 2 / 4 / 8: 2.15 / 3.78 / 4.93 / 6.84
+//   us against the pair's 2.25 / 4.01 / 5.34 / 8.06; fp32 3.78 / 4.83 / 6.69 / 11.44 against 4.03 /
+//   5.16 / 7.45 / 11.69; notes, "loads in order").
+// Results (9fb3a34, results/decode16_h200.csv; H200, Nemotron-3 Nano, 23 layer pools per graph, per
+//   layer, median): bf16 20.10 / 36.73 / 69.91 / 136.33 / 269.17 us at batch 32 / 64 / 128 / 256 /
+//   512, 0.87 of copy at 64, 0.92-0.95 from 128; ahead of vLLM's recorded bf16 selective_state_update
+//   (40.27 / 74.58 / 146.87 / 289.48 at 64 / 128 / 256 / 512). fp32 (the paper preset, 5050f52,
+//   results/decode_h200.csv): 69.28 / 264.43 us at 64 / 256 (this kernel 68.31 / 262.15 in the notes'
+//   A/B).
 // Template parameters: d_state N in {64, 128} and the state element type S (float, __nv_bfloat16,
 //   __half: Mamba2RecurrentParams::state_type through dispatch_state_type); P is a runtime multiple
 //   of rows_per_block.
@@ -80,23 +83,6 @@ struct RecurrentArgs {
   S* state;
 };
 
-// The pair shape's R rows of a warp (lane l's columns at `rows`, rows N apart): loaded at once,
-// updated S <- e^{dt A} S + (dt x) B, stored back; y[i] = this lane's part of row i's dot with C,
-// and x the rows' x as fp32.
-template <int N, int R, class S, class XRaw>
-__device__ __forceinline__ void update_warp_rows(S* rows, XRaw xraw, float (&x)[R], typename RowVec<N>::H braw,
-                                                 typename RowVec<N>::H craw, float dt, float A, float (&y)[R]) {
-  constexpr int NL = N / 32;
-  float s[R][NL];
-#pragma unroll
-  for (int i = 0; i < R; ++i) load_row<N>(rows + size_t(i) * N, s[i]);
-  float Bv[NL], Cv[NL];
-  warp_x(xraw, x);
-  bf16_slice<N>(braw, Bv);
-  bf16_slice<N>(craw, Cv);
-  step_warp_rows<N, R>(s, x, Bv, Cv, dt, expf(dt * A), rows, y);
-}
-
 // The one-warp shape (rows_per_block / 8 warps of 8 rows), its 8 rows' loads all in flight at once
 // (kernels/mamba2/notes/mamba2_decode.md, "loads in order"): with each row stored as soon as it was
 // updated, ptxas issued rows 3-7's loads between the first rows' stores, after their data had
@@ -140,60 +126,13 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 1) mamba2_decode_recurre
   write_output(io, xo, lane, y, D, own);
 }
 
-// Small batches (log run 6): one warp per 2 state rows, 4 warps per block, the shape of vLLM's
-// selective_state_update at d_state 128 (4 rows per 128-thread block): at batch 1 the 512 one-warp
-// blocks of the shape above leave ~4 warps per SM, each running an 8-row chain after its loads
-// (8 updates, 8 dots, the halving reduction); here 4x the warps run a quarter of it each.
-constexpr int kPairRows = 2, kPairWarps = 4;
-constexpr int kPairMaxBatch = 8;  // the pair shape up to this batch (rows_per_block 0)
-
-template <int N, class S>
-__global__ void __launch_bounds__(kPairWarps * 32) mamba2_decode_recurrent_pair_kernel(RecurrentArgs<S> p) {
-  constexpr int NL = N / 32;
-  const Mamba2StepIO& io = p.io;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int row = blockIdx.z, h = blockIdx.y, g = h / (io.NH / io.G);
-  const int p0 = (blockIdx.x * kPairWarps + warp) * kPairRows;
-  const int slot = io.slot[row];
-  const size_t xo = (size_t(row) * io.NH + h) * io.P + p0;  // even: 4-byte aligned bf16 pairs
-  const uint32_t xraw = *reinterpret_cast<const uint32_t*>(io.x + xo);
-  const uint32_t zraw = io.z ? *reinterpret_cast<const uint32_t*>(io.z + xo) : 0u;
-  const size_t bco = (size_t(row) * io.G + g) * N;
-  const auto braw = load_bf16_raw<N>(io.B + bco, lane), craw = load_bf16_raw<N>(io.C + bco, lane);
-  const float dt = token_dt(io, row, h);
-  const float A = io.A[h], D = io.D[h];
-  if (slot < 0) {
-    if (lane == 0) *reinterpret_cast<uint32_t*>(io.out + xo) = 0u;
-    return;
-  }
-  float xs[kPairRows], y[kPairRows];
-  update_warp_rows<N, kPairRows>(p.state + ((size_t(slot) * io.NH + h) * io.P + p0) * N + lane * NL,
-                                 xraw, xs, braw, craw, dt, A, y);
-#pragma unroll
-  for (int m = 16; m >= 1; m /= 2) {
-    y[0] += __shfl_xor_sync(0xffffffffu, y[0], m);
-    y[1] += __shfl_xor_sync(0xffffffffu, y[1], m);
-  }
-  if (lane == 0) {
-    float o0 = fmaf(D, xs[0], y[0]), o1 = fmaf(D, xs[1], y[1]);
-    if (io.z) {
-      const float2 z = bf16x2_to_float2(zraw);
-      o0 *= silu(z.x), o1 *= silu(z.y);
-    }
-    *reinterpret_cast<__nv_bfloat162*>(io.out + xo) = __floats2bfloat162_rn(o0, o1);
-  }
-}
-
-bool pair_shape(const Mamba2StepIO& io) { return io.rows_per_block == 0 && io.batch <= kPairMaxBatch; }
-
 }  // namespace
 
-// Above the pair shape's batches, rows_per_block from kRecurrentRows, whose rows are for a 4-byte
-// state: a 16-bit state takes twice the rows, so a block keeps the bytes in flight of the fp32
-// shape (bf16 at batch 256: 143.3 us with 2-warp blocks against 158.0 with one-warp blocks, 64:
-// 39.0 against 42.9; kernels/mamba2/notes/mamba2_decode.md, "16-bit states").
+// rows_per_block from kRecurrentRows, whose rows are for a 4-byte state: a 16-bit state takes
+// twice the rows, so a block keeps the bytes in flight of the fp32 shape (bf16 at batch 256, with
+// the loads of f9ba9c9: 143.3 us with 2-warp blocks against 158.0 with one-warp blocks, 64: 39.0
+// against 42.9; kernels/mamba2/notes/mamba2_decode.md, "16-bit states").
 int recurrent_rows(const Mamba2StepIO& io, StateType state_type) {
-  if (pair_shape(io)) return kPairRows * kPairWarps;
   RowsRule rule = kRecurrentRows;
   rule.max_rows *= rows_per_fp32_row(state_type);
   return choose_rows_per_block(io, rule);
@@ -217,9 +156,6 @@ void mamba2_decode_recurrent(const Mamba2RecurrentParams& p, cudaStream_t stream
       using S = typename decltype(tag)::type;
       const RecurrentArgs<S> args{p.io, static_cast<S*>(p.state)};
       const int rows = recurrent_rows(p.io, p.state_type);
-      if (pair_shape(p.io))
-        return launch_kernel(mamba2_decode_recurrent_pair_kernel<N, S>, decode_grid(p.io, rows), dim3(kPairWarps * 32), 0,
-                             stream, false, args);
       launch_kernel(mamba2_decode_recurrent_kernel<N, S>, decode_grid(p.io, rows), decode_block(rows), 0, stream, false,
                     args);
     });

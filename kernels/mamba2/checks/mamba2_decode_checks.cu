@@ -428,7 +428,7 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
     add(r);
     r.z_gate = false, r.batch = 64, r.pad_rows = 3, r.recurrent_steps = 3, r.name = "recurrent-" + d + "-b64";
     add(r);
-    for (int rows : {8, 16, 32, 64}) {  // 8: the one-warp shape where Auto takes the pair shape
+    for (int rows : {8, 16, 32, 64}) {  // every block shape at a batch where Auto takes 8 rows (fp32)
       r.rows_per_block = rows, r.batch = 3, r.pad_rows = 1, r.recurrent_steps = 4;
       r.name = "recurrent-" + d + "-rows" + std::to_string(rows) + "-b3";
       add(r);
@@ -448,7 +448,7 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
     add(r);
     r.G = 8, r.NH = 64, r.z_gate = true, r.name = "recurrent-nemotron-nano-shape-b3-z";
     add(r);
-    r.batch = 8, r.pad_rows = 2, r.name = "recurrent-nemotron-nano-shape-b8-z";  // the pair shape's largest batch
+    r.batch = 8, r.pad_rows = 2, r.name = "recurrent-nemotron-nano-shape-b8-z";  // the vLLM comparison's small batch
     add(r);
   }
   // KVBuffer: capacities, batches 1 / 3 / 64 with staggered fills over 3 flush cycles, pool
@@ -462,8 +462,7 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
     c.row_metadata = false, c.z_gate = false, c.batch = 1, c.pad_rows = 0, c.name = "kvbuffer-C" + std::to_string(C) + "-b1";
     add(c);
   }
-  // Capacity 1, every row stateful by the scheduler's promise: the recurrent kernel's pair shape
-  // (batch <= 8) and one-warp shape.
+  // Capacity 1, every row stateful by the scheduler's promise: the recurrent kernel at batch 3 and 64.
   {
     Mamba2DecodeCase c;
     c.capacity = 1, c.row_metadata = true, c.every_row_has_state = true, c.cycles = 4;
@@ -565,8 +564,8 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
     add(c);
   }
   // 16-bit states (bf16, fp16): every kernel and launch shape again, each name with its type.
-  // Recurrent: the pair shape (batch <= 8), the one-warp shape (batch 64, rows_per_block 8 and 32),
-  // N = 64, dt near zero (the state barely moves between roundings) and large. KVBuffer: C = 1
+  // Recurrent: small batches (1, 3, 8), batch 64, rows_per_block 32, N = 64, dt near zero (the
+  // state barely moves between roundings) and large. KVBuffer: C = 1
   // (also routed to the recurrent kernel), 4, 16, 64 with staggered fills, pool and row metadata,
   // direct rows mixed in, one-warp blocks at C = 64, N = 64, the Nemotron-3 Nano shape. Direct: the
   // single kernel, the split path forced and chosen by Auto, the single kernel forced.
@@ -589,7 +588,7 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
       r.dt = DtRegime::Typical, r.G = 8, r.NH = 64, r.z_gate = true, r.batch = 64, r.pad_rows = 2, r.recurrent_steps = 3;
       r.name = "recurrent" + t + "-nemotron-nano-shape-b64-z";
       add(r);
-      // Batch 8, the largest batch of the pair shape (2 rows per warp), at N = 64, with padding rows.
+      // Batch 8 (the vLLM comparison's small batch) at N = 64, with padding rows.
       r.batch = 8, r.N = 64, r.name = "recurrent" + t + "-nemotron-nano-shape-N64-b8-z";
       add(r);
     }
