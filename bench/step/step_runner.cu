@@ -366,6 +366,9 @@ void StepRunner::Impl::linear_mixer(cudaStream_t st, int i, unsigned terms) {
     }
   }
   if ((terms & kLinear) && x.p.drafts > 0) linear_verify(st, i);
+  // The decode kernels read their pools before waiting for the kernel before (pools_ready_at_launch):
+  // the norm, projection, conv and gate kernels above write none of them, nor the slots, and the
+  // step's row metadata advances after its last layer.
   if ((terms & kLinear) && x.p.drafts == 0) {
     if (gdn) {
       GdnStepIO io;
@@ -378,6 +381,7 @@ void StepRunner::Impl::linear_mixer(cudaStream_t st, int i, unsigned terms) {
         p.io = io;
         p.state_in = p.state_out = pools.at<void>(l, "state");
         p.state_type = x.p.state;
+        p.pools_ready_at_launch = true;
         gdn_decode_recurrent(p, st);
       } else {
         GdnKVBufferParams p;
@@ -386,7 +390,7 @@ void StepRunner::Impl::linear_mixer(cudaStream_t st, int i, unsigned terms) {
         p.buf_k = pools.at<void>(l, "buf_k"), p.buf_val = pools.at<void>(l, "buf_val");
         p.buf_gcum = pools.at<float>(l, "buf_gcum");
         p.row_fill = x.row_fill.as<int32_t>(), p.row_has_state = x.row_has.as<int32_t>();
-        p.every_row_has_state = true;
+        p.every_row_has_state = true, p.pools_ready_at_launch = true;
         p.scratch = x.scratch.as<float>();
         gdn_decode_kvbuffer(p, st);
       }
@@ -401,6 +405,7 @@ void StepRunner::Impl::linear_mixer(cudaStream_t st, int i, unsigned terms) {
       if (!kvb) {
         Mamba2RecurrentParams p;
         p.io = io, p.state = pools.at<void>(l, "state"), p.state_type = x.p.state;
+        p.pools_ready_at_launch = true;
         mamba2_decode_recurrent(p, st);
       } else {
         Mamba2KVBufferParams p;
@@ -409,7 +414,7 @@ void StepRunner::Impl::linear_mixer(cudaStream_t st, int i, unsigned terms) {
         p.buf_k = pools.at<bf16>(l, "buf_k"), p.buf_val = pools.at<bf16>(l, "buf_val");
         p.buf_gcum = pools.at<float>(l, "buf_gcum"), p.buf_beta = pools.at<float>(l, "buf_beta");
         p.row_fill = x.row_fill.as<int32_t>(), p.row_has_state = x.row_has.as<int32_t>();
-        p.every_row_has_state = true;
+        p.every_row_has_state = true, p.pools_ready_at_launch = true;
         mamba2_decode_kvbuffer(p, st);
       }
     }

@@ -157,6 +157,11 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
       else
         fill_uniform(pools.at<void>(l, t.name), n, t.elem_bytes, seed++, lo, hi);
     }
+  // Layer l's kernel follows layer l - 1's, which writes none of its pools: its blocks start their
+  // state reads before waiting for that kernel (gdn_decode.h, pools_ready_at_launch). Not a step's
+  // first layer (the kernel before it may be the advance of the scheduler's row metadata, which the
+  // layer reads), nor direct mode's layers on pool metadata, which a memset resets before each.
+  auto pools_ready = [&](int l) { return l > 0 && !(kd.direct && kd.pool_fill); };
   // The kernel launch of one layer, per family.
   std::function<void(int, cudaStream_t)> layer_step;
   if (kd.kind == LayerKind::Mamba2) {
@@ -166,6 +171,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
       p.capacity = chunk;
       p.path = kd.path;
       p.state = pools.at<void>(l, "state"), p.state_type = state_type;
+      p.pools_ready_at_launch = pools_ready(l);
       if (!kd.buffered) return p;
       p.buf_k = pools.at<__nv_bfloat16>(l, "buf_k");
       p.buf_val = pools.at<__nv_bfloat16>(l, "buf_val");
@@ -190,6 +196,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
         Mamba2RecurrentParams p;
         p.io = m2in[l]->io;
         p.state = params(l).state, p.state_type = params(l).state_type;
+        p.pools_ready_at_launch = pools_ready(l);
         mamba2_decode_recurrent(p, st);
       };
     } else {
@@ -208,6 +215,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
       p.variant = kd.variant, p.entry = kd.entry, p.capacity = chunk;
       p.path = kd.path, p.scratch = scratch.as<float>();
       p.state = pools.at<void>(l, "state"), p.state_type = state_type;
+      p.pools_ready_at_launch = pools_ready(l);
       p.buf_k = pools.at<void>(l, "buf_k");
       p.buf_val = pools.at<void>(l, "buf_val");
       p.buf_gcum = pools.at<float>(l, "buf_gcum");
@@ -233,6 +241,7 @@ bool time_decode_point(const SweepArgs& a, const SweepKernel& kd, int batch, int
         p.state_in = pools.at<void>(l, "state");
         p.state_out = kd.out_of_place ? pools.at<void>(l, "state_out") : pools.at<void>(l, "state");
         p.state_type = state_type;
+        p.pools_ready_at_launch = pools_ready(l);
         gdn_decode_recurrent(p, st);
       };
     } else {

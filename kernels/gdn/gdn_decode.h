@@ -43,11 +43,23 @@ struct GdnStepIO {
 // state_in == state_out is the in-place placement of serving engines; distinct pools are the
 // out-of-place placement of FLA (every slot of state_out that a row addresses is fully written).
 // Both pools hold state_type; arithmetic is fp32 and a state write rounds once to nearest.
+//
+// Every decode kernel of both families is a programmatic dependent of the kernel before it in the
+// stream: it may start while that kernel's last blocks run, and waits for its completion
+// (griddepcontrol.wait) before reading anything that kernel may write. pools_ready_at_launch is
+// the caller's promise that the kernel before writes none of this kernel's pools (state, buffer,
+// fill, has_state, done_count), neither io.slot nor the scheduler metadata, and was launched only
+// after every kernel that writes them had completed: true for a model step's layers after its first
+// when nothing but these kernels lie between them (the previous layer's kernel writes its own pools).
+// The blocks then read their slot, metadata, buffered entries and state before the wait and the
+// token's inputs after it, so their state loads overlap the kernel before; false: they wait first.
+// Either way a kernel lets the next one launch only after its own wait.
 struct GdnRecurrentParams {
   GdnStepIO io;
   const void* state_in = nullptr;
   void* state_out = nullptr;
   StateType state_type = StateType::FP32;  // of state_in and state_out
+  bool pools_ready_at_launch = false;      // above
 };
 void gdn_decode_recurrent(const GdnRecurrentParams& p, cudaStream_t stream);
 
@@ -83,6 +95,9 @@ struct GdnKVBufferParams {
   // in steady decoding): at capacity 1 the dispatch then runs the plain recurrent update, without
   // the per-row has_state load (gdn_decode_direct refuses it). No effect at other capacities.
   bool every_row_has_state = false;
+  // As GdnRecurrentParams::pools_ready_at_launch (in the padding after the bool: the other fields
+  // keep their offsets). The split path's kernels ignore it.
+  bool pools_ready_at_launch = false;
   DecodePath path = DecodePath::Auto;
   // Split path only: fp32 workspace [B, HV, 2, V] (per row and value head, the buffered terms
   // r_v = sum_j c_j u_j[v] and s_v = sum_j d_j u_j[v]); without it Auto runs the single kernel.

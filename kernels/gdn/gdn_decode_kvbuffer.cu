@@ -99,9 +99,10 @@ constexpr int kSplitMinCapacityKVBuffer = 64;
 constexpr int kSplitMinCapacityDirect = 4;
 
 // ---- Single kernel: one block per (row, value head, V tile) does the whole step, in phases:
-//   1 prologue: token loads, row metadata and slot, the S0 pointer (padding rows exit here);
-//   2 issue: keys, u tile, G_j, v by cp.async, then the S0 tile by bulk copies or zeros
-//     (single_issue_tile);
+//   1 prologue: row metadata and slot, the S0 pointer (padding rows exit here);
+//   2 issue: keys, u tile, G_j by cp.async, then the S0 tile by bulk copies or zeros
+//     (single_issue_tile); with ready pools all before the wait for the kernel before
+//     (gdn_decode.h, pools_ready_at_launch), then the token loads and v by cp.async;
 //   3 wait: k, q finished while the copies fly, one wait, G_t;
 //   4 key scalars: c_j, d_j, e^{G_t - G_j} (raw: L) over the buffered keys;
 //   5 row loop: per row u_t, o, then the fold of the row or its appended entry;
@@ -205,12 +206,14 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
   const int H = io.H, HV = io.HV;
   const int kh = c.kh;
-  // The token's own inputs do not depend on the pools: their loads go out first and are consumed
-  // only after the block's one wait, so no global round trip is spent on them alone.
-  TokenKQRaw<K> kq_raw;
-  issue_token_kq<K>(io, c.row, kh, lane, kq_raw);
-  float g, beta;
-  load_gates(io, c.row, c.h, g, beta);
+  // A programmatic dependent of the kernel before (gdn_decode.h, pools_ready_at_launch): with
+  // ready pools the slot, metadata, entries and S0 copies go out before the wait for that kernel;
+  // the token's inputs are read, and anything is written, after it.
+  if (!p.pools_ready_at_launch) wait_prior_grid();
+  auto wait_for_inputs = [&] {
+    if (p.pools_ready_at_launch) wait_prior_grid();
+    allow_dependent_grids();
+  };
   // Scheduler row metadata is indexed by row, not slot: loaded with the slot, so the S0 copies
   // start one round trip after entry, as in gdn_decode_recurrent.
   const bool row_meta = p.row_fill != nullptr;
@@ -218,6 +221,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   if (row_meta) n = p.row_fill[c.row], has_state_flag = p.row_has_state[c.row];
   const int slot = io.slot[c.row];
   if (slot < 0) {
+    wait_for_inputs();
     write_zero_output(io, c, rows);
     return;
   }
@@ -252,12 +256,18 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
       cp_async4(sG + j, gcum + j * HV + c.h);
       if (RAW) cp_async4(bj + j, p.buf_beta + (size_t(slot) * C + j) * HV + c.h);
     }
-    if (threadIdx.x < rows / 8) cp_async16(sv + threadIdx.x * 8, io.v + (size_t(c.row) * HV + c.h) * V + c.v0 + threadIdx.x * 8);
   }
   // The S0 tile after the small copies, which the block waits for first. Without a state the
   // cached-u tile is zeros (S0 = 0), so its row loop reads rows the same way in both modes (the raw
   // variant's row loop, at the register limit, keeps load_tile_row's zero registers).
   single_issue_tile<K, RAW>(has_state, tile, state, c, rows, chunks, bars);
+  // The token's inputs: v of the block's rows into shared memory with the copies above (one wait).
+  wait_for_inputs();
+  TokenKQRaw<K> kq_raw;
+  issue_token_kq<K>(io, c.row, kh, lane, kq_raw);
+  float g, beta;
+  load_gates(io, c.row, c.h, g, beta);
+  if (threadIdx.x < rows / 8) cp_async16(sv + threadIdx.x * 8, io.v + (size_t(c.row) * HV + c.h) * V + c.v0 + threadIdx.x * 8);
   // Phase 3, wait. k and q stay unnormalised (kinv, qinv): the scales go on the sums that use them.
   float k[N], q[N], kinv, qinv, kq;
   finish_token_kq_unscaled<K>(kq_raw, k, q, kinv, qinv, kq);  // while the copies are in flight
@@ -698,7 +708,7 @@ template <int K, int V, class S, class E, bool RAW>
 void launch_kvbuffer(const GdnKVBufferParams& p, int rows, cudaStream_t stream) {
   const dim3 grid = decode_grid(p.io, rows);
   const SingleSmemLayout layout = kvbuffer_smem_layout(p, rows);
-  launch_kernel(gdn_decode_kvbuffer_kernel<K, V, S, E, RAW>, grid, dim3(kThreads), layout.bytes, stream, false, p, rows,
+  launch_kernel(gdn_decode_kvbuffer_kernel<K, V, S, E, RAW>, grid, dim3(kThreads), layout.bytes, stream, true, p, rows,
                 int(layout.rows_offset));
 }
 

@@ -84,7 +84,7 @@ struct RecurrentArgs {
 // state (direct mode): S = 0 is not read, and the step writes S = u k^T, creating the state.
 template <int K, int V, class S, bool STATE_FLAG>
 __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(RecurrentArgs p, const int32_t* row_has_state,
-                                                                        int rows) {
+                                                                        int rows, bool pools_ready) {
   static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
   constexpr int N = K / 8;  // elements per lane per row
   extern __shared__ __align__(128) float smem[];
@@ -93,16 +93,21 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_recurrent_kernel(Recurren
   __shared__ float sv[kMaxChunks * kGroups];  // v of this block's rows
   const GdnStepIO& io = p.io;
   const BlockCoords c = block_coords<V>(rows);
+  // The slot and the state's copies, then (pools_ready) the wait for the kernel before; the token's
+  // inputs and every write after it (gdn_decode.h, pools_ready_at_launch).
+  if (!pools_ready) wait_prior_grid();
   const int slot = io.slot[c.row];
   const bool has_state = !STATE_FLAG || load_unsunk(row_has_state + c.row) != 0;
+  const size_t head = (size_t(slot) * io.HV + c.h) * V * K;
+  const int chunks = rows / kGroups;
+  if (slot >= 0 && has_state && copy_issuer(threadIdx.x))
+    tile_issue<K>(tile, static_cast<const S*>(p.state_in) + head + size_t(c.v0) * K, chunks, bars);
+  if (pools_ready) wait_prior_grid();
+  allow_dependent_grids();
   if (slot < 0) {
     write_zero_output(io, c, rows);
     return;
   }
-  const size_t head = (size_t(slot) * io.HV + c.h) * V * K;
-  const int chunks = rows / kGroups;
-  if (has_state && copy_issuer(threadIdx.x))
-    tile_issue<K>(tile, static_cast<const S*>(p.state_in) + head + size_t(c.v0) * K, chunks, bars);
 
   const int group = threadIdx.x / kGroupLanes, lane = threadIdx.x % kGroupLanes;
   const int kh = c.kh;
@@ -184,7 +189,8 @@ struct LaneElems<__half, NL> : LaneElems16<__half, NL> {};
 // is in flight after one round trip (the slot) and up to 32 one-warp blocks share an SM. The 16
 // row sums are reduced by halving exchanges (log v6); lane 4 i writes row i's output.
 template <int K, int V, class S, bool STATE_FLAG>
-__global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(RecurrentArgs p, const int32_t* row_has_state) {
+__global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(RecurrentArgs p, const int32_t* row_has_state,
+                                                                        bool pools_ready) {
   static_assert(K == 64 || K == 128, "2 or 4 elements per lane per row");
   constexpr int NL = K / 32, R = kWarpRows;  // elements per lane per row, rows per block
   using Lane = LaneElems<S, NL>;
@@ -192,9 +198,19 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(Recurrent
   const GdnStepIO& io = p.io;
   const BlockCoords c = block_coords<V>(R);
   const int lane = threadIdx.x;
+  // The slot and the state rows' loads, then (pools_ready) the wait for the kernel before; the
+  // token's inputs after it (gdn_decode.h, pools_ready_at_launch).
+  if (!pools_ready) wait_prior_grid();
   const int slot = io.slot[c.row];
   const bool has_state = !STATE_FLAG || row_has_state[c.row] != 0;
-  // The token's inputs do not depend on the slot: issued before its round trip ends.
+  const size_t head = ((size_t(slot) * io.HV + c.h) * V + c.v0) * K + lane * NL;
+  Vec sraw[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+    sraw[i] = slot >= 0 && has_state ? *reinterpret_cast<const Vec*>(static_cast<const S*>(p.state_in) + head + size_t(i) * K)
+                                     : Vec{};
+  if (pools_ready) wait_prior_grid();
+  allow_dependent_grids();
   const size_t kq_off = (size_t(c.row) * io.H + c.kh) * K + lane * NL;
   __nv_bfloat162 kraw[NL / 2], qraw[NL / 2];
 #pragma unroll
@@ -210,13 +226,9 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(Recurrent
     if (lane < R) io.out[vo + lane] = __float2bfloat16_rn(0.f);
     return;
   }
-  const size_t head = ((size_t(slot) * io.HV + c.h) * V + c.v0) * K + lane * NL;
   float s[R][NL];
 #pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const Vec x = has_state ? *reinterpret_cast<const Vec*>(static_cast<const S*>(p.state_in) + head + size_t(i) * K) : Vec{};
-    Lane::to_f32(x, s[i]);
-  }
+  for (int i = 0; i < R; ++i) Lane::to_f32(sraw[i], s[i]);
   float k[NL], q[NL];
 #pragma unroll
   for (int e = 0; e < NL / 2; ++e) {
@@ -265,10 +277,10 @@ void launch_recurrent(const GdnRecurrentParams& p, const int32_t* row_has_state,
                       cudaStream_t stream) {
   const RecurrentArgs a{p.io, p.state_in, p.state_out};
   if (rows == kWarpRows)
-    return launch_kernel(gdn_decode_recurrent_warp_kernel<K, V, S, STATE_FLAG>, grid, dim3(32), 0, stream, false, a,
-                         row_has_state);
+    return launch_kernel(gdn_decode_recurrent_warp_kernel<K, V, S, STATE_FLAG>, grid, dim3(32), 0, stream, true, a,
+                         row_has_state, p.pools_ready_at_launch);
   launch_kernel(gdn_decode_recurrent_kernel<K, V, S, STATE_FLAG>, grid, dim3(kThreads), size_t(rows) * K * sizeof(S),
-                stream, false, a, row_has_state, rows);
+                stream, true, a, row_has_state, rows, p.pools_ready_at_launch);
 }
 
 // The one-warp shape from this batch up (log v4), the shared-memory tiles below it.
@@ -296,6 +308,7 @@ void run_kvbuffer_capacity1(const GdnKVBufferParams& p, cudaStream_t stream, con
   r.io = p.io;
   r.state_in = r.state_out = p.state;
   r.state_type = p.state_type;
+  r.pools_ready_at_launch = p.pools_ready_at_launch;
   run_recurrent(r, p.every_row_has_state ? nullptr : p.row_has_state, stream, who);
 }
 }  // namespace gdn_detail

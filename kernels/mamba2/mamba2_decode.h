@@ -46,6 +46,8 @@ struct Mamba2RecurrentParams {
   Mamba2StepIO io;
   void* state = nullptr;  // elements of state_type
   StateType state_type = StateType::FP32;
+  // The kernel before writes none of the pools nor io.slot (as GdnRecurrentParams, gdn_decode.h).
+  bool pools_ready_at_launch = false;
 };
 void mamba2_decode_recurrent(const Mamba2RecurrentParams& p, cudaStream_t stream);
 
@@ -83,6 +85,9 @@ struct Mamba2KVBufferParams {
   // the state pool (every step folds its only token, so the buffer is never read). Refused by
   // mamba2_decode_direct.
   bool every_row_has_state = false;
+  // As Mamba2RecurrentParams (in the padding after the bool: the other fields keep their offsets).
+  // The split path's kernels (mamba2_decode_direct) ignore it.
+  bool pools_ready_at_launch = false;
   // The state pool's element type (state above; the fold rounds to it once per write). Last, so that
   // the fp32 kernels' parameter offsets (and their SASS) stay those of a float* state.
   StateType state_type = StateType::FP32;

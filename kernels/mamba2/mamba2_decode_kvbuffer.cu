@@ -28,8 +28,10 @@
 // block of the first head of its group.
 // Work split: warp rows (mamba2_decode_device.h), R rows per warp (kvbuffer_warp_rows: 8, or 16 / 32
 // for a 16-bit state from larger grids, without the tile), block = rows_per_block / R warps of one
-// head, grid (P / rows_per_block, NH, batch). Phases: (0) the slot and row metadata with the
-// token's inputs; (1) one round trip for everything else: the entries j < n by cp.async into shared
+// head, grid (P / rows_per_block, NH, batch). A programmatic dependent of the kernel before
+// (mamba2_decode.h, pools_ready_at_launch): with ready pools phases 0 and 1 run before its wait, the
+// token's inputs are read after it. Phases: (0) the slot and row metadata, then fill and has_state;
+// (1) the pools' reads: the entries j < n by cp.async into shared
 // memory (keys B_j by the block, x_j of its R rows by each warp, G_j, dt_j), then each warp's R
 // contiguous S0 rows (R N sizeof(S) bytes) by one bulk copy on the warp's own mbarrier into a tile
 // of S (mamba2_decode_kvbuffer at 8 rows per warp: kTile) or, in the tile-less instantiation, read
@@ -123,9 +125,11 @@ __device__ __forceinline__ void stage_entries(const Mamba2KVBufferParams& p, con
 }
 
 // One request row's step (phases 0-4 above) for the block's rows of head c.h: slot and, with
-// scheduler metadata, meta_fill / meta_has were loaded by the caller; the token inputs are issued
-// here before the slot is first used.
-template <int N, bool kTile, class S, int R>
+// scheduler metadata, meta_fill / meta_has were loaded by the caller. The pools' reads (fill,
+// has_state, the entries, the tile) go out first; kDependent (the single kernel, a programmatic
+// dependent of the kernel before): then, with ready pools, the wait for that kernel (gdn_decode.h,
+// pools_ready_at_launch); the token's inputs after.
+template <int N, bool kTile, class S, int R, bool kDependent>
 __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsigned char* smem, const WarpCoords& c,
                                            int slot, int meta_fill, int meta_has) {
   constexpr int NL = N / 32, kX = R / 8;
@@ -133,6 +137,25 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
   const int lane = c.lane, warps = blockDim.x >> 5;
   const int NH = io.NH, P = io.P, G = io.G, C = p.capacity;
   const bool row_meta = p.row_fill != nullptr;
+  const int n = slot < 0 ? 0 : row_meta ? meta_fill : load_unsunk(p.fill + slot);
+  const bool has_state = slot >= 0 && (row_meta ? meta_has : load_unsunk(p.has_state + slot)) != 0;
+  const bool fold = n + 1 == C;
+  const BlockSmem<N, kTile, S, R> st(smem, C - 1, warps);
+
+  // Phase 1: the entries' small copies (the block waits for them at the first barrier), then the
+  // warp's S0 rows by a bulk copy (waited for by the warp where they are used).
+  if (n > 0) stage_entries<N, R>(p, c, slot, n, st);
+  cp_async_commit();
+  S* rows = static_cast<S*>(p.state) + ((size_t(slot) * NH + c.h) * P + c.p0) * N;
+  // The warp's S0 rows: its part of the tile, or (no tile) the pool rows themselves.
+  const S* s0rows = kTile ? st.tile + c.warp * R * N : rows;
+  uint64_t* bar = st.bars + c.warp;
+  if (kTile && has_state) issue_warp_rows<N, R>(st.tile + c.warp * R * N, rows, bar, lane);
+  if constexpr (kDependent) {
+    if (p.pools_ready_at_launch) wait_prior_grid();
+    allow_dependent_grids();
+  }
+
   const size_t xo = (size_t(c.row) * NH + c.h) * P + c.p0;
   const uint4 xraw = lane < kX ? reinterpret_cast<const uint4*>(io.x + xo)[lane] : uint4{};
   // Phase 3's passes and their output rows' x and z, loaded here with the token's other inputs by
@@ -154,20 +177,6 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
     if (lane < R) io.out[xo + lane] = __float2bfloat16_rn(0.f);
     return;
   }
-  const int n = row_meta ? meta_fill : load_unsunk(p.fill + slot);
-  const bool has_state = (row_meta ? meta_has : load_unsunk(p.has_state + slot)) != 0;
-  const bool fold = n + 1 == C;
-  const BlockSmem<N, kTile, S, R> st(smem, C - 1, warps);
-
-  // Phase 1: the entries' small copies (the block waits for them at the first barrier), then the
-  // warp's S0 rows by a bulk copy (waited for by the warp where they are used).
-  if (n > 0) stage_entries<N, R>(p, c, slot, n, st);
-  cp_async_commit();
-  S* rows = static_cast<S*>(p.state) + ((size_t(slot) * NH + c.h) * P + c.p0) * N;
-  // The warp's S0 rows: its part of the tile, or (no tile) the pool rows themselves.
-  const S* s0rows = kTile ? st.tile + c.warp * R * N : rows;
-  uint64_t* bar = st.bars + c.warp;
-  if (kTile && has_state) issue_warp_rows<N, R>(st.tile + c.warp * R * N, rows, bar, lane);
   // The token's x (R rows) waits in shared memory for the fold or the append, not in registers.
   if (lane < kX) st.xt[c.warp * kX + lane] = xraw;
   __syncwarp();
@@ -307,12 +316,13 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock / R * 32, kKVBufferMinBlocks<
   extern __shared__ __align__(128) unsigned char smem[];
   const WarpCoords c = warp_coords<R>(p.io);
   const bool row_meta = p.row_fill != nullptr;
-  // Phase 0: the slot with the scheduler's row metadata, and the token inputs (independent of
-  // the slot), all issued before the slot's round trip ends.
+  // Phase 0: the slot with the scheduler's row metadata (after the wait for the kernel before
+  // unless the pools are ready at launch).
+  if (!p.pools_ready_at_launch) wait_prior_grid();
   const int slot = p.io.slot[c.row];
   const int meta_fill = row_meta ? p.row_fill[c.row] : 0;
   const int meta_has = row_meta ? p.row_has_state[c.row] : 0;
-  decode_row<N, kTile, S, R>(p, smem, c, slot, meta_fill, meta_has);
+  decode_row<N, kTile, S, R, true>(p, smem, c, slot, meta_fill, meta_has);
 }
 
 // ---- The split direct path (mamba2_decode_direct with scheduler metadata, P <= 64; Auto: below)
@@ -487,7 +497,7 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 4) mamba2_direct_state_k
       for (uint32_t m = need_mask[w]; m != 0; m &= m - 1, ++rank) {
         if (rank % groups != group) continue;
         c.row = base + w * 32 + __ffs(int(m)) - 1;
-        decode_row<N, false, S, kWarpRows>(p, smem, c, io.slot[c.row], p.row_fill[c.row], p.row_has_state[c.row]);
+        decode_row<N, false, S, kWarpRows, false>(p, smem, c, io.slot[c.row], p.row_fill[c.row], p.row_has_state[c.row]);
         __syncthreads();  // the shared memory of this row before the next one's copies
       }
     }
@@ -526,7 +536,7 @@ bool capacity1_route(const Mamba2KVBufferParams& p) {
 // The recurrent update that capacity 1 runs on the state pool.
 Mamba2RecurrentParams capacity1_params(const Mamba2KVBufferParams& p) {
   Mamba2RecurrentParams r;
-  r.io = p.io, r.state = p.state, r.state_type = p.state_type;
+  r.io = p.io, r.state = p.state, r.state_type = p.state_type, r.pools_ready_at_launch = p.pools_ready_at_launch;
   return r;
 }
 
@@ -577,7 +587,7 @@ void run_kvbuffer(const Mamba2KVBufferParams& p, cudaStream_t stream, const char
         constexpr bool kUseTile = kTile && R == kWarpRows;
         const size_t smem = BlockSmem<N, kUseTile, S, R>::bytes(p.capacity - 1, rows / R);
         launch_kernel(mamba2_decode_kvbuffer_kernel<N, kUseTile, S, R>, decode_grid(p.io, rows), decode_block(rows, R),
-                      smem, stream, false, p);
+                      smem, stream, true, p);
       };
       if constexpr (kTile && sizeof(S) == 2) {
         switch (kvbuffer_warp_rows(p, rows)) {

@@ -91,13 +91,22 @@ struct RecurrentArgs {
 // one block per SM in the launch bounds lets it take the registers to issue all 8 first (64 for a
 // 16-bit state, 80 for fp32): bf16 at batch 256 136.3 us against 144.9, fp32 262.2 against 265.1.
 template <int N, class S>
-__global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 1) mamba2_decode_recurrent_kernel(RecurrentArgs<S> p) {
+__global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 1) mamba2_decode_recurrent_kernel(RecurrentArgs<S> p,
+                                                                                             bool pools_ready) {
   constexpr int NL = N / 32, R = kWarpRows;
   const Mamba2StepIO& io = p.io;
   const WarpCoords c = warp_coords(io);
   const int lane = c.lane;
+  // The slot and the state rows' loads (raw: converted after the wait), then (pools_ready) the wait
+  // for the kernel before; the token's inputs after it (gdn_decode.h, pools_ready_at_launch).
+  if (!pools_ready) wait_prior_grid();
   const int slot = io.slot[c.row];
-  // The token's inputs do not depend on the slot: issued before its round trip ends.
+  S* rows = p.state + ((size_t(slot) * io.NH + c.h) * io.P + c.p0) * N + lane * NL;
+  RowRaw<N, S> sraw[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) sraw[i] = slot >= 0 ? load_row_raw<N>(rows + size_t(i) * N) : RowRaw<N, S>{};
+  if (pools_ready) wait_prior_grid();
+  allow_dependent_grids();
   const size_t xo = (size_t(c.row) * io.NH + c.h) * io.P + c.p0;
   const uint4 xraw = *reinterpret_cast<const uint4*>(io.x + xo);
   const OwnRowInputs own = own_row_inputs<R>(io, xo, lane);
@@ -109,10 +118,9 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, 1) mamba2_decode_recurre
     if (lane < R) io.out[xo + lane] = __float2bfloat16_rn(0.f);
     return;
   }
-  S* rows = p.state + ((size_t(slot) * io.NH + c.h) * io.P + c.p0) * N + lane * NL;
   float s[R][NL];
 #pragma unroll
-  for (int i = 0; i < R; ++i) load_row<N>(rows + size_t(i) * N, s[i]);
+  for (int i = 0; i < R; ++i) row_to_f32<N, S>(sraw[i], s[i]);
   float x[R], Bv[NL], Cv[NL], y8[R];
   warp_x(xraw, x);
   bf16_slice<N>(braw, Bv);
@@ -156,8 +164,8 @@ void mamba2_decode_recurrent(const Mamba2RecurrentParams& p, cudaStream_t stream
       using S = typename decltype(tag)::type;
       const RecurrentArgs<S> args{p.io, static_cast<S*>(p.state)};
       const int rows = recurrent_rows(p.io, p.state_type);
-      launch_kernel(mamba2_decode_recurrent_kernel<N, S>, decode_grid(p.io, rows), decode_block(rows), 0, stream, false,
-                    args);
+      launch_kernel(mamba2_decode_recurrent_kernel<N, S>, decode_grid(p.io, rows), decode_block(rows), 0, stream, true,
+                    args, p.pools_ready_at_launch);
     });
   });
 }

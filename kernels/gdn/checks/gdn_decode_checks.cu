@@ -51,6 +51,7 @@
 #include <sstream>
 
 #include "kernels/common/checks/check_common.h"
+#include "kernels/common/checks/late_copy.h"
 #include "kernels/common/device_buffer.h"
 #include "kernels/common/common.cuh"
 #include "reference/gdn.h"
@@ -92,6 +93,7 @@ std::string describe(const DecodeCase& c) {
   field("gates", checks::gate_range_name(c.gates), checks::gate_range_name(d.gates));
   field("gates_in_kernel", c.gates_in_kernel, d.gates_in_kernel);
   field("rows_per_block", c.rows_per_block, d.rows_per_block);
+  field("late_inputs", c.late_inputs, d.late_inputs), field("late_pools", c.late_pools, d.late_pools);
   s << " (other fields at DecodeCase's defaults)";
   return s.str();
 }
@@ -221,6 +223,8 @@ CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
   std::vector<uint8_t> state_host(slot_bytes);
   std::vector<double> o_ref;
   const bool check_every_state = recurrent;
+  const bool late = cs.late_inputs || cs.late_pools;
+  checks::StepInputs inputs(late);
 
   for (int step = 0; step < total_steps; ++step) {
     // Random inputs for every row (padding rows too: they must be ignored, not zero).
@@ -259,19 +263,21 @@ CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
       d_row_fill.upload(row_fill);
       d_row_has.upload(row_has);
     }
-    d_q.upload(to_bf16(q)), d_k.upload(to_bf16(k)), d_v.upload(to_bf16(v));
-    d_g.upload(g), d_beta.upload(beta), d_a.upload(to_bf16(a)), d_b.upload(to_bf16(b));
+    inputs.upload(d_q, to_bf16(q)), inputs.upload(d_k, to_bf16(k)), inputs.upload(d_v, to_bf16(v));
+    inputs.upload(d_g, g), inputs.upload(d_beta, beta), inputs.upload(d_a, to_bf16(a)), inputs.upload(d_b, to_bf16(b));
     d_out.poison();
 
-    uint8_t* s_in = (step % 2 == 0) ? pool_a.as<uint8_t>() : pool_b.as<uint8_t>();
-    uint8_t* s_out = cs.kernel == Kernel::RecurrentOutOfPlace
-                         ? ((step % 2 == 0) ? pool_b.as<uint8_t>() : pool_a.as<uint8_t>())
-                         : s_in;
-    if (cs.kernel != Kernel::RecurrentOutOfPlace) s_in = s_out = pool_a.as<uint8_t>();
+    const bool out_of_place = cs.kernel == Kernel::RecurrentOutOfPlace;
+    DeviceBuffer& pool_in = out_of_place && step % 2 == 1 ? pool_b : pool_a;
+    uint8_t* s_in = pool_in.as<uint8_t>();
+    uint8_t* s_out = out_of_place ? (step % 2 == 0 ? pool_b : pool_a).as<uint8_t>() : s_in;
+    if (cs.late_pools)
+      for (DeviceBuffer* d : {&pool_in, &buf_k, &buf_val, &buf_g, &buf_beta}) inputs.defer(*d);
+    inputs.launch();
     if (recurrent) {
       GdnRecurrentParams p;
-      p.io = io, p.state_in = s_in, p.state_out = s_out, p.state_type = cs.state;
-      gdn_decode_recurrent(p, 0);
+      p.io = io, p.state_in = s_in, p.state_out = s_out, p.state_type = cs.state, p.pools_ready_at_launch = late;
+      gdn_decode_recurrent(p, inputs.stream());
     } else {
       GdnKVBufferParams p;
       p.io = io, p.variant = cs.variant, p.entry = cs.entry, p.capacity = C;
@@ -283,11 +289,11 @@ CaseResult run_decode_case(const DecodeCase& cs, uint64_t seed) {
         p.fill = p.has_state = p.done_count = nullptr;
         p.row_fill = d_row_fill.as<int32_t>(), p.row_has_state = d_row_has.as<int32_t>();
       }
-      p.every_row_has_state = cs.every_row_has_state;
+      p.every_row_has_state = cs.every_row_has_state, p.pools_ready_at_launch = late;
       if (cs.kernel == Kernel::Direct)
-        gdn_decode_direct(p, 0);
+        gdn_decode_direct(p, inputs.stream());
       else
-        gdn_decode_kvbuffer(p, 0);
+        gdn_decode_kvbuffer(p, inputs.stream());
     }
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
     KVB_CUDA_CHECK(cudaMemcpy(out_raw.data(), d_out.as<void>(), out_raw.size() * 2, cudaMemcpyDeviceToHost));
@@ -662,6 +668,30 @@ std::vector<DecodeCase> decode_cases(bool quick) {
       c.name = sp + "compact-direct-fp32-K64-C16-b12-groups2-mixed";
       if (!quick) add(c);
     }
+  }
+  // The kernels' early pool reads (pools_ready_at_launch) after a kernel that writes the token's
+  // inputs late: the recurrent tiles (bulk copies) and one-warp shape (in place and out of place,
+  // gates in the kernel), the KVBuffer kernel (fp32 and bf16 states, pool and row metadata, direct
+  // rows mixed in) and capacity 1's route to the recurrent kernel.
+  {
+    DecodeCase r;
+    r.late_inputs = true, r.kernel = Kernel::RecurrentInPlace, r.name = "recurrent-inplace-K128-b3-late-inputs";
+    add(r);
+    r.kernel = Kernel::RecurrentOutOfPlace, r.state = StateType::BF16, r.batch = 64, r.pad_rows = 3, r.recurrent_steps = 3;
+    r.gates_in_kernel = true, r.name = "state-bf16-recurrent-oop-K128-b64-gates-in-kernel-late-inputs";
+    if (!quick) add(r);
+    DecodeCase c;
+    c.late_inputs = true, c.capacity = 4, c.batch = 3, c.name = "kvbuffer-cachedu-bf16-C4-b3-late-inputs";
+    add(c);
+    c.state = StateType::BF16, c.capacity = 16, c.batch = 20, c.pad_rows = 2, c.direct_every = 3, c.row_metadata = true;
+    c.name = "state-bf16-kvbuffer-cachedu-bf16-C16-b20-rowmeta-mixed-direct-late-inputs";
+    if (!quick) add(c);
+    c.variant = BufferVariant::Raw, c.capacity = 8, c.direct_every = 0, c.row_metadata = false;
+    c.name = "state-bf16-kvbuffer-raw-bf16-C8-b20-late-inputs";
+    if (!quick) add(c);
+    c.variant = BufferVariant::CachedU, c.capacity = 1, c.batch = 40, c.row_metadata = true, c.every_row_has_state = true;
+    c.cycles = 4, c.name = "state-bf16-capacity1-every-row-stateful-warp-b40-late-inputs";
+    if (!quick) add(c);
   }
   return cs;
 }

@@ -40,6 +40,13 @@ struct DecodeCase {
   // The state pools' element type (every kernel: recurrent pools, S0 of the buffered kernels); the
   // float64 reference rounds its state to it where the kernel writes one.
   StateType state = StateType::FP32;
+  // The kernel runs with pools_ready_at_launch (gdn_decode.h) right after a kernel that writes the
+  // step's token inputs only after it has let this one start (kernels/common/checks/late_copy.h):
+  // an input read before the kernel's wait reads poison.
+  bool late_inputs = false;
+  // The control of late_inputs, which must fail: the kernel before writes the pools the kernel reads
+  // (state and buffer) late too, and the kernel reads them before its wait as the flag allows.
+  bool late_pools = false;
 };
 
 // The case as `field=value` (the fields that differ from DecodeCase's defaults, plus the kernel,

@@ -23,6 +23,19 @@ TEST_P(GdnDecode, MatchesFloat64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, GdnDecode, ::testing::ValuesIn(decode_cases(false)), checks::CaseParamName());
 
+// The control of the late-inputs cases: the same launches with the pools (state and buffer) written
+// late too. The kernels read them before their wait, so they must see the poison and the case must fail;
+// if it passed, the kernel before would not have been running when they read, and the late-inputs
+// cases would prove nothing.
+TEST(GdnDecodeLateWrites, PoolsWrittenLateAreReadEarly) {
+  for (DecodeCase c : decode_cases(false)) {
+    if (!c.late_inputs) continue;
+    c.late_pools = true;
+    const CaseResult r = run_decode_case(c, checks::case_seed(checks::test_base_seed(), c.name));
+    EXPECT_FALSE(r.passed) << describe(c) << ": passed with its pools written after the kernel's start";
+  }
+}
+
 // Host only (ctest GdnDecodeCases.host_only, which CI without a GPU runs; there gtest also aborts
 // the binary on an invalid or duplicate parameter name): case names unique, the quick subset
 // `kvbuf check` runs part of the full list, and case seeds depend on both the base seed and the name.

@@ -61,6 +61,7 @@
 #include <sstream>
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/checks/late_copy.h"
 #include "kernels/common/device_buffer.h"
 #include "kernels/mamba2/mamba2_decode.h"
 #include "reference/mamba2.h"
@@ -155,6 +156,7 @@ std::string describe(const Mamba2DecodeCase& c) {
   field("z_gate", c.z_gate, d.z_gate), field("rows_per_block", c.rows_per_block, d.rows_per_block);
   field("warp_rows", c.warp_rows, d.warp_rows);
   field("state", std::string(state_type_name(c.state)), std::string(state_type_name(d.state)));
+  field("late_inputs", c.late_inputs, d.late_inputs), field("late_pools", c.late_pools, d.late_pools);
   s << " (other fields at Mamba2DecodeCase's defaults)";
   return s.str();
 }
@@ -275,6 +277,8 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
 
   std::uniform_int_distribution<int> any_bits(0, 0xffff);
   std::vector<double> y_ref, y_abs;
+  const bool late = cs.late_inputs || cs.late_pools;
+  checks::StepInputs inputs(late);
   for (int step = 0; step < total_steps; ++step) {
     // Random inputs for every row (padding rows too: they must be ignored, not zero).
     std::vector<int32_t> slot_row(rows, -1), row_fill(rows, 0), row_has(rows, 0);
@@ -300,28 +304,32 @@ CaseResult run_decode_case(const Mamba2DecodeCase& cs, uint64_t seed) {
     }
     d_slot.upload(slot_row);
     d_row_fill.upload(row_fill), d_row_has.upload(row_has);
-    d_x.upload(x), d_z.upload(z), d_B.upload(Bv), d_C.upload(Cv), d_dt.upload(dt);
+    inputs.upload(d_x, x), inputs.upload(d_z, z), inputs.upload(d_B, Bv), inputs.upload(d_C, Cv), inputs.upload(d_dt, dt);
+    if (cs.late_pools)
+      for (DeviceBuffer* d : {&pool, &buf_k, &buf_val, &buf_g, &buf_dt}) inputs.defer(*d);
     d_out.poison();
+    inputs.launch();
 
     if (recurrent) {
       Mamba2RecurrentParams p;
-      p.io = io, p.state = pool.as<void>(), p.state_type = stype;
-      mamba2_decode_recurrent(p, 0);
+      p.io = io, p.state = pool.as<void>(), p.state_type = stype, p.pools_ready_at_launch = late;
+      mamba2_decode_recurrent(p, inputs.stream());
     } else {
       Mamba2KVBufferParams p;
       p.io = io, p.capacity = C, p.state = pool.as<void>(), p.state_type = stype;
       p.buf_k = buf_k.as<__nv_bfloat16>(), p.buf_val = buf_val.as<__nv_bfloat16>();
       p.buf_gcum = buf_g.as<float>(), p.buf_beta = buf_dt.as<float>();
       p.path = cs.path, p.every_row_has_state = cs.every_row_has_state, p.warp_rows = cs.warp_rows;
+      p.pools_ready_at_launch = late;
       if (cs.row_metadata) {
         p.row_fill = d_row_fill.as<int32_t>(), p.row_has_state = d_row_has.as<int32_t>();
       } else {
         p.fill = d_fill.as<int32_t>(), p.has_state = d_has.as<int32_t>(), p.done_count = d_done.as<int32_t>();
       }
       if (cs.kernel == Kernel::Direct)
-        mamba2_decode_direct(p, 0);
+        mamba2_decode_direct(p, inputs.stream());
       else
-        mamba2_decode_kvbuffer(p, 0);
+        mamba2_decode_kvbuffer(p, inputs.stream());
     }
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<uint16_t> out = d_out.download<uint16_t>();
@@ -669,6 +677,27 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
       add(c);
     }
   }
+  // The kernels' early pool reads (pools_ready_at_launch) after a kernel that writes the token's
+  // inputs late: the recurrent kernel, the KVBuffer kernel's tile (fp32, C = 16, row metadata),
+  // its wide warps (bf16, 32 rows, direct rows mixed in) and capacity 1's route to the recurrent
+  // kernel.
+  {
+    Mamba2DecodeCase r;
+    r.kernel = Kernel::Recurrent, r.late_inputs = true, r.z_gate = true, r.name = "recurrent-b3-z-late-inputs";
+    add(r);
+    r.state = StateType::BF16, r.G = 8, r.NH = 64, r.batch = 64, r.pad_rows = 2, r.recurrent_steps = 3;
+    r.name = "recurrent-bf16-nemotron-nano-shape-b64-z-late-inputs";
+    add(r);
+    Mamba2DecodeCase c;
+    c.late_inputs = true, c.capacity = 16, c.row_metadata = true, c.z_gate = true, c.name = "kvbuffer-C16-b3-rowmeta-z-late-inputs";
+    add(c);
+    c.state = StateType::BF16, c.warp_rows = 32, c.capacity = 4, c.batch = 5, c.pad_rows = 2, c.direct_every = 3;
+    c.row_metadata = false, c.name = "kvbuffer-bf16-warp32-C4-b5-mixed-direct-z-late-inputs";
+    add(c);
+    c.warp_rows = 0, c.capacity = 1, c.direct_every = 0, c.row_metadata = true, c.every_row_has_state = true, c.cycles = 4;
+    c.name = "kvbuffer-bf16-C1-every-row-stateful-b5-late-inputs";
+    add(c);
+  }
   if (!quick) return cs;
   // Quick: every kernel, both capacities' extremes, direct rows mixed in, extreme dt, the
   // Nemotron-3 Nano head shape, one-warp blocks at C = 64; 16-bit states in each kernel.
@@ -680,7 +709,8 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
                                       "direct-C64-b3", "direct-C16-b64-mixed-rowmeta-z",
                                       "direct-split-C64-b3-rowmeta-z", "direct-split-G8-NH16-C16-b64-mixed-rowmeta-z",
                                       "recurrent-bf16-P64-N128-b3-z", "kvbuffer-fp16-C16-b64-mixed-direct-z",
-                                      "direct-split-bf16-C4-b3-rowmeta-z"};
+                                      "direct-split-bf16-C4-b3-rowmeta-z", "recurrent-b3-z-late-inputs",
+                                      "kvbuffer-bf16-warp32-C4-b5-mixed-direct-z-late-inputs"};
   std::vector<Mamba2DecodeCase> quick_cases;
   for (const auto& c : cs)
     if (std::find(keep.begin(), keep.end(), c.name) != keep.end()) quick_cases.push_back(c);

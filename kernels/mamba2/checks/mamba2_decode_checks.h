@@ -38,6 +38,13 @@ struct Mamba2DecodeCase {
   // The state pool's element type: the initial state is rounded to it and uploaded in it, and the
   // float64 reference rounds the state where the kernel writes it (mamba2_decode_checks.cu).
   StateType state = StateType::FP32;
+  // The kernel runs with pools_ready_at_launch (mamba2_decode.h) right after a kernel that writes
+  // the step's token inputs only after it has let this one start (kernels/common/checks/late_copy.h):
+  // an input read before the kernel's wait reads poison.
+  bool late_inputs = false;
+  // The control of late_inputs, which must fail: the kernel before writes the pools (state and
+  // buffer) late too, and the kernel reads them before its wait as the flag allows.
+  bool late_pools = false;
 };
 
 struct CaseResult {
