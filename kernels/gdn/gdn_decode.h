@@ -45,7 +45,8 @@ struct GdnStepIO {
 // Both pools hold state_type; arithmetic is fp32 and a state write rounds once to nearest.
 //
 // Every decode kernel of both families is a programmatic dependent of the kernel before it in the
-// stream: it may start while that kernel's last blocks run, and waits for its completion
+// stream (but GDN's recurrent one-warp shape, launched plainly: gdn_decode_recurrent.cu says why):
+// it may start while that kernel's last blocks run, and waits for its completion
 // (griddepcontrol.wait) before reading anything that kernel may write. pools_ready_at_launch is
 // the caller's promise that the kernel before writes none of this kernel's pools (state, buffer,
 // fill, has_state, done_count), neither io.slot nor the scheduler metadata, and was launched only

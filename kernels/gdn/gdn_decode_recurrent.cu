@@ -185,12 +185,14 @@ template <int NL>
 struct LaneElems<__half, NL> : LaneElems16<__half, NL> {};
 
 // Warp-row shape (rows_per_block = kWarpRows, log v4): one warp per block owns 8 state rows (4 KiB);
+// launched plainly, not as a programmatic dependent that loads its rows before the wait and its
+// inputs after (log v8: that order made the bf16 shape 8-16% slower from batch 32, launched
+// programmatically or not: its short blocks wait on the inputs' chain behind the wait);
 // lane l holds columns [l K/32, (l+1) K/32) of all 8 rows in registers, so the block's whole tile
 // is in flight after one round trip (the slot) and up to 32 one-warp blocks share an SM. The 16
 // row sums are reduced by halving exchanges (log v6); lane 4 i writes row i's output.
 template <int K, int V, class S, bool STATE_FLAG>
-__global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(RecurrentArgs p, const int32_t* row_has_state,
-                                                                        bool pools_ready) {
+__global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(RecurrentArgs p, const int32_t* row_has_state) {
   static_assert(K == 64 || K == 128, "2 or 4 elements per lane per row");
   constexpr int NL = K / 32, R = kWarpRows;  // elements per lane per row, rows per block
   using Lane = LaneElems<S, NL>;
@@ -198,19 +200,9 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(Recurrent
   const GdnStepIO& io = p.io;
   const BlockCoords c = block_coords<V>(R);
   const int lane = threadIdx.x;
-  // The slot and the state rows' loads, then (pools_ready) the wait for the kernel before; the
-  // token's inputs after it (gdn_decode.h, pools_ready_at_launch).
-  if (!pools_ready) wait_prior_grid();
   const int slot = io.slot[c.row];
   const bool has_state = !STATE_FLAG || row_has_state[c.row] != 0;
-  const size_t head = ((size_t(slot) * io.HV + c.h) * V + c.v0) * K + lane * NL;
-  Vec sraw[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i)
-    sraw[i] = slot >= 0 && has_state ? *reinterpret_cast<const Vec*>(static_cast<const S*>(p.state_in) + head + size_t(i) * K)
-                                     : Vec{};
-  if (pools_ready) wait_prior_grid();
-  allow_dependent_grids();
+  // The token's inputs do not depend on the slot: issued before its round trip ends.
   const size_t kq_off = (size_t(c.row) * io.H + c.kh) * K + lane * NL;
   __nv_bfloat162 kraw[NL / 2], qraw[NL / 2];
 #pragma unroll
@@ -226,9 +218,13 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(Recurrent
     if (lane < R) io.out[vo + lane] = __float2bfloat16_rn(0.f);
     return;
   }
+  const size_t head = ((size_t(slot) * io.HV + c.h) * V + c.v0) * K + lane * NL;
   float s[R][NL];
 #pragma unroll
-  for (int i = 0; i < R; ++i) Lane::to_f32(sraw[i], s[i]);
+  for (int i = 0; i < R; ++i) {
+    const Vec x = has_state ? *reinterpret_cast<const Vec*>(static_cast<const S*>(p.state_in) + head + size_t(i) * K) : Vec{};
+    Lane::to_f32(x, s[i]);
+  }
   float k[NL], q[NL];
 #pragma unroll
   for (int e = 0; e < NL / 2; ++e) {
@@ -277,8 +273,8 @@ void launch_recurrent(const GdnRecurrentParams& p, const int32_t* row_has_state,
                       cudaStream_t stream) {
   const RecurrentArgs a{p.io, p.state_in, p.state_out};
   if (rows == kWarpRows)
-    return launch_kernel(gdn_decode_recurrent_warp_kernel<K, V, S, STATE_FLAG>, grid, dim3(32), 0, stream, true, a,
-                         row_has_state, p.pools_ready_at_launch);
+    return launch_kernel(gdn_decode_recurrent_warp_kernel<K, V, S, STATE_FLAG>, grid, dim3(32), 0, stream, false, a,
+                         row_has_state);
   launch_kernel(gdn_decode_recurrent_kernel<K, V, S, STATE_FLAG>, grid, dim3(kThreads), size_t(rows) * K * sizeof(S),
                 stream, true, a, row_has_state, rows, p.pools_ready_at_launch);
 }

@@ -670,15 +670,16 @@ std::vector<DecodeCase> decode_cases(bool quick) {
     }
   }
   // The kernels' early pool reads (pools_ready_at_launch) after a kernel that writes the token's
-  // inputs late: the recurrent tiles (bulk copies) and one-warp shape (in place and out of place,
-  // gates in the kernel), the KVBuffer kernel (fp32 and bf16 states, pool and row metadata, direct
-  // rows mixed in) and capacity 1's route to the recurrent kernel.
+  // inputs late: the recurrent tiles (bulk copies; in place and out of place, gates in the kernel),
+  // the KVBuffer kernel (fp32 and bf16 states, pool and row metadata, direct rows mixed in) and
+  // capacity 1's route to the recurrent kernel. (The one-warp shape is launched plainly: it reads
+  // nothing early, so its late cases could not fail the control in test_gdn_decode.)
   {
     DecodeCase r;
     r.late_inputs = true, r.kernel = Kernel::RecurrentInPlace, r.name = "recurrent-inplace-K128-b3-late-inputs";
     add(r);
     r.kernel = Kernel::RecurrentOutOfPlace, r.state = StateType::BF16, r.batch = 64, r.pad_rows = 3, r.recurrent_steps = 3;
-    r.gates_in_kernel = true, r.name = "state-bf16-recurrent-oop-K128-b64-gates-in-kernel-late-inputs";
+    r.gates_in_kernel = true, r.rows_per_block = 32, r.name = "state-bf16-recurrent-tiles32-oop-K128-b64-gates-in-kernel-late-inputs";
     if (!quick) add(r);
     DecodeCase c;
     c.late_inputs = true, c.capacity = 4, c.batch = 3, c.name = "kvbuffer-cachedu-bf16-C4-b3-late-inputs";
@@ -690,7 +691,7 @@ std::vector<DecodeCase> decode_cases(bool quick) {
     c.name = "state-bf16-kvbuffer-raw-bf16-C8-b20-late-inputs";
     if (!quick) add(c);
     c.variant = BufferVariant::CachedU, c.capacity = 1, c.batch = 40, c.row_metadata = true, c.every_row_has_state = true;
-    c.cycles = 4, c.name = "state-bf16-capacity1-every-row-stateful-warp-b40-late-inputs";
+    c.cycles = 4, c.rows_per_block = 32, c.name = "state-bf16-capacity1-every-row-stateful-tiles32-b40-late-inputs";
     if (!quick) add(c);
   }
   return cs;
