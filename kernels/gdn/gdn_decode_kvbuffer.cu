@@ -38,10 +38,10 @@
 // in {float, __nv_bfloat16, __half} (GdnKVBufferParams::state_type, dispatch_state_type; the S0
 // tile in shared memory holds S, rows of K * sizeof(S) bytes), entry type E in {bf16, fp32},
 // variant {cached-u, raw}. The results below are the fp32 state's. 16-bit states: 128-row tiles from
-// batch 64 (single_kvbuffer_rows, log v30); bf16 at C = 4 (f9ba9c9, results/decode16_h200.csv)
-// 30.13 / 50.69 / 92.31 / 180.05 us at batch 64 / 128 / 256 / 512, 1.23x / 1.40x / 1.49x / 1.52x
-// the 16-bit recurrent kernel (1.33x ReplaySSM's recorded bf16 figure at 256), 0.68-0.91 of copy:
-// bound by instruction issue (log v30).
+// batch 64 (single_kvbuffer_rows, log v30); bf16 at C = 4 (b99c638, results/decode16_h200.csv; the
+// S0 copies before the programmatic wait) 28.05 / 48.98 / 90.52 / 175.37 us at batch 64 / 128 / 256 /
+// 512, 1.34x / 1.46x / 1.54x / 1.57x the 16-bit recurrent kernel (1.35x ReplaySSM's recorded bf16
+// figure at 256), 0.74-0.94 of copy: bound by instruction issue (log v30).
 //
 // Two launch shapes (GdnKVBufferParams::path), same math and layouts:
 //   single: the kernel below, one block per (row, value head, V tile) does everything.

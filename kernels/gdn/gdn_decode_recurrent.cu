@@ -20,10 +20,12 @@
 // One-warp shape (rows_per_block 8, from batch 32 up): one warp per 8 rows, the tile in registers
 // (log v4).
 // Template parameters: head dims K = V in {64, 128}, state element type S (float, __nv_bfloat16 or
-// __half: GdnRecurrentParams::state_type through dispatch_state_type). 16-bit states (f9ba9c9,
-// results/decode16_h200.csv): in place bf16 3.04 / 6.92 / 20.26 / 37.15 / 70.79 / 137.80 / 272.82 us
-// at the same batches, 86% of copy at 64 and 90-93% from 128, ahead of vLLM's packed bf16 decode
-// (recorded, results/public_16bit_h200.csv) at every batch.
+// __half: GdnRecurrentParams::state_type through dispatch_state_type). The tile shape is a
+// programmatic dependent of the kernel before (gdn_decode.h, pools_ready_at_launch: its state copies
+// before the wait, the inputs after; log v8), the one-warp shape is launched plainly. 16-bit states
+// (b99c638, results/decode16_h200.csv): in place bf16 2.24 / 6.66 / 20.47 / 37.49 / 71.45 / 139.15 /
+// 274.80 us at the same batches, 86% of copy at 64 and 90-94% from 128, ahead of vLLM's packed bf16
+// decode (recorded, results/public_16bit_h200.csv) at every batch.
 //
 // Current result (f831236, results/decode_h200.csv and fla_h200.csv; H200, Qwen3-Next shapes, 36
 // layer pools in one CUDA graph, per layer, median): out of place 3.51 / 10.91 / 34.76 / 67.02 /

@@ -25,10 +25,12 @@
 //   kernel is faster at every batch (9fb3a34, bf16 at batch 1 / 2 / 4 / 8: 2.15 / 3.78 / 4.93 / 6.84
 //   us against the pair's 2.25 / 4.01 / 5.34 / 8.06; fp32 3.78 / 4.83 / 6.69 / 11.44 against 4.03 /
 //   5.16 / 7.45 / 11.69; notes, "loads in order").
-// Results (2b57896, results/decode16_h200.csv; H200, Nemotron-3 Nano, 23 layer pools per graph, per
-//   layer, median): bf16 2.15 / 6.77 / 20.10 / 36.73 / 69.97 / 136.28 / 269.04 us at batch 1 / 8 /
-//   32 / 64 / 128 / 256 / 512, 0.87 of copy at 64, 0.92-0.95 from 128; ahead of vLLM's recorded bf16
-//   selective_state_update (2.49 / 6.63 / - / 40.27 / 74.58 / 146.87 / 289.48) except at batch 8. fp32 (the paper preset, 5050f52,
+// A programmatic dependent of the kernel before (mamba2_decode.h, pools_ready_at_launch): with ready
+//   pools each warp loads its rows before griddepcontrol.wait and the token's inputs after it.
+// Results (b99c638, results/decode16_h200.csv; H200, Nemotron-3 Nano, 23 layer pools per graph, per
+//   layer, median): bf16 1.58 / 6.39 / 19.47 / 35.92 / 68.75 / 134.33 / 265.41 us at batch 1 / 8 /
+//   32 / 64 / 128 / 256 / 512, 0.895 of copy at 64, 0.94-0.97 from 128; ahead of vLLM's recorded bf16
+//   selective_state_update (2.49 / 6.63 / - / 40.27 / 74.58 / 146.87 / 289.48) at every batch. fp32 (the paper preset, 5050f52,
 //   results/decode_h200.csv): 69.28 / 264.43 us at 64 / 256 (this kernel 68.31 / 262.15 in the notes'
 //   A/B).
 // Template parameters: d_state N in {64, 128} and the state element type S (float, __nv_bfloat16,
