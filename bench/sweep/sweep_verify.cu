@@ -387,6 +387,7 @@ class VerifySweep {
     for (int l = 0; l < L; ++l) {
       if (!m2) {
         gdn_layers.push_back(params(l));
+        gdn_layers.back().pools_ready_at_launch = l > 0;  // the kernel before: the previous layer's verify
         continue;
       }
       mamba2_layers.push_back(mamba2_params(l));

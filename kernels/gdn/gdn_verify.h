@@ -105,6 +105,13 @@ struct GdnVerifyKVBufferParams {
   // gdn_verify_kvbuffer.cu). A fold, in the verify or in the commit, computes in fp32 and rounds S0
   // once to nearest when it writes it; the verify's outputs after its fold use the rounded S0.
   StateType state_type = StateType::FP32;  // of state
+  // The kernel before this verify in the stream (a programmatic dependency) writes none of the pools
+  // above nor io.slot, and was launched only once every kernel that writes them had completed: true
+  // for a step's layers after its first (the previous layer's verify; a step's first layer follows
+  // the previous step's commit). The blocks then read their slot, fill, has_state, S0 rows and
+  // buffered entries while that kernel finishes, and the window's inputs after it. The commit
+  // ignores it.
+  bool pools_ready_at_launch = false;
 };
 void gdn_verify_kvbuffer(const GdnVerifyKVBufferParams& p, cudaStream_t stream);
 void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t stream);

@@ -132,7 +132,7 @@ KVBufferArgs kvbuffer_args(const GdnVerifyKVBufferParams& p) {
 //     window coefficients, s_cu for u (s < t), s_co for o (s <= t), padded to CP), written so by
 //     phase 5's epilogue.
 template <int KD, int TMAX, class E, class S>
-__global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const KVBufferArgs p) {
+__global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const KVBufferArgs p, const bool pools_ready) {
   constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
   constexpr int NT = kVerifyThreads, NF = KD / (4 * LN), ROW_STEP = kRows / RPT;
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
@@ -157,13 +157,15 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   const int T = io.tokens, C = p.capacity;
   // A programmatic dependent of the kernel before it (the previous layer's verify or the previous
   // step's commit): launched while that kernel's last blocks run, it waits for its completion
-  // before reading anything. The kernel after it (the next layer's verify, or the commit) is in turn
-  // a programmatic dependent of this one: it starts as this grid's last wave runs and waits
-  // (griddepcontrol.wait) for its completion.
-  wait_prior_grid();
+  // before reading the window's inputs, and, unless that kernel writes none of the pools
+  // (pools_ready: GdnVerifyKVBufferParams::pools_ready_at_launch), before anything. The kernel after
+  // it (the next layer's verify, or the commit) is in turn a programmatic dependent of this one: it
+  // starts as this grid's last wave runs and waits (griddepcontrol.wait) for its completion.
+  if (!pools_ready) wait_prior_grid();
   allow_dependent_grids();
   const int slot = io.slot[row];
   if (slot < 0) {
+    if (pools_ready) wait_prior_grid();
     for (int i = threadIdx.x; i < T * kRows; i += NT)
       io.out[((size_t(row) * T + i / kRows) * io.HV + h) * io.V + v0 + i % kRows] = __float2bfloat16_rn(0.f);
     return;
@@ -195,14 +197,9 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   __shared__ __align__(16) float s_co[TMAX * CP];
   __shared__ __align__(16) float s_colf[NB];
 
-  // Phase 2, issue. Every global read of the block is issued before the first one is consumed: the window's
-  // tokens and gates (cp.async group 1, independent of the pools), then the state row chunks
-  // (registers) and the n buffer entries (cp.async group 2). The window is prepared while the
-  // buffer is still in flight.
-  copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
-  copy_window_v_async<NT>(io, row, h, v0, s_raw_v);
-  copy_window_gates_async(io, row, h, s_graw, s_beta, s_praw);
-  cp_async_commit();
+  // Phase 2, issue. Every global read of the block is issued before the first one is consumed: the
+  // pools' (the state row chunks into registers, the n buffer entries by cp.async), then, after the
+  // wait for the kernel before where the pools were ready, the window's tokens and gates (cp.async).
   const int n = p.fill[slot];
   const bool has_state = p.has_state[slot] != 0;
   S* state_rows = reinterpret_cast<S*>(p.state) + ((size_t(slot) * io.HV + h) * io.V + v0 + group) * KD;  // row k: + k ROW_STEP K
@@ -224,8 +221,12 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     cp_async16(s_u + j * kRows + e, buf_u + size_t(j) * io.HV * io.V + e);
   }
   for (int j = threadIdx.x; j < n; j += NT) cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * io.HV + h);
+  if (pools_ready) wait_prior_grid();
+  copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
+  copy_window_v_async<NT>(io, row, h, v0, s_raw_v);
+  copy_window_gates_async(io, row, h, s_graw, s_beta, s_praw);
   cp_async_commit();
-  cp_async_wait_group<1>();
+  cp_async_wait_group<0>();
   __syncthreads();
   // Phase 3, window operand B. Tensor-core operand B and the norm scales in one pass: column c < T holds the raw key c,
   // column TMAX + t the raw query t (bf16 values, exact in TF32), the other columns zeros; the
@@ -751,7 +752,8 @@ void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, dim3 b
 template <int KD, int TMAX, class E, class S>
 void launch_tmax(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t stream) {
   const size_t smem = VerifySmem{KD, TMAX, p.capacity, int(sizeof(E))}.bytes();
-  launch(gdn_verify_kvbuffer_kernel<KD, TMAX, E, S>, p, smem, blocks, kVerifyThreads, stream, true);
+  launch_kernel(gdn_verify_kvbuffer_kernel<KD, TMAX, E, S>, blocks, dim3(unsigned(kVerifyThreads)), smem, stream, true,
+                kvbuffer_args(p), p.pools_ready_at_launch);
 }
 
 template <int KD, class E, class S>

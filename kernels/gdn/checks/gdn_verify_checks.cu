@@ -59,6 +59,7 @@
 #include <sstream>
 
 #include "kernels/common/checks/check_common.h"
+#include "kernels/common/checks/late_copy.h"
 #include "kernels/common/device_buffer.h"
 #include "kernels/common/common.cuh"
 #include "kernels/gdn/gdn_verify.h"
@@ -75,6 +76,7 @@ std::string describe(const VerifyCase& c) {
   s << qualified_name(c) << ": K=" << c.K << " V=" << c.V << " H=" << c.H << " HV=" << c.HV;
   if (c.method == VerifyMethod::KVBuffer) s << " C=" << c.C << " entries=" << (c.bf16_entries ? "bf16" : "fp32");
   if (c.in_place) s << " in-place";
+  if (c.late_inputs) s << " late-inputs";
   if (c.state != StateType::FP32) s << " state=" << state_type_name(c.state);
   s << " T=" << c.T << " " << (c.tree ? "tree" : "chain") << " gates=" << checks::gate_range_name(c.gates)
     << " rounds=" << c.rounds;
@@ -188,7 +190,7 @@ struct Window {
   std::vector<GdnTokens<double>> tokens;
   std::vector<std::vector<int>> par0;
 };
-Window draw_window(const VerifyCase& c, std::mt19937_64& rng, RowBuffers& rows) {
+Window draw_window(const VerifyCase& c, std::mt19937_64& rng, RowBuffers& rows, checks::StepInputs& inputs) {
   const GdnDims d{c.H, c.HV, c.K, c.V};
   const int B = rows.B;
   Window w{std::vector<GdnTokens<double>>(B), std::vector<std::vector<int>>(B)};
@@ -206,12 +208,12 @@ Window draw_window(const VerifyCase& c, std::mt19937_64& rng, RowBuffers& rows) 
     h_par.insert(h_par.end(), pr.begin(), pr.end());
     for (int x : pr) w.par0[r].push_back(x - 1);
   }
-  rows.q.upload(to_bf16(hq));
-  rows.k.upload(to_bf16(hk));
-  rows.v.upload(to_bf16(hv));
-  rows.g.upload(std::vector<float>(hg.begin(), hg.end()));
-  rows.beta.upload(std::vector<float>(hb.begin(), hb.end()));
-  rows.parents.upload(h_par);
+  inputs.upload(rows.q, to_bf16(hq));
+  inputs.upload(rows.k, to_bf16(hk));
+  inputs.upload(rows.v, to_bf16(hv));
+  inputs.upload(rows.g, std::vector<float>(hg.begin(), hg.end()));
+  inputs.upload(rows.beta, std::vector<float>(hb.begin(), hb.end()));
+  inputs.upload(rows.parents, h_par);
   return w;
 }
 
@@ -412,9 +414,11 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
     res.fold_err = fold_err.rel();
     return res;
   };
+  checks::StepInputs inputs(c.late_inputs);
+  p.pools_ready_at_launch = c.late_inputs;
   for (int round = 0; round < c.rounds; ++round) {
     // Fresh tokens per row.
-    const Window w = draw_window(c, rng, rows);
+    const Window w = draw_window(c, rng, rows, inputs);
     const auto& [win, par0] = w;
     rows.out.poison();
     win_k.poison();
@@ -422,7 +426,8 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
     win_g.poison();
     win_base.poison();
 
-    gdn_verify_kvbuffer(p, 0);
+    inputs.launch();
+    gdn_verify_kvbuffer(p, inputs.stream());
     KVB_CUDA_CHECK(cudaDeviceSynchronize());
 
     const auto h_out = rows.out.download<uint16_t>();
@@ -608,8 +613,9 @@ VerifyResult run_classic_case(const VerifyCase& c, uint64_t seed) {
   p.accept = accepted.accept(c);
 
   ClassicErrors err;
+  checks::StepInputs on_time(false);
   for (int round = 0; round < c.rounds; ++round) {
-    const Window w = draw_window(c, rng, rows);
+    const Window w = draw_window(c, rng, rows, on_time);
     rows.out.poison();
     steps.poison();
     gdn_verify_classic(p, 0);
@@ -675,8 +681,9 @@ VerifyResult run_classic_inplace_case(const VerifyCase& c, uint64_t seed) {
   p.step_slot = step_slot.as<int32_t>();
 
   ClassicErrors err;
+  checks::StepInputs on_time(false);
   for (int round = 0; round < c.rounds; ++round) {
-    const Window w = draw_window(c, rng, rows);
+    const Window w = draw_window(c, rng, rows, on_time);
     // This round's slots: the committed one, then the row's other T slots in a random order.
     std::vector<int> h_slot(B, -1), h_step(size_t(B) * T, -1);
     std::vector<bool> is_step(pool_slots, false);
@@ -757,6 +764,15 @@ std::vector<VerifyCase> verify_cases(bool quick) {
   add({"K128_C16_T4_bf16_tree", kKVBuffer, 128, 128, 2, 4, 16, 4, true, true, ref::GateRange::mild(), 24}, false);
   add({"K128_C16_T5_bf16_tree", kKVBuffer, 128, 128, 2, 4, 16, 5, true, true, {}, 24}, false);
   add({"K128_C6_T3_bf16_tree", kKVBuffer, 128, 128, 2, 4, 6, 3, true, true, {}, 24}, false);  // T < TMAX (4)
+  // The pools read before the wait for the kernel before, the window's inputs written late.
+  {
+    VerifyCase late{"K128_C12_T5_bf16_chain_late_inputs", kKVBuffer, 128, 128, 2, 4, 12, 5, true, false, {}, 24};
+    late.late_inputs = true;
+    add(late, true);
+    late = {"state_bf16_K128_C16_T4_fp32_tree_late_inputs", kKVBuffer, 128, 128, 2, 4, 16, 4, false, true, {}, 24};
+    late.late_inputs = true, late.state = StateType::BF16;
+    add(late, false);
+  }
   add({"small_K64_T4_chain", kClassic, 64, 64, 2, 4, 0, 4, false, false, {}, 20}, false);
   add({"K128_T5_chain", kClassic, 128, 128, 2, 4, 0, 5, false, false, {}, 20}, true);
   add({"K128_T8_tree", kClassic, 128, 128, 2, 4, 0, 8, false, true, {}, 20}, true);

@@ -24,6 +24,10 @@ struct VerifyCase {
   int rounds;
   bool in_place = false;  // Classic only: node states into pool slots, commit by index (gdn_verify.h)
   StateType state = StateType::FP32;  // the pools' state type (and classic's step states)
+  // KVBuffer only: the verify runs with pools_ready_at_launch (gdn_verify.h) right after a kernel that
+  // writes the window's inputs only after it has let the verify start
+  // (kernels/common/checks/late_copy.h): an input read before the verify's wait reads poison.
+  bool late_inputs = false;
 };
 
 // The name with its method, unique over verify_cases().
