@@ -198,8 +198,16 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   __shared__ __align__(16) float s_colf[NB];
 
   // Phase 2, issue. Every global read of the block is issued before the first one is consumed: the
-  // pools' (the state row chunks into registers, the n buffer entries by cp.async), then, after the
-  // wait for the kernel before where the pools were ready, the window's tokens and gates (cp.async).
+  // window's tokens and gates (cp.async group 1, independent of the pools), then the state row
+  // chunks (registers) and the n buffer entries (cp.async group 2); the window is prepared while
+  // the buffer is still in flight. With ready pools the state and the entries go first, before the
+  // wait for the kernel before, and the window after it (one group).
+  if (!pools_ready) {
+    copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
+    copy_window_v_async<NT>(io, row, h, v0, s_raw_v);
+    copy_window_gates_async(io, row, h, s_graw, s_beta, s_praw);
+    cp_async_commit();
+  }
   const int n = p.fill[slot];
   const bool has_state = p.has_state[slot] != 0;
   S* state_rows = reinterpret_cast<S*>(p.state) + ((size_t(slot) * io.HV + h) * io.V + v0 + group) * KD;  // row k: + k ROW_STEP K
@@ -221,12 +229,17 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     cp_async16(s_u + j * kRows + e, buf_u + size_t(j) * io.HV * io.V + e);
   }
   for (int j = threadIdx.x; j < n; j += NT) cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * io.HV + h);
-  if (pools_ready) wait_prior_grid();
-  copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
-  copy_window_v_async<NT>(io, row, h, v0, s_raw_v);
-  copy_window_gates_async(io, row, h, s_graw, s_beta, s_praw);
-  cp_async_commit();
-  cp_async_wait_group<0>();
+  if (pools_ready) {
+    wait_prior_grid();
+    copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
+    copy_window_v_async<NT>(io, row, h, v0, s_raw_v);
+    copy_window_gates_async(io, row, h, s_graw, s_beta, s_praw);
+    cp_async_commit();
+    cp_async_wait_group<0>();
+  } else {
+    cp_async_commit();
+    cp_async_wait_group<1>();
+  }
   __syncthreads();
   // Phase 3, window operand B. Tensor-core operand B and the norm scales in one pass: column c < T holds the raw key c,
   // column TMAX + t the raw query t (bf16 values, exact in TF32), the other columns zeros; the
@@ -749,11 +762,20 @@ void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, dim3 b
   launch_kernel(kernel, blocks, dim3(unsigned(threads)), smem, stream, programmatic_dependent, kvbuffer_args(p));
 }
 
+constexpr long kPoolsFirstMaxWaves = 8;
 template <int KD, int TMAX, class E, class S>
 void launch_tmax(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t stream) {
   const size_t smem = VerifySmem{KD, TMAX, p.capacity, int(sizeof(E))}.bytes();
-  launch_kernel(gdn_verify_kvbuffer_kernel<KD, TMAX, E, S>, blocks, dim3(unsigned(kVerifyThreads)), smem, stream, true,
-                kvbuffer_args(p), p.pools_ready_at_launch);
+  const auto kernel = gdn_verify_kvbuffer_kernel<KD, TMAX, E, S>;
+  // Ready pools are read before the wait only where the grid is a few waves: there the first wave,
+  // which starts while the kernel before finishes, is a large share (batch 1-64 at Qwen3-Next
+  // shapes: 12-27% faster at 1 and 8, 2-6% at 64); from 12 waves on the order cost 1-5% (notes,
+  // "pools before the wait").
+  const long grid = long(blocks.x) * blocks.y * blocks.z;
+  const bool pools_first = p.pools_ready_at_launch &&
+                           grid <= kPoolsFirstMaxWaves * long(resident_blocks(kernel, kVerifyThreads, smem)) *
+                                        device_limits().sms;
+  launch_kernel(kernel, blocks, dim3(unsigned(kVerifyThreads)), smem, stream, true, kvbuffer_args(p), pools_first);
 }
 
 template <int KD, class E, class S>
