@@ -131,8 +131,9 @@ KVBufferArgs kvbuffer_args(const GdnVerifyKVBufferParams& p) {
 //   phase 8 reads the substitution's coefficients as rows of 16-byte vectors (row t: column t of the
 //     window coefficients, s_cu for u (s < t), s_co for o (s <= t), padded to CP), written so by
 //     phase 5's epilogue.
-template <int KD, int TMAX, class E, class S>
-__global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const KVBufferArgs p, const bool pools_ready) {
+template <int KD, int TMAX, class E, class S, bool kPoolsFirst>
+__global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const KVBufferArgs p) {
+  constexpr bool pools_ready = kPoolsFirst;
   constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
   constexpr int NT = kVerifyThreads, NF = KD / (4 * LN), ROW_STEP = kRows / RPT;
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
@@ -157,15 +158,16 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   const int T = io.tokens, C = p.capacity;
   // A programmatic dependent of the kernel before it (the previous layer's verify or the previous
   // step's commit): launched while that kernel's last blocks run, it waits for its completion
-  // before reading the window's inputs, and, unless that kernel writes none of the pools
-  // (pools_ready: GdnVerifyKVBufferParams::pools_ready_at_launch), before anything. The kernel after
+  // before reading the window's inputs, and, unless that kernel writes none of the pools and the
+  // dispatch took the pools-first instantiation (kPoolsFirst, where pools_ready_at_launch is set and
+  // the grid is a few waves), before anything. The kernel after
   // it (the next layer's verify, or the commit) is in turn a programmatic dependent of this one: it
   // starts as this grid's last wave runs and waits (griddepcontrol.wait) for its completion.
-  if (!pools_ready) wait_prior_grid();
+  if constexpr (!pools_ready) wait_prior_grid();
   allow_dependent_grids();
   const int slot = io.slot[row];
   if (slot < 0) {
-    if (pools_ready) wait_prior_grid();
+    if constexpr (pools_ready) wait_prior_grid();
     for (int i = threadIdx.x; i < T * kRows; i += NT)
       io.out[((size_t(row) * T + i / kRows) * io.HV + h) * io.V + v0 + i % kRows] = __float2bfloat16_rn(0.f);
     return;
@@ -202,7 +204,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // chunks (registers) and the n buffer entries (cp.async group 2); the window is prepared while
   // the buffer is still in flight. With ready pools the state and the entries go first, before the
   // wait for the kernel before, and the window after it (one group).
-  if (!pools_ready) {
+  if constexpr (!pools_ready) {
     copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
     copy_window_v_async<NT>(io, row, h, v0, s_raw_v);
     copy_window_gates_async(io, row, h, s_graw, s_beta, s_praw);
@@ -229,7 +231,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     cp_async16(s_u + j * kRows + e, buf_u + size_t(j) * io.HV * io.V + e);
   }
   for (int j = threadIdx.x; j < n; j += NT) cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * io.HV + h);
-  if (pools_ready) {
+  if constexpr (pools_ready) {
     wait_prior_grid();
     copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
     copy_window_v_async<NT>(io, row, h, v0, s_raw_v);
@@ -766,16 +768,17 @@ constexpr long kPoolsFirstMaxWaves = 8;
 template <int KD, int TMAX, class E, class S>
 void launch_tmax(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t stream) {
   const size_t smem = VerifySmem{KD, TMAX, p.capacity, int(sizeof(E))}.bytes();
-  const auto kernel = gdn_verify_kvbuffer_kernel<KD, TMAX, E, S>;
+  const auto kernel = gdn_verify_kvbuffer_kernel<KD, TMAX, E, S, false>;
   // Ready pools are read before the wait only where the grid is a few waves: there the first wave,
   // which starts while the kernel before finishes, is a large share (batch 1-64 at Qwen3-Next
-  // shapes: 12-27% faster at 1 and 8, 2-6% at 64); from 12 waves on the order cost 1-5% (notes,
-  // "pools before the wait").
+  // shapes: 11-27% faster at 1 and 8, 1-6% at 64); from 12 waves on the order cost 1-5% (notes,
+  // "pools before the wait"). Two instantiations, so that the window-first one keeps its SASS.
   const long grid = long(blocks.x) * blocks.y * blocks.z;
   const bool pools_first = p.pools_ready_at_launch &&
                            grid <= kPoolsFirstMaxWaves * long(resident_blocks(kernel, kVerifyThreads, smem)) *
                                         device_limits().sms;
-  launch_kernel(kernel, blocks, dim3(unsigned(kVerifyThreads)), smem, stream, true, kvbuffer_args(p), pools_first);
+  launch_kernel(pools_first ? gdn_verify_kvbuffer_kernel<KD, TMAX, E, S, true> : kernel, blocks,
+                dim3(unsigned(kVerifyThreads)), smem, stream, true, kvbuffer_args(p));
 }
 
 template <int KD, class E, class S>
