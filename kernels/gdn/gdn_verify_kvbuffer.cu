@@ -47,6 +47,10 @@
 // 251.71 / 498.12 us at batch 1 / 128 / 256 / 512, T = 4 112.40 / 215.50 us at 128 / 256; bf16
 // states: T = 4 100.59 / 194.91 us, T = 5 120.35 / 235.12 us at 128 / 256 (geomean 0.986 of v20's
 // body at fp32, batch >= 64; 0.944 with bf16 states). This single path at a4bcb6550146: test_gdn_verify 48 cases passed, memcheck and racecheck clean; T = 4 105.40 / 209.51 us, T = 5 122.83 / 241.37 us at batch 128 / 256 (another board).
+// Batch 1-64 with ready pools (a step's layers after the first) read the pools before the wait
+// (6f21914, one call, against 0408d15): T = 5 5.38 / 11.49 / 64.90 us at batch 1 / 8 / 64 (were
+// 6.02 / 15.03 / 65.62), T = 4 4.13 / 9.74 / 54.57; the two orders are two instantiations since
+// be3f7d5 (notes, "pools before the wait"; its pools-first kernels not yet run on a GPU).
 // Performance log v1..v21 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
 // ("log vN" in the comments below).
 #include <stdexcept>
