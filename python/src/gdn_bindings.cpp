@@ -66,12 +66,14 @@ Launch prepare_recurrent(Args& a) {
   const Tensor state = a.tensor("state", kStateTypes, {S, HV, V, K});
   const Tensor state_out = a.tensor("state_out", kStateTypes, {S, HV, V, K}, false);
   a.same_dtype(state_out, state);
+  const bool pools_ready = a.boolean("pools_ready_at_launch", false);
   const Tensor& out = a.output("out", {B, HV, V}, true);
   a.finish();
   p.io.out = out.ptr<__nv_bfloat16>();
   p.state_in = state.data;
   p.state_out = state_out ? state_out.data : state.data;
   p.state_type = state_type_of(state);
+  p.pools_ready_at_launch = pools_ready;
   return [p](cudaStream_t s) { gdn_decode_recurrent(p, s); };
 }
 
@@ -97,6 +99,7 @@ Launch prepare_kvbuffer(Args& a) {
   p.path = path_of(a.choice("path", "auto", {"auto", "single", "split"}));
   p.every_row_has_state = a.boolean("every_row_has_state", false);
   p.split_row_groups = int(a.integer("split_row_groups", 0));
+  p.pools_ready_at_launch = a.boolean("pools_ready_at_launch", false);
   const Tensor& out = a.output("out", {B, HV, V}, true);
   a.finish();
   p.io.out = out.ptr<__nv_bfloat16>();
@@ -117,7 +120,8 @@ const std::vector<Param> kKVBufferPools = {
     {"state", true},      {"buf_k", true},          {"buf_val", true},  {"buf_gcum", true},  {"buf_beta", false},
     {"fill", false},      {"has_state", false},     {"done_count", false}, {"row_fill", false},
     {"row_has_state", false}, {"scratch", false},   {"variant", false}, {"path", false},
-    {"every_row_has_state", false}, {"split_row_groups", false}, {"out", false}, {"stream", false}};
+    {"every_row_has_state", false}, {"split_row_groups", false}, {"pools_ready_at_launch", false},
+    {"out", false}, {"stream", false}};
 
 // A verify step's token inputs: q, k [B, T, H, K], v [B, T, HV, V] bf16, g, beta [B, T, HV] fp32,
 // parents int32 [B, T] (trees; None = chains), slot int32 [B].
@@ -218,6 +222,7 @@ Launch prepare_verify_kvbuffer(Args& a) {
   GdnVerifyKVBufferParams p;
   verify_io(a, p.io);
   kvbuffer_verify_pools(a, p);
+  p.pools_ready_at_launch = a.boolean("pools_ready_at_launch", false);
   const Tensor& out = a.output("out", {B, T, HV, V});
   a.finish();
   p.io.out = out.ptr<__nv_bfloat16>();
@@ -251,6 +256,8 @@ slot: int32 [B], each row's pool slot (negative: a padding row, output zeros);
 state: [slots, HV, V, K] float32, bfloat16 or float16 (K contiguous), updated in place, or read
 there and written to state_out (same shape and dtype; FLA's out-of-place placement);
 out: bfloat16 [B, HV, V] (allocated when None, PyTorch only); rows_per_block: 0 = chosen.
+pools_ready_at_launch: the caller's promise that the kernel before in the stream writes neither the
+pools nor slot (kernels/gdn/gdn_decode.h): the kernel then reads them before waiting for it.
 stream: an int cudaStream_t or a stream object; None = the current stream of the tensors'
 framework (torch.cuda.current_stream()), else the legacy default stream. Returns out.)";
 
@@ -264,7 +271,7 @@ buf_beta [slots, C, HV] float32 (variant='raw' only); fill, has_state, done_coun
 row_has_state int32 [B] (scheduler metadata, read only: the caller advances its copy);
 scratch float32 [B, HV, 2, V] (path='split'); path 'auto', 'single' or 'split';
 every_row_has_state: the caller's promise (capacity 1 runs the recurrent update);
-split_row_groups (direct only). A row with has_state 0 is in direct mode (no S0).
+split_row_groups (direct only); pools_ready_at_launch as gdn_decode_recurrent. A row with has_state 0 is in direct mode (no S0).
 Returns out, bfloat16 [B, HV, V].)";
 
 constexpr const char* kDocVerifyClassic = R"(Gated DeltaNet classic speculative verify of T <= 8 tokens per row (chains, or
@@ -282,7 +289,8 @@ constexpr const char* kDocVerifyKVBuffer = R"(Gated DeltaNet KVBuffer speculativ
 from one read of S0 and the buffer; folds the buffer first when fill > 0 and fill + depth >= C.
 Token inputs as gdn_verify_classic; pools as gdn_decode_kvbuffer (fill and has_state required,
 cached-u entries); the verify's scratch: win_k [B, T, H, K] and win_u [B, T, HV, V] (the entry
-dtype), win_gcum float32 [B, T, HV], win_base int32 [B, 2]. Returns out bfloat16 [B, T, HV, V].)";
+dtype), win_gcum float32 [B, T, HV], win_base int32 [B, 2]; pools_ready_at_launch as
+gdn_decode_recurrent. Returns out bfloat16 [B, T, HV, V].)";
 
 constexpr const char* kDocVerifyKVBufferCommit = R"(Commit of the KVBuffer verify: appends the accepted entries from the scratch (folds
 when the buffer becomes full); accept_len int32 [B] in 0..T, accept_nodes int32 [B, T] (1-based
@@ -291,7 +299,8 @@ root path; None = the chain prefix). Pools and scratch as gdn_verify_kvbuffer. R
 }  // namespace
 
 std::vector<KernelBinding> gdn_bindings() {
-  const std::vector<Param> recurrent_tail = {{"state", true}, {"state_out", false}, {"out", false}, {"stream", false}};
+  const std::vector<Param> recurrent_tail = {{"state", true}, {"state_out", false}, {"pools_ready_at_launch", false},
+                                             {"out", false}, {"stream", false}};
   return {
       {"gdn_decode_recurrent", concat(kStepParams, recurrent_tail), prepare_recurrent, kDocRecurrent},
       {"gdn_decode_kvbuffer", concat(kStepParams, kKVBufferPools), prepare_kvbuffer<gdn_decode_kvbuffer>, kDocKVBuffer},
@@ -304,7 +313,8 @@ std::vector<KernelBinding> gdn_bindings() {
       {"gdn_verify_classic_commit",
        {{"state", true}, {"slot", true}, {"step_states", true}, {"accept_len", true}, {"accept_nodes", false}, {"stream", false}},
        prepare_verify_classic_commit, kDocVerifyClassicCommit},
-      {"gdn_verify_kvbuffer", concat(concat(kVerifyParams, kKVBufferVerifyPools), {{"out", false}, {"stream", false}}),
+      {"gdn_verify_kvbuffer",
+       concat(concat(kVerifyParams, kKVBufferVerifyPools), {{"pools_ready_at_launch", false}, {"out", false}, {"stream", false}}),
        prepare_verify_kvbuffer, kDocVerifyKVBuffer},
       {"gdn_verify_kvbuffer_commit",
        concat(concat({{"slot", true}}, kKVBufferVerifyPools), {{"accept_len", true}, {"accept_nodes", false}, {"stream", false}}),

@@ -53,6 +53,7 @@ Launch prepare_recurrent(Args& a) {
   Mamba2RecurrentParams p;
   step_io(a, p.io);
   const Tensor state = a.tensor("state", kStateTypes, {S, NH, P, N});
+  p.pools_ready_at_launch = a.boolean("pools_ready_at_launch", false);
   const Tensor& out = a.output("out", {B, NH, P}, true);
   a.finish();
   p.io.out = out.ptr<__nv_bfloat16>();
@@ -78,6 +79,7 @@ Launch prepare_kvbuffer(Args& a) {
   const std::string path = a.choice("path", "auto", {"auto", "single", "split"});
   p.path = path == "single" ? DecodePath::Single : path == "split" ? DecodePath::Split : DecodePath::Auto;
   p.every_row_has_state = a.boolean("every_row_has_state", false);
+  p.pools_ready_at_launch = a.boolean("pools_ready_at_launch", false);
   const Tensor& out = a.output("out", {B, NH, P}, true);
   a.finish();
   p.io.out = out.ptr<__nv_bfloat16>();
@@ -93,7 +95,7 @@ Launch prepare_kvbuffer(Args& a) {
 const std::vector<Param> kKVBufferPools = {
     {"state", true}, {"buf_k", true},      {"buf_val", true},  {"buf_gcum", true}, {"buf_beta", true},
     {"fill", false}, {"has_state", false}, {"done_count", false}, {"row_fill", false}, {"row_has_state", false},
-    {"path", false}, {"every_row_has_state", false}, {"out", false}, {"stream", false}};
+    {"path", false}, {"every_row_has_state", false}, {"pools_ready_at_launch", false}, {"out", false}, {"stream", false}};
 
 // A verify step's inputs: the decode's with a T axis after the row; parents int32 [B, T].
 void verify_io(Args& a, Mamba2VerifyIO& io) {
@@ -204,14 +206,15 @@ B, C: bfloat16 [B, G, N]; z: optional gate bfloat16 [B, NH, P] (y *= silu(z)); d
 [NH] or None; slot: int32 [B] (negative: a padding row, output zeros); state: [slots, NH, P, N]
 float32, bfloat16 or float16 (N contiguous), updated in place. mamba-ssm's per-(head, dim) dt, A,
 D and dt_bias are stride-0 expansions of these: pass dt[..., 0], A[:, 0, 0], D[:, 0], dt_bias[:, 0].
-out: bfloat16 [B, NH, P] (allocated when None); stream as in gdn_decode_recurrent. Returns out.)";
+out: bfloat16 [B, NH, P] (allocated when None); stream and pools_ready_at_launch as in
+gdn_decode_recurrent. Returns out.)";
 
 constexpr const char* kDocKVBuffer = R"(Mamba-2 KVBuffer decode (kernels/mamba2/mamba2_decode.h). Token inputs as
 mamba2_decode_recurrent; pools: state [slots, NH, P, N] (S0), buf_k (B) bfloat16 [slots, C, G, N],
 buf_val (x) bfloat16 [slots, C, NH, P], buf_gcum and buf_beta (dt) float32 [slots, C, NH];
 fill, has_state, done_count int32 [slots], or row_fill, row_has_state int32 [B] instead; path
-'auto', 'single' or 'split' (direct only); every_row_has_state as in gdn_decode_kvbuffer.
-Returns out bfloat16 [B, NH, P].)";
+'auto', 'single' or 'split' (direct only); every_row_has_state and pools_ready_at_launch as in
+gdn_decode_kvbuffer. Returns out bfloat16 [B, NH, P].)";
 
 constexpr const char* kDocVerifyClassic = R"(Mamba-2 classic speculative verify, in place (vLLM's spec-decode state cache): S0
 from state[slot[row]], node t's state to state[step_slot[row, t]] (int32 [B, T]); commit by index.
@@ -232,7 +235,8 @@ mamba2_verify_kvbuffer. Returns None.)";
 
 std::vector<KernelBinding> mamba2_bindings() {
   return {
-      {"mamba2_decode_recurrent", concat(kStepParams, {{"state", true}, {"out", false}, {"stream", false}}),
+      {"mamba2_decode_recurrent",
+       concat(kStepParams, {{"state", true}, {"pools_ready_at_launch", false}, {"out", false}, {"stream", false}}),
        prepare_recurrent, kDocRecurrent},
       {"mamba2_decode_kvbuffer", concat(kStepParams, kKVBufferPools), prepare_kvbuffer<mamba2_decode_kvbuffer>,
        kDocKVBuffer},

@@ -247,6 +247,9 @@ class Validation(unittest.TestCase):
         self.assert_refused(ValueError, fn, arguments(fn, variant="raw"), "the raw variant needs buf_beta")
         self.assert_refused(TypeError, fn, arguments(fn, rows_per_block="16"), "rows_per_block must be an int")
         self.assert_refused(TypeError, fn, arguments(fn, every_row_has_state=1), "must be a bool")
+        for fn in ("gdn_decode_recurrent", "gdn_decode_kvbuffer", "gdn_verify_kvbuffer", "mamba2_decode_recurrent",
+                   "mamba2_decode_kvbuffer"):
+            self.assert_refused(TypeError, fn, arguments(fn, pools_ready_at_launch=1), "must be a bool")
 
     def test_one_entry_dtype_per_buffer(self):
         S, C, HV, V = DIMS["S"], DIMS["C"], DIMS["HV"], DIMS["V"]
