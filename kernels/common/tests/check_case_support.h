@@ -92,6 +92,23 @@ void expect_case_passes(const std::string& name, const std::string& description,
   EXPECT_GT(r.states_checked, 0) << note;
 }
 
+// The control of a family's late-input cases (late_inputs: the token's inputs written by a kernel
+// after the kernel under test started, kernels/common/checks/late_copy.h): each case again with its
+// pools written late too (late_pools). The kernels read their pools before their wait, so each must
+// see the poison and fail; a pass would mean the kernel before was no longer running when they read,
+// and the late-input cases would prove nothing. run_case(case, seed) returns a result with passed.
+template <class Case, class RunCase, class Describe>
+void expect_late_pools_seen(const std::vector<Case>& all, RunCase run_case, Describe describe) {
+  int controls = 0;
+  for (Case c : all) {
+    if (!c.late_inputs) continue;
+    c.late_pools = true, ++controls;
+    EXPECT_FALSE(run_case(c, case_seed(test_base_seed(), c.name)).passed)
+        << describe(c) << ": passed with its pools written after the kernel's start";
+  }
+  EXPECT_GT(controls, 0) << "no late-input case to control";
+}
+
 // A family's case lists: the names name_of gives (which case seeds derive from: the verify
 // families' qualified names, the decode families' names) unique, the quick subset `kvbuf check`
 // runs non-empty, smaller than and part of the full list.

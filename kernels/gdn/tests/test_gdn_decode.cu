@@ -23,17 +23,9 @@ TEST_P(GdnDecode, MatchesFloat64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, GdnDecode, ::testing::ValuesIn(decode_cases(false)), checks::CaseParamName());
 
-// The control of the late-inputs cases: the same launches with the pools (state and buffer) written
-// late too. The kernels read them before their wait, so they must see the poison and the case must fail;
-// if it passed, the kernel before would not have been running when they read, and the late-inputs
-// cases would prove nothing.
+// The control of the late-inputs cases (check_case_support.h).
 TEST(GdnDecodeLateWrites, PoolsWrittenLateAreReadEarly) {
-  for (DecodeCase c : decode_cases(false)) {
-    if (!c.late_inputs) continue;
-    c.late_pools = true;
-    const CaseResult r = run_decode_case(c, checks::case_seed(checks::test_base_seed(), c.name));
-    EXPECT_FALSE(r.passed) << describe(c) << ": passed with its pools written after the kernel's start";
-  }
+  checks::expect_late_pools_seen(decode_cases(false), run_decode_case, [](const DecodeCase& c) { return describe(c); });
 }
 
 // Host only (ctest GdnDecodeCases.host_only, which CI without a GPU runs; there gtest also aborts
