@@ -137,7 +137,6 @@ KVBufferArgs kvbuffer_args(const GdnVerifyKVBufferParams& p) {
 //     phase 5's epilogue.
 template <int KD, int TMAX, class E, class S, bool kPoolsFirst>
 __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const KVBufferArgs p) {
-  constexpr bool pools_ready = kPoolsFirst;
   constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
   constexpr int NT = kVerifyThreads, NF = KD / (4 * LN), ROW_STEP = kRows / RPT;
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
@@ -164,14 +163,14 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // step's commit): launched while that kernel's last blocks run, it waits for its completion
   // before reading the window's inputs, and, unless that kernel writes none of the pools and the
   // dispatch took the pools-first instantiation (kPoolsFirst, where pools_ready_at_launch is set and
-  // the grid is a few waves), before anything. The kernel after
-  // it (the next layer's verify, or the commit) is in turn a programmatic dependent of this one: it
-  // starts as this grid's last wave runs and waits (griddepcontrol.wait) for its completion.
-  if constexpr (!pools_ready) wait_prior_grid();
+  // the grid is a few waves), before anything. The kernel after it (the next layer's verify, or the
+  // commit) is in turn a programmatic dependent of this one: it starts as this grid's last wave runs
+  // and waits (griddepcontrol.wait) for its completion.
+  if constexpr (!kPoolsFirst) wait_prior_grid();
   allow_dependent_grids();
   const int slot = io.slot[row];
   if (slot < 0) {
-    if constexpr (pools_ready) wait_prior_grid();
+    if constexpr (kPoolsFirst) wait_prior_grid();
     for (int i = threadIdx.x; i < T * kRows; i += NT)
       io.out[((size_t(row) * T + i / kRows) * io.HV + h) * io.V + v0 + i % kRows] = __float2bfloat16_rn(0.f);
     return;
@@ -208,7 +207,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // chunks (registers) and the n buffer entries (cp.async group 2); the window is prepared while
   // the buffer is still in flight. With ready pools the state and the entries go first, before the
   // wait for the kernel before, and the window after it (one group).
-  if constexpr (!pools_ready) {
+  if constexpr (!kPoolsFirst) {
     copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
     copy_window_v_async<NT>(io, row, h, v0, s_raw_v);
     copy_window_gates_async(io, row, h, s_graw, s_beta, s_praw);
@@ -235,7 +234,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     cp_async16(s_u + j * kRows + e, buf_u + size_t(j) * io.HV * io.V + e);
   }
   for (int j = threadIdx.x; j < n; j += NT) cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * io.HV + h);
-  if constexpr (pools_ready) {
+  if constexpr (kPoolsFirst) {
     wait_prior_grid();
     copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
     copy_window_v_async<NT>(io, row, h, v0, s_raw_v);

@@ -66,14 +66,13 @@ Launch prepare_recurrent(Args& a) {
   const Tensor state = a.tensor("state", kStateTypes, {S, HV, V, K});
   const Tensor state_out = a.tensor("state_out", kStateTypes, {S, HV, V, K}, false);
   a.same_dtype(state_out, state);
-  const bool pools_ready = a.boolean("pools_ready_at_launch", false);
+  p.pools_ready_at_launch = a.boolean("pools_ready_at_launch", false);
   const Tensor& out = a.output("out", {B, HV, V}, true);
   a.finish();
   p.io.out = out.ptr<__nv_bfloat16>();
   p.state_in = state.data;
   p.state_out = state_out ? state_out.data : state.data;
   p.state_type = state_type_of(state);
-  p.pools_ready_at_launch = pools_ready;
   return [p](cudaStream_t s) { gdn_decode_recurrent(p, s); };
 }
 
