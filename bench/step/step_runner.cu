@@ -15,6 +15,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device_buffer.h"
 #include "kernels/gdn/gdn_decode.h"
+#include "kernels/gdn/gdn_launch_shape.h"  // verify_coef_bytes
 #include "kernels/gdn/gdn_verify.h"
 #include "kernels/mamba2/mamba2_decode.h"
 #include "kernels/mamba2/mamba2_verify.h"
@@ -71,6 +72,7 @@ struct PointState {
   DeviceBuffer kv_indptr, kv_indices, kv_last;
   std::vector<DeviceBuffer> k_cache, v_cache;  // per attention layer
   std::unique_ptr<DevicePools> pools;
+  // scratch: the GDN split paths' workspace (decode: one step's r, s; KVBuffer verify: coefficient records).
   DeviceBuffer row_fill, row_has, scratch;
   // Activations.
   DeviceBuffer hidden, normed, proj, q, k, v, g, beta, z, dt, lin_out, gated, attn_q, attn_o, mlp_up, mlp_act, logits;
@@ -268,6 +270,8 @@ bool StepRunner::prepare(const StepPoint& p, std::string* why) {
       KVB_CUDA_CHECK(cudaMemcpy(ps->pools->at<void>(l, "has_state"), ones.data(), size_t(B) * 4, cudaMemcpyHostToDevice));
       KVB_CUDA_CHECK(cudaMemset(ps->pools->at<void>(l, "done_count"), 0, size_t(B) * 4));
     }
+    if (s.kind == LayerKind::GatedDeltaNet)  // the split path's coefficient records, one step's
+      ps->scratch = DeviceBuffer(gdn_verify_detail::verify_coef_bytes(B, s.value_heads, T, p.chunk));
   } else if (kvb) {
     ps->row_fill = DeviceBuffer(size_t(B) * 4);
     ps->row_has = DeviceBuffer(size_t(B) * 4);
@@ -504,6 +508,7 @@ void StepRunner::Impl::linear_verify(cudaStream_t st, int i) {
     p.win_k = pools.at<void>(l, "win_k"), p.win_u = pools.at<void>(l, "win_u");
     p.win_gcum = pools.at<float>(l, "win_gcum"), p.win_base = pools.at<int32_t>(l, "win_base");
     p.accept = accept;
+    p.coef = x.scratch.as<float>();
     gdn_verify_kvbuffer(p, st);
     x.gdn_verify.at(l) = p;
     return;

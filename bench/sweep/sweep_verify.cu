@@ -43,6 +43,7 @@
 #include "bench/sweep/sweep.h"
 #include "kernels/common/common.cuh"
 #include "kernels/gdn/gdn_decode.h"
+#include "kernels/gdn/gdn_launch_shape.h"  // verify_coef_bytes
 #include "kernels/gdn/gdn_verify.h"
 #include "kernels/mamba2/mamba2_verify.h"
 #include "sim/bytes_model.h"
@@ -325,6 +326,7 @@ class VerifySweep {
     const VerifyAccept accept = m2 ? m2->rows.accept : gdn->rows.accept;
     DevicePools pools(plan);
     DeviceBuffer row_order(m2 ? size_t(batch) * 4 : 0);  // launch order, where it pays
+    DeviceBuffer coef(m2 ? 0 : gdn_verify_detail::verify_coef_bytes(batch, s_.value_heads, T, C));  // GDN split path: one step's records
     for (int l = 0; l < L; ++l) {
       fill_uniform_state(pools.at<void>(l, "state"), plan.tensor_bytes("state") / p_.state_bytes(), p_.state,
                          a_.seed + 11 + 8 * l, -1.f, 1.f);
@@ -379,6 +381,7 @@ class VerifySweep {
       p.win_gcum = pools.at<float>(l, "win_gcum");
       p.win_base = pools.at<int32_t>(l, "win_base");
       p.accept = accept;
+      p.path = vm.path, p.coef = coef.as<float>();
       return p;
     };
     const bool order_rows = m2 && mamba2_verify_kvbuffer_row_order_pays(mamba2_params(0));

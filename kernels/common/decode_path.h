@@ -12,6 +12,9 @@ namespace kvbuf {
 // `scratch`); Auto = the dispatch picks by measurement from batch and C, per entry point (direct:
 // split from batch 8 and C 4; kvbuffer: split only at C 64), and runs Single where Split cannot;
 // at C 1 with row_fill/row_has_state it runs the recurrent kernels (every step folds its token).
+// The GDN KVBuffer verify takes it too: Split = a coefficient kernel per (row, key head) then the
+// state kernel (needs its `coef` workspace); Auto runs Split from T = 5 where the grid is many waves
+// (kernels/gdn/gdn_verify_kvbuffer.cu), Single elsewhere and wherever `coef` is null.
 enum class DecodePath { Auto, Single, Split };
 
 }  // namespace kvbuf

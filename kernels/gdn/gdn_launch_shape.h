@@ -148,6 +148,44 @@ struct VerifySmem {
 // The KVBuffer commit's fold kernel (C == T): the buffer's keys, its w rows and G.
 inline size_t commit_fold_smem_bytes(int K, int C) { return size_t(C) * (K + 4 + kRows + 1) * sizeof(float); }
 
+// The split path (DecodePath::Split, large grids): a coefficient kernel per (request row, key head)
+// computes what the state kernel's blocks of that key head would each compute again (the tree, G,
+// the norms, the key dot products and the coefficients made of them) into one record per (row,
+// value head) of the `coef` workspace, in floats: a header (n_eff and the fold flag as int bits,
+// e^{G_n} of a fold, a pad), the merge's column factors [operand_cols], the window coefficients
+// cu, co [TMAX, coef_pitch] (the state kernel's s_cu, s_co, s_colf), then, sized by C, the fold's
+// decays e^{G_n - G_j} [C] and the buffer coefficients wu, wo [C, TMAX]. The fixed part first, so
+// that its offsets are compile-time constants; 16-byte records (the state kernel copies its record
+// whole into its shared memory, where the key dot products' partial sums would be,
+// VerifySmem::part(), always the larger: 16 NB (C + TMAX) bytes or more against 4 (20 + 2 TMAX CP +
+// (2 TMAX + 1) C)).
+struct VerifyCoefRecord {
+  int tmax, c;
+  static constexpr int kHeader = 4;
+  KVB_HOST_DEVICE constexpr int colf() const { return kHeader; }
+  KVB_HOST_DEVICE constexpr int cu() const { return colf() + operand_cols(tmax); }
+  KVB_HOST_DEVICE constexpr int co() const { return cu() + tmax * coef_pitch(tmax); }
+  KVB_HOST_DEVICE constexpr int fdecay() const { return co() + tmax * coef_pitch(tmax); }
+  KVB_HOST_DEVICE constexpr int wu() const { return fdecay() + c; }
+  KVB_HOST_DEVICE constexpr int wo() const { return wu() + c * tmax; }
+  KVB_HOST_DEVICE constexpr int floats() const { return (wo() + c * tmax + 3) / 4 * 4; }
+};
+// The split path's workspace: one record per (request row, value head).
+inline size_t verify_coef_bytes(int batch, int value_heads, int tokens, int capacity) {
+  return size_t(batch) * size_t(value_heads) * size_t(VerifyCoefRecord{verify_tmax(tokens), capacity}.floats()) * 4;
+}
+// The coefficient kernel's window rows (raw keys and queries, bf16), padded as the buffer keys'
+// (VerifySmem::key_pitch) so that a fragment load's 8 rows fall on distinct bank groups.
+KVB_HOST_DEVICE constexpr int coef_window_pitch(int kd) { return kd + 16; }
+// The coefficient kernel's shared memory for R = HV / H value heads per key head: the window's raw
+// keys and queries [2 TMAX, coef_window_pitch] bf16, the n <= C buffer keys [C, key_pitch] entries,
+// the dot products [C + TMAX, 2 TMAX] fp32, the norm scales [2 TMAX], the window gates [R, TMAX]
+// and the buffer's G [R, C] fp32, the parents [TMAX] int32.
+inline size_t verify_coef_smem_bytes(int K, int tmax, int C, int esz, int R) {
+  return size_t(2 * tmax) * coef_window_pitch(K) * 2 + size_t(C) * VerifySmem::key_pitch(K, esz) * esz +
+         (size_t(C + tmax) * 2 * tmax + 2 * tmax + size_t(R) * (tmax + C) + tmax) * 4;
+}
+
 }  // namespace gdn_verify_detail
 
 }  // namespace kvbuf

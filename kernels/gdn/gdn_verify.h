@@ -112,6 +112,12 @@ struct GdnVerifyKVBufferParams {
   // buffered entries while that kernel finishes, and the window's inputs after it. The commit
   // ignores it.
   bool pools_ready_at_launch = false;
+  // The launch path (kernels/common/decode_path.h): Single = one kernel; Split = a coefficient
+  // kernel per (row, key head), which writes `coef` and the scratch, then the state kernel, which
+  // reads them; Auto = Split from T = 5 where the grid is more than a few waves and `coef` is set
+  // (gdn_verify_kvbuffer.cu), Single elsewhere. The commit ignores both.
+  DecodePath path = DecodePath::Auto;
+  float* coef = nullptr;  // Split: workspace of gdn_verify_detail::verify_coef_bytes(B, HV, T, C) (gdn_launch_shape.h)
 };
 void gdn_verify_kvbuffer(const GdnVerifyKVBufferParams& p, cudaStream_t stream);
 void gdn_verify_kvbuffer_commit(const GdnVerifyKVBufferParams& p, cudaStream_t stream);

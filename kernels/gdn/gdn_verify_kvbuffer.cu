@@ -51,7 +51,13 @@
 // (6f21914, one call, against 0408d15): T = 5 5.38 / 11.49 / 64.90 us at batch 1 / 8 / 64 (were
 // 6.02 / 15.03 / 65.62), T = 4 4.13 / 9.74 / 54.57; the two orders are two instantiations since
 // be3f7d5 (notes, "pools before the wait"; its pools-first kernels not yet run on a GPU).
-// Performance log v1..v21 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
+// Split path (v22, DecodePath::Split; Auto from T = 5 where the grid is more than 8 waves): a
+// coefficient kernel per (row, key head) computes the tree, norms, key dot products and every
+// coefficient once (gdn_verify_kvbuffer_coef_kernel, a record per (row, value head)), and this kernel
+// (kSplit) runs phases 1-3 and 6-8 on them. Measured before the rule (notes, v22): T = 5, fp32 states,
+// 121.70 / 232.79 / 457.87 us at batch 128 / 256 / 512 against 126.71 / 249.93 / 497.00 for the single
+// kernel in the same call; the coefficient kernel itself takes ~20 us of that at batch 128 (ncu).
+// Performance log v1..v22 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
 // ("log vN" in the comments below).
 #include <stdexcept>
 #include <string>
@@ -135,8 +141,9 @@ KVBufferArgs kvbuffer_args(const GdnVerifyKVBufferParams& p) {
 //   phase 8 reads the substitution's coefficients as rows of 16-byte vectors (row t: column t of the
 //     window coefficients, s_cu for u (s < t), s_co for o (s <= t), padded to CP), written so by
 //     phase 5's epilogue.
-template <int KD, int TMAX, class E, class S, bool kPoolsFirst>
-__global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const KVBufferArgs p) {
+template <int KD, int TMAX, class E, class S, bool kPoolsFirst, bool kSplit>
+__global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(const KVBufferArgs p, const float* coef) {
+  static_assert(!(kPoolsFirst && kSplit), "the split path's state kernel waits for the coefficient kernel first");
   constexpr int LN = kLanesPerRow, RPT = kRowsPerThread;
   constexpr int NT = kVerifyThreads, NF = KD / (4 * LN), ROW_STEP = kRows / RPT;
   constexpr int ESZ = sizeof(E), E16 = 16 / ESZ;  // entries per 16-byte copy
@@ -201,6 +208,17 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   __shared__ __align__(16) float s_cu[TMAX * CP];
   __shared__ __align__(16) float s_co[TMAX * CP];
   __shared__ __align__(16) float s_colf[NB];
+  // Split (kSplit, the state kernel after gdn_verify_kvbuffer_coef_kernel): the row's record
+  // (VerifyCoefRecord) lands with the window, where phase 5's partial sums would be, and phases 7-8
+  // read their coefficients from it; phases 4, 5 and 9 and phase 3's norms are that kernel's.
+  constexpr VerifyCoefRecord kRec{TMAX, 0};
+  const VerifyCoefRecord rec{TMAX, C};
+  float* s_rec = s_part;
+  const float* colf = kSplit ? s_rec + kRec.colf() : s_colf;
+  const float* cu_rows = kSplit ? s_rec + kRec.cu() : s_cu;
+  const float* co_rows = kSplit ? s_rec + kRec.co() : s_co;
+  const float* wu_coef = kSplit ? s_rec + rec.wu() : s_wu;
+  const float* wo_coef = kSplit ? s_rec + rec.wo() : s_wo;
 
   // Phase 2, issue. Every global read of the block is issued before the first one is consumed: the
   // window's tokens and gates (cp.async group 1, independent of the pools), then the state row
@@ -208,6 +226,10 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // the buffer is still in flight. With ready pools the state and the entries go first, before the
   // wait for the kernel before, and the window after it (one group).
   if constexpr (!kPoolsFirst) {
+    if constexpr (kSplit) {  // the record, in the window's copy group
+      const float* src = coef + (size_t(row) * io.HV + h) * rec.floats();
+      for (int c = threadIdx.x; c < rec.floats() / 4; c += NT) cp_async16(s_rec + 4 * c, src + 4 * c);
+    }
     copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
     copy_window_v_async<NT>(io, row, h, v0, s_raw_v);
     copy_window_gates_async(io, row, h, s_graw, s_beta, s_praw);
@@ -225,7 +247,9 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
                           : make_float4(0.f, 0.f, 0.f, 0.f);
   const E* buf_k = static_cast<const E*>(p.buf_k) + (size_t(slot) * C * io.H + kh) * KD;  // entry j: + j H K
   const E* buf_u = static_cast<const E*>(p.buf_val) + (size_t(slot) * C * io.HV + h) * io.V + v0;
-  for (int c = threadIdx.x; c < n * (KD / E16); c += NT) {
+  // Split: the keys serve only a fold, which needs n + depth >= C (depth <= T).
+  const int keys_needed = !kSplit || n + T >= C ? n : 0;
+  for (int c = threadIdx.x; c < keys_needed * (KD / E16); c += NT) {
     const int j = c / (KD / E16), e = (c % (KD / E16)) * E16;
     cp_async16(s_keys + j * KEY_PITCH + e, buf_k + size_t(j) * io.H * KD + e);
   }
@@ -233,7 +257,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     const int j = c / (kRows / E16), e = (c % (kRows / E16)) * E16;
     cp_async16(s_u + j * kRows + e, buf_u + size_t(j) * io.HV * io.V + e);
   }
-  for (int j = threadIdx.x; j < n; j += NT) cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * io.HV + h);
+  if constexpr (!kSplit)
+    for (int j = threadIdx.x; j < n; j += NT) cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * io.HV + h);
   if constexpr (kPoolsFirst) {
     wait_prior_grid();
     copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
@@ -276,16 +301,18 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
 #pragma unroll
       for (int i = 0; i < PL; ++i) ss[k] = fmaf(xs[k][i], xs[k][i], ss[k]);
     }
+    if constexpr (!kSplit) {
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
+      for (int off = 16; off > 0; off >>= 1)
 #pragma unroll
-      for (int k = 0; k < COLS; ++k) ss[k] += __shfl_xor_sync(0xffffffffu, ss[k], off);
+        for (int k = 0; k < COLS; ++k) ss[k] += __shfl_xor_sync(0xffffffffu, ss[k], off);
+    }
 #pragma unroll
     for (int k = 0; k < COLS; ++k) {
       float* dst = s_b + (warp + k * kVerifyWarps) * BP + lane * PL;
       if constexpr (PL == 4) *reinterpret_cast<float4*>(dst) = make_float4(xs[k][0], xs[k][1], xs[k][2], xs[k][3]);
       else *reinterpret_cast<float2*>(dst) = make_float2(xs[k][0], xs[k][1]);
-      if (vec[k] >= 0 && lane == 0) s_scale[vec[k]] = rsqrtf(ss[k] + 1e-6f) * (vec[k] >= T ? rsqrtf(float(KD)) : 1.f);
+      if (!kSplit && vec[k] >= 0 && lane == 0) s_scale[vec[k]] = rsqrtf(ss[k] + 1e-6f) * (vec[k] >= T ? rsqrtf(float(KD)) : 1.f);
     }
   }
   // Phase 4, the window's tree, the fold decision and G_t, lane t = node t, once the buffer has
@@ -293,8 +320,16 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // phases after phase 5's barrier.
   cp_async_wait_group<0>();
   __syncthreads();
+  // Split: the record says whether the buffer folds first and what stays buffered (n_eff); phases 4
+  // and 5 are the coefficient kernel's, and the fold makes its weights where it reads them.
+  int n_eff;
+  bool fold;
+  if constexpr (kSplit) {
+    n_eff = __float_as_int(s_rec[0]);
+    fold = __float_as_int(s_rec[1]) != 0;
+  } else {
   const WindowNode node = window_node<TMAX>(T, io.parents ? s_praw : nullptr);
-  const bool fold = verify_folds_first(C, node.depth, n);
+  fold = verify_folds_first(C, node.depth, n);
   {
     const int t = threadIdx.x & 31;
     const float g_base = (!fold && n > 0) ? s_gbuf[n - 1] : 0.f;
@@ -317,7 +352,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
         s_colf[t] = t < 2 * TMAX && tc < T ? e_gc * s_scale[t < TMAX ? tc : T + tc] : 0.f;
     }
   }
-  const int n_eff = fold ? 0 : n;
+  n_eff = fold ? 0 : n;
   if (fold) {  // fold weights w_j[r] = e^{G_n - G_j} u_j[r]
     const float g_n = s_gbuf[n - 1];
     for (int idx = threadIdx.x; idx < n * kRows; idx += NT)
@@ -405,9 +440,14 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     }
   }
   __syncthreads();
+  }
 
   if (fold) {  // Phase 6, fold: S0 <- e^{G_n} S0 + sum_j w_j[r] k_j, written back once
-    const float e_gn = expf(s_gbuf[n - 1]);
+    const float e_gn = kSplit ? s_rec[2] : expf(s_gbuf[n - 1]);
+    // w_j[r] = e^{G_n - G_j} u_j[r]: made above (s_w), or here from the record's decays (split).
+    const auto w_at = [&](int j, int r) {
+      return kSplit ? s_rec[rec.fdecay() + j] * to_f32(s_u[j * kRows + r]) : s_w[j * kRows + r];
+    };
 #pragma unroll
     for (int k = 0; k < RPT; ++k)
 #pragma unroll
@@ -424,8 +464,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       const int g = group % 8;
       for (int ks = 0; ks < (n + 7) / 8; ++ks) {
         const int j0 = 8 * ks + part, j1 = j0 + 4;
-        const Tf32Split a = tf32_split(j0 < n ? s_w[j0 * kRows + group] : 0.f, j0 < n ? s_w[j0 * kRows + group + ROW_STEP] : 0.f,
-                                       j1 < n ? s_w[j1 * kRows + group] : 0.f, j1 < n ? s_w[j1 * kRows + group + ROW_STEP] : 0.f);
+        const Tf32Split a = tf32_split(j0 < n ? w_at(j0, group) : 0.f, j0 < n ? w_at(j0, group + ROW_STEP) : 0.f,
+                                       j1 < n ? w_at(j1, group) : 0.f, j1 < n ? w_at(j1, group + ROW_STEP) : 0.f);
         const E* key0 = s_keys + j0 * KEY_PITCH + 4 * (g / 2) + g % 2;
         const E* key1 = s_keys + j1 * KEY_PITCH + 4 * (g / 2) + g % 2;
 #pragma unroll
@@ -441,7 +481,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       for (int j = 0; j < n; ++j) {
         float wj[RPT];
 #pragma unroll
-        for (int k = 0; k < RPT; ++k) wj[k] = s_w[j * kRows + group + k * ROW_STEP];
+        for (int k = 0; k < RPT; ++k) wj[k] = w_at(j, group + k * ROW_STEP);
         const float4* key = reinterpret_cast<const float4*>(s_keys + j * KEY_PITCH);
 #pragma unroll
         for (int i = 0; i < NF; ++i) {
@@ -522,9 +562,9 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
         // Column c = 8 nt + g of [wu | wo]; columns of absent tokens (t >= T) and padding are zero.
         const int c = 8 * nt + g, t = c < TMAX ? c : c - TMAX;
         const bool live = c < 2 * TMAX && t < T;
-        const float* coef = (c < TMAX ? s_wu : s_wo) + t;
-        const float b0 = live && j0 < n_eff ? coef[j0 * TMAX] : 0.f;
-        const float b1 = live && j1 < n_eff ? coef[j1 * TMAX] : 0.f;
+        const float* bcoef = (c < TMAX ? wu_coef : wo_coef) + t;
+        const float b0 = live && j0 < n_eff ? bcoef[j0 * TMAX] : 0.f;
+        const float b1 = live && j1 < n_eff ? bcoef[j1 * TMAX] : 0.f;
         const float b0_hi = __uint_as_float(__float_as_uint(b0) & 0xffffe000u), b1_hi = __uint_as_float(__float_as_uint(b1) & 0xffffe000u);
         const uint32_t ua0 = __float_as_uint(a0), ua1 = __float_as_uint(a1), ua2 = __float_as_uint(a2), ua3 = __float_as_uint(a3);
         mma_tf32(db[nt], ua0, ua1, ua2, ua3, b0 - b0_hi, b1 - b1_hi);
@@ -534,7 +574,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   }
 #pragma unroll
   for (int nt = 0; nt < NTILES; ++nt) {
-    const float2 f = *reinterpret_cast<const float2*>(s_colf + 8 * nt + 2 * part);
+    const float2 f = *reinterpret_cast<const float2*>(colf + 8 * nt + 2 * part);
     d[nt][0] = fmaf(f.x, d[nt][0], db[nt][0]);
     d[nt][2] = fmaf(f.x, d[nt][2], db[nt][2]);
     d[nt][1] = fmaf(f.y, d[nt][1], db[nt][1]);
@@ -555,8 +595,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       const float uj = to_f32(s_u[j * kRows + r]);
 #pragma unroll
       for (int t = 0; t < TMAX; ++t) {
-        e_row[t] = fmaf(s_wu[j * TMAX + t], uj, e_row[t]);
-        e_row[TMAX + t] = fmaf(s_wo[j * TMAX + t], uj, e_row[TMAX + t]);
+        e_row[t] = fmaf(wu_coef[j * TMAX + t], uj, e_row[t]);
+        e_row[TMAX + t] = fmaf(wo_coef[j * TMAX + t], uj, e_row[TMAX + t]);
       }
     }
   }
@@ -574,8 +614,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       float cu[CP], co[CP];  // coefficients of column t, s = 0 .. t - 1 (u) and 0 .. t (o)
 #pragma unroll
       for (int q4 = 0; q4 < CP / 4; ++q4) {
-        if (4 * q4 < t) *reinterpret_cast<float4*>(cu + 4 * q4) = *reinterpret_cast<const float4*>(s_cu + t * CP + 4 * q4);
-        if (4 * q4 <= t) *reinterpret_cast<float4*>(co + 4 * q4) = *reinterpret_cast<const float4*>(s_co + t * CP + 4 * q4);
+        if (4 * q4 < t) *reinterpret_cast<float4*>(cu + 4 * q4) = *reinterpret_cast<const float4*>(cu_rows + t * CP + 4 * q4);
+        if (4 * q4 <= t) *reinterpret_cast<float4*>(co + 4 * q4) = *reinterpret_cast<const float4*>(co_rows + t * CP + 4 * q4);
       }
       float xv = __bfloat162float(s_raw_v[t * kRows + r]) - e_row[t];
 #pragma unroll
@@ -591,7 +631,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     }
   }
 
-  if (tile == 0) {  // Phase 9, scratch for the commit
+  if (!kSplit && tile == 0) {  // Phase 9, scratch for the commit (split: the coefficient kernel's)
     if (sub == 0) {
       E* win_k = static_cast<E*>(p.win_k);
       for (int idx = threadIdx.x; idx < T * KD; idx += NT)
@@ -601,6 +641,189 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
     if (h == 0 && threadIdx.x == 0) {
       p.win_base[2 * row] = n_eff;
       p.win_base[2 * row + 1] = have_s0 ? 1 : 0;
+    }
+  }
+}
+
+// Split path, first kernel: what every block of one (request row, key head) of the fused kernel
+// computes alike (V / 64 tiles x HV / H value heads: 4 blocks at Qwen3-Next shapes), computed once:
+// the tree and the fold decision, the norm scales, the dot products of the n_eff buffer keys and the
+// T window keys with the window's keys and queries, and from them, per value head, G_t, the merge's
+// column factors, the window coefficients (cu, co), the buffer coefficients (wu, wo) and the fold's
+// decays, as one record per (row, value head) (VerifyCoefRecord, gdn_launch_shape.h); and the
+// commit's scratch (normalised window keys, G_t, the row's base) as the fused kernel's phase 9.
+// The same formulas, operand layouts and tensor-core products as the fused kernel's phases 3-5.
+// Grid (key heads, rows), 128 threads: warp w takes the norms of vectors w, w + 4, ..., the
+// (16-row, 8-column) tiles w, w + 4, ... of the dot products, then the items w, w + 4, ... of the
+// value heads (two per head: the window's part, the buffer's part; lane t = node t).
+// A programmatic dependent of the kernel before it: with ready pools (pools_first) it reads slot,
+// fill, the buffer keys and G before its wait, the window's inputs after it. The state kernel after
+// it waits for its completion before reading anything.
+constexpr int kCoefThreads = 128;
+template <int KD, int TMAX, class E>
+__global__ void __launch_bounds__(kCoefThreads, 12)
+    gdn_verify_kvbuffer_coef_kernel(const KVBufferArgs p, float* coef, bool pools_first) {
+  constexpr int NT = kCoefThreads, NW = NT / 32, PL = KD / 32, DP = 2 * TMAX, CP = coef_pitch(TMAX);
+  constexpr int NB = operand_cols(TMAX), NTILES = NB / 8;
+  constexpr int E16 = 16 / int(sizeof(E)), KP = VerifySmem::key_pitch(KD, int(sizeof(E))), WP = coef_window_pitch(KD);
+  const GdnVerifyIO& io = p.io;
+  const int kh = blockIdx.x, row = blockIdx.y, R = io.HV / io.H, T = io.tokens, C = p.capacity;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (!pools_first) wait_prior_grid();
+  const int slot = io.slot[row];
+  if (slot < 0) {
+    if (pools_first) wait_prior_grid();
+    allow_dependent_grids();
+    return;
+  }
+  const int n = p.fill[slot];
+  const bool has_state = p.has_state[slot] != 0;
+  // Shared memory (verify_coef_smem_bytes): raw window keys and queries [2 TMAX, WP] bf16, buffer
+  // keys [C, KP] E (padded rows, as the fused kernel's), dot products [C + TMAX, DP] (row: buffer
+  // key j or window key s; column t: key t, TMAX + t: query t), norm scales [2 TMAX], gates [R,
+  // TMAX], buffer G [R, C], parents [TMAX].
+  extern __shared__ float4 smem4[];
+  char* smem = reinterpret_cast<char*>(smem4);
+  __nv_bfloat16* s_raw = reinterpret_cast<__nv_bfloat16*>(smem);
+  E* s_keys = reinterpret_cast<E*>(smem + 2 * TMAX * WP * 2);
+  float* s_dot = reinterpret_cast<float*>(smem + 2 * TMAX * WP * 2 + size_t(C) * KP * sizeof(E));
+  float* s_scale = s_dot + (C + TMAX) * DP;
+  float* s_g = s_scale + 2 * TMAX;
+  float* s_gbuf = s_g + R * TMAX;
+  int* s_par = reinterpret_cast<int*>(s_gbuf + R * C);
+
+  const E* buf_k = static_cast<const E*>(p.buf_k) + (size_t(slot) * C * io.H + kh) * KD;  // entry j: + j H K
+  for (int c = threadIdx.x; c < n * (KD / E16); c += NT) {
+    const int j = c / (KD / E16), e = (c % (KD / E16)) * E16;
+    cp_async16(s_keys + j * KP + e, buf_k + size_t(j) * io.H * KD + e);
+  }
+  for (int i = threadIdx.x; i < R * n; i += NT)
+    cp_async4(s_gbuf + (i / n) * C + i % n, p.buf_gcum + (size_t(slot) * C + i % n) * io.HV + kh * R + i / n);
+  if (pools_first) wait_prior_grid();
+  allow_dependent_grids();
+  for (int c = threadIdx.x; c < 2 * T * (KD / 8); c += NT) {  // rows 0..T-1 keys, T..2T-1 queries
+    const int vec = c / (KD / 8), e = (c % (KD / 8)) * 8, t = vec < T ? vec : vec - T;
+    cp_async16(s_raw + vec * WP + e, (vec < T ? io.k : io.q) + ((size_t(row) * T + t) * io.H + kh) * KD + e);
+  }
+  for (int i = threadIdx.x; i < R * T; i += NT)
+    cp_async4(s_g + (i / T) * TMAX + i % T, io.g + (size_t(row) * T + i % T) * io.HV + kh * R + i / T);
+  if (io.parents && threadIdx.x < T) cp_async4(s_par + threadIdx.x, io.parents + size_t(row) * T + threadIdx.x);
+  cp_async_commit();
+  cp_async_wait_group<0>();
+  __syncthreads();
+
+  const WindowNode node = window_node<TMAX>(T, io.parents ? s_par : nullptr);
+  const bool fold = verify_folds_first(C, node.depth, n);
+  const int n_eff = fold ? 0 : n, key_rows = n_eff + T;
+  for (int vec = warp; vec < 2 * T; vec += NW) {  // norm scales: keys 0..T-1, queries (also K^-0.5) T..2T-1
+    const __nv_bfloat162* src = reinterpret_cast<const __nv_bfloat162*>(s_raw + vec * WP + lane * PL);
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < PL / 2; ++i) {
+      const float2 f = __bfloat1622float2(src[i]);
+      ss = fmaf(f.x, f.x, ss);
+      ss = fmaf(f.y, f.y, ss);
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) s_scale[vec] = rsqrtf(ss + 1e-6f) * (vec >= T ? rsqrtf(float(KD)) : 1.f);
+  }
+  {  // raw dot products on the tensor cores, D [key rows, NB] = A [key rows, K] x B [K, NB] (phase 5's)
+    constexpr bool kExactKeys = sizeof(E) == 2;
+    const int g = lane / 4, tq = lane % 4;
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+    const auto a_at = [&](int kr, int i) {
+      return kr >= key_rows ? zero
+             : kr < n_eff   ? load4(s_keys + kr * KP + 16 * i + 4 * tq)
+                            : load4(s_raw + (kr - n_eff) * WP + 16 * i + 4 * tq);
+    };
+    for (int item = warp; item < (key_rows + 15) / 16 * NTILES; item += NW) {
+      const int mt = item / NTILES, nt = item % NTILES, c = nt * 8 + g, tc = c < TMAX ? c : c - TMAX;
+      const bool b_live = c < 2 * TMAX && tc < T;
+      const __nv_bfloat16* b_row = s_raw + (b_live ? (c < TMAX ? tc : T + tc) : 0) * WP + 4 * tq;
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 2
+      for (int i = 0; i < KD / 16; ++i) {
+        const float4 r0 = a_at(mt * 16 + g, i), r1 = a_at(mt * 16 + g + 8, i);
+        const float4 bf = b_live ? load4(b_row + 16 * i) : zero;
+        mma_tf32_a<kExactKeys>(d, r0.x, r1.x, r0.y, r1.y, bf.x, bf.y);
+        mma_tf32_a<kExactKeys>(d, r0.z, r1.z, r0.w, r1.w, bf.z, bf.w);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int kr = mt * 16 + g + 8 * (e / 2), col = nt * 8 + 2 * tq + e % 2;
+        if (kr < key_rows && col < DP) s_dot[kr * DP + col] = d[e];
+      }
+    }
+  }
+  __syncthreads();
+
+  E* win_k = static_cast<E*>(p.win_k);  // the commit's scratch: normalised window keys
+  for (int idx = threadIdx.x; idx < T * KD; idx += NT)
+    win_k[((size_t(row) * T + idx / KD) * io.H + kh) * KD + idx % KD] =
+        from_f32<E>(__bfloat162float(s_raw[(idx / KD) * WP + idx % KD]) * s_scale[idx / KD]);
+  if (kh == 0 && threadIdx.x == 0) {
+    p.win_base[2 * row] = n_eff;
+    p.win_base[2 * row + 1] = has_state || fold ? 1 : 0;
+  }
+  const VerifyCoefRecord rec{TMAX, C};
+  constexpr unsigned kAll = 0xffffffffu;
+  for (int item = warp; item < 2 * R; item += NW) {  // value head r = item / 2; lane t = node t for G
+    const int r = item / 2, h = kh * R + r, t = lane;
+    float* out = coef + (size_t(row) * io.HV + h) * rec.floats();
+    const float* gbuf = s_gbuf + r * C;
+    const float g_t = t < T ? s_g[r * TMAX + t] : 0.f;
+    float G = ((!fold && n > 0) ? gbuf[n - 1] : 0.f) + g_t;
+#pragma unroll
+    for (int a = 0; a < TMAX; ++a) {
+      const float g_a = __shfl_sync(kAll, g_t, a);
+      if ((node.anc >> a) & 1u) G += g_a;
+    }
+    if (item % 2 == 0) {  // the window's part: G_t for the commit, header, column factors, cu and co
+      if (t < T) p.win_gcum[(size_t(row) * T + t) * io.HV + h] = G;
+      if (t == 0) {
+        out[0] = __int_as_float(n_eff);
+        out[1] = __int_as_float(fold ? 1 : 0);
+        out[2] = fold ? expf(gbuf[n - 1]) : 0.f;
+        out[3] = 0.f;
+      }
+      {  // column c = t's factor e^{G_t'} scale_c (c = t' key, TMAX + t' query)
+        const int tc = t < TMAX ? t : t - TMAX;
+        const float e_gc = __shfl_sync(kAll, expf(G), tc < TMAX ? tc : 0);
+        if (t < NB) out[rec.colf() + t] = t < 2 * TMAX && tc < T ? e_gc * s_scale[t < TMAX ? tc : T + tc] : 0.f;
+      }
+      for (int base = 0; base < TMAX * CP; base += 32) {  // (node tt, node s): ancestors and s = tt only
+        const int idx = base + lane, tt = idx / CP, s = idx % CP;
+        const float G_tt = __shfl_sync(kAll, G, tt < TMAX ? tt : 0), G_s = __shfl_sync(kAll, G, s < TMAX ? s : 0);
+        const unsigned anc = __shfl_sync(kAll, node.anc, tt < TMAX ? tt : 0);
+        if (idx < TMAX * CP) {
+          float vu = 0.f, vo = 0.f;
+          if (tt < T && s < T && (((anc >> s) & 1u) || s == tt)) {
+            const float decay = expf(G_tt - G_s);
+            const float* d = s_dot + (n_eff + s) * DP;
+            vo = decay * (d[TMAX + tt] * s_scale[T + tt]) * s_scale[s];
+            if (s != tt) vu = decay * (d[tt] * s_scale[tt]) * s_scale[s];
+          }
+          out[rec.cu() + idx] = vu;
+          out[rec.co() + idx] = vo;
+        }
+      }
+    } else {  // the buffer's part: wu, wo (entry j, token tt) and the fold's decays
+      for (int base = 0; base < n_eff * TMAX; base += 32) {
+        const int idx = base + lane, j = idx / TMAX, tt = idx % TMAX;
+        const float G_tt = __shfl_sync(kAll, G, tt);
+        if (idx < n_eff * TMAX) {
+          float wu = 0.f, wo = 0.f;
+          if (tt < T) {
+            const float decay = expf(G_tt - gbuf[j]);
+            wu = decay * (s_dot[j * DP + tt] * s_scale[tt]);
+            wo = decay * (s_dot[j * DP + TMAX + tt] * s_scale[T + tt]);
+          }
+          out[rec.wu() + idx] = wu;
+          out[rec.wo() + idx] = wo;
+        }
+      }
+      if (fold)
+        for (int j = lane; j < n; j += 32) out[rec.fdecay() + j] = expf(gbuf[n - 1] - gbuf[j]);
     }
   }
 }
@@ -759,6 +982,7 @@ void validate(const GdnVerifyKVBufferParams& p, const char* who) {
                        !p.buf_val || !p.buf_gcum || !p.fill || !p.has_state || !p.win_k || !p.win_u ||
                        !p.win_gcum || !p.win_base))
     fail("null pointer among pools or scratch");
+  if (p.path == DecodePath::Split && io.batch > 0 && !p.coef) fail("the split path needs its coef workspace");
 }
 
 template <class Kernel>
@@ -767,21 +991,42 @@ void launch(Kernel kernel, const GdnVerifyKVBufferParams& p, size_t smem, dim3 b
   launch_kernel(kernel, blocks, dim3(unsigned(threads)), smem, stream, programmatic_dependent, kvbuffer_args(p));
 }
 
+// Grids of at most this many waves of resident blocks are "a few waves" (batch <= 64 at Qwen3-Next
+// shapes on the H200: 6.2 waves at 64, 12.4 at 128).
 constexpr long kPoolsFirstMaxWaves = 8;
+// The split path (Auto) from this many window tokens (TMAX) on, where the grid is more than a few
+// waves: at T = 5 it is 4-9% faster from batch 128 (fp32 and bf16 states), at T = 4 within -3% /
+// +4% of the single kernel (notes, v22): the coefficient kernel's fixed work pays once the window's
+// T x T and (C + T) x 2T products are large enough.
+constexpr int kSplitMinTokens = 5;
 template <int KD, int TMAX, class E, class S>
 void launch_tmax(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t stream) {
   const size_t smem = VerifySmem{KD, TMAX, p.capacity, int(sizeof(E))}.bytes();
-  const auto kernel = gdn_verify_kvbuffer_kernel<KD, TMAX, E, S, false>;
+  const auto kernel = gdn_verify_kvbuffer_kernel<KD, TMAX, E, S, false, false>;
+  const float* coef = p.coef;
+  const long grid = long(blocks.x) * blocks.y * blocks.z;
+  const auto few_waves = [&] {
+    return grid <= kPoolsFirstMaxWaves * long(resident_blocks(kernel, kVerifyThreads, smem)) * device_limits().sms;
+  };
+  // Split: the coefficient kernel, then the state kernel, each a programmatic dependent of the
+  // kernel before it and waiting for it before reading anything it may have written.
+  if (p.path == DecodePath::Split ||
+      (p.path == DecodePath::Auto && coef && TMAX >= kSplitMinTokens && !few_waves())) {
+    const size_t coef_smem = verify_coef_smem_bytes(KD, TMAX, p.capacity, int(sizeof(E)), p.io.HV / p.io.H);
+    launch_kernel(gdn_verify_kvbuffer_coef_kernel<KD, TMAX, E>, dim3(unsigned(p.io.H), unsigned(p.io.batch)),
+                  dim3(unsigned(kCoefThreads)), coef_smem, stream, true, kvbuffer_args(p), p.coef,
+                  p.pools_ready_at_launch);
+    launch_kernel(gdn_verify_kvbuffer_kernel<KD, TMAX, E, S, false, true>, blocks, dim3(unsigned(kVerifyThreads)), smem,
+                  stream, true, kvbuffer_args(p), coef);
+    return;
+  }
   // Ready pools are read before the wait only where the grid is a few waves: there the first wave,
   // which starts while the kernel before finishes, is a large share (batch 1-64 at Qwen3-Next
   // shapes: 11-27% faster at 1 and 8, 1-6% at 64); from 12 waves on the order cost 1-5% (notes,
   // "pools before the wait"). Two instantiations, so that the window-first one keeps its SASS.
-  const long grid = long(blocks.x) * blocks.y * blocks.z;
-  const bool pools_first = p.pools_ready_at_launch &&
-                           grid <= kPoolsFirstMaxWaves * long(resident_blocks(kernel, kVerifyThreads, smem)) *
-                                        device_limits().sms;
-  launch_kernel(pools_first ? gdn_verify_kvbuffer_kernel<KD, TMAX, E, S, true> : kernel, blocks,
-                dim3(unsigned(kVerifyThreads)), smem, stream, true, kvbuffer_args(p));
+  const bool pools_first = p.pools_ready_at_launch && few_waves();
+  launch_kernel(pools_first ? gdn_verify_kvbuffer_kernel<KD, TMAX, E, S, true, false> : kernel, blocks,
+                dim3(unsigned(kVerifyThreads)), smem, stream, true, kvbuffer_args(p), coef);
 }
 
 template <int KD, class E, class S>

@@ -62,6 +62,7 @@
 #include "kernels/common/checks/late_copy.h"
 #include "kernels/common/device_buffer.h"
 #include "kernels/common/common.cuh"
+#include "kernels/gdn/gdn_launch_shape.h"  // verify_coef_bytes
 #include "kernels/gdn/gdn_verify.h"
 #include "reference/gdn.h"
 
@@ -77,6 +78,7 @@ std::string describe(const VerifyCase& c) {
   if (c.method == VerifyMethod::KVBuffer) s << " C=" << c.C << " entries=" << (c.bf16_entries ? "bf16" : "fp32");
   if (c.in_place) s << " in-place";
   if (c.late_inputs) s << " late-inputs";
+  if (c.path == DecodePath::Split) s << " path=split";
   if (c.state != StateType::FP32) s << " state=" << state_type_name(c.state);
   s << " T=" << c.T << " " << (c.tree ? "tree" : "chain") << " gates=" << checks::gate_range_name(c.gates)
     << " rounds=" << c.rounds;
@@ -328,6 +330,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
       fill(kPoolSlots * 4), has_state(kPoolSlots * 4);
   DeviceBuffer win_k(size_t(B) * T * c.H * c.K * esz), win_u(size_t(B) * T * c.HV * c.V * esz),
       win_g(size_t(B) * T * c.HV * 4), win_base(size_t(B) * 2 * 4);
+  DeviceBuffer coef(c.path == DecodePath::Split ? gdn_verify_detail::verify_coef_bytes(B, c.HV, T, C) : 0);
   RowBuffers rows(c, B);
   AcceptBuffers accepted(c, B);
   rows.slot.upload(kSlots);
@@ -371,6 +374,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
   p.win_gcum = win_g.as<float>();
   p.win_base = win_base.as<int32_t>();
   p.accept = accepted.accept(c);
+  p.path = c.path, p.coef = coef.as<float>();
 
   auto entry_at = [&](const std::vector<uint8_t>& raw, size_t i) {
     if (esz == 2) {
@@ -425,6 +429,7 @@ VerifyResult run_kvbuffer_case(const VerifyCase& c, uint64_t seed) {
     win_u.poison();
     win_g.poison();
     win_base.poison();
+    coef.poison();
 
     inputs.launch();
     gdn_verify_kvbuffer(p, inputs.stream());
@@ -810,6 +815,15 @@ std::vector<VerifyCase> verify_cases(bool quick) {
     add16({"inplace_K128_T5_chain", kClassic, 128, 128, 2, 4, 0, 5, false, false, {}, 16, true}, false);
     add16({"inplace_K64_V128_T6_tree", kClassic, 64, 128, 2, 4, 0, 6, false, true, {}, 16, true}, bf16);
   }
+  // The split path forced on every KVBuffer case above (Auto takes it only where the grid is many
+  // waves: batch 128 and more at Qwen3-Next shapes).
+  for (size_t i = 0, fused = cs.size(); i < fused; ++i)
+    if (cs[i].method == kKVBuffer) {
+      VerifyCase split = cs[i];
+      split.name = "split_" + split.name;
+      split.path = DecodePath::Split;
+      cs.push_back(std::move(split));
+    }
   return cs;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/decode_path.h"
 #include "reference/random_inputs.h"
 #include "sim/state_type.h"
 
@@ -28,6 +29,9 @@ struct VerifyCase {
   // writes the window's inputs only after it has let the verify start
   // (kernels/common/checks/late_copy.h): an input read before the verify's wait reads poison.
   bool late_inputs = false;
+  // KVBuffer only: the launch path (gdn_verify.h); Split runs the coefficient kernel and the state
+  // kernel on a poisoned workspace, which the small grids of the checks never reach under Auto.
+  DecodePath path = DecodePath::Auto;
 };
 
 // The name with its method, unique over verify_cases().
