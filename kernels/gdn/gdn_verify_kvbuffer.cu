@@ -699,16 +699,16 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
     const int j = c / (KD / E16), e = (c % (KD / E16)) * E16;
     cp_async16(s_keys + j * KP + e, buf_k + size_t(j) * io.H * KD + e);
   }
-  for (int i = threadIdx.x; i < R * n; i += NT)
-    cp_async4(s_gbuf + (i / n) * C + i % n, p.buf_gcum + (size_t(slot) * C + i % n) * io.HV + kh * R + i / n);
+  for (int r = 0; r < R; ++r)  // n <= C <= 64 < NT: one entry a thread
+    if (threadIdx.x < n) cp_async4(s_gbuf + r * C + threadIdx.x, p.buf_gcum + (size_t(slot) * C + threadIdx.x) * io.HV + kh * R + r);
   if (pools_first) wait_prior_grid();
   allow_dependent_grids();
   for (int c = threadIdx.x; c < 2 * T * (KD / 8); c += NT) {  // rows 0..T-1 keys, T..2T-1 queries
     const int vec = c / (KD / 8), e = (c % (KD / 8)) * 8, t = vec < T ? vec : vec - T;
     cp_async16(s_raw + vec * WP + e, (vec < T ? io.k : io.q) + ((size_t(row) * T + t) * io.H + kh) * KD + e);
   }
-  for (int i = threadIdx.x; i < R * T; i += NT)
-    cp_async4(s_g + (i / T) * TMAX + i % T, io.g + (size_t(row) * T + i % T) * io.HV + kh * R + i / T);
+  for (int r = 0; r < R; ++r)
+    if (threadIdx.x < T) cp_async4(s_g + r * TMAX + threadIdx.x, io.g + (size_t(row) * T + threadIdx.x) * io.HV + kh * R + r);
   if (io.parents && threadIdx.x < T) cp_async4(s_par + threadIdx.x, io.parents + size_t(row) * T + threadIdx.x);
   cp_async_commit();
   cp_async_wait_group<0>();
@@ -729,26 +729,49 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
     ss = warp_sum(ss);
     if (lane == 0) s_scale[vec] = rsqrtf(ss + 1e-6f) * (vec >= T ? rsqrtf(float(KD)) : 1.f);
   }
-  {  // raw dot products on the tensor cores, D [key rows, NB] = A [key rows, K] x B [K, NB] (phase 5's)
-    constexpr bool kExactKeys = sizeof(E) == 2;
+  {  // raw dot products on the tensor cores, D [key rows, NB] = A [key rows, K] x B [K, NB]: each
+     // lane loads 4 consecutive elements at 16 i + 4 tq of A's rows g, g + 8 and of B's column g
+     // (the K permutation of phase 5, shared by A and B); bf16 keys as bf16 pairs (m16n8k16, exact
+     // products), fp32 keys split for TF32 (m16n8k8) as phase 5's.
     const int g = lane / 4, tq = lane % 4;
-    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-    const auto a_at = [&](int kr, int i) {
-      return kr >= key_rows ? zero
-             : kr < n_eff   ? load4(s_keys + kr * KP + 16 * i + 4 * tq)
-                            : load4(s_raw + (kr - n_eff) * WP + 16 * i + 4 * tq);
-    };
     for (int item = warp; item < (key_rows + 15) / 16 * NTILES; item += NW) {
       const int mt = item / NTILES, nt = item % NTILES, c = nt * 8 + g, tc = c < TMAX ? c : c - TMAX;
       const bool b_live = c < 2 * TMAX && tc < T;
       const __nv_bfloat16* b_row = s_raw + (b_live ? (c < TMAX ? tc : T + tc) : 0) * WP + 4 * tq;
+      bool a_live[2], a_buf[2];
+      const E* a_key[2];
+      const __nv_bfloat16* a_win[2];
+#pragma unroll
+      for (int h8 = 0; h8 < 2; ++h8) {
+        const int kr = mt * 16 + g + 8 * h8;
+        a_live[h8] = kr < key_rows, a_buf[h8] = kr < n_eff;
+        a_key[h8] = s_keys + (a_buf[h8] ? kr : 0) * KP + 4 * tq;
+        a_win[h8] = s_raw + (a_live[h8] && !a_buf[h8] ? kr - n_eff : 0) * WP + 4 * tq;
+      }
       float d[4] = {0.f, 0.f, 0.f, 0.f};
+      if constexpr (sizeof(E) == 2) {
+        const auto a_pair = [&](int h8, int i) {
+          const void* src = a_buf[h8] ? static_cast<const void*>(a_key[h8] + 16 * i) : static_cast<const void*>(a_win[h8] + 16 * i);
+          return a_live[h8] ? *static_cast<const uint2*>(src) : make_uint2(0u, 0u);
+        };
+#pragma unroll 4
+        for (int i = 0; i < KD / 16; ++i) {
+          const uint2 r0 = a_pair(0, i), r1 = a_pair(1, i);
+          const uint2 bf = b_live ? *reinterpret_cast<const uint2*>(b_row + 16 * i) : make_uint2(0u, 0u);
+          mma_bf16(d, r0.x, r1.x, r0.y, r1.y, bf.x, bf.y);
+        }
+      } else {
+        const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+        const auto a_at = [&](int h8, int i) {
+          return !a_live[h8] ? zero : a_buf[h8] ? load4(a_key[h8] + 16 * i) : load4(a_win[h8] + 16 * i);
+        };
 #pragma unroll 2
-      for (int i = 0; i < KD / 16; ++i) {
-        const float4 r0 = a_at(mt * 16 + g, i), r1 = a_at(mt * 16 + g + 8, i);
-        const float4 bf = b_live ? load4(b_row + 16 * i) : zero;
-        mma_tf32_a<kExactKeys>(d, r0.x, r1.x, r0.y, r1.y, bf.x, bf.y);
-        mma_tf32_a<kExactKeys>(d, r0.z, r1.z, r0.w, r1.w, bf.z, bf.w);
+        for (int i = 0; i < KD / 16; ++i) {
+          const float4 r0 = a_at(0, i), r1 = a_at(1, i);
+          const float4 bf = b_live ? load4(b_row + 16 * i) : zero;
+          mma_tf32_a<false>(d, r0.x, r1.x, r0.y, r1.y, bf.x, bf.y);
+          mma_tf32_a<false>(d, r0.z, r1.z, r0.w, r1.w, bf.z, bf.w);
+        }
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -759,10 +782,20 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
   }
   __syncthreads();
 
-  E* win_k = static_cast<E*>(p.win_k);  // the commit's scratch: normalised window keys
-  for (int idx = threadIdx.x; idx < T * KD; idx += NT)
-    win_k[((size_t(row) * T + idx / KD) * io.H + kh) * KD + idx % KD] =
-        from_f32<E>(__bfloat162float(s_raw[(idx / KD) * WP + idx % KD]) * s_scale[idx / KD]);
+  E* win_k = static_cast<E*>(p.win_k);  // the commit's scratch: normalised window keys, 8 elements a thread
+  for (int c = threadIdx.x; c < T * (KD / 8); c += NT) {
+    const int t = c / (KD / 8), e = (c % (KD / 8)) * 8;
+    const uint4 raw = *reinterpret_cast<const uint4*>(s_raw + t * WP + e);
+    const float scale = s_scale[t];
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    E* dst = win_k + ((size_t(row) * T + t) * io.H + kh) * KD + e;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float2 f = bf16x2_to_float2(w[q]);
+      dst[2 * q] = from_f32<E>(f.x * scale);
+      dst[2 * q + 1] = from_f32<E>(f.y * scale);
+    }
+  }
   if (kh == 0 && threadIdx.x == 0) {
     p.win_base[2 * row] = n_eff;
     p.win_base[2 * row + 1] = has_state || fold ? 1 : 0;
