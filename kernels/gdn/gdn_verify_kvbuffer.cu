@@ -57,8 +57,10 @@
 // (kSplit) runs phases 1-3 and 6-8 on them. Measured before the rule (notes, v22): T = 5, fp32 states,
 // 121.70 / 232.79 / 457.87 us at batch 128 / 256 / 512 against 126.71 / 249.93 / 497.00 for the single
 // kernel in the same call; the coefficient kernel itself takes ~20 us of that at batch 128 (ncu).
-// As the dispatch runs it at d347674 (results/gdn_verify_paths_h200.csv, one call at the power cap):
-// T = 5 118.95 / 228.44 / 455.86 us (fp32) and 113.41 / 212.31 / 420.35 (bf16) at batch 128 / 256 / 512.
+// As the dispatch runs it at 58d2f8e (results/gdn_verify_paths_h200.csv, one call at the power cap,
+// after v23's leaner coefficient kernel, ~19 us at ncu's clock): T = 5 115.36 / 224.24 / 441.99 us
+// (fp32) and 109.53 / 207.66 / 407.48 (bf16) at batch 128 / 256 / 512; the single kernel 126.66 /
+// 245.38 / 493.15 and 120.39 / 231.28 / 459.19 in the same call.
 // Performance log v1..v22 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
 // ("log vN" in the comments below).
 #include <stdexcept>
