@@ -170,9 +170,10 @@ struct VerifyCoefRecord {
   KVB_HOST_DEVICE constexpr int wo() const { return wu() + c * tmax; }
   KVB_HOST_DEVICE constexpr int floats() const { return (wo() + c * tmax + 3) / 4 * 4; }
 };
-// The split path's workspace: one record per (request row, value head).
+// The split path's workspace: one record of verify_coef_floats per (request row, value head).
+inline int verify_coef_floats(int tokens, int capacity) { return VerifyCoefRecord{verify_tmax(tokens), capacity}.floats(); }
 inline size_t verify_coef_bytes(int batch, int value_heads, int tokens, int capacity) {
-  return size_t(batch) * size_t(value_heads) * size_t(VerifyCoefRecord{verify_tmax(tokens), capacity}.floats()) * 4;
+  return size_t(batch) * size_t(value_heads) * size_t(verify_coef_floats(tokens, capacity)) * 4;
 }
 // The coefficient kernel's window rows (raw keys and queries, bf16), padded as the buffer keys'
 // (VerifySmem::key_pitch) so that a fragment load's 8 rows fall on distinct bank groups.

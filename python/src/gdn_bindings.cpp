@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/gdn/gdn_decode.h"
+#include "kernels/gdn/gdn_launch_shape.h"  // VerifyCoefRecord
 #include "kernels/gdn/gdn_verify.h"
 #include "python/src/bindings.h"
 
@@ -222,10 +223,18 @@ Launch prepare_verify_kvbuffer(Args& a) {
   verify_io(a, p.io);
   kvbuffer_verify_pools(a, p);
   p.pools_ready_at_launch = a.boolean("pools_ready_at_launch", false);
+  const Tensor coef = a.tensor("coef", kFloat, {B, HV, Rec}, false);
+  const int record = gdn_verify_detail::verify_coef_floats(int(a.dim(T)), int(a.dim(C)));
+  a.require(!coef || a.dim(Rec) == record, "coef must be float32 [B, HV, " + std::to_string(record) +
+                                               "] at T = " + std::to_string(a.dim(T)) + ", C = " +
+                                               std::to_string(a.dim(C)) + " (gdn_verify_coef_shape)");
+  p.path = path_of(a.choice("path", "auto", {"auto", "single", "split"}));
+  a.require(p.path != DecodePath::Split || coef, "path 'split' needs coef");
   const Tensor& out = a.output("out", {B, T, HV, V});
   a.finish();
   p.io.out = out.ptr<__nv_bfloat16>();
   p.capacity = int(a.dim(C));
+  p.coef = opt<float>(coef);
   return [p](cudaStream_t s) { gdn_verify_kvbuffer(p, s); };
 }
 
@@ -289,7 +298,9 @@ from one read of S0 and the buffer; folds the buffer first when fill > 0 and fil
 Token inputs as gdn_verify_classic; pools as gdn_decode_kvbuffer (fill and has_state required,
 cached-u entries); the verify's scratch: win_k [B, T, H, K] and win_u [B, T, HV, V] (the entry
 dtype), win_gcum float32 [B, T, HV], win_base int32 [B, 2]; pools_ready_at_launch as
-gdn_decode_recurrent. Returns out bfloat16 [B, T, HV, V].)";
+gdn_decode_recurrent; coef float32 [B, HV, F] (gdn_verify_coef_shape(B, HV, T, C)), the split
+path's workspace, and path 'auto' (split from T = 5 on large grids when coef is given), 'single' or
+'split'. Returns out bfloat16 [B, T, HV, V].)";
 
 constexpr const char* kDocVerifyKVBufferCommit = R"(Commit of the KVBuffer verify: appends the accepted entries from the scratch (folds
 when the buffer becomes full); accept_len int32 [B] in 0..T, accept_nodes int32 [B, T] (1-based
@@ -313,7 +324,8 @@ std::vector<KernelBinding> gdn_bindings() {
        {{"state", true}, {"slot", true}, {"step_states", true}, {"accept_len", true}, {"accept_nodes", false}, {"stream", false}},
        prepare_verify_classic_commit, kDocVerifyClassicCommit},
       {"gdn_verify_kvbuffer",
-       concat(concat(kVerifyParams, kKVBufferVerifyPools), {{"pools_ready_at_launch", false}, {"out", false}, {"stream", false}}),
+       concat(concat(kVerifyParams, kKVBufferVerifyPools),
+              {{"pools_ready_at_launch", false}, {"coef", false}, {"path", false}, {"out", false}, {"stream", false}}),
        prepare_verify_kvbuffer, kDocVerifyKVBuffer},
       {"gdn_verify_kvbuffer_commit",
        concat(concat({{"slot", true}}, kKVBufferVerifyPools), {{"accept_len", true}, {"accept_nodes", false}, {"stream", false}}),

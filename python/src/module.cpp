@@ -12,6 +12,8 @@
 #include <string>
 #include <utility>
 
+#include "kernels/gdn/gdn_launch_shape.h"  // verify_coef_floats
+#include "kernels/gdn/gdn_verify.h"        // kGdnVerifyMaxTokens
 #include "python/src/bindings.h"
 
 namespace kvbuf::py {
@@ -167,6 +169,18 @@ NB_MODULE(_C, m) {
       throw std::logic_error(std::string("kvbuf: bad binding table entry ") + k.name);
     kDefTable[k.params.size() - 1](m, k);
   }
+  m.def(
+      "gdn_verify_coef_shape",
+      [](int batch, int value_heads, int tokens, int capacity) {
+        if (batch < 0 || value_heads < 1 || tokens < 1 || tokens > kvbuf::kGdnVerifyMaxTokens || capacity < tokens ||
+            capacity > 64)
+          throw nb::value_error("gdn_verify_coef_shape: needs batch >= 0, value_heads >= 1, 1 <= tokens <= 8, "
+                                "tokens <= capacity <= 64");
+        return nb::make_tuple(batch, value_heads, kvbuf::gdn_verify_detail::verify_coef_floats(tokens, capacity));
+      },
+      nb::arg("batch"), nb::arg("value_heads"), nb::arg("tokens"), nb::arg("capacity"),
+      "The shape of gdn_verify_kvbuffer's coef workspace (float32) for B rows, HV value heads, T tokens "
+      "and capacity C: (B, HV, F).");
   m.def("_time_launches", &time_launches, nb::arg("name"), nb::arg("n"), nb::arg("reps"), nb::arg("graph"),
         nb::arg("kwargs"),
         "The kernel `name` with `kwargs` launched n times from C++, reps times: medians of host_us and "

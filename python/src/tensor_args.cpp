@@ -179,7 +179,7 @@ std::string shape_string(const int64_t* shape, int ndim) {
 }
 
 const char* dim_name(Dim d) {
-  static const char* names[kDims] = {"B", "T", "H", "HV", "K", "V", "G", "NH", "P", "N", "slots", "C", "2"};
+  static const char* names[kDims] = {"B", "T", "H", "HV", "K", "V", "G", "NH", "P", "N", "slots", "C", "2", "F"};
   return names[d];
 }
 

@@ -42,6 +42,7 @@ enum Dim : uint8_t {
   S,      // pool slots
   C,      // buffer capacity
   Two,    // a literal 2 (win_base [B, 2], the split path's scratch [B, HV, 2, V])
+  Rec,    // floats of the GDN KVBuffer verify's coefficient record (its split path's coef [B, HV, Rec])
   kDims
 };
 

@@ -27,7 +27,8 @@ from dlpack_arrays import DTYPES, KDL_CUDA, array  # noqa: E402
 
 import kvbuf  # noqa: E402
 
-DIMS = dict(B=3, T=2, H=2, HV=4, K=64, V=64, S=5, C=4, G=2, NH=4, P=16, N=64)
+# F: floats of the GDN verify coefficient record at T = 2, C = 4 (kvbuf.gdn_verify_coef_shape).
+DIMS = dict(B=3, T=2, H=2, HV=4, K=64, V=64, S=5, C=4, G=2, NH=4, P=16, N=64, F=48)
 
 
 def shape(names):
@@ -69,7 +70,8 @@ SPECS = {
                            "step_states": ("f32", "B T HV V K", False), "out": ("bf16", "B T HV V", False)},
     "gdn_verify_classic_commit": {"state": ("f32", "S HV V K", True), "slot": ("i32", "B", True),
                                   "step_states": ("f32", "B T HV V K", True), **ACCEPT},
-    "gdn_verify_kvbuffer": {**GDN_VERIFY, **GDN_VPOOLS, "out": ("bf16", "B T HV V", False)},
+    "gdn_verify_kvbuffer": {**GDN_VERIFY, **GDN_VPOOLS, "coef": ("f32", "B HV F", False),
+                            "out": ("bf16", "B T HV V", False)},
     "gdn_verify_kvbuffer_commit": {"slot": ("i32", "B", True), **GDN_VPOOLS, **ACCEPT},
     "mamba2_decode_recurrent": {**M2_STEP, "state": ("f32", "S NH P N", True), "out": ("bf16", "B NH P", False)},
     "mamba2_decode_kvbuffer": {**M2_STEP, **M2_KVB},
@@ -127,7 +129,7 @@ class Validation(unittest.TestCase):
                 self.assert_refused(ValueError, fn, arguments(fn), "CUDA tensors", "is on cpu")
 
     def test_every_function_is_specified(self):
-        names = {n for n in dir(kvbuf) if n.startswith(("gdn_", "mamba2_"))}
+        names = {n for n in dir(kvbuf) if n.startswith(("gdn_", "mamba2_")) and not n.endswith("_shape")}
         self.assertEqual(names, set(SPECS))
 
     def test_wrong_dtype_is_a_type_error_naming_the_argument(self):
@@ -250,6 +252,20 @@ class Validation(unittest.TestCase):
         for fn in ("gdn_decode_recurrent", "gdn_decode_kvbuffer", "gdn_verify_kvbuffer", "mamba2_decode_recurrent",
                    "mamba2_decode_kvbuffer"):
             self.assert_refused(TypeError, fn, arguments(fn, pools_ready_at_launch=1), "must be a bool")
+
+    def test_gdn_verify_coef_workspace(self):
+        B, T, HV, C, F = DIMS["B"], DIMS["T"], DIMS["HV"], DIMS["C"], DIMS["F"]
+        self.assertEqual(kvbuf.gdn_verify_coef_shape(B, HV, T, C), (B, HV, F))
+        self.assertEqual(kvbuf.gdn_verify_coef_shape(128, 32, 5, 16)[2], 276)  # Qwen3-Next, T = 5, C = 16
+        for bad in ((B, HV, 0, C), (B, HV, 9, 16), (B, HV, 5, 4), (B, 0, T, C), (B, HV, T, 65)):
+            with self.assertRaises(ValueError):
+                kvbuf.gdn_verify_coef_shape(*bad)
+        fn = "gdn_verify_kvbuffer"
+        self.assert_refused(ValueError, fn, arguments(fn, coef=make("f32", (B, HV, F + 4))), "coef must be float32",
+                            str(F))
+        self.assert_refused(ValueError, fn, arguments(fn, coef=None, path="split"), "path 'split' needs coef")
+        self.assert_refused(ValueError, fn, arguments(fn, path="fast"), "path must be one of")
+        self.assert_refused(ValueError, fn, arguments(fn, path="split"), "CUDA tensors")
 
     def test_one_entry_dtype_per_buffer(self):
         S, C, HV, V = DIMS["S"], DIMS["C"], DIMS["HV"], DIMS["V"]
