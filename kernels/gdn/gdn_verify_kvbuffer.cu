@@ -61,7 +61,7 @@
 // after v23's leaner coefficient kernel, ~19 us at ncu's clock): T = 5 115.36 / 224.24 / 441.99 us
 // (fp32) and 109.53 / 207.66 / 407.48 (bf16) at batch 128 / 256 / 512; the single kernel 126.66 /
 // 245.38 / 493.15 and 120.39 / 231.28 / 459.19 in the same call.
-// Performance log v1..v22 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
+// Performance log v1..v23 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
 // ("log vN" in the comments below).
 #include <stdexcept>
 #include <string>
