@@ -220,11 +220,16 @@ SmemOutcomes gdn_smem_outcomes(const DeviceLimits& d) {
           }, d, out);
           check_fixed_kernel("gdn kvbuffer split / direct, kernel A", C,
                              split_buffer_smem_bytes(l.value_heads / l.key_heads, C, l.head_v, eb), d, out);
-          for (int T = 1; T <= kMaxDrafts && T <= C; ++T)
+          for (int T = 1; T <= kMaxDrafts && T <= C; ++T) {
             check_fixed_kernel("gdn verify kvbuffer", C,
                                VerifySmem{l.head_k, gdn_verify_detail::verify_tmax(T), C, int(eb)}.bytes() +
                                    gdn_verify_detail::verify_static_smem_bytes(gdn_verify_detail::verify_tmax(T)),
                                d, out);
+            check_fixed_kernel("gdn verify kvbuffer, split path's coefficient kernel", C,
+                               gdn_verify_detail::verify_coef_smem_bytes(l.head_k, gdn_verify_detail::verify_tmax(T), C,
+                                                                         int(eb), l.value_heads / l.key_heads),
+                               d, out);
+          }
           if (C <= kMaxDrafts)  // the commit folds at T == C
             check_fixed_kernel("gdn verify kvbuffer commit fold", C, gdn_verify_detail::commit_fold_smem_bytes(l.head_k, C),
                                d, out);
@@ -410,6 +415,15 @@ TEST(GdnVerifySmem, RegionsDisjointAlignedAndFixedOnesIndependentOfC) {
           }
           EXPECT_GE(L.key_rows_pad(), c + tmax);
           EXPECT_EQ(L.key_rows_pad() % 16, 0);
+          // The split path's state kernel copies its coefficient record (16-byte pieces) into the
+          // partial sums' region and reads the window coefficients' rows as float4s.
+          const gdn_verify_detail::VerifyCoefRecord rec{tmax, c};
+          EXPECT_LE(rec.floats() * 4, kVerifyWarps * L.key_rows_pad() * L.nb() * 4);
+          EXPECT_EQ(rec.floats() % 4, 0);
+          EXPECT_EQ(L.part() % 16, 0);
+          for (int at : {rec.colf(), rec.cu(), rec.co()}) EXPECT_EQ(at % 4, 0);
+          EXPECT_GE(rec.floats(), rec.wo() + c * tmax);
+          EXPECT_EQ(gdn_verify_detail::verify_coef_floats(T, c), rec.floats());
           const VerifySmem L1{kd, tmax, 1, esz};
           for (auto [a, b] : {std::pair{L.raw_kq(), L1.raw_kq()}, {L.raw_v(), L1.raw_v()}, {L.b(), L1.b()},
                               {L.scale(), L1.scale()}, {L.gwin(), L1.gwin()},
