@@ -3,8 +3,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "kernels/common/arch.cuh"  // wait_prior_grid, allow_dependent_grids
@@ -145,12 +148,25 @@ inline int commit_slices(long rows_layers, int threads, int max_slices) {
 }
 
 // Host: how many blocks of `threads` threads and smem bytes of dynamic shared memory fit on one
-// multiprocessor (raising the kernel's limit as launch_kernel does).
+// multiprocessor (raising the kernel's limit as launch_kernel does). The dispatches ask on every
+// launch, so the answer is kept per (device, kernel, threads, smem): an eager caller (Python, one
+// launch per layer) pays the occupancy query once per shape, not per launch.
 template <class... KernelArgs>
 int resident_blocks(void (*kernel)(KernelArgs...), int threads, size_t smem) {
+  int device = 0;
+  KVB_CUDA_CHECK(cudaGetDevice(&device));
+  const auto key = std::make_tuple(device, reinterpret_cast<const void*>(kernel), threads, smem);
+  static std::mutex mutex;
+  static std::map<decltype(key), int> known;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = known.find(key); it != known.end()) return it->second;
+  }
   allow_dynamic_smem(kernel, smem);
   int blocks = 0;
   KVB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
+  const std::lock_guard<std::mutex> lock(mutex);
+  known.emplace(key, blocks);
   return blocks;
 }
 
