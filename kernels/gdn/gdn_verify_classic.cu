@@ -227,8 +227,8 @@ __global__ void __launch_bounds__(32) gdn_verify_classic_kernel(const ClassicArg
       if (parent < -1 || parent >= t) parent = -1;  // out of range: the committed state
     }
     if (parent != t - 1) load_rows(node_rows(parent));
-    const float kinv = rsqrtf(s_norm[t] + 1e-6f);
-    const float qinv = rsqrtf(s_norm[kTMax + t] + 1e-6f) * rsqrtf(float(KD));
+    const float kinv = window_norm_scale<KD>(s_norm[t], false);
+    const float qinv = window_norm_scale<KD>(s_norm[kTMax + t], true);
     const float kq = s_norm[2 * kTMax + t] * kinv * qinv;
     const float decay = expf(s_g[t]), beta = s_beta[t];
     float k[NL], q[NL];

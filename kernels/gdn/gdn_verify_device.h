@@ -164,6 +164,25 @@ __device__ __forceinline__ void copy_window_kq_async(const GdnVerifyIO& io, int 
     cp_async16(s_raw + vec * KD + e, src);
   }
 }
+// The norm scale of a raw window key, 1 / |k|, or query, K^-1/2 / |q|, from its sum of squares.
+template <int KD>
+__device__ __forceinline__ float window_norm_scale(float sum_sq, bool is_query) {
+  return rsqrtf(sum_sq + 1e-6f) * (is_query ? rsqrtf(float(KD)) : 1.f);
+}
+
+// G_t of node t = this lane (T <= TMAX; lanes >= T pass g_t = 0): g_base (the buffer's last G, or
+// 0) plus the gates of the node and of its ancestors (anc: its strict-ancestor bitmask).
+template <int TMAX>
+__device__ __forceinline__ float window_gcum(float g_base, float g_t, unsigned anc) {
+  float G = g_base + g_t;
+#pragma unroll
+  for (int a = 0; a < TMAX; ++a) {
+    const float g_a = __shfl_sync(0xffffffffu, g_t, a);
+    if ((anc >> a) & 1u) G += g_a;
+  }
+  return G;
+}
+
 // Issues the copies of the T tokens' values of value head h, rows v0 .. v0+kRows-1: s_v [T, kRows].
 template <int NT = kThreads>
 __device__ __forceinline__ void copy_window_v_async(const GdnVerifyIO& io, int row, int h, int v0, __nv_bfloat16* s_v) {

@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       float* dst = s_b + (warp + k * kVerifyWarps) * BP + lane * PL;
       if constexpr (PL == 4) *reinterpret_cast<float4*>(dst) = make_float4(xs[k][0], xs[k][1], xs[k][2], xs[k][3]);
       else *reinterpret_cast<float2*>(dst) = make_float2(xs[k][0], xs[k][1]);
-      if (!kSplit && vec[k] >= 0 && lane == 0) s_scale[vec[k]] = rsqrtf(ss[k] + 1e-6f) * (vec[k] >= T ? rsqrtf(float(KD)) : 1.f);
+      if (!kSplit && vec[k] >= 0 && lane == 0) s_scale[vec[k]] = window_norm_scale<KD>(ss[k], vec[k] >= T);
     }
   }
   // Phase 4, the window's tree, the fold decision and G_t, lane t = node t, once the buffer has
@@ -337,13 +337,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   {
     const int t = threadIdx.x & 31;
     const float g_base = (!fold && n > 0) ? s_gbuf[n - 1] : 0.f;
-    const float g_t = t < T ? s_graw[t] : 0.f;
-    float G = g_base + g_t;
-#pragma unroll
-    for (int a = 0; a < TMAX; ++a) {
-      const float g_a = __shfl_sync(0xffffffffu, g_t, a);
-      if ((node.anc >> a) & 1u) G += g_a;
-    }
+    const float G = window_gcum<TMAX>(g_base, t < T ? s_graw[t] : 0.f, node.anc);
     const float e_g = expf(G);
     if (threadIdx.x < T) {
       s_anc[t] = node.anc;
@@ -705,7 +699,9 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
     if (threadIdx.x < n) cp_async4(s_gbuf + r * C + threadIdx.x, p.buf_gcum + (size_t(slot) * C + threadIdx.x) * io.HV + kh * R + r);
   if (pools_first) wait_prior_grid();
   allow_dependent_grids();
-  for (int c = threadIdx.x; c < 2 * T * (KD / 8); c += NT) {  // rows 0..T-1 keys, T..2T-1 queries
+  // Rows 0..T-1 keys, T..2T-1 queries, as copy_window_kq_async but in padded rows (that helper with
+  // a pitch parameter cost this kernel a 4-byte spill at 40 registers).
+  for (int c = threadIdx.x; c < 2 * T * (KD / 8); c += NT) {
     const int vec = c / (KD / 8), e = (c % (KD / 8)) * 8, t = vec < T ? vec : vec - T;
     cp_async16(s_raw + vec * WP + e, (vec < T ? io.k : io.q) + ((size_t(row) * T + t) * io.H + kh) * KD + e);
   }
@@ -729,7 +725,7 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
       ss = fmaf(f.y, f.y, ss);
     }
     ss = warp_sum(ss);
-    if (lane == 0) s_scale[vec] = rsqrtf(ss + 1e-6f) * (vec >= T ? rsqrtf(float(KD)) : 1.f);
+    if (lane == 0) s_scale[vec] = window_norm_scale<KD>(ss, vec >= T);
   }
   {  // raw dot products on the tensor cores, D [key rows, NB] = A [key rows, K] x B [K, NB]: each
      // lane loads 4 consecutive elements at 16 i + 4 tq of A's rows g, g + 8 and of B's column g
@@ -809,12 +805,7 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
     float* out = coef + (size_t(row) * io.HV + h) * rec.floats();
     const float* gbuf = s_gbuf + r * C;
     const float g_t = t < T ? s_g[r * TMAX + t] : 0.f;
-    float G = ((!fold && n > 0) ? gbuf[n - 1] : 0.f) + g_t;
-#pragma unroll
-    for (int a = 0; a < TMAX; ++a) {
-      const float g_a = __shfl_sync(kAll, g_t, a);
-      if ((node.anc >> a) & 1u) G += g_a;
-    }
+    const float G = window_gcum<TMAX>((!fold && n > 0) ? gbuf[n - 1] : 0.f, g_t, node.anc);
     if (item % 2 == 0) {  // the window's part: G_t for the commit, header, column factors, cu and co
       if (t < T) p.win_gcum[(size_t(row) * T + t) * io.HV + h] = G;
       if (t == 0) {
