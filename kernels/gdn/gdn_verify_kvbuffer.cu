@@ -61,7 +61,7 @@
 // after v23's leaner coefficient kernel, ~19 us at ncu's clock): T = 5 115.36 / 224.24 / 441.99 us
 // (fp32) and 109.53 / 207.66 / 407.48 (bf16) at batch 128 / 256 / 512; the single kernel 126.66 /
 // 245.38 / 493.15 and 120.39 / 231.28 / 459.19 in the same call.
-// Performance log v1..v23 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
+// Performance log v1..v24 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
 // ("log vN" in the comments below).
 #include <stdexcept>
 #include <string>
@@ -690,10 +690,12 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
   float* s_gbuf = s_g + R * TMAX;
   int* s_par = reinterpret_cast<int*>(s_gbuf + R * C);
 
-  const E* buf_k = static_cast<const E*>(p.buf_k) + (size_t(slot) * C * io.H + kh) * KD;  // entry j: + j H K
-  for (int c = threadIdx.x; c < n * (KD / E16); c += NT) {
-    const int j = c / (KD / E16), e = (c % (KD / E16)) * E16;
-    cp_async16(s_keys + j * KP + e, buf_k + size_t(j) * io.H * KD + e);
+  {  // thread: 16-byte piece e of the entries j = its first, + NT / PIECES, ...
+    constexpr int PIECES = KD / E16, JSTEP = NT / PIECES;
+    const int e = (threadIdx.x % PIECES) * E16;
+    const size_t pitch = size_t(io.H) * KD;
+    const E* src = static_cast<const E*>(p.buf_k) + (size_t(slot) * C * io.H + kh) * KD + e + threadIdx.x / PIECES * pitch;
+    for (int j = threadIdx.x / PIECES; j < n; j += JSTEP, src += JSTEP * pitch) cp_async16(s_keys + j * KP + e, src);
   }
   for (int r = 0; r < R; ++r)  // n <= C <= 64 < NT: one entry a thread
     if (threadIdx.x < n) cp_async4(s_gbuf + r * C + threadIdx.x, p.buf_gcum + (size_t(slot) * C + threadIdx.x) * io.HV + kh * R + r);
@@ -701,9 +703,14 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
   allow_dependent_grids();
   // Rows 0..T-1 keys, T..2T-1 queries, as copy_window_kq_async but in padded rows (that helper with
   // a pitch parameter cost this kernel a 4-byte spill at 40 registers).
-  for (int c = threadIdx.x; c < 2 * T * (KD / 8); c += NT) {
-    const int vec = c / (KD / 8), e = (c % (KD / 8)) * 8, t = vec < T ? vec : vec - T;
-    cp_async16(s_raw + vec * WP + e, (vec < T ? io.k : io.q) + ((size_t(row) * T + t) * io.H + kh) * KD + e);
+  {
+    constexpr int PIECES = KD / 8;
+    const int e = (threadIdx.x % PIECES) * 8;
+    const size_t pitch = size_t(io.H) * KD, base = (size_t(row) * T * io.H + kh) * KD + e;
+    for (int vec = threadIdx.x / PIECES; vec < 2 * T; vec += NT / PIECES) {
+      const int t = vec < T ? vec : vec - T;
+      cp_async16(s_raw + vec * WP + e, (vec < T ? io.k : io.q) + base + t * pitch);
+    }
   }
   for (int r = 0; r < R; ++r)
     if (threadIdx.x < T) cp_async4(s_g + r * TMAX + threadIdx.x, io.g + (size_t(row) * T + threadIdx.x) * io.HV + kh * R + r);
@@ -748,14 +755,14 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
       }
       float d[4] = {0.f, 0.f, 0.f, 0.f};
       if constexpr (sizeof(E) == 2) {
-        const auto a_pair = [&](int h8, int i) {
-          const void* src = a_buf[h8] ? static_cast<const void*>(a_key[h8] + 16 * i) : static_cast<const void*>(a_win[h8] + 16 * i);
-          return a_live[h8] ? *static_cast<const uint2*>(src) : make_uint2(0u, 0u);
-        };
-#pragma unroll 4
+        // Rows past the key rows and columns past the window read window key 0: their products land
+        // only in rows and columns of D that are neither stored nor read.
+        const uint2* a0 = reinterpret_cast<const uint2*>(a_buf[0] ? static_cast<const void*>(a_key[0]) : static_cast<const void*>(a_win[0]));
+        const uint2* a1 = reinterpret_cast<const uint2*>(a_buf[1] ? static_cast<const void*>(a_key[1]) : static_cast<const void*>(a_win[1]));
+        const uint2* b = reinterpret_cast<const uint2*>(b_row);
+#pragma unroll
         for (int i = 0; i < KD / 16; ++i) {
-          const uint2 r0 = a_pair(0, i), r1 = a_pair(1, i);
-          const uint2 bf = b_live ? *reinterpret_cast<const uint2*>(b_row + 16 * i) : make_uint2(0u, 0u);
+          const uint2 r0 = a0[4 * i], r1 = a1[4 * i], bf = b[4 * i];
           mma_bf16(d, r0.x, r1.x, r0.y, r1.y, bf.x, bf.y);
         }
       } else {
