@@ -8,8 +8,9 @@ A request holds one slot in every layer's pools (sim/layout.h):
   buf_gcum    [slots, C, HV]     cumulative log decay since S0, float32
   buf_beta    [slots, C, HV]     dt (Mamba-2 only), float32
   fill, has_state, done_count [slots] int32, advanced by the kernels
-and a verify scratch of max_rows x max_tokens candidate entries per layer. Mamba-2 names map onto
-these: G groups = H, NH heads = HV, d_state N = K, headdim P = V.
+and a verify scratch of max_rows x max_tokens candidate entries per layer (GDN: also the split
+path's coefficient workspace, one for all layers). Mamba-2 names map onto these: G groups = H, NH
+heads = HV, d_state N = K, headdim P = V.
 
 The protocol (kernels/gdn/gdn_verify.h): allocate() a slot per request (with a state from prefill,
 or none: direct mode), step() decodes one token of every row, verify() runs T drafts (chains, or
@@ -30,11 +31,13 @@ class KVBufferCache:
 
     Build it with KVBufferCache.gdn(...) or KVBufferCache.mamba2(...); `capacity` is the buffer's C
     (1..64), `max_tokens` the most tokens one verify takes (T <= min(8, C)), `max_rows` the most
-    request rows one step or verify takes (default max_requests).
+    request rows one step or verify takes (default max_requests). `verify_path` (GDN only) is
+    gdn_verify_kvbuffer's path: 'auto' (the split path from T = 5 on large batches), 'single' or
+    'split'.
     """
 
     def __init__(self, family, *, max_requests, key_heads, value_heads, head_k, head_v, capacity=8, max_tokens=4,
-                 layers=1, max_rows=None, state_dtype=None, entry_dtype=None, device=None):
+                 layers=1, max_rows=None, state_dtype=None, entry_dtype=None, verify_path="auto", device=None):
         import torch
 
         if family not in _FAMILIES:
@@ -47,9 +50,11 @@ class KVBufferCache:
             raise ValueError(f"max_tokens must be in 1..min(8, capacity), got {max_tokens}")
         if value_heads % key_heads:
             raise ValueError("value_heads must be a multiple of key_heads")
+        if verify_path not in ("auto", "single", "split") or (family != "gdn" and verify_path != "auto"):
+            raise ValueError(f"verify_path must be 'auto', 'single' or 'split' (GDN only), got {verify_path!r}")
         from . import _C
 
-        self._torch = torch
+        self._torch, self._C = torch, _C
         self.family = family
         self._decode, self._verify, self._commit = (getattr(_C, n) for n in _FAMILIES[family])
         self.max_requests, self.layers, self.capacity, self.max_tokens = max_requests, layers, capacity, max_tokens
@@ -80,6 +85,13 @@ class KVBufferCache:
                 w["win_beta"] = torch.empty(R * T * HV, dtype=f32, device=dev)
             self._pools.append(p)
             self._scratch.append(w)
+        # GDN: the split path's coefficients (gdn_verify_coef_shape), written and read within one
+        # verify, so one workspace serves every layer; sized for the largest record (T <= max_tokens).
+        self.verify_path = verify_path
+        self._coef = None
+        if family == "gdn":
+            record = max(_C.gdn_verify_coef_shape(1, HV, t, C)[2] for t in range(1, T + 1))
+            self._coef = torch.empty(R * HV * record, dtype=f32, device=dev)
         self._done_count = [torch.zeros(S, dtype=i32, device=dev) for _ in range(layers)]
         self._free = list(range(S - 1, -1, -1))  # pop() hands out slot 0 first
         self._pending = [None] * layers  # per layer: (slots, B, T) of its last verify, until accept()
@@ -155,8 +167,9 @@ class KVBufferCache:
         if not 1 <= T <= self.max_tokens or B > self.max_rows:
             raise ValueError(f"verify: T = {T} (1..{self.max_tokens}) and B = {B} (at most {self.max_rows}) "
                              "must fit the cache's scratch")
+        path = {} if self._coef is None else dict(coef=self._coef_view(B, T), path=self.verify_path)
         r = self._verify(slot=slots, parents=parents, out=out, stream=stream, **self._pools[layer],
-                         **self._window(layer, B, T), **inputs)
+                         **self._window(layer, B, T), **path, **inputs)
         self._pending[layer] = (slots, B, T)
         return r
 
@@ -198,6 +211,14 @@ class KVBufferCache:
                 w["win_beta"] = s["win_beta"][:B * T * HV].view(B, T, HV)
             self._views[key] = w
         return w
+
+    def _coef_view(self, B, T):
+        key = ("coef", B, T)
+        c = self._views.get(key)
+        if c is None:
+            shape = self._C.gdn_verify_coef_shape(B, self.HV, T, self.capacity)
+            c = self._views[key] = self._coef[:shape[0] * shape[1] * shape[2]].view(*shape)
+        return c
 
     # ---- inspection (host reads: synchronises) ----
     def fill(self, slot, layer=0):

@@ -14,9 +14,10 @@ import references as ref
 CAPACITY, MAX_TOKENS = 4, 4
 
 
-def gdn_cache(kvbuf, device, rows, capacity=CAPACITY):
+def gdn_cache(kvbuf, device, rows, capacity=CAPACITY, verify_path="auto"):
     return kvbuf.KVBufferCache.gdn(max_requests=rows + 2, num_heads=2, num_value_heads=4, head_k_dim=128,
-                                   head_v_dim=128, capacity=capacity, max_tokens=MAX_TOKENS, device=device)
+                                   head_v_dim=128, capacity=capacity, max_tokens=MAX_TOKENS, verify_path=verify_path,
+                                   device=device)
 
 
 def mamba2_cache(kvbuf, device, rows, capacity=CAPACITY):

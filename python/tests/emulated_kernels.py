@@ -197,7 +197,8 @@ def depth_of(par):
 
 
 def verify_kvbuffer(*, slot, state, buf_k, buf_val, buf_gcum, fill, has_state, win_k, win_u, win_gcum, win_base,
-                    buf_beta=None, win_beta=None, parents=None, out=None, stream=None, **inputs):
+                    buf_beta=None, win_beta=None, parents=None, out=None, stream=None, coef=None, path="auto",
+                    **inputs):
     R, C = slot.shape[0], buf_k.shape[1]
     T = win_k.shape[1]
     fam = _family(inputs, state, buf_k)

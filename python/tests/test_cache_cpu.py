@@ -104,6 +104,24 @@ class EmulatedCacheLoop(unittest.TestCase):
             self.assertLessEqual(stats["out_err"], tol_out, stats)
             self.assertLessEqual(stats["state_err"], tol_state, stats)
 
+    def test_verify_path(self):
+        # GDN: the split path's workspace reaches the verify, shaped by gdn_verify_coef_shape
+        cache = cache_loop.gdn_cache(kvbuf, "cpu", rows=2, verify_path="split")
+        seen = []
+        cache._verify = lambda **kw: seen.append((kw["coef"].shape, kw["path"])) or emu.verify_kvbuffer(**kw)
+        cache._commit = emu.verify_kvbuffer_commit
+        gen = torch.Generator().manual_seed(0)
+        slots = cache.slot_tensor([cache.allocate(), cache.allocate(), -1])
+        for T in (1, 4):
+            cache.verify(slots, **ref.gdn_inputs(gen, 3, cache.H, cache.HV, cache.K, cache.V, "cpu", tokens=T))
+            cache.accept([0, 0, 0])
+        self.assertEqual(seen, [(kvbuf.gdn_verify_coef_shape(3, cache.HV, T, cache.capacity), "split") for T in (1, 4)])
+        with self.assertRaisesRegex(ValueError, "verify_path"):
+            cache_loop.gdn_cache(kvbuf, "cpu", rows=1, verify_path="fast")
+        with self.assertRaisesRegex(ValueError, "GDN only"):
+            kvbuf.KVBufferCache.mamba2(max_requests=1, nheads=8, headdim=64, d_state=128, verify_path="split",
+                                       device="cpu")
+
     def test_cache_refuses_misuse(self):
         cache = self.emulated(cache_loop.gdn_cache(kvbuf, "cpu", rows=1))
         a, b, c = (cache.allocate() for _ in range(3))

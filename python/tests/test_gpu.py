@@ -231,6 +231,10 @@ class CacheLoop(Case):
     def test_gdn(self):
         self.check(cache_loop.gdn_cache(kvbuf, "cuda", rows=5), 8 * U, 8 * U)
 
+    def test_gdn_split_verify(self):
+        # the verify's split path (coefficient kernel, then state kernel) forced at every T
+        self.check(cache_loop.gdn_cache(kvbuf, "cuda", rows=5, verify_path="split"), 8 * U, 8 * U)
+
     def test_mamba2(self):
         self.check(cache_loop.mamba2_cache(kvbuf, "cuda", rows=5), U + 1e-4, 1e-4)
 
@@ -240,10 +244,11 @@ class Trees(Case):
     root paths (accept_nodes); cache_loop.run_tree."""
 
     def test_gdn(self):
-        stats = cache_loop.run_tree(cache_loop.gdn_cache(kvbuf, "cuda", rows=4, capacity=8))
-        self.assertGreater(stats["verify_folds"], 0, stats)
-        self.assertLessEqual(stats["out_err"], 8 * U, stats)
-        self.assertLessEqual(stats["state_err"], 8 * U, stats)
+        for verify_path in ("auto", "split"):
+            stats = cache_loop.run_tree(cache_loop.gdn_cache(kvbuf, "cuda", rows=4, capacity=8, verify_path=verify_path))
+            self.assertGreater(stats["verify_folds"], 0, (verify_path, stats))
+            self.assertLessEqual(stats["out_err"], 8 * U, (verify_path, stats))
+            self.assertLessEqual(stats["state_err"], 8 * U, (verify_path, stats))
 
     def test_mamba2(self):
         stats = cache_loop.run_tree(cache_loop.mamba2_cache(kvbuf, "cuda", rows=4, capacity=8))
