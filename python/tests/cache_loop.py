@@ -72,8 +72,8 @@ def run(cache, *, steps=200, rows=5, seed=0, device="cuda"):
 
     slots = [start(with_state=(i % 2 == 0)) for i in range(rows)]
     padding = rows  # the last row of every batch is a padding row (slot -1)
-    stats = dict(out_err=0.0, state_err=0.0, decodes=0, verifies=0, decode_folds=0, verify_folds=0, commit_folds=0,
-                 rejected=0, reused=0)
+    stats = dict(out_err=0.0, verify_out_err=0.0, state_err=0.0, decodes=0, verifies=0, decode_folds=0,
+                 verify_folds=0, commit_folds=0, rejected=0, reused=0)
 
     def batch_slots():
         return cache.slot_tensor(slots + [-1])
@@ -84,6 +84,8 @@ def run(cache, *, steps=200, rows=5, seed=0, device="cuda"):
         err = ref.rel_err(live, o64, (-2, -1)).max().item()
         assert err == err, f"{what}: NaN output"
         stats["out_err"] = max(stats["out_err"], err)
+        if "verify" in what:
+            stats["verify_out_err"] = max(stats["verify_out_err"], err)
         assert torch.count_nonzero(o[padding]).item() == 0, f"{what}: the padding row's output is not zero"
 
     def check_states():

@@ -217,6 +217,22 @@ class MambaSsm(Case):
         self.compare(3, state_dtype=torch.bfloat16)
 
 
+def verify_kernel_names(cache):
+    """The CUDA kernels one verify and accept of `cache` launch, as torch.profiler records them (an
+    empty set where it records none)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    slots = cache.slot_tensor([cache.allocate(initial_state=torch.randn(cache.HV, cache.V, cache.K, generator=gen,
+                                                                        device="cuda")) for _ in range(2)])
+    inputs = ref.gdn_inputs(gen, 2, cache.H, cache.HV, cache.K, cache.V, "cuda", tokens=cache_loop.MAX_TOKENS)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        cache.verify(slots, **inputs)
+        cache.accept([1, 1])
+        torch.cuda.synchronize()
+    return {e.key for e in prof.key_averages()}
+
+
 class CacheLoop(Case):
     """200 steps of KVBufferCache (decode, verify with rejections, folds, reuse) against float64."""
 
@@ -226,14 +242,22 @@ class CacheLoop(Case):
             self.assertGreater(stats[what], 0, (what, stats))
         self.assertLessEqual(stats["out_err"], tol_out, stats)
         self.assertLessEqual(stats["state_err"], tol_state, stats)
-        print(f"\n  {cache.family}: {stats}", file=sys.stderr)
+        print(f"\n  {cache.family} ({getattr(cache, 'verify_path', '')}): {stats}", file=sys.stderr)
+        return stats
 
     def test_gdn(self):
         self.check(cache_loop.gdn_cache(kvbuf, "cuda", rows=5), 8 * U, 8 * U)
 
     def test_gdn_split_verify(self):
-        # the verify's split path (coefficient kernel, then state kernel) forced at every T
-        self.check(cache_loop.gdn_cache(kvbuf, "cuda", rows=5, verify_path="split"), 8 * U, 8 * U)
+        # the verify's split path (coefficient kernel, then state kernel) forced at every T: the cache
+        # launches the coefficient kernel (seen by the profiler where it records kernels), and the loop
+        # meets the same bounds
+        for verify_path, launched in (("split", True), ("single", False)):
+            names = verify_kernel_names(cache_loop.gdn_cache(kvbuf, "cuda", rows=2, verify_path=verify_path))
+            if names:
+                self.assertEqual(any("gdn_verify_kvbuffer_coef_kernel" in n for n in names), launched, names)
+        stats = self.check(cache_loop.gdn_cache(kvbuf, "cuda", rows=5, verify_path="split"), 8 * U, 8 * U)
+        self.assertLessEqual(stats["verify_out_err"], 8 * U, stats)
 
     def test_mamba2(self):
         self.check(cache_loop.mamba2_cache(kvbuf, "cuda", rows=5), U + 1e-4, 1e-4)
