@@ -176,8 +176,11 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // dispatch took the pools-first instantiation (kPoolsFirst, where pools_ready_at_launch is set and
   // the grid is a few waves), before anything. The kernel after it (the next layer's verify, or the
   // commit) is in turn a programmatic dependent of this one: it starts as this grid's last wave runs
-  // and waits (griddepcontrol.wait) for its completion.
-  if constexpr (!kPoolsFirst) wait_prior_grid();
+  // and waits (griddepcontrol.wait) for its completion. Split: the state kernel starts while the
+  // coefficient kernel's last blocks run (every one of them has passed its own wait for the kernel
+  // before, so the window's inputs are complete) and waits only for its own record, by that
+  // record's ready flag; it waits for the coefficient grid's completion at its end.
+  if constexpr (!kPoolsFirst && !kSplit) wait_prior_grid();
   allow_dependent_grids();
   const int slot = io.slot[row];
   if (slot < 0) {
@@ -230,10 +233,6 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // the buffer is still in flight. With ready pools the state and the entries go first, before the
   // wait for the kernel before, and the window after it (one group).
   if constexpr (!kPoolsFirst) {
-    if constexpr (kSplit) {  // the record, in the window's copy group
-      const float* src = coef + (size_t(row) * io.HV + h) * rec.floats();
-      for (int c = threadIdx.x; c < rec.floats() / 4; c += NT) cp_async16(s_rec + 4 * c, src + 4 * c);
-    }
     copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
     copy_window_v_async<NT>(io, row, h, v0, s_raw_v);
     copy_window_gates_async(io, row, h, s_graw, s_beta, s_praw);
@@ -263,6 +262,13 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   }
   if constexpr (!kSplit)
     for (int j = threadIdx.x; j < n; j += NT) cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * io.HV + h);
+  if constexpr (kSplit) {  // the record once its flag says it is written, with the buffer's copies
+    const float* src = coef + (size_t(row) * io.HV + h) * rec.floats();
+    if (threadIdx.x == 0)
+      while (load_acquire_gpu(reinterpret_cast<const int32_t*>(src + VerifyCoefRecord::kReady)) == 0) __nanosleep(64);
+    __syncthreads();
+    for (int c = threadIdx.x; c < rec.floats() / 4; c += NT) cp_async16(s_rec + 4 * c, src + 4 * c);
+  }
   if constexpr (kPoolsFirst) {
     wait_prior_grid();
     copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
@@ -641,6 +647,7 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       p.win_base[2 * row + 1] = have_s0 ? 1 : 0;
     }
   }
+  if constexpr (kSplit) wait_prior_grid();  // this grid completes after the coefficient grid
 }
 
 // Split path, first kernel: what every block of one (request row, key head) of the fused kernel
@@ -655,9 +662,15 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
 // (16-row, 8-column) tiles w, w + 4, ... of the dot products, then the items w, w + 4, ... of the
 // value heads (two per head: the window's part, the buffer's part; lane t = node t).
 // A programmatic dependent of the kernel before it: with ready pools (pools_first) it reads slot,
-// fill, the buffer keys and G before its wait, the window's inputs after it. The state kernel after
-// it waits for its completion before reading anything.
+// fill, the buffer keys and G before its wait, the window's inputs after it. Each record's ready
+// flag (VerifyCoefRecord::kReady) is cleared before the block lets the state kernel start and set,
+// by a release store, after the block's last write: the state kernel's block of a (row, value head)
+// waits for that flag alone, not for this whole grid.
 constexpr int kCoefThreads = 128;
+// The ready flag of record `index` (row * HV + value head).
+__device__ __forceinline__ int32_t* coef_ready_flag(float* coef, const VerifyCoefRecord& rec, int index) {
+  return reinterpret_cast<int32_t*>(coef + size_t(index) * rec.floats() + VerifyCoefRecord::kReady);
+}
 template <int KD, int TMAX, class E>
 __global__ void __launch_bounds__(kCoefThreads, 12)
     gdn_verify_kvbuffer_coef_kernel(const KVBufferArgs p, float* coef, bool pools_first) {
@@ -690,27 +703,29 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
   float* s_gbuf = s_g + R * TMAX;
   int* s_par = reinterpret_cast<int*>(s_gbuf + R * C);
 
-  {  // thread: 16-byte piece e of the entries j = its first, + NT / PIECES, ...
-    constexpr int PIECES = KD / E16, JSTEP = NT / PIECES;
-    const int e = (threadIdx.x % PIECES) * E16;
-    const size_t pitch = size_t(io.H) * KD;
-    const E* src = static_cast<const E*>(p.buf_k) + (size_t(slot) * C * io.H + kh) * KD + e + threadIdx.x / PIECES * pitch;
-    for (int j = threadIdx.x / PIECES; j < n; j += JSTEP, src += JSTEP * pitch) cp_async16(s_keys + j * KP + e, src);
+  const E* buf_k = static_cast<const E*>(p.buf_k) + (size_t(slot) * C * io.H + kh) * KD;  // entry j: + j H K
+  for (int c = threadIdx.x; c < n * (KD / E16); c += NT) {
+    const int j = c / (KD / E16), e = (c % (KD / E16)) * E16;
+    cp_async16(s_keys + j * KP + e, buf_k + size_t(j) * io.H * KD + e);
   }
   for (int r = 0; r < R; ++r)  // n <= C <= 64 < NT: one entry a thread
     if (threadIdx.x < n) cp_async4(s_gbuf + r * C + threadIdx.x, p.buf_gcum + (size_t(slot) * C + threadIdx.x) * io.HV + kh * R + r);
+  // The records' ready flags cleared (performed at gpu scope) before this block lets the state kernel
+  // start, which it does once every block of this grid has: a flag left by an earlier launch, or a
+  // poisoned workspace, never reads as ready there.
+  const VerifyCoefRecord rec{TMAX, C};
+  if (threadIdx.x < R) {
+    atomicExch(coef_ready_flag(coef, rec, row * io.HV + kh * R + threadIdx.x), 0);
+    __threadfence();
+  }
+  __syncthreads();
   if (pools_first) wait_prior_grid();
   allow_dependent_grids();
   // Rows 0..T-1 keys, T..2T-1 queries, as copy_window_kq_async but in padded rows (that helper with
   // a pitch parameter cost this kernel a 4-byte spill at 40 registers).
-  {
-    constexpr int PIECES = KD / 8;
-    const int e = (threadIdx.x % PIECES) * 8;
-    const size_t pitch = size_t(io.H) * KD, base = (size_t(row) * T * io.H + kh) * KD + e;
-    for (int vec = threadIdx.x / PIECES; vec < 2 * T; vec += NT / PIECES) {
-      const int t = vec < T ? vec : vec - T;
-      cp_async16(s_raw + vec * WP + e, (vec < T ? io.k : io.q) + base + t * pitch);
-    }
+  for (int c = threadIdx.x; c < 2 * T * (KD / 8); c += NT) {
+    const int vec = c / (KD / 8), e = (c % (KD / 8)) * 8, t = vec < T ? vec : vec - T;
+    cp_async16(s_raw + vec * WP + e, (vec < T ? io.k : io.q) + ((size_t(row) * T + t) * io.H + kh) * KD + e);
   }
   for (int r = 0; r < R; ++r)
     if (threadIdx.x < T) cp_async4(s_g + r * TMAX + threadIdx.x, io.g + (size_t(row) * T + threadIdx.x) * io.HV + kh * R + r);
@@ -755,14 +770,14 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
       }
       float d[4] = {0.f, 0.f, 0.f, 0.f};
       if constexpr (sizeof(E) == 2) {
-        // Rows past the key rows and columns past the window read window key 0: their products land
-        // only in rows and columns of D that are neither stored nor read.
-        const uint2* a0 = reinterpret_cast<const uint2*>(a_buf[0] ? static_cast<const void*>(a_key[0]) : static_cast<const void*>(a_win[0]));
-        const uint2* a1 = reinterpret_cast<const uint2*>(a_buf[1] ? static_cast<const void*>(a_key[1]) : static_cast<const void*>(a_win[1]));
-        const uint2* b = reinterpret_cast<const uint2*>(b_row);
-#pragma unroll
+        const auto a_pair = [&](int h8, int i) {
+          const void* src = a_buf[h8] ? static_cast<const void*>(a_key[h8] + 16 * i) : static_cast<const void*>(a_win[h8] + 16 * i);
+          return a_live[h8] ? *static_cast<const uint2*>(src) : make_uint2(0u, 0u);
+        };
+#pragma unroll 4
         for (int i = 0; i < KD / 16; ++i) {
-          const uint2 r0 = a0[4 * i], r1 = a1[4 * i], bf = b[4 * i];
+          const uint2 r0 = a_pair(0, i), r1 = a_pair(1, i);
+          const uint2 bf = b_live ? *reinterpret_cast<const uint2*>(b_row + 16 * i) : make_uint2(0u, 0u);
           mma_bf16(d, r0.x, r1.x, r0.y, r1.y, bf.x, bf.y);
         }
       } else {
@@ -805,7 +820,6 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
     p.win_base[2 * row] = n_eff;
     p.win_base[2 * row + 1] = has_state || fold ? 1 : 0;
   }
-  const VerifyCoefRecord rec{TMAX, C};
   constexpr unsigned kAll = 0xffffffffu;
   for (int item = warp; item < 2 * R; item += NW) {  // value head r = item / 2; lane t = node t for G
     const int r = item / 2, h = kh * R + r, t = lane;
@@ -819,7 +833,6 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
         out[0] = __int_as_float(n_eff);
         out[1] = __int_as_float(fold ? 1 : 0);
         out[2] = fold ? expf(gbuf[n - 1]) : 0.f;
-        out[3] = 0.f;
       }
       {  // column c = t's factor e^{G_t'} scale_c (c = t' key, TMAX + t' query)
         const int tc = t < TMAX ? t : t - TMAX;
@@ -860,6 +873,12 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
       if (fold)
         for (int j = lane; j < n; j += 32) out[rec.fdecay() + j] = expf(gbuf[n - 1] - gbuf[j]);
     }
+  }
+  // Every write of the block (records, the commit's scratch) before the flags that release them.
+  __syncthreads();
+  if (threadIdx.x < R) {
+    __threadfence();
+    store_release_gpu(coef_ready_flag(coef, rec, blockIdx.y * io.HV + blockIdx.x * R + threadIdx.x), 1);
   }
 }
 
@@ -1044,7 +1063,8 @@ void launch_tmax(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t str
     return grid <= kPoolsFirstMaxWaves * long(resident_blocks(kernel, kVerifyThreads, smem)) * device_limits().sms;
   };
   // Split: the coefficient kernel, then the state kernel, each a programmatic dependent of the
-  // kernel before it and waiting for it before reading anything it may have written.
+  // kernel before it; the coefficient kernel waits for the kernel before it, the state kernel for
+  // each record's ready flag (its blocks run beside the coefficient kernel's last ones).
   if (p.path == DecodePath::Split ||
       (p.path == DecodePath::Auto && coef && TMAX >= kSplitMinTokens && !few_waves())) {
     const size_t coef_smem = verify_coef_smem_bytes(KD, TMAX, p.capacity, int(sizeof(E)), p.io.HV / p.io.H);
