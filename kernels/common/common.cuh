@@ -186,17 +186,6 @@ __device__ __forceinline__ int load_unsunk(const int32_t* p) {
   return x;
 }
 
-// A flag between the blocks of two grids (gpu scope): the writer's block barrier, then the release
-// store, orders the block's writes before it; the reader's acquire load orders its later reads after.
-__device__ __forceinline__ void store_release_gpu(int32_t* p, int v) {
-  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ int load_acquire_gpu(const int32_t* p) {
-  int x;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(x) : "l"(p) : "memory");
-  return x;
-}
-
 // Entry and state element conversions (buffer entries are bf16 or fp32).
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }

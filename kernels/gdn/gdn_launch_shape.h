@@ -161,9 +161,7 @@ inline size_t commit_fold_smem_bytes(int K, int C) { return size_t(C) * (K + 4 +
 // (2 TMAX + 1) C)).
 struct VerifyCoefRecord {
   int tmax, c;
-  // Header: n_eff, fold (int), e^{G_n}, and the ready flag (int32: 1 once the coefficient kernel has
-  // written the record and the commit's scratch, 0 from that kernel's start).
-  static constexpr int kHeader = 4, kReady = 3;
+  static constexpr int kHeader = 4;
   KVB_HOST_DEVICE constexpr int colf() const { return kHeader; }
   KVB_HOST_DEVICE constexpr int cu() const { return colf() + operand_cols(tmax); }
   KVB_HOST_DEVICE constexpr int co() const { return cu() + tmax * coef_pitch(tmax); }

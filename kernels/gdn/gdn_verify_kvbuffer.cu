@@ -61,7 +61,7 @@
 // after v23's leaner coefficient kernel, ~19 us at ncu's clock): T = 5 115.36 / 224.24 / 441.99 us
 // (fp32) and 109.53 / 207.66 / 407.48 (bf16) at batch 128 / 256 / 512; the single kernel 126.66 /
 // 245.38 / 493.15 and 120.39 / 231.28 / 459.19 in the same call.
-// Performance log v1..v24 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
+// Performance log v1..v25 (prediction first where one was made): kernels/gdn/notes/gdn_verify_kvbuffer.md
 // ("log vN" in the comments below).
 #include <stdexcept>
 #include <string>
@@ -176,11 +176,8 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // dispatch took the pools-first instantiation (kPoolsFirst, where pools_ready_at_launch is set and
   // the grid is a few waves), before anything. The kernel after it (the next layer's verify, or the
   // commit) is in turn a programmatic dependent of this one: it starts as this grid's last wave runs
-  // and waits (griddepcontrol.wait) for its completion. Split: the state kernel starts while the
-  // coefficient kernel's last blocks run (every one of them has passed its own wait for the kernel
-  // before, so the window's inputs are complete) and waits only for its own record, by that
-  // record's ready flag; it waits for the coefficient grid's completion at its end.
-  if constexpr (!kPoolsFirst && !kSplit) wait_prior_grid();
+  // and waits (griddepcontrol.wait) for its completion.
+  if constexpr (!kPoolsFirst) wait_prior_grid();
   allow_dependent_grids();
   const int slot = io.slot[row];
   if (slot < 0) {
@@ -233,6 +230,10 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   // the buffer is still in flight. With ready pools the state and the entries go first, before the
   // wait for the kernel before, and the window after it (one group).
   if constexpr (!kPoolsFirst) {
+    if constexpr (kSplit) {  // the record, in the window's copy group
+      const float* src = coef + (size_t(row) * io.HV + h) * rec.floats();
+      for (int c = threadIdx.x; c < rec.floats() / 4; c += NT) cp_async16(s_rec + 4 * c, src + 4 * c);
+    }
     copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
     copy_window_v_async<NT>(io, row, h, v0, s_raw_v);
     copy_window_gates_async(io, row, h, s_graw, s_beta, s_praw);
@@ -262,13 +263,6 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
   }
   if constexpr (!kSplit)
     for (int j = threadIdx.x; j < n; j += NT) cp_async4(s_gbuf + j, p.buf_gcum + (size_t(slot) * C + j) * io.HV + h);
-  if constexpr (kSplit) {  // the record once its flag says it is written, with the buffer's copies
-    const float* src = coef + (size_t(row) * io.HV + h) * rec.floats();
-    if (threadIdx.x == 0)
-      while (load_acquire_gpu(reinterpret_cast<const int32_t*>(src + VerifyCoefRecord::kReady)) == 0) __nanosleep(64);
-    __syncthreads();
-    for (int c = threadIdx.x; c < rec.floats() / 4; c += NT) cp_async16(s_rec + 4 * c, src + 4 * c);
-  }
   if constexpr (kPoolsFirst) {
     wait_prior_grid();
     copy_window_kq_async<KD, NT>(io, row, kh, s_raw_kq);
@@ -647,7 +641,6 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
       p.win_base[2 * row + 1] = have_s0 ? 1 : 0;
     }
   }
-  if constexpr (kSplit) wait_prior_grid();  // this grid completes after the coefficient grid
 }
 
 // Split path, first kernel: what every block of one (request row, key head) of the fused kernel
@@ -662,15 +655,9 @@ __global__ void __launch_bounds__(kVerifyThreads, 5) gdn_verify_kvbuffer_kernel(
 // (16-row, 8-column) tiles w, w + 4, ... of the dot products, then the items w, w + 4, ... of the
 // value heads (two per head: the window's part, the buffer's part; lane t = node t).
 // A programmatic dependent of the kernel before it: with ready pools (pools_first) it reads slot,
-// fill, the buffer keys and G before its wait, the window's inputs after it. Each record's ready
-// flag (VerifyCoefRecord::kReady) is cleared before the block lets the state kernel start and set,
-// by a release store, after the block's last write: the state kernel's block of a (row, value head)
-// waits for that flag alone, not for this whole grid.
+// fill, the buffer keys and G before its wait, the window's inputs after it. The state kernel after
+// it waits for its completion before reading anything.
 constexpr int kCoefThreads = 128;
-// The ready flag of record `index` (row * HV + value head).
-__device__ __forceinline__ int32_t* coef_ready_flag(float* coef, const VerifyCoefRecord& rec, int index) {
-  return reinterpret_cast<int32_t*>(coef + size_t(index) * rec.floats() + VerifyCoefRecord::kReady);
-}
 template <int KD, int TMAX, class E>
 __global__ void __launch_bounds__(kCoefThreads, 12)
     gdn_verify_kvbuffer_coef_kernel(const KVBufferArgs p, float* coef, bool pools_first) {
@@ -710,15 +697,6 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
   }
   for (int r = 0; r < R; ++r)  // n <= C <= 64 < NT: one entry a thread
     if (threadIdx.x < n) cp_async4(s_gbuf + r * C + threadIdx.x, p.buf_gcum + (size_t(slot) * C + threadIdx.x) * io.HV + kh * R + r);
-  // The records' ready flags cleared (performed at gpu scope) before this block lets the state kernel
-  // start, which it does once every block of this grid has: a flag left by an earlier launch, or a
-  // poisoned workspace, never reads as ready there.
-  const VerifyCoefRecord rec{TMAX, C};
-  if (threadIdx.x < R) {
-    atomicExch(coef_ready_flag(coef, rec, row * io.HV + kh * R + threadIdx.x), 0);
-    __threadfence();
-  }
-  __syncthreads();
   if (pools_first) wait_prior_grid();
   allow_dependent_grids();
   // Rows 0..T-1 keys, T..2T-1 queries, as copy_window_kq_async but in padded rows (that helper with
@@ -820,6 +798,7 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
     p.win_base[2 * row] = n_eff;
     p.win_base[2 * row + 1] = has_state || fold ? 1 : 0;
   }
+  const VerifyCoefRecord rec{TMAX, C};
   constexpr unsigned kAll = 0xffffffffu;
   for (int item = warp; item < 2 * R; item += NW) {  // value head r = item / 2; lane t = node t for G
     const int r = item / 2, h = kh * R + r, t = lane;
@@ -833,6 +812,7 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
         out[0] = __int_as_float(n_eff);
         out[1] = __int_as_float(fold ? 1 : 0);
         out[2] = fold ? expf(gbuf[n - 1]) : 0.f;
+        out[3] = 0.f;
       }
       {  // column c = t's factor e^{G_t'} scale_c (c = t' key, TMAX + t' query)
         const int tc = t < TMAX ? t : t - TMAX;
@@ -873,12 +853,6 @@ __global__ void __launch_bounds__(kCoefThreads, 12)
       if (fold)
         for (int j = lane; j < n; j += 32) out[rec.fdecay() + j] = expf(gbuf[n - 1] - gbuf[j]);
     }
-  }
-  // Every write of the block (records, the commit's scratch) before the flags that release them.
-  __syncthreads();
-  if (threadIdx.x < R) {
-    __threadfence();
-    store_release_gpu(coef_ready_flag(coef, rec, blockIdx.y * io.HV + blockIdx.x * R + threadIdx.x), 1);
   }
 }
 
@@ -1063,8 +1037,7 @@ void launch_tmax(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t str
     return grid <= kPoolsFirstMaxWaves * long(resident_blocks(kernel, kVerifyThreads, smem)) * device_limits().sms;
   };
   // Split: the coefficient kernel, then the state kernel, each a programmatic dependent of the
-  // kernel before it; the coefficient kernel waits for the kernel before it, the state kernel for
-  // each record's ready flag (its blocks run beside the coefficient kernel's last ones).
+  // kernel before it and waiting for it before reading anything it may have written.
   if (p.path == DecodePath::Split ||
       (p.path == DecodePath::Auto && coef && TMAX >= kSplitMinTokens && !few_waves())) {
     const size_t coef_smem = verify_coef_smem_bytes(KD, TMAX, p.capacity, int(sizeof(E)), p.io.HV / p.io.H);
