@@ -36,11 +36,12 @@
 // the same tokens would in successive decode steps. A model step runs every layer's verify, then
 // one commit of all layers; each kernel is a programmatic dependent of the kernel before it.
 //
-// Current result (d72f6732a6c6, the paper preset, results/verify_h200.csv; H200, Qwen3-Next shapes
-// H=16 HV=32 K=V=128, 36 layer pools in one CUDA graph, every layer's verify then one commit of all
-// layers, median): T = 4 at batch 128 120.84 us [C = 16], 2.86x the in-place classic (345.88) and
-// 3.99x classic verify + copy commit (481.66); T = 5 6.53 / 132.54 / 259.42 us at batch 1 / 128 /
-// 256 [C = 16]. Measured again at b577b47 (before v20, one call, log v19), C = 16, batch 1 / 8 /
+// Current result (cd0cea7b8014, the paper preset's GDN KVBuffer rows, results/verify_h200.csv; H200,
+// Qwen3-Next shapes H=16 HV=32 K=V=128, 36 layer pools in one CUDA graph, every layer's verify then
+// one commit of all layers, median; the board at its 700 W cap from batch 128): T = 4 at batch 128
+// 108.85 us [C = 16], 3.18x the in-place classic (345.88) and 4.42x classic verify + copy commit
+// (481.66); T = 5 5.36 / 118.50 / 221.71 us at batch 1 / 128 / 256 [C = 16]. Earlier (d72f6732a6c6):
+// T = 4 at 128 120.84 us; T = 5 6.53 / 132.54 / 259.42. Measured again at b577b47 (before v20, one call, log v19), C = 16, batch 1 / 8 /
 // 64 / 128 / 256 / 512: T = 5 6.55 / 15.94 / 70.34 / 135.06 / 264.21 / 535.16 us, T = 4 5.38 /
 // 14.16 / 60.78 / 119.22 / 230.87 / 458.87 us.
 // This body (variant 3 of v21) measured at f6f64f7, C = 16, fp32 states: T = 5 6.00 / 126.03 /
