@@ -8,6 +8,9 @@
 # builds BUILD_DIR-ptx80 for compute_80 PTX only (the kernels' Ampere path, JIT-compiled by the
 # driver on any later GPU) and puts its kvbuf and kernel test binaries (every kernel check:
 # bench/tests/ptx80_checks.sh BUNDLE_DIR/bin-ptx80 runs them) in BUNDLE_DIR/bin-ptx80/.
+# KVBUF_BUNDLE_PYTHON=PY also builds the Python module for the interpreter PY (the GPU machine's
+# Python, which need not be this machine's; PY needs nanobind) in BUILD_DIR-py and puts the package
+# in BUNDLE_DIR/python/kvbuf: there, PYTHONPATH=BUNDLE_DIR/python python3 python/tests/test_gpu.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${1:-build-cuda}
@@ -22,6 +25,15 @@ if [ "${KVBUF_BUNDLE_PTX80:-0}" = 1 ]; then
     ./scripts/build.sh
   mkdir -p "$bundle/bin-ptx80"
   cp "$build_dir-ptx80/bench/kvbuf" "$build_dir-ptx80"/kernels/test_{gdn,mamba2}_{decode,verify} "$bundle/bin-ptx80/"
+fi
+if [ -n "${KVBUF_BUNDLE_PYTHON:-}" ]; then
+  arch_args=()
+  [ -z "${KVBUF_CUDA_ARCHITECTURES:-}" ] || arch_args=(-DKVBUF_CUDA_ARCHITECTURES="$KVBUF_CUDA_ARCHITECTURES")
+  cmake -S . -B "$build_dir-py" -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$KVBUF_BUNDLE_PYTHON" \
+    -DKVBUF_WITH_PYTHON=ON -DKVBUF_BUILD_TESTS=OFF ${arch_args[@]+"${arch_args[@]}"} >/dev/null
+  cmake --build "$build_dir-py" -j "$(nproc)" --target kvbuf_python kvbuf_python_package >/dev/null
+  mkdir -p "$bundle/python" && cp -r "$build_dir-py/python/kvbuf" "$bundle/python/"
+  strip "$bundle"/python/kvbuf/_C*.so
 fi
 for exe in "$bundle"/bin*/*; do
   ldd "$exe" | awk '/=> \// {print $3}' | grep -E "libfmt|libbenchmark|libgtest|libgmock" || true
