@@ -41,9 +41,9 @@
 // one commit of all layers, median; the board at its 700 W cap from batch 128): T = 4 at batch 128
 // 108.85 us [C = 16], 3.18x the in-place classic (345.88) and 4.42x classic verify + copy commit
 // (481.66); T = 5 5.36 / 118.50 / 221.71 us at batch 1 / 128 / 256 [C = 16]. Earlier (d72f6732a6c6):
-// T = 4 at 128 120.84 us; T = 5 6.53 / 132.54 / 259.42. Measured again at b577b47 (before v20, one call, log v19), C = 16, batch 1 / 8 /
-// 64 / 128 / 256 / 512: T = 5 6.55 / 15.94 / 70.34 / 135.06 / 264.21 / 535.16 us, T = 4 5.38 /
-// 14.16 / 60.78 / 119.22 / 230.87 / 458.87 us.
+// T = 4 at 128 120.84 us; T = 5 6.53 / 132.54 / 259.42. Measured again at b577b47 (before v20, one
+// call, log v19), C = 16, batch 1 / 8 / 64 / 128 / 256 / 512: T = 5 6.55 / 15.94 / 70.34 / 135.06 /
+// 264.21 / 535.16 us, T = 4 5.38 / 14.16 / 60.78 / 119.22 / 230.87 / 458.87 us.
 // This body (variant 3 of v21) measured at f6f64f7, C = 16, fp32 states: T = 5 6.00 / 126.03 /
 // 251.71 / 498.12 us at batch 1 / 128 / 256 / 512, T = 4 112.40 / 215.50 us at 128 / 256; bf16
 // states: T = 4 100.59 / 194.91 us, T = 5 120.35 / 235.12 us at 128 / 256 (geomean 0.986 of v20's
@@ -1032,7 +1032,6 @@ template <int KD, int TMAX, class E, class S>
 void launch_tmax(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t stream) {
   const size_t smem = VerifySmem{KD, TMAX, p.capacity, int(sizeof(E))}.bytes();
   const auto kernel = gdn_verify_kvbuffer_kernel<KD, TMAX, E, S, false, false>;
-  const float* coef = p.coef;
   const long grid = long(blocks.x) * blocks.y * blocks.z;
   const auto few_waves = [&] {
     return grid <= kPoolsFirstMaxWaves * long(resident_blocks(kernel, kVerifyThreads, smem)) * device_limits().sms;
@@ -1040,13 +1039,13 @@ void launch_tmax(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t str
   // Split: the coefficient kernel, then the state kernel, each a programmatic dependent of the
   // kernel before it and waiting for it before reading anything it may have written.
   if (p.path == DecodePath::Split ||
-      (p.path == DecodePath::Auto && coef && TMAX >= kSplitMinTokens && !few_waves())) {
+      (p.path == DecodePath::Auto && p.coef && TMAX >= kSplitMinTokens && !few_waves())) {
     const size_t coef_smem = verify_coef_smem_bytes(KD, TMAX, p.capacity, int(sizeof(E)), p.io.HV / p.io.H);
     launch_kernel(gdn_verify_kvbuffer_coef_kernel<KD, TMAX, E>, dim3(unsigned(p.io.H), unsigned(p.io.batch)),
                   dim3(unsigned(kCoefThreads)), coef_smem, stream, true, kvbuffer_args(p), p.coef,
                   p.pools_ready_at_launch);
     launch_kernel(gdn_verify_kvbuffer_kernel<KD, TMAX, E, S, false, true>, blocks, dim3(unsigned(kVerifyThreads)), smem,
-                  stream, true, kvbuffer_args(p), coef);
+                  stream, true, kvbuffer_args(p), p.coef);
     return;
   }
   // Ready pools are read before the wait only where the grid is a few waves: there the first wave,
@@ -1055,7 +1054,7 @@ void launch_tmax(const GdnVerifyKVBufferParams& p, dim3 blocks, cudaStream_t str
   // "pools before the wait"). Two instantiations, so that the window-first one keeps its SASS.
   const bool pools_first = p.pools_ready_at_launch && few_waves();
   launch_kernel(pools_first ? gdn_verify_kvbuffer_kernel<KD, TMAX, E, S, true, false> : kernel, blocks,
-                dim3(unsigned(kVerifyThreads)), smem, stream, true, kvbuffer_args(p), coef);
+                dim3(unsigned(kVerifyThreads)), smem, stream, true, kvbuffer_args(p), p.coef);
 }
 
 template <int KD, class E, class S>

@@ -174,8 +174,9 @@ NB_MODULE(_C, m) {
       [](int batch, int value_heads, int tokens, int capacity) {
         if (batch < 0 || value_heads < 1 || tokens < 1 || tokens > kvbuf::kGdnVerifyMaxTokens || capacity < tokens ||
             capacity > 64)
-          throw nb::value_error("gdn_verify_coef_shape: needs batch >= 0, value_heads >= 1, 1 <= tokens <= 8, "
-                                "tokens <= capacity <= 64");
+          throw nb::value_error(("gdn_verify_coef_shape: needs batch >= 0, value_heads >= 1, 1 <= tokens <= " +
+                                 std::to_string(kvbuf::kGdnVerifyMaxTokens) + ", tokens <= capacity <= 64")
+                                    .c_str());
         return nb::make_tuple(batch, value_heads, kvbuf::gdn_verify_detail::verify_coef_floats(tokens, capacity));
       },
       nb::arg("batch"), nb::arg("value_heads"), nb::arg("tokens"), nb::arg("capacity"),
