@@ -37,11 +37,14 @@
 // buffer sizes and trip counts depend on it. Templates: K = V in {64, 128}, state element type S
 // in {float, __nv_bfloat16, __half} (GdnKVBufferParams::state_type, dispatch_state_type; the S0
 // tile in shared memory holds S, rows of K * sizeof(S) bytes), entry type E in {bf16, fp32},
-// variant {cached-u, raw}. The results below are the fp32 state's. 16-bit states: 128-row tiles from
-// batch 64 (single_kvbuffer_rows, log v30); bf16 at C = 4 (b99c638, results/decode16_h200.csv; the
-// S0 copies before the programmatic wait) 28.05 / 48.98 / 90.52 / 175.37 us at batch 64 / 128 / 256 /
-// 512, 1.34x / 1.46x / 1.54x / 1.57x the 16-bit recurrent kernel (1.35x ReplaySSM's recorded bf16
-// figure at 256), 0.74-0.94 of copy: bound by instruction issue (log v30).
+// variant {cached-u, raw}, WG (below). The results below are the fp32 state's. 16-bit states: 128-row
+// tiles from batch 64 (single_kvbuffer_rows, log v30); with the FMA row loop bf16 at C = 4 (b99c638)
+// 28.05 / 48.98 / 90.52 / 175.37 us at batch 64 / 128 / 256 / 512, bound by instruction issue (log v30).
+// WG (bf16 state, cached-u, 64- and 128-row tiles, this file built for sm_90a: kernels/CMakeLists.txt):
+// the row products S0 [k | q] on the warpgroup tensor cores, one wgmma.m64n8k16 per 64 rows and 16
+// elements of K with A = the S0 rows from registers and B = [k | q] from shared memory (wg_write_b);
+// the rows' outputs and entries stored from registers; the fold a second pass over the tile
+// (log v33; bf16 at 256: 87.8 us [C 8] against the FMA loop's 91.9 [C 4]).
 //
 // Two launch shapes (GdnKVBufferParams::path), same math and layouts:
 //   single: the kernel below, one block per (row, value head, V tile) does everything.
@@ -171,7 +174,53 @@ __device__ __forceinline__ void single_issue_tile(bool has_state, S* tile, const
   }
 }
 
-template <int K, int V, class S, class E, bool RAW>
+// ---- Row products on Hopper's warpgroup tensor cores (log v33; sm_90a only): D [64 rows, 8] +=
+// A [64 rows, 16] x B [16, 8] per k-step, A (the S0 rows) from registers in mma.m16n8k16's fragment
+// layout (warp w holds rows 16 w .. 16 w + 15), B from shared memory in the no-swizzle K-major
+// layout with both core-matrix strides 32 bytes: core matrix c (k-positions 8 c .. 8 c + 7) holds
+// column 0 (k) at bytes 32 c .. + 15 and column 1 (q) at 32 c + 16 .. + 31; its columns 2-7 are
+// whatever follows (the next core matrices), whose products land in D columns never read.
+constexpr int kWgCoreBytes = 32;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ uint64_t wg_desc_b(uint32_t smem_byte_addr) {
+  // start >> 4 in bits 0-13; the leading and stride byte offsets (bits 16-29, 32-45) both 32 >> 4;
+  // layout type 0 (no swizzle, bits 62-63).
+  constexpr uint64_t kOffsets = (uint64_t(kWgCoreBytes >> 4) << 16) | (uint64_t(kWgCoreBytes >> 4) << 32);
+  return uint64_t((smem_byte_addr >> 4) & 0x3fffu) | kOffsets;
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+__device__ __forceinline__ void wg_mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t desc_b,
+                                            bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(int(accumulate)));
+}
+#endif
+
+// B of the row products from the token's raw k, q as issue_token_kq loaded them (lane l of group 0
+// holds elements 4 (8 i + l) .. + 3 of each): k-step s = 2 i + l % 2 takes them at k-positions
+// 2 t, 2 t + 1 (core matrix 2 s) and 2 t + 8, 2 t + 9 (core matrix 2 s + 1), t = l / 2: the
+// permutation of the A fragments (wg rows: lane t holds bytes [64 m + 16 t, + 16) of its rows).
+template <int K>
+__device__ __forceinline__ void wg_write_b(char* sB, const TokenKQRaw<K>& raw, int group, int lane) {
+  if (group == 0) {
+#pragma unroll
+    for (int i = 0; i < K / 32; ++i) {
+      char* core = sB + 2 * (2 * i + lane % 2) * kWgCoreBytes + 4 * (lane / 2);
+      *reinterpret_cast<uint32_t*>(core) = raw.k[i].x;
+      *reinterpret_cast<uint32_t*>(core + 16) = raw.q[i].x;
+      *reinterpret_cast<uint32_t*>(core + kWgCoreBytes) = raw.k[i].y;
+      *reinterpret_cast<uint32_t*>(core + kWgCoreBytes + 16) = raw.q[i].y;
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes -> the tensor cores' reads
+  }
+}
+
+template <int K, int V, class S, class E, bool RAW, bool WG = false>
 __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVBufferParams p, int rows, int rows_offset) {
   static_assert(K % 32 == 0 && V % 16 == 0, "head dims");
   constexpr int N = K / 8;
@@ -184,9 +233,10 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   const int C = p.capacity;
   const int ustride = rows + kUtilePad;
   S* const tile = reinterpret_cast<S*>(smem);                        // [rows, K] S0 rows
-  E* const skeys = reinterpret_cast<E*>(tile + rows * K);            // [C][K] keys k_j
-  E* const utile = skeys + C * K;                                    // cached: [C][ustride] u_j
-  float* const sG = reinterpret_cast<float*>(utile + (RAW ? 0 : C * ustride));  // G_j
+  const int staged = staged_entries(C, WG);
+  E* const skeys = reinterpret_cast<E*>(tile + rows * K);            // [staged][K] keys k_j
+  E* const utile = skeys + staged * K;                               // cached: [staged][ustride] u_j
+  float* const sG = reinterpret_cast<float*>(utile + (RAW ? 0 : staged * ustride));  // G_j
   float* const sc = sG + C;                                          // c_j
   float* const sd = sc + C;                                          // d_j
   float* const sw = sd + C;                                          // e^{G_t - G_j}
@@ -200,6 +250,8 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   // row loop (one store per row from lane 0 cost ~35 instructions of address arithmetic each).
   __nv_bfloat16* const s_out = sv + rows;                                        // [rows]
   E* const s_entry = reinterpret_cast<E*>(s_out + rows);                         // [rows]
+  // WG: B of the row products (16-byte aligned), then u_t of the folding rows (fp32 [rows]).
+  char* const sB = reinterpret_cast<char*>(smem) + (WG ? wg_b_offset(rows_offset, rows) : 0);
   // Phase 1, prologue.
   const GdnStepIO& io = p.io;
   const BlockCoords c = block_coords<V>(rows);
@@ -271,6 +323,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   // Phase 3, wait. k and q stay unnormalised (kinv, qinv): the scales go on the sums that use them.
   float k[N], q[N], kinv, qinv, kq;
   finish_token_kq_unscaled<K>(kq_raw, k, q, kinv, qinv, kq);  // while the copies are in flight
+  if constexpr (WG) wg_write_b<K>(sB, kq_raw, group, lane);
   cp_async_wait_all();
   __syncthreads();
   const float G_t = (n > 0 ? sG[n - 1] : 0.f) + g;
@@ -320,6 +373,92 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
 
   // Phase 5, row loop: each group takes one row per 16-row chunk as soon as its chunk lands.
   __nv_bfloat16* out = io.out + (size_t(c.row) * HV + c.h) * V;
+  if constexpr (WG) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    // The appended key now (single_store's part), so k's registers are free.
+    if (!fold && c.tile == 0 && c.sub == 0 && group == 0) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) k[i] *= kinv;
+      store_slice<K>(bk + (size_t(n) * H + kh) * K, lane, k);
+    }
+    // Per 64-row M tile: warp w's rows R1 = 64 mt + 16 w + g and R2 = R1 + 8 (g = lane / 4, t = lane % 4)
+    // as A fragments (lane t holds bytes [64 m + 16 t, + 16) of each: B's K permutation), the
+    // products a (column 0) and b (column 1) in lane t = 0's d; the cached-u sums over j = t, t + 4, ...
+    constexpr int M = K / 32;
+    const int w = threadIdx.x / 32, wl = threadIdx.x % 32, g = wl / 4, t = wl % 4;
+    __nv_bfloat16* const out_rows = out + c.v0;
+    E* const entry_rows = bval + (size_t(n) * HV + c.h) * V + c.v0;
+    float ut_own[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      if (64 * mt >= rows) break;
+      const int R1 = 64 * mt + 16 * w + g, R2 = R1 + 8;
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+      if (has_state) {
+        tile_wait(bars + 4 * mt + w);
+        uint4 x1[M], x2[M];
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          x1[m] = reinterpret_cast<const uint4*>(tile + size_t(R1) * K)[4 * m + t];
+          x2[m] = reinterpret_cast<const uint4*>(tile + size_t(R2) * K)[4 * m + t];
+        }
+        wg_fence();
+        const uint32_t b0 = smem_addr(sB);
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          wg_mma_bf16(d, x1[m].x, x2[m].x, x1[m].y, x2[m].y, wg_desc_b(b0 + 4 * m * kWgCoreBytes), m > 0);
+          wg_mma_bf16(d, x1[m].z, x2[m].z, x1[m].w, x2[m].w, wg_desc_b(b0 + (4 * m + 2) * kWgCoreBytes), true);
+        }
+        wg_commit();
+        wg_wait_all();
+      }
+      float pc1 = 0.f, pd1 = 0.f, pc2 = 0.f, pd2 = 0.f;
+      for (int j = t; j < n; j += 4) {
+        const float u1 = to_f32(utile[j * ustride + R1]), u2 = to_f32(utile[j * ustride + R2]);
+        pc1 = fmaf(sc[j], u1, pc1), pd1 = fmaf(sd[j], u1, pd1);
+        pc2 = fmaf(sc[j], u2, pc2), pd2 = fmaf(sd[j], u2, pd2);
+      }
+#pragma unroll
+      for (int x = 1; x <= 2; x *= 2) {
+        pc1 += __shfl_xor_sync(0xffffffffu, pc1, x), pd1 += __shfl_xor_sync(0xffffffffu, pd1, x);
+        pc2 += __shfl_xor_sync(0xffffffffu, pc2, x), pd2 += __shfl_xor_sync(0xffffffffu, pd2, x);
+      }
+      if (t == 0) {
+        const float u1 = beta * (__bfloat162float(sv[R1]) - fmaf(eG_k, d[0], pc1));
+        const float u2 = beta * (__bfloat162float(sv[R2]) - fmaf(eG_k, d[2], pc2));
+        out_rows[R1] = __float2bfloat16_rn(fmaf(eG_q, d[1], pd1) + kq * u1);
+        out_rows[R2] = __float2bfloat16_rn(fmaf(eG_q, d[3], pd2) + kq * u2);
+        if (!fold) entry_rows[R1] = from_f32<E>(u1), entry_rows[R2] = from_f32<E>(u2);
+        ut_own[mt][0] = u1, ut_own[mt][1] = u2;
+      }
+    }
+    if (fold) {  // a second pass over the landed tile (1 / C of the blocks), each row as the FMA loop folds it
+      __syncthreads();  // every warp's products have read B
+      float* s_ut = reinterpret_cast<float*>(sB);
+      if (t == 0)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+          if (64 * mt < rows) s_ut[64 * mt + 16 * w + g] = ut_own[mt][0], s_ut[64 * mt + 16 * w + g + 8] = ut_own[mt][1];
+      __syncthreads();
+      TokenKQRaw<K> raw;
+      issue_token_kq<K>(io, c.row, kh, lane, raw);
+      float kf[N], qf[N], ki, qi;
+      token_kq_slices<K>(raw, kf, qf, ki, qi);
+      for (int ch = 0; ch < chunks; ++ch) {
+        const int rl = ch * kGroups + group;
+        float sr[N];
+        load_slice<K>(tile + size_t(rl) * K, lane, sr);
+        fold_row<K>(sr, eG_t, s_ut[rl] * kinv, kf, n, sw, utile + rl, ustride, skeys, lane);
+        store_slice<K>(state + size_t(c.v0 + rl) * K, lane, sr);
+      }
+    }
+    if (!fold && c.tile == 0 && threadIdx.x == 0) gcum[n * HV + c.h] = G_t;
+    if (!row_meta) single_advance_fill(p, slot, n, fold);
+    return;
+#else
+    __trap();  // WG kernels are launched only where sm_90a code exists
+#endif
+  }
   E* const entry_n = bval + (size_t(n) * HV + c.h) * V;  // this head's values of the appended entry
   float* ua = scratch + group * C;
   const int leader = (threadIdx.x & 31) & ~(kGroupLanes - 1);
@@ -699,15 +838,35 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_kvbuffer_split_state_kernel(G
 }
 
 size_t entry_bytes(const GdnKVBufferParams& p) { return p.entry == EntryType::FP32 ? 4 : 2; }
-SingleSmemLayout kvbuffer_smem_layout(const GdnKVBufferParams& p, int rows) {
+SingleSmemLayout kvbuffer_smem_layout(const GdnKVBufferParams& p, int rows, bool wg = false) {
   return kvbuffer_smem_layout(p.io.K, p.capacity, rows, state_type_bytes(p.state_type), entry_bytes(p),
-                              p.variant == BufferVariant::Raw);
+                              p.variant == BufferVariant::Raw, wg);
+}
+
+// Whether the warpgroup-product variant runs (log v33): bf16 state, cached-u, 64 or 128 rows, on a
+// compute capability 9.0 device with this file built for sm_90a (kernels/CMakeLists.txt).
+bool use_wg_rows(int rows) {
+#ifdef KVBUF_GDN_WGMMA
+  return (rows == 64 || rows == 128) && device_limits().cc_major == 9 && device_limits().cc_minor == 0;
+#else
+  (void)rows;
+  return false;
+#endif
 }
 
 template <int K, int V, class S, class E, bool RAW>
 void launch_kvbuffer(const GdnKVBufferParams& p, int rows, cudaStream_t stream) {
   const dim3 grid = decode_grid(p.io, rows);
   const SingleSmemLayout layout = kvbuffer_smem_layout(p, rows);
+  if constexpr (std::is_same_v<S, __nv_bfloat16> && !RAW) {
+    if (use_wg_rows(rows)) {
+      const SingleSmemLayout wl = kvbuffer_smem_layout(p, rows, true);
+      const size_t bytes = wg_b_offset(wl.rows_offset, rows) + wg_b_bytes(K, rows);
+      launch_kernel(gdn_decode_kvbuffer_kernel<K, V, S, E, RAW, true>, grid, dim3(kThreads), bytes, stream, true, p, rows,
+                    int(wl.rows_offset));
+      return;
+    }
+  }
   launch_kernel(gdn_decode_kvbuffer_kernel<K, V, S, E, RAW>, grid, dim3(kThreads), layout.bytes, stream, true, p, rows,
                 int(layout.rows_offset));
 }

@@ -40,21 +40,41 @@ constexpr RowsRule kRecurrentRows{32, 4};
 constexpr RowsRule kSingleKVBufferRows{64, 4};  // 16-bit states: up to twice the rows (gdn_decode_device.h)
 inline RowsRule split_state_rows(int capacity) { return {capacity >= 32 ? 32 : 64, 8}; }
 
+// Buffered entries a step reads, at most: fill < C between steps (gdn_decode.h), so C - 1; the
+// entry a step appends goes to global memory only. The warpgroup variant sizes its staging of keys
+// and u rows by it (at C = 8 that keeps the bf16 whole-head tile at 6 blocks per SM: log v33); the
+// FMA kernels stage C rows (their register allocation changed with the smaller offsets: spills).
+KVB_HOST_DEVICE constexpr int staged_entries(int capacity, bool wg) { return wg ? capacity - 1 : capacity; }
+
 // The single KVBuffer kernel's dynamic shared memory: the tile and buffer staging, then (16-byte
 // aligned, at rows_offset) the per-row arrays: barriers, v, outputs, appended entries.
 struct SingleSmemLayout {
   size_t rows_offset, bytes;
 };
 inline SingleSmemLayout kvbuffer_smem_layout(int K, int C, int rows, size_t state_bytes, size_t entry_bytes,
-                                             bool raw) {
-  const size_t c = size_t(C), k = size_t(K);
-  size_t bytes = size_t(rows) * k * state_bytes + c * k * entry_bytes + 4 * c * 4;
+                                             bool raw, bool wg = false) {
+  const size_t c = size_t(C), k = size_t(K), staged = size_t(staged_entries(C, wg));
+  size_t bytes = size_t(rows) * k * state_bytes + staged * k * entry_bytes + 4 * c * 4;
   if (raw)
     bytes += (c * c + 2 * c + size_t(kGroups) * c) * 4;
   else
-    bytes += c * size_t(rows + kUtilePad) * entry_bytes;
+    bytes += staged * size_t(rows + kUtilePad) * entry_bytes;
   const size_t rows_offset = (bytes + 15) / 16 * 16;
   return {rows_offset, rows_offset + kMaxChunks * sizeof(unsigned long long) + size_t(rows) * (2 + 2 + entry_bytes)};
+}
+
+// The single kernel's warpgroup-product variant (bf16 state, 64 or 128 rows; log v33): the barriers
+// and v at rows_offset (no output or entry arrays: its rows are stored from registers), then B of
+// the row products, 32 bytes per core matrix of 8 k-positions (columns 0 and 1; what follows a core
+// matrix is read as its columns 2-7, whose products are never used), 64 bytes per k-step of 16, and
+// each k-step's operand is 256 bytes from its start (the last one's too: compute-sanitizer checks
+// that extent); later u_t of the folding rows (fp32 [rows]) in the same bytes.
+KVB_HOST_DEVICE inline size_t wg_b_offset(size_t rows_offset, int rows) {
+  return (rows_offset + kMaxChunks * 8 + size_t(rows) * 2 + 15) / 16 * 16;
+}
+inline size_t wg_b_bytes(int K, int rows) {
+  const size_t b = size_t(K / 16 - 1) * 64 + 256;
+  return b > size_t(rows) * 4 ? b : size_t(rows) * 4;
 }
 
 // The split path's kernel B (state): the tile, the buffer keys and the u tile.

@@ -615,6 +615,13 @@ std::vector<DecodeCase> decode_cases(bool quick) {
       c.variant = BufferVariant::CachedU, c.entry = EntryType::FP32, c.capacity = 16, c.direct_every = 0;
       c.name = sp + "tile128-cachedu-fp32-C16-b3";
       if (!quick) add(c);
+      // The whole-head and half-head tiles of the bf16 warpgroup products (log v33): pool fill
+      // counters, folding and appending rows side by side, direct rows mixed in; one 64-row M tile.
+      c.entry = EntryType::BF16, c.capacity = 4, c.batch = 24, c.pad_rows = 3, c.direct_every = 5;
+      c.name = sp + "tile128-poolfill-C4-b24-mixed-direct";
+      add(c);
+      c.rows_per_block = 64, c.row_metadata = true, c.capacity = 8, c.name = sp + "tile64-K128-rowmeta-C8-b24-mixed-direct";
+      if (!quick) add(c);
     }
     {
       DecodeCase c;
@@ -690,6 +697,9 @@ std::vector<DecodeCase> decode_cases(bool quick) {
     c.variant = BufferVariant::Raw, c.capacity = 8, c.direct_every = 0, c.row_metadata = false;
     c.name = "state-bf16-kvbuffer-raw-bf16-C8-b20-late-inputs";
     if (!quick) add(c);
+    c.variant = BufferVariant::CachedU, c.rows_per_block = 128, c.name = "state-bf16-kvbuffer-cachedu-bf16-C8-b20-tile128-late-inputs";
+    if (!quick) add(c);
+    c.rows_per_block = 0;
     c.variant = BufferVariant::CachedU, c.capacity = 1, c.batch = 40, c.row_metadata = true, c.every_row_has_state = true;
     c.cycles = 4, c.rows_per_block = 32, c.name = "state-bf16-capacity1-every-row-stateful-tiles32-b40-late-inputs";
     if (!quick) add(c);
