@@ -44,7 +44,9 @@
 // the row products S0 [k | q] on the warpgroup tensor cores, one wgmma.m64n8k16 per 64 rows and 16
 // elements of K with A = the S0 rows from registers and B = [k | q] from shared memory (wg_write_b);
 // the rows' outputs and entries stored from registers; the fold a second pass over the tile
-// (log v33; bf16 at 256: 87.8 us [C 8] against the FMA loop's 91.9 [C 4]).
+// (log v33). bf16 (b11345b, results/decode16_h200.csv): 27.14 [C 4] / 47.42 [4] / 87.01 [8] / 167.14
+// [8] us at batch 64 / 128 / 256 / 512, 1.37x / 1.49x / 1.59x / 1.64x the bf16 recurrent kernel, 0.76-0.91
+// of copy; no longer issue-bound (0.64 per scheduler), bound by each block's chain at 6 blocks per SM.
 //
 // Two launch shapes (GdnKVBufferParams::path), same math and layouts:
 //   single: the kernel below, one block per (row, value head, V tile) does everything.
