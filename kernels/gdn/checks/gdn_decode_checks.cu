@@ -622,6 +622,9 @@ std::vector<DecodeCase> decode_cases(bool quick) {
       add(c);
       c.rows_per_block = 64, c.row_metadata = true, c.capacity = 8, c.name = sp + "tile64-K128-rowmeta-C8-b24-mixed-direct";
       if (!quick) add(c);
+      // 31 buffered entries: the whole-head tile's largest staging with bf16 entries (above 48 KB).
+      c.rows_per_block = 128, c.capacity = 32, c.batch = 6, c.direct_every = 0, c.name = sp + "tile128-rowmeta-C32-b6";
+      if (!quick) add(c);
     }
     {
       DecodeCase c;
