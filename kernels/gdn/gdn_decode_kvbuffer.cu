@@ -132,15 +132,29 @@ __device__ __forceinline__ void single_advance_fill(const GdnKVBufferParams& p, 
   }
 }
 
+// The appended entry n's key, normalised here (k stays unnormalised until its last use), once per key head.
+template <int K, class E>
+__device__ __forceinline__ void store_appended_key(E* bk, int n, int H, int kh, int lane, float* k, float kinv) {
+#pragma unroll
+  for (int i = 0; i < K / 8; ++i) k[i] *= kinv;
+  store_slice<K>(bk + (size_t(n) * H + kh) * K, lane, k);
+}
+
+// The appended entry n's G_t (and raw: beta), once per value head.
+template <bool RAW>
+__device__ __forceinline__ void store_appended_gate(const GdnKVBufferParams& p, float* gcum, int slot, int C, int n,
+                                                    int HV, int h, float G_t, float beta) {
+  gcum[n * HV + h] = G_t;
+  if (RAW) p.buf_beta[(size_t(slot) * C + n) * HV + h] = beta;
+}
+
 // Phase 6: the rows' outputs and (unless the block folded) the appended entry n: values by
-// 16-byte vectors from shared memory, the key (normalised here) and G_t (and beta) once per key
-// head / value head.
+// 16-byte vectors from shared memory, the key and G_t (and beta).
 template <int K, class E, bool RAW>
 __device__ __forceinline__ void single_store(const GdnKVBufferParams& p, const BlockCoords& c, int rows, int C, int H,
                                              int HV, int slot, int n, bool fold, const __nv_bfloat16* s_out,
                                              const E* s_entry, __nv_bfloat16* out, E* entry_n, E* bk, float* gcum,
                                              float* k, float kinv, float G_t, float beta, int group, int lane) {
-  constexpr int N = K / 8;
   const int kh = c.kh;
   __syncthreads();
   if (threadIdx.x < rows / 8)
@@ -149,15 +163,8 @@ __device__ __forceinline__ void single_store(const GdnKVBufferParams& p, const B
     for (int i = threadIdx.x; i < rows * int(sizeof(E)) / 16; i += kThreads)
       reinterpret_cast<uint4*>(entry_n + c.v0)[i] = reinterpret_cast<const uint4*>(s_entry)[i];
     if (c.tile == 0) {
-      if (c.sub == 0 && group == 0) {
-#pragma unroll
-        for (int i = 0; i < N; ++i) k[i] *= kinv;
-        store_slice<K>(bk + (size_t(n) * H + kh) * K, lane, k);
-      }
-      if (threadIdx.x == 0) {
-        gcum[n * HV + c.h] = G_t;
-        if (RAW) p.buf_beta[(size_t(slot) * C + n) * HV + c.h] = beta;
-      }
+      if (c.sub == 0 && group == 0) store_appended_key<K>(bk, n, H, kh, lane, k, kinv);
+      if (threadIdx.x == 0) store_appended_gate<RAW>(p, gcum, slot, C, n, HV, c.h, G_t, beta);
     }
   }
 }
@@ -377,12 +384,8 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   __nv_bfloat16* out = io.out + (size_t(c.row) * HV + c.h) * V;
   if constexpr (WG) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    // The appended key now (single_store's part), so k's registers are free.
-    if (!fold && c.tile == 0 && c.sub == 0 && group == 0) {
-#pragma unroll
-      for (int i = 0; i < N; ++i) k[i] *= kinv;
-      store_slice<K>(bk + (size_t(n) * H + kh) * K, lane, k);
-    }
+    // The appended key now, so k's registers are free.
+    if (!fold && c.tile == 0 && c.sub == 0 && group == 0) store_appended_key<K>(bk, n, H, kh, lane, k, kinv);
     // Per 64-row M tile: warp w's rows R1 = 64 mt + 16 w + g and R2 = R1 + 8 (g = lane / 4, t = lane % 4)
     // as A fragments (lane t holds bytes [64 m + 16 t, + 16) of each: B's K permutation), the
     // products a (column 0) and b (column 1) in lane t = 0's d; the cached-u sums over j = t, t + 4, ...
@@ -454,7 +457,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
         store_slice<K>(state + size_t(c.v0 + rl) * K, lane, sr);
       }
     }
-    if (!fold && c.tile == 0 && threadIdx.x == 0) gcum[n * HV + c.h] = G_t;
+    if (!fold && c.tile == 0 && threadIdx.x == 0) store_appended_gate<false>(p, gcum, slot, C, n, HV, c.h, G_t, beta);
     if (!row_meta) single_advance_fill(p, slot, n, fold);
     return;
 #else
@@ -604,7 +607,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kvbuffer_split_buffer_kernel(Gdn
     load_gates(io, row, h, g, beta);
     const float G_t = (n > 0 ? gcum[(n - 1) * HV + h] : 0.f) + g;
     sGt[i] = G_t, sbeta[i] = beta;
-    if (!fold) gcum[n * HV + h] = G_t;
+    if (!fold) store_appended_gate<false>(p, gcum, slot, C, n, HV, h, G_t, beta);
   }
   float k[N], q[N], kq;
   load_token_kq<K>(io, row, kh, lane, k, q, kq);
@@ -859,7 +862,6 @@ bool use_wg_rows(int rows) {
 template <int K, int V, class S, class E, bool RAW>
 void launch_kvbuffer(const GdnKVBufferParams& p, int rows, cudaStream_t stream) {
   const dim3 grid = decode_grid(p.io, rows);
-  const SingleSmemLayout layout = kvbuffer_smem_layout(p, rows);
   if constexpr (std::is_same_v<S, __nv_bfloat16> && !RAW) {
     if (use_wg_rows(rows)) {
       const SingleSmemLayout wl = kvbuffer_smem_layout(p, rows, true);
@@ -869,6 +871,7 @@ void launch_kvbuffer(const GdnKVBufferParams& p, int rows, cudaStream_t stream) 
       return;
     }
   }
+  const SingleSmemLayout layout = kvbuffer_smem_layout(p, rows);
   launch_kernel(gdn_decode_kvbuffer_kernel<K, V, S, E, RAW>, grid, dim3(kThreads), layout.bytes, stream, true, p, rows,
                 int(layout.rows_offset));
 }
