@@ -1,5 +1,6 @@
 #include "sim/csv.h"
 
+#include <cmath>
 #include <fstream>
 #include <stdexcept>
 
@@ -47,6 +48,18 @@ std::vector<std::string> split_csv_line(const std::string& line) {
     if (i >= line.size()) return fields;
     ++i;  // the comma; a line ending in one has an empty last field
   }
+}
+
+std::optional<double> csv_number(const std::string& field) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(field, &used);
+  } catch (const std::exception&) {  // no number at all, or out of double's range
+    return std::nullopt;
+  }
+  if (used != field.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
 }
 
 std::vector<CsvRow> read_csv_rows(const std::string& path, std::vector<std::string>* header) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,10 @@ std::string csv_field(const std::string& value);
 // The fields of one CSV line (no line break), quotes removed. Throws std::invalid_argument on an
 // unterminated quote or text after a closing quote.
 std::vector<std::string> split_csv_line(const std::string& line);
+
+// The field as a finite number; nothing where it is empty, holds more than a number ("12 us") or
+// is not finite ("nan", "inf", "1e999").
+std::optional<double> csv_number(const std::string& field);
 
 // One row of a CSV file, by column name.
 using CsvRow = std::map<std::string, std::string>;

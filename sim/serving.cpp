@@ -74,17 +74,9 @@ std::vector<ServingRequest> read_trace(const std::string& path) {
     if (fields.size() != columns)
       throw bad(where + std::to_string(fields.size()) + " fields, header has " + std::to_string(columns));
     auto number = [&](int col, const char* name) {
-      const std::string& s = fields[size_t(col)];
-      size_t used = 0;
-      double v = 0;
-      try {
-        v = std::stod(s, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (s.empty() || used != s.size() || !std::isfinite(v))
-        throw bad(where + name + " is not a number: '" + s + "'");
-      return v;
+      const std::optional<double> v = csv_number(fields[size_t(col)]);
+      if (!v) throw bad(where + name + " is not a number: '" + fields[size_t(col)] + "'");
+      return *v;
     };
     auto count = [&](int col, const char* name) {
       const double v = number(col, name);

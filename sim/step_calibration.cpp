@@ -105,10 +105,9 @@ std::vector<StepProfile> read_step_profiles(const std::string& path) {
     try {
       auto num = [&](const char* c) {
         const std::string& v = r.at(c);
-        size_t used = 0;
-        const double d = std::stod(v, &used);
-        if (used != v.size() || !std::isfinite(d)) throw bad(std::string(c) + " '" + v + "' is not a number");
-        return d;
+        const std::optional<double> d = csv_number(v);
+        if (!d) throw bad(std::string(c) + " '" + v + "' is not a number");
+        return *d;
       };
       // A point that did not run (memory, a shape that cannot launch): no measured terms, its reason
       // in the note. A row with neither is damaged.

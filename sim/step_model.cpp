@@ -43,17 +43,10 @@ struct CsvTable {
   }
   double number(size_t row, const std::string& name) const {
     const std::string& s = rows[row][column(name)];
-    size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(s, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (s.empty() || used != s.size() || !std::isfinite(v))
-      throw bad(path + ":" + std::to_string(line_of_row[row]) + ": column '" + name +
-                "' is not a number: '" + s + "'");
-    return v;
+    const std::optional<double> v = csv_number(s);
+    if (!v)
+      throw bad(path + ":" + std::to_string(line_of_row[row]) + ": column '" + name + "' is not a number: '" + s + "'");
+    return *v;
   }
   const std::string& text(size_t row, const std::string& name) const {
     return rows[row][column(name)];

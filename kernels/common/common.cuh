@@ -186,6 +186,24 @@ __device__ __forceinline__ int load_unsunk(const int32_t* p) {
   return x;
 }
 
+// Without scheduler row metadata, the KVBuffer decode kernels' fill advance: the last block of a
+// request's grid to finish (counted in done_count) sets its fill (0 after a fold, else n + 1) and,
+// after a fold, has_state, so no block sees another's update within a launch. Every thread of the
+// block calls it.
+__device__ __forceinline__ void advance_fill_last_block(int32_t* fill, int32_t* has_state, int32_t* done_count,
+                                                        int slot, int n, bool fold) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const int blocks_per_request = int(gridDim.x * gridDim.y);
+    if (atomicAdd(&done_count[slot], 1) == blocks_per_request - 1) {
+      fill[slot] = fold ? 0 : n + 1;
+      if (fold) has_state[slot] = 1;
+      done_count[slot] = 0;
+    }
+  }
+}
+
 // Entry and state element conversions (buffer entries are bf16 or fp32).
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }

@@ -112,25 +112,10 @@ constexpr int kSplitMinCapacityDirect = 4;
 //   4 key scalars: c_j, d_j, e^{G_t - G_j} (raw: L) over the buffered keys;
 //   5 row loop: per row u_t, o, then the fold of the row or its appended entry;
 //   6 store (single_store): outputs and the appended entry by 16-byte vectors, k_t, G_t;
-//   7 fill advance (single_advance_fill), only without scheduler row metadata.
+//   7 fill advance (advance_fill_last_block, common.cuh), only without scheduler row metadata.
 // Phases 6, 7 and the tile part of 2 are functions; the rest stays in the kernel body, because
 // moving any of it into a function changed ptxas's output (registers and up to 2% of the
 // instructions of some instantiations; kernels/gdn/notes/gdn_decode_kvbuffer.md, "Readable rewrite").
-
-// Phase 7: without scheduler row metadata, the last block of the request to finish (atomic count
-// in done_count) advances fill and has_state, so no block sees another's update within a launch.
-__device__ __forceinline__ void single_advance_fill(const GdnKVBufferParams& p, int slot, int n, bool fold) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const int blocks_per_request = int(gridDim.x * gridDim.y);
-    if (atomicAdd(&p.done_count[slot], 1) == blocks_per_request - 1) {
-      p.fill[slot] = fold ? 0 : n + 1;
-      if (fold) p.has_state[slot] = 1;
-      p.done_count[slot] = 0;
-    }
-  }
-}
 
 // The appended entry n's key, normalised here (k stays unnormalised until its last use), once per key head.
 template <int K, class E>
@@ -458,7 +443,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
       }
     }
     if (!fold && c.tile == 0 && threadIdx.x == 0) store_appended_gate<false>(p, gcum, slot, C, n, HV, c.h, G_t, beta);
-    if (!row_meta) single_advance_fill(p, slot, n, fold);
+    if (!row_meta) advance_fill_last_block(p.fill, p.has_state, p.done_count, slot, n, fold);
     return;
 #else
     __trap();  // WG kernels are launched only where sm_90a code exists
@@ -545,7 +530,7 @@ __global__ void __launch_bounds__(kThreads, 6) gdn_decode_kvbuffer_kernel(GdnKVB
   single_store<K, E, RAW>(p, c, rows, C, H, HV, slot, n, fold, s_out, s_entry, out, entry_n, bk, gcum, k, kinv, G_t, beta,
                           group, lane);
   if (row_meta) return;  // the scheduler advances its own fill / has_state
-  single_advance_fill(p, slot, n, fold);
+  advance_fill_last_block(p.fill, p.has_state, p.done_count, slot, n, fold);
 }
 
 // ---- Split path (cached-u, scheduler row metadata): kernel A then kernel B in one stream.

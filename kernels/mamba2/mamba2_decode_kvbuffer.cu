@@ -294,16 +294,7 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
     }
   }
   if (row_meta) return;  // the scheduler advances its own fill / has_state
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const int blocks_per_request = int(gridDim.x * gridDim.y);
-    if (atomicAdd(&p.done_count[slot], 1) == blocks_per_request - 1) {
-      p.fill[slot] = fold ? 0 : n + 1;
-      if (fold) p.has_state[slot] = 1;
-      p.done_count[slot] = 0;
-    }
-  }
+  advance_fill_last_block(p.fill, p.has_state, p.done_count, slot, n, fold);
 }
 
 // R rows per warp (kvbuffer_warp_rows): 8, whose 5 (tiled) or 6 blocks of 8 warps per SM were

@@ -41,6 +41,14 @@ TEST(Csv, MalformedLinesAndLineBreaksThrow) {
   EXPECT_THROW(csv_field("two\nlines"), std::invalid_argument);
 }
 
+TEST(Csv, NumbersAreWholeFiniteFields) {
+  EXPECT_EQ(csv_number("12.5"), 12.5);
+  EXPECT_EQ(csv_number("-3e2"), -300.0);
+  EXPECT_EQ(csv_number("0"), 0.0);
+  for (const char* bad : {"", "12 us", "us", "nan", "inf", "-inf", "1e999", "1,5", "0x"})
+    EXPECT_FALSE(csv_number(bad).has_value()) << "'" << bad << "'";
+}
+
 TEST(Csv, ReadsAFileIntoRowsByColumn) {
   const std::string path = testing::TempDir() + "kvbuf_read_csv_rows.csv";
   {
