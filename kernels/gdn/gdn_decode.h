@@ -34,8 +34,9 @@ struct GdnStepIO {
   const float* dt_bias = nullptr;
   __nv_bfloat16* out = nullptr;      // [B, HV, V]
   // V rows per thread block (16, 32, 64 or 128, dividing V; the recurrent kernel also takes 8: one
-  // warp per block, state in registers); 0 = chosen per launch shape, from B x HV against the
-  // multiprocessor count (small batches split each head over more blocks).
+  // warp per 8 rows, state in registers, one such warp per block, two for a 16-bit state); 0 = chosen
+  // per launch shape, from B x HV against the multiprocessor count (small batches split each head
+  // over more blocks).
   int rows_per_block = 0;
 };
 

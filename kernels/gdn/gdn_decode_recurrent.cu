@@ -149,6 +149,13 @@ struct LaneElems {  // fp32
     s[0] = x.x, s[1] = x.y;
     if constexpr (NL == 4) s[2] = reinterpret_cast<const float4&>(x).z, s[3] = reinterpret_cast<const float4&>(x).w;
   }
+  // What the one-warp shape holds of a row between its load and its update (hold), and the row's
+  // elements where they are used (widen): fp32 elements as floats.
+  struct Held {
+    float s[NL];
+  };
+  __device__ __forceinline__ static void hold(const Vec& x, Held& h) { to_f32(x, h.s); }
+  __device__ __forceinline__ static const float* widen(const Held& h, float*) { return h.s; }
   // decay s + uv k (the row update) as one access. (Through an array of floats, ptxas ordered two
   // register zeroings of one fp32 instantiation differently.)
   __device__ __forceinline__ static Vec update(float decay, const float* s, float uv, const float* k) {
@@ -172,6 +179,13 @@ struct LaneElems16 {  // bf16, fp16
       s[2 * e] = f.x, s[2 * e + 1] = f.y;
     }
   }
+  // 16-bit elements stay packed as loaded (half the registers of floats) and are widened at each use.
+  using Held = Vec;
+  __device__ __forceinline__ static void hold(const Vec& x, Held& h) { h = x; }
+  __device__ __forceinline__ static const float* widen(const Held& h, float* s) {
+    to_f32(h, s);
+    return s;
+  }
   __device__ __forceinline__ static Vec update(float decay, const float* s, float uv, const float* k) {
     Vec x;
     uint32_t* w = reinterpret_cast<uint32_t*>(&x);
@@ -186,22 +200,32 @@ struct LaneElems<__nv_bfloat16, NL> : LaneElems16<__nv_bfloat16, NL> {};
 template <int NL>
 struct LaneElems<__half, NL> : LaneElems16<__half, NL> {};
 
-// Warp-row shape (rows_per_block = kWarpRows, log v4): one warp per block owns 8 state rows (4 KiB);
-// launched plainly, not as a programmatic dependent that loads its rows before the wait and its
-// inputs after (log v8: that order made the bf16 shape 8-16% slower from batch 32, launched
+// Warp-row shape (rows_per_block = kWarpRows, log v4): one warp owns 8 state rows (4 KiB of an fp32
+// state); launched plainly, not as a programmatic dependent that loads its rows before the wait and
+// its inputs after (log v8: that order made the bf16 shape 8-16% slower from batch 32, launched
 // programmatically or not: its short blocks wait on the inputs' chain behind the wait);
-// lane l holds columns [l K/32, (l+1) K/32) of all 8 rows in registers, so the block's whole tile
-// is in flight after one round trip (the slot) and up to 32 one-warp blocks share an SM. The 16
-// row sums are reduced by halving exchanges (log v6); lane 4 i writes row i's output.
+// lane l holds columns [l K/32, (l+1) K/32) of all 8 rows in registers, so the warp's whole tile
+// is in flight after one round trip (the slot). The 16 row sums are reduced by halving exchanges
+// (log v6); lane 4 i writes row i's output. fp32 states: one warp per block, up to 32 blocks (the
+// SM's limit) at 64 registers. 16-bit states (log v10): the rows stay packed (Held) and two warps
+// share a block (16 rows) at their natural 56 registers, so that 18 blocks, 36 warps, share an SM
+// instead of 32 one-warp blocks (bounds of 20 blocks, 48 registers and 42 warps, were 2-3% slower
+// than one warp per block). No minimum in the bounds: a minimum of 1 gave fp32 72 registers.
+template <class S>
+constexpr int warp_shape_warps() { return sizeof(S) == 2 ? 2 : 1; }
 template <int K, int V, class S, bool STATE_FLAG>
-__global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(RecurrentArgs p, const int32_t* row_has_state) {
+__global__ void __launch_bounds__(32 * warp_shape_warps<S>())
+    gdn_decode_recurrent_warp_kernel(RecurrentArgs p, const int32_t* row_has_state) {
+  constexpr int W = warp_shape_warps<S>();
   static_assert(K == 64 || K == 128, "2 or 4 elements per lane per row");
-  constexpr int NL = K / 32, R = kWarpRows;  // elements per lane per row, rows per block
+  constexpr int NL = K / 32, R = kWarpRows;  // elements per lane per row, rows per warp
+  static_assert(V % (R * W) == 0, "a block's rows tile the value head");
   using Lane = LaneElems<S, NL>;
   using Vec = typename Lane::Vec;
   const GdnStepIO& io = p.io;
-  const BlockCoords c = block_coords<V>(R);
-  const int lane = threadIdx.x;
+  BlockCoords c = block_coords<V>(R * W);
+  if constexpr (W > 1) c.v0 += int(threadIdx.x >> 5) * R;
+  const int lane = W == 1 ? int(threadIdx.x) : int(threadIdx.x & 31);
   const int slot = io.slot[c.row];
   const bool has_state = !STATE_FLAG || row_has_state[c.row] != 0;
   // The token's inputs do not depend on the slot: issued before its round trip ends.
@@ -221,11 +245,11 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(Recurrent
     return;
   }
   const size_t head = ((size_t(slot) * io.HV + c.h) * V + c.v0) * K + lane * NL;
-  float s[R][NL];
+  typename Lane::Held rows[R];
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     const Vec x = has_state ? *reinterpret_cast<const Vec*>(static_cast<const S*>(p.state_in) + head + size_t(i) * K) : Vec{};
-    Lane::to_f32(x, s[i]);
+    Lane::hold(x, rows[i]);
   }
   float k[NL], q[NL];
 #pragma unroll
@@ -247,7 +271,11 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(Recurrent
   // two, b_i in the last two.
   float p16[2 * R];
 #pragma unroll
-  for (int i = 0; i < R; ++i) p16[2 * i] = dot<NL>(s[i], k), p16[2 * i + 1] = dot<NL>(s[i], q);
+  for (int i = 0; i < R; ++i) {
+    float buf[NL];
+    const float* si = Lane::widen(rows[i], buf);
+    p16[2 * i] = dot<NL>(si, k), p16[2 * i + 1] = dot<NL>(si, q);
+  }
 #pragma unroll
   for (int half = R, mask = 16; half >= 1; half /= 2, mask /= 2) {
     const bool upper = lane & mask;
@@ -266,7 +294,9 @@ __global__ void __launch_bounds__(32) gdn_decode_recurrent_warp_kernel(Recurrent
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     const float uv = __shfl_sync(0xffffffffu, uv_own, 4 * i);
-    *reinterpret_cast<Vec*>(static_cast<S*>(p.state_out) + head + size_t(i) * K) = Lane::update(decay, s[i], uv, k);
+    float buf[NL];
+    const float* si = Lane::widen(rows[i], buf);
+    *reinterpret_cast<Vec*>(static_cast<S*>(p.state_out) + head + size_t(i) * K) = Lane::update(decay, si, uv, k);
   }
 }
 
@@ -275,8 +305,9 @@ void launch_recurrent(const GdnRecurrentParams& p, const int32_t* row_has_state,
                       cudaStream_t stream) {
   const RecurrentArgs a{p.io, p.state_in, p.state_out};
   if (rows == kWarpRows)
-    return launch_kernel(gdn_decode_recurrent_warp_kernel<K, V, S, STATE_FLAG>, grid, dim3(32), 0, stream, false, a,
-                         row_has_state);
+    return launch_kernel(gdn_decode_recurrent_warp_kernel<K, V, S, STATE_FLAG>,
+                         decode_grid(p.io, kWarpRows * warp_shape_warps<S>()), dim3(32 * warp_shape_warps<S>()), 0, stream,
+                         false, a, row_has_state);
   launch_kernel(gdn_decode_recurrent_kernel<K, V, S, STATE_FLAG>, grid, dim3(kThreads), size_t(rows) * K * sizeof(S),
                 stream, true, a, row_has_state, rows, p.pools_ready_at_launch);
 }

@@ -575,6 +575,11 @@ std::vector<DecodeCase> decode_cases(bool quick) {
       add(r);
       r.kernel = Kernel::RecurrentInPlace, r.K = 64, r.gates = ref::GateRange::extreme(), r.name = sp + "recurrent-warp-inplace-K64-extreme-gates-b3";
       if (!quick) add(r);
+      // Two 8-row warps per block (log v10) with 4 value heads per key head and padding rows.
+      r.K = 128, r.gates = ref::GateRange::typical(), r.gates_in_kernel = true, r.HV = 4 * r.H, r.batch = 5, r.pad_rows = 2;
+      r.name = sp + "recurrent-warp-gqa4-gates-in-kernel-b5";
+      if (!quick) add(r);
+      r.gates_in_kernel = false, r.HV = DecodeCase{}.HV, r.batch = DecodeCase{}.batch, r.pad_rows = DecodeCase{}.pad_rows;
       r.rows_per_block = 0, r.K = 128, r.gates = ref::GateRange::typical(), r.batch = 64, r.pad_rows = 3, r.recurrent_steps = 3;
       r.name = sp + "recurrent-inplace-K128-b64";  // one warp by default at batch 64
       if (!quick) add(r);
