@@ -211,7 +211,7 @@ struct LaneElems<__half, NL> : LaneElems16<__half, NL> {};
 // (log v6); lane 4 i writes row i's output. fp32 states: one warp per block, up to 32 blocks (the
 // SM's limit) at 64 registers. 16-bit states (log v10): the rows stay packed (Held) and two warps
 // share a block (16 rows) at their natural 56 registers, so that 18 blocks, 36 warps, share an SM
-// instead of 32 one-warp blocks (bounds of 20 blocks, 48 registers and 42 warps, were 2-3% slower
+// instead of 32 one-warp blocks (bounds of 20 blocks, 48 registers and 42 warps, were 1-3% slower
 // than one warp per block). No minimum in the bounds: a minimum of 1 gave fp32 72 registers.
 template <class S>
 constexpr int warp_shape_warps() { return sizeof(S) == 2 ? 2 : 1; }
@@ -303,15 +303,14 @@ __global__ void __launch_bounds__(32 * warp_shape_warps<S>())
 }
 
 template <int K, int V, class S, bool STATE_FLAG>
-void launch_recurrent(const GdnRecurrentParams& p, const int32_t* row_has_state, int rows, dim3 grid,
-                      cudaStream_t stream) {
+void launch_recurrent(const GdnRecurrentParams& p, const int32_t* row_has_state, int rows, cudaStream_t stream) {
   const RecurrentArgs a{p.io, p.state_in, p.state_out};
   if (rows == kWarpRows)
     return launch_kernel(gdn_decode_recurrent_warp_kernel<K, V, S, STATE_FLAG>,
                          decode_grid(p.io, kWarpRows * warp_shape_warps<S>()), dim3(32 * warp_shape_warps<S>()), 0, stream,
                          false, a, row_has_state);
-  launch_kernel(gdn_decode_recurrent_kernel<K, V, S, STATE_FLAG>, grid, dim3(kThreads), size_t(rows) * K * sizeof(S),
-                stream, true, a, row_has_state, rows, p.pools_ready_at_launch);
+  launch_kernel(gdn_decode_recurrent_kernel<K, V, S, STATE_FLAG>, decode_grid(p.io, rows), dim3(kThreads),
+                size_t(rows) * K * sizeof(S), stream, true, a, row_has_state, rows, p.pools_ready_at_launch);
 }
 
 // The one-warp shape from this batch up (log v4), the shared-memory tiles below it.
@@ -323,13 +322,12 @@ int recurrent_rows(const GdnStepIO& io) {
 
 void run_recurrent(const GdnRecurrentParams& p, const int32_t* row_has_state, cudaStream_t stream, const char* who) {
   const int rows = recurrent_rows(p.io);
-  const dim3 grid = decode_grid(p.io, rows);
   const bool flag = row_has_state != nullptr;
   dispatch_state_type(who, p.state_type, [&](auto tag) {
     using S = typename decltype(tag)::type;
     dispatch_head_dims(who, p.io.K, p.io.V, [&](auto K, auto V) {
-      flag ? launch_recurrent<K, V, S, true>(p, row_has_state, rows, grid, stream)
-           : launch_recurrent<K, V, S, false>(p, row_has_state, rows, grid, stream);
+      flag ? launch_recurrent<K, V, S, true>(p, row_has_state, rows, stream)
+           : launch_recurrent<K, V, S, false>(p, row_has_state, rows, stream);
     });
   });
 }
