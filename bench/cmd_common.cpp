@@ -120,6 +120,10 @@ const CLI::Validator& positive_number() {
   static const CLI::Validator v = number_rule("POSITIVE", "must be a positive finite number", false, false);
   return v;
 }
+const CLI::Validator& non_negative_number() {
+  static const CLI::Validator v = number_rule("NONNEGATIVE", "must be a non-negative finite number", false, true);
+  return v;
+}
 
 void require_positive(const std::string& option, long value) {
   if (value <= 0)

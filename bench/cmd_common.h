@@ -84,6 +84,7 @@ inline StateType parse_state_type_option(const std::string& value) {
 const CLI::Validator& positive_integer();
 const CLI::Validator& non_negative_integer();
 const CLI::Validator& positive_number();
+const CLI::Validator& non_negative_number();
 
 // Positive integer (or list element) checks, as UsageError naming the option.
 void require_positive(const std::string& option, long value);

@@ -143,10 +143,11 @@ int run_sweep(CLI::App* app, SweepOptions& o) {
       noted += !p.note.empty();
     }
     fmt::print("{} points ({} decode, {} verify; {} with a note, written as rows without a measurement){}; about {:.0f} s "
-               "of GPU at --budget-s {}\n",
+               "of GPU at --budget-s {}{}\n",
                points.size(), decode, points.size() - decode, noted,
                o.shard.empty() ? "" : fmt::format(" of {} in the grid, shard {}", grid_size, o.shard),
-               estimate_seconds(points, o.settings.budget_s), o.settings.budget_s);
+               estimate_seconds(points, o.settings.budget_s, o.settings.rest_s), o.settings.budget_s,
+               o.settings.rest_s > 0 ? fmt::format(" and --rest-s {}", o.settings.rest_s) : "");
     fmt::print("# the resolved grid (kvbuf sweep --config FILE reads it; a run saves it next to each CSV):\n{}",
                grid_toml(app));
     return 0;
@@ -239,6 +240,11 @@ Command add_sweep_command(CLI::App& app) {
   cmd->add_option("--budget-s", s.budget_s, "sampling time per point, seconds")
       ->capture_default_str()
       ->check(positive_number());
+  cmd->add_option("--rest-s", s.rest_s,
+                  "idle seconds before each timed point, so the board cools between points (rows timed with the SM "
+                  "clock held down by the power cap or a thermal slowdown say so in their note)")
+      ->capture_default_str()
+      ->check(non_negative_number());
   cmd->add_option("--max-point-s", s.max_point_s, "skip points whose minimum sampling takes longer, seconds")
       ->capture_default_str()
       ->check(positive_number());

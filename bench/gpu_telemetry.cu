@@ -1,7 +1,6 @@
-// NVML through dlopen (bench/gpu_telemetry.h): the four entry points used, with NVML's C ABI.
+// NVML through dlopen (bench/gpu_telemetry.h): the entry points used, with NVML's C ABI.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
-#include <fmt/format.h>
 
 #include "bench/gpu_telemetry.h"
 
@@ -16,6 +15,9 @@ struct Nvml {
   int (*by_pci)(const char*, nvmlDevice*) = nullptr;
   int (*clock)(nvmlDevice, int, unsigned*) = nullptr;
   int (*power)(nvmlDevice, unsigned*) = nullptr;  // milliwatts
+  // Clock event reasons (bits of nvmlClocksEventReason*); drivers before r535 name it "throttle"
+  // reasons. Optional: without it the clock limits stay unknown.
+  int (*reasons)(nvmlDevice, unsigned long long*) = nullptr;
   nvmlDevice device = nullptr;
   bool ok = false;
   Nvml() {
@@ -25,6 +27,9 @@ struct Nvml {
     by_pci = reinterpret_cast<int (*)(const char*, nvmlDevice*)>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
     clock = reinterpret_cast<int (*)(nvmlDevice, int, unsigned*)>(dlsym(lib, "nvmlDeviceGetClockInfo"));
     power = reinterpret_cast<int (*)(nvmlDevice, unsigned*)>(dlsym(lib, "nvmlDeviceGetPowerUsage"));
+    void* r = dlsym(lib, "nvmlDeviceGetCurrentClocksEventReasons");
+    if (!r) r = dlsym(lib, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    reasons = reinterpret_cast<int (*)(nvmlDevice, unsigned long long*)>(r);
     if (!init || !by_pci || !clock || !power || init() != kNvmlSuccess) return;
     int dev = 0;
     char bus[32] = {};
@@ -43,10 +48,10 @@ GpuTelemetry read_gpu_telemetry() {
       nvml.power(nvml.device, &mw) != kNvmlSuccess)
     return t;
   t.valid = true, t.sm_clock_mhz = mhz, t.power_w = mw * 1e-3;
+  unsigned long long bits = 0;
+  if (nvml.reasons && nvml.reasons(nvml.device, &bits) == kNvmlSuccess)
+    t.limits_known = true, t.limits = clock_limits_from_nvml(bits);
   return t;
 }
-
-std::string TelemetryMean::clock_mhz() const { return n ? fmt::format("{:.0f}", clock_sum / n) : ""; }
-std::string TelemetryMean::power_w() const { return n ? fmt::format("{:.1f}", power_sum / n) : ""; }
 
 }  // namespace kvbuf

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/gpu_telemetry.h"
 #include "bench/sweep/sweep.h"
 #include "kernels/common/common.cuh"
 #include "kernels/gdn/gdn_decode.h"
@@ -404,11 +405,13 @@ std::vector<std::string> decode_row(const SweepArgs& a, const SweepKernel& kd, i
              kd.name, state_type_name(state_type), batch, chunk,
              direct_fill >= 0 ? fmt::format(" fill {:>2}", direct_fill) : "", t.median_us,
              t.min_us, t.max_us, t.samples, gbps, 100 * gbps / a.copy_gbps);
+  if (const std::string limits = t.telemetry.clock_limit_note(); !limits.empty()) fmt::print("  {}\n", limits);
   if (direct_fill < 0) points.push_back({kd.name, state_type, batch, chunk, t.median_us});
   return row({std::to_string(d.rows_per_block), std::to_string(d.row_groups), fmt_g(t.median_us), fmt_g(t.min_us),
               fmt_g(t.max_us), std::to_string(t.samples), fmt_g(d.bytes_per_layer_step), fmt_g(gbps),
               fmt_g(gbps / a.copy_gbps), fmt_g(a.copy_gbps), t.telemetry.clock_mhz(), t.telemetry.power_w()},
-             kd.kind == LayerKind::Mamba2 ? "z gate and dt softplus in the kernel" : "");
+             note_with_clock_limits(kd.kind == LayerKind::Mamba2 ? "z gate and dt softplus in the kernel" : "",
+                                    t.telemetry));
 }
 
 }  // namespace kvbuf

@@ -257,7 +257,7 @@ std::pair<int, int> parse_shard(const std::string& text) {
   return {i, n};
 }
 
-double estimate_seconds(const std::vector<SweepPoint>& points, double budget_s) {
+double estimate_seconds(const std::vector<SweepPoint>& points, double budget_s, double rest_s) {
   // A sample is whole flush cycles (bench/sweep/sweep_decode.cu, sweep_verify.cu); its time is predicted
   // from the bytes model at an effective bandwidth. Sampling takes budget_s unless the minimum
   // number of samples takes longer; then warm-up samples, a probe step and the setup (pool
@@ -295,7 +295,7 @@ double estimate_seconds(const std::vector<SweepPoint>& points, double budget_s) 
                          : bytes_verify_classic(m.layer, prec, p.drafts, true).total_bytes();
     }
     const double sample_s = bytes * p.batch / kBandwidth * steps * p.layers;
-    total += std::max(budget_s, kMinSamples * sample_s) + (kWarmupSamples + 1) * sample_s + kSetupS;
+    total += std::max(budget_s, kMinSamples * sample_s) + (kWarmupSamples + 1) * sample_s + kSetupS + rest_s;
   }
   return total;
 }

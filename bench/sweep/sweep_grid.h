@@ -54,6 +54,9 @@ struct SweepSettings {
   int rows_per_block = 0;
   double budget_s = 0.5;    // sampling time per point
   double max_point_s = 20;  // points whose minimum sampling takes longer are rows saying so
+  // Idle seconds before each timed point, so that the board cools between points: a long grid on
+  // the H200 reaches its 700 W cap as it warms, and the rows timed under the cap say so in the note.
+  double rest_s = 0;
   uint64_t seed = 1;
   std::string commit;  // of the rows and the resume keys
 };
@@ -99,7 +102,7 @@ std::pair<int, int> parse_shard(const std::string& text);
 // Seconds of GPU a run of these points takes at `budget_s` per measured point: an estimate from
 // the bytes model (a sample is whole flush cycles of every layer; at least 5 samples and 2 warm-up
 // ones) plus setup per point; points with a note cost nothing.
-double estimate_seconds(const std::vector<SweepPoint>& points, double budget_s);
+double estimate_seconds(const std::vector<SweepPoint>& points, double budget_s, double rest_s = 0);
 
 // The CSV columns: those the consumers read (scripts/, sim/step_model.cpp), then the grid's.
 const std::vector<std::string>& decode_base_columns();

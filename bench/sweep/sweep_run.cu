@@ -4,6 +4,7 @@
 // columns appended; progress (points done of total, elapsed, ETA) on stderr. Decode points that
 // differ only in context share one measurement (a recurrent step, or a buffered one at a context
 // beyond the buffer, reads the same bytes at any context): it is timed once and written per context.
+// With --rest-s the GPU idles that long before each timed point (SweepSettings::rest_s).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/csv.h"
@@ -53,6 +55,13 @@ struct ModelGroup {
 
 std::string measurement_key(const SweepPoint& p) {
   return fmt::format("{}|{}|{}|{}|{}|{}", p.kernel->name, p.batch, p.chunk, p.mode, p.direct_fill, p.state_dtype);
+}
+
+// Idles before a timed point, the device's queue drained first so the rest is really idle.
+void rest_before_point(double rest_s) {
+  if (rest_s <= 0) return;
+  KVB_CUDA_CHECK(cudaDeviceSynchronize());
+  std::this_thread::sleep_for(std::chrono::duration<double>(rest_s));
 }
 
 }  // namespace
@@ -121,6 +130,7 @@ int run_sweep_on_gpu(const std::vector<SweepPoint>& points, const SweepSettings&
       const std::string key = measurement_key(p);
       auto it = g.decode_rows.find(key);
       if (it == g.decode_rows.end()) {
+        rest_before_point(st.rest_s);
         bool point_failed = false;
         auto row = decode_row(g.args, *p.kernel, p.batch, p.chunk, p.direct_fill, parse_state_type(p.state_dtype),
                               g.decode_points, point_failed);
@@ -135,6 +145,7 @@ int run_sweep_on_gpu(const std::vector<SweepPoint>& points, const SweepSettings&
         g.args.acceptance = p.acceptance, g.args.state = state;
         g.verify = std::make_unique<VerifyRunner>(g.args, g.decode_points);
       }
+      rest_before_point(st.rest_s);
       failed += !g.verify->run_point(*p.kernel, p.batch, p.drafts, p.chunk, csv);
     }
     ++done;

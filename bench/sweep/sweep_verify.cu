@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "bench/csv.h"
+#include "bench/gpu_telemetry.h"
 #include "bench/sweep/sweep.h"
 #include "kernels/common/common.cuh"
 #include "kernels/gdn/gdn_decode.h"
@@ -239,11 +240,12 @@ class VerifySweep {
              std::to_string(layers_), fmt_g(a_.acceptance), fmt_g(tokens), fmt_g(t.median_us), fmt_g(t.min_us),
              fmt_g(t.max_us), std::to_string(t.samples), fmt_g(t.median_us / tokens), fmt_g(bytes), fmt_g(gbps),
              fmt_g(gbps / a_.copy_gbps), fmt_g(a_.copy_gbps), t.telemetry.clock_mhz(), t.telemetry.power_w(), a_.gpu,
-             a_.commit, mamba2() ? "z gate and dt softplus in the kernel" : ""});
+             a_.commit, note_with_clock_limits(mamba2() ? "z gate and dt softplus in the kernel" : "", t.telemetry)});
     fmt::print("{:<22} batch {:>4} T {} C {:>2}: {:9.2f} us/layer/step (min {:.2f} max {:.2f}) {:8.2f} us/token  "
                "{:6.0f} GB/s {:5.1f}% of copy\n",
                method, batch, T, C, t.median_us, t.min_us, t.max_us, t.median_us / tokens, gbps,
                100 * gbps / a_.copy_gbps);
+    if (const std::string limits = t.telemetry.clock_limit_note(); !limits.empty()) fmt::print("  {}\n", limits);
     results_[{method, batch, T}].push_back({C, t.median_us});
   }
 

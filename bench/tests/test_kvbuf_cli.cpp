@@ -299,6 +299,8 @@ TEST(KvbufCli, BadInputExitsTwoWithAMessage) {
   expect_usage_error("sweep --drafts 9", "--drafts: Value 9 not in range 1 to 8");
   expect_usage_error("sweep --acceptance 0.5,1.5", "--acceptance");
   expect_usage_error("sweep --budget-s 0", "--budget-s: must be a positive finite number");
+  expect_usage_error("sweep --rest-s -1 --dry-run", "--rest-s: must be a non-negative finite number, got -1");
+  expect_usage_error("sweep --rest-s nan --dry-run", "--rest-s: must be a non-negative finite number, got nan");
   expect_usage_error("sweep --model nemotron-3-nano-30b-a3b --kernels kvbuffer", "is Mamba-2");
   expect_usage_error("sweep --kernels recurrent,mamba2-recurrent", "is Gated DeltaNet");
   expect_usage_error("sweep --model nemotron-3-nano-30b-a3b --rows-per-block 128", "take 8, 16, 32 or 64 rows");
@@ -341,6 +343,21 @@ TEST(KvbufCliSweep, DryRunListsTheGrid) {
                   "fit a direct-mode buffer of C = 4 (needs C >= 10)"));
   for (const std::string& p : points)
     if (p.find(" tp 3 ") != std::string::npos) EXPECT_NE(p.find("-- tp 3: "), std::string::npos) << p;
+}
+
+// --rest-s adds its idle time per timed point to the estimate and travels in the saved grid.
+TEST(KvbufCliSweep, DryRunCountsTheRest) {
+  const std::string grid = "sweep --dry-run --kernels recurrent --batch 1,8,64 --budget-s 0.1";
+  auto estimate = [](const CliRun& r) {
+    const size_t at = r.out.find("; about ");
+    return at == std::string::npos ? -1.0 : std::stod(r.out.substr(at + 8));
+  };
+  const CliRun plain = kvbuf(grid), rested = kvbuf(grid + " --rest-s 10");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(rested.status, 0) << rested.err;
+  EXPECT_NEAR(estimate(rested), estimate(plain) + 30, 1.0) << plain.out << rested.out;
+  EXPECT_NE(rested.out.find("at --budget-s 0.1 and --rest-s 10"), std::string::npos) << rested.out;
+  EXPECT_NE(rested.out.find("rest-s=10"), std::string::npos) << rested.out;
 }
 
 TEST(KvbufCliSweep, ShardsCoverTheGridOnce) {

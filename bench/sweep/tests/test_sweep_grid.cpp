@@ -242,6 +242,19 @@ TEST(SweepGrid, SharedMeasurementsAreEstimatedOnce) {
   EXPECT_DOUBLE_EQ(estimate_seconds(ps, 0.5), estimate_seconds({ps[0]}, 0.5));
 }
 
+// --rest-s idles once per timed point: not per row of a shared measurement, not for rows with a note.
+TEST(SweepGrid, RestIsEstimatedPerTimedPoint) {
+  SweepAxes a = small_axes();
+  a.kernels = {"recurrent"};
+  a.batches = {1, 8};
+  const auto ps = expand_grid(a);  // 2 batches x 3 contexts, two measurements
+  ASSERT_EQ(ps.size(), 6u);
+  EXPECT_DOUBLE_EQ(estimate_seconds(ps, 0.5, 3.0), estimate_seconds(ps, 0.5) + 2 * 3.0);
+  SweepPoint noted = ps[0];
+  noted.note = "cannot run";
+  EXPECT_DOUBLE_EQ(estimate_seconds({noted}, 0.5, 3.0), 0.0);
+}
+
 TEST(SweepGrid, PaperPresetFitsItsBudget) {
   const auto ps = expand_grid(paper_axes());
   std::set<std::string> models;

@@ -68,10 +68,12 @@ TEST(SweepSmoke, TinyGridWritesRowsThatMatchTheBytesModel) {
     const int C = std::stoi(r.at("chunk")), context = std::stoi(r.at("context_tokens"));
     EXPECT_EQ(r.at("layers"), "2");
     EXPECT_FALSE(r.at("gpu").empty());
-    if (!r.at("note").empty()) {
+    // A measured row's only note is the clock limits it was timed under (bench/gpu_telemetry.h).
+    const std::string& note = r.at("note");
+    if (!note.empty() && note.rfind("SM clock held down while timed: ", 0) != 0) {
       ++notes;
       EXPECT_EQ(context, 2);
-      EXPECT_TRUE((k == "direct" && C == 2) || (k == "kvbuffer-raw" && C == 4)) << r.at("note");
+      EXPECT_TRUE((k == "direct" && C == 2) || (k == "kvbuffer-raw" && C == 4)) << note;
       EXPECT_EQ(r.at("latency_us_median"), "");
       continue;
     }
