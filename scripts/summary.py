@@ -23,7 +23,9 @@ model's engine default), else from decode16_GPU.csv / verify16_GPU.csv; the 16-b
 include the recorded public 16-bit kernels of public_16bit_GPU.csv and the 16-bit rows of public_GPU.csv.
 A family or table without rows prints "no measurement". On a GPU other than the H200, the decode and
 verify rows are also put next to the H200's (decode_h200.csv, verify_h200.csv) where both have the
-point: each kernel at its best C per model, state dtype and batch. Exit status 2 on a malformed CSV.
+point: each kernel at its best C per model, state dtype and batch. A latency timed while the driver
+held the SM clock down (the power cap, a hardware or thermal slowdown: `kvbuf sweep` says so in the
+row's note) is marked *, with a line under its table. Exit status 2 on a malformed CSV.
 """
 import argparse
 import os
@@ -42,6 +44,9 @@ FAMILIES = (  # (title, recurrent kernels, ours and public, KVBuffer kernel, ker
 CAPACITY_DRAFTS = 4
 VERIFY_DRAFTS = 4
 STATE_DTYPES = ("fp32", "bf16", "fp16")
+# The start of kvbuf sweep's note on a row timed with the SM clock held down (bench/gpu_telemetry.h).
+CLOCK_LIMITED = "SM clock held down while timed"
+LIMITED_MARK = "*"
 # The recorded public recurrent decode kernels with a 16-bit state (public_16bit_GPU.csv), per family.
 PUBLIC_16BIT_RECURRENT = {"Gated DeltaNet": ("vllm-gdn-packed-decode", "fla-fused-recurrent-vfirst"),
                           "Mamba-2": ("vllm-selective-state-update",)}
@@ -78,6 +83,12 @@ def load(path, required, ints, floats):
                       keep=lambda r: (r.get("latency_us_median") or "").strip() != "" and steady_state(r))
 
 
+def latency(row):
+    """The row's median latency, marked where the row was timed with the SM clock held down."""
+    text = f"{row['latency_us_median']:.2f}"
+    return text + LIMITED_MARK if CLOCK_LIMITED in (row.get("note") or "") else text
+
+
 def fastest(rows, **match):
     hits = [r for r in rows if all(r[k] == v for k, v in match.items())]
     return min(hits, key=lambda r: r["latency_us_median"]) if hits else None
@@ -92,7 +103,7 @@ def decode_lines(rows, recurrents, kvbuffer):
         if not kvb:
             continue
         reduction = 100 * (1 - kvb["latency_us_median"] / rec["latency_us_median"])
-        out.append((batch, f"{rec['latency_us_median']:.2f}", f"{kvb['latency_us_median']:.2f} [C {kvb['chunk']}]",
+        out.append((batch, latency(rec), f"{latency(kvb)} [C {kvb['chunk']}]",
                     f"{reduction:.1f}%", kvb["commit"], f"{rec['kernel']} ({rec['commit']})"))
     return out
 
@@ -161,7 +172,7 @@ def verify_lines(rows, prefix):
         k = fastest(buffered, batch=batch)
         if not c:
             continue
-        out.append((batch, f"{c['latency_us_median']:.2f} ({c['method']})", f"{k['latency_us_median']:.2f} [C {k['chunk']}]",
+        out.append((batch, f"{latency(c)} ({c['method']})", f"{latency(k)} [C {k['chunk']}]",
                     f"{c['latency_us_median'] / k['latency_us_median']:.2f}x", k["commit"]))
     return out
 
@@ -198,6 +209,9 @@ def table(title, header, lines):
     widths = [max(len(str(x)) for x in col) for col in zip(header, *lines)]
     for line in (header, *lines):
         print("  " + "  ".join(str(x).rjust(w) for x, w in zip(line, widths)))
+    if any(LIMITED_MARK in str(x) for line in lines for x in line):
+        print(f"  {LIMITED_MARK} timed with the SM clock held down (the row's note says how often); "
+              "kvbuf sweep --rest-s lets the board cool between points")
 
 
 def against_h200_lines(here, h200, name):

@@ -74,6 +74,25 @@ class Summary(unittest.TestCase):
                             f"nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,16,35.0,NVIDIA H200,abc,{note},0\n"
                             f"nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,16,5.0,NVIDIA H200,abc,{note},4\n")
 
+    def test_clock_limited_rows_are_marked(self):
+        # A row timed under the power cap (kvbuf sweep's note, after the Mamba-2 kernels' own) is marked,
+        # with a line under its table; the others are not.
+        capped = "z gate and dt softplus in the kernel; SM clock held down while timed: power cap in 9 of 20 samples"
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "decode_h200.csv"), "w") as f:
+                f.write("model,kernel,batch,chunk,latency_us_median,gpu,commit,note\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-recurrent,64,0,70.0,NVIDIA H200,abc,\n"
+                        f"nemotron-3-nano-30b-a3b,mamba2-kvbuffer,64,16,35.0,NVIDIA H200,abc,\"{capped}\"\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-recurrent,128,0,140.0,NVIDIA H200,abc,\n"
+                        "nemotron-3-nano-30b-a3b,mamba2-kvbuffer,128,16,75.0,NVIDIA H200,abc,\n")
+            r = run("--results", tmp)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = section(r.stdout, "Mamba-2 decode")
+        self.assertEqual(lines[1].split()[:4], ["64", "70.00", "35.00*", "[C"])
+        self.assertEqual(lines[2].split()[:4], ["128", "140.00", "75.00", "[C"])
+        self.assertIn("* timed with the SM clock held down", lines[3])
+        self.assertNotIn("timed with the SM clock held down", "\n".join(section(r.stdout, "Gated DeltaNet decode")))
+
     def test_a_faster_public_kernel_is_the_baseline(self):
         with tempfile.TemporaryDirectory() as tmp:
             with open(os.path.join(tmp, "decode_h200.csv"), "w") as f:
