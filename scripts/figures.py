@@ -825,6 +825,9 @@ def ratio_per_kernel(ax, ncu):
 
 # ---------------------------------------------------------------- 7. bandwidth, SM clock and power vs batch
 
+# The start of kvbuf sweep's note on a row timed with the SM clock held down (bench/gpu_telemetry.h).
+CLOCK_LIMITED = "SM clock held down while timed"
+
 
 def fig_telemetry(inputs, fam):
     rows = family_rows(inputs, fam)
@@ -836,6 +839,7 @@ def fig_telemetry(inputs, fam):
                                                 "power vs batch")
     by = best_by(rows, lambda r: (r["kernel"], r["batch"]))
     kernels = [k for k in (fam.recurrent, fam.recurrent_oop, fam.kvbuffer, fam.direct) if k]
+    limited_label = "timed with the SM clock held down (row note)"
     for kernel in kernels:
         pts = sorted((b, r) for (k, b), r in by.items() if k == kernel)
         if not pts:
@@ -846,6 +850,11 @@ def fig_telemetry(inputs, fam):
         if has_telemetry:
             ax_clk.plot(bs, [r.get("sm_clock_mhz") for _, r in pts], "o-", ms=4, label=label)
             ax_pw.plot(bs, [r.get("power_w") for _, r in pts], "o-", ms=4, label=label)
+            limited = [(b, r) for b, r in pts if CLOCK_LIMITED in (r.get("note") or "")]
+            if limited:  # kvbuf sweep's note: the power cap or a slowdown held the clock down
+                ax_clk.plot([b for b, _ in limited], [r.get("sm_clock_mhz") for _, r in limited], "o", ms=10,
+                            mfc="none", mec="red", label=limited_label)
+                limited_label = None
     copy = sorted({r["copy_gbps"] for r in rows})
     ax_bw.axhline(copy[-1], color="k", ls="--", lw=1, label=f"measured copy {copy[-1]:.0f} GB/s")
     log_axes(ax_bw, "batch (requests per step)", "GB/s (modelled bytes / median latency, 1 GB = 1e9 B)",

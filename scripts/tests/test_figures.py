@@ -348,6 +348,26 @@ class Figures(unittest.TestCase):
         with open(os.path.join(self.out, "telemetry_gdn.svg")) as f:
             self.assertIn("no sm_clock_mhz / power_w values", f.read())
 
+    def test_clock_limited_rows_are_ringed(self):
+        # A row whose note says the SM clock was held down gets a ring and a legend entry in its
+        # family's telemetry figure; the other family's figure has neither.
+        synthetic_results(self.tmp.name)
+        path = os.path.join(self.tmp.name, "decode_syn.csv")
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        for r in rows:
+            if r["kernel"] == "recurrent" and r["batch"] == "64" and not r["context_tokens"]:
+                r["note"] = "SM clock held down while timed: power cap in 4 of 5 samples"
+        write_csv(path, DECODE_COLUMNS, rows)
+        r = run("--results", self.tmp.name, "--gpu", "syn", "--out", self.out, "--only", "telemetry")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        svgs = {}
+        for fam in ("gdn", "mamba2"):
+            with open(os.path.join(self.out, f"telemetry_{fam}.svg")) as f:
+                svgs[fam] = f.read().replace("\n", "")
+        self.assertIn("timed with the SM clock held down", svgs["gdn"])
+        self.assertNotIn("timed with the SM clock held down", svgs["mamba2"])
+
     def test_without_kvbuf_model_only_figures_are_skipped_with_a_reason(self):
         r = run("--results", self.tmp.name, "--out", self.out)
         self.assertEqual(r.returncode, 0, r.stderr)
