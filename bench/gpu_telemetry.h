@@ -51,6 +51,11 @@ struct TelemetryMean {
     ++limits_n;
     power_cap_n += t.limits.power_cap, hw_slowdown_n += t.limits.hw_slowdown, thermal_n += t.limits.thermal;
   }
+  // Another timing's readings (a measurement made of several timed graphs).
+  void merge(const TelemetryMean& o) {
+    n += o.n, clock_sum += o.clock_sum, power_sum += o.power_sum, limits_n += o.limits_n;
+    power_cap_n += o.power_cap_n, hw_slowdown_n += o.hw_slowdown_n, thermal_n += o.thermal_n;
+  }
   std::string clock_mhz() const { return n ? fmt::format("{:.0f}", clock_sum / n) : ""; }
   std::string power_w() const { return n ? fmt::format("{:.1f}", power_sum / n) : ""; }
   // For the row's note: empty when no sample found the clock held down, else e.g. "SM clock held

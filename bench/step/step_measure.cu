@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "bench/csv.h"
+#include "bench/gpu_telemetry.h"
 #include "bench/gpu_timing.h"
 #include "bench/step/step_runner.h"
 
@@ -132,6 +133,9 @@ int run_step_measure(const MeasureArgs& a) {
                      per_request, per_gpu);
           // A terms-only row has no whole step: its step columns stay empty, the terms are the profile.
           const bool whole = !a.terms_only;
+          TelemetryMean clocks = m.total.telemetry;  // every timed graph's readings
+          for (const TimingStats* t : {&m.linear, &m.attention, &m.gemm, &m.elementwise}) clocks.merge(t->telemetry);
+          if (const std::string limits = clocks.clock_limit_note(); !limits.empty()) fmt::print("  {}\n", limits);
           row(p,
               {whole ? us(step) : "", us(sim.total), us(m.linear.median_us), us(sim.linear), us(m.attention.median_us),
                us(sim.attention), us(m.gemm.median_us), us(sim.gemm), us(m.elementwise.median_us),
@@ -140,8 +144,9 @@ int run_step_measure(const MeasureArgs& a) {
                m.attention_split_kv ? "1" : "0", fmt::format("{:.3f}", runner->weight_bytes() / double(1 << 30)),
                a.drafts > 0 ? fmt::format("{}", a.acceptance) : "", fmt::format("{:.4f}", a.emitted_per_request),
                whole ? fmt::format("{:.2f}", per_request) : "", whole ? fmt::format("{:.1f}", per_gpu) : ""},
-              std::string(a.terms_only ? "terms only" : "") + (a.terms_only && a.tp > 1 ? "; " : "") +
-                  (a.tp > 1 ? "TP all-reduce modelled (modelled_comm_us), the rest measured" : ""),
+              note_with_clock_limits(std::string(a.terms_only ? "terms only" : "") + (a.terms_only && a.tp > 1 ? "; " : "") +
+                                         (a.tp > 1 ? "TP all-reduce modelled (modelled_comm_us), the rest measured" : ""),
+                                     clocks),
               runner->expert_gemm());
         } catch (const std::invalid_argument& e) {
           cudaGetLastError();

@@ -46,6 +46,18 @@ TEST(GpuTelemetry, NoteCountsTheLimitedSamples) {
   EXPECT_EQ(note_with_clock_limits("z gate", TelemetryMean{}), "z gate");
 }
 
+// Merging two timings' readings counts both.
+TEST(GpuTelemetry, MergeCountsBothTimings) {
+  TelemetryMean a, b;
+  a.add(reading(0));
+  b.add(reading(0x4));
+  b.add(reading(0x4));
+  a.merge(b);
+  EXPECT_EQ(a.n, 3);
+  EXPECT_EQ(a.clock_limit_note(), "SM clock held down while timed: power cap in 2 of 3 samples");
+  EXPECT_EQ(a.power_w(), "690.0");
+}
+
 // Readings without the reasons (an older driver) count in the means, not in the limits' totals;
 // invalid readings count nowhere.
 TEST(GpuTelemetry, UnknownReasonsAreNotCounted) {
