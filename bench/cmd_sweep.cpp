@@ -245,6 +245,9 @@ Command add_sweep_command(CLI::App& app) {
                   "clock held down by the power cap or a thermal slowdown say so in their note)")
       ->capture_default_str()
       ->check(non_negative_number());
+  cmd->add_flag("--redo-clock-limited", s.redo_clock_limited,
+               "resuming: measure again the points whose rows were timed with the SM clock held down (the new row "
+               "is appended; readers take each point's fastest)");
   cmd->add_option("--max-point-s", s.max_point_s, "skip points whose minimum sampling takes longer, seconds")
       ->capture_default_str()
       ->check(positive_number());

@@ -30,6 +30,10 @@ inline ClockLimits clock_limits_from_nvml(uint64_t reasons) {
   return l;
 }
 
+// The start of a row's note when a sample found the clock held down (clock_limit_note below; the
+// sweep's --redo-clock-limited and scripts/summary.py, scripts/figures.py look for it).
+inline constexpr const char* kClockLimitedNote = "SM clock held down while timed";
+
 struct GpuTelemetry {
   bool valid = false;
   double sm_clock_mhz = 0, power_w = 0;
@@ -66,7 +70,7 @@ struct TelemetryMean {
                                       std::pair{thermal_n, "thermal slowdown"}})
       if (count) causes.push_back(fmt::format("{} in {} of {} samples", what, count, limits_n));
     if (causes.empty()) return "";
-    std::string s = "SM clock held down while timed: " + causes[0];
+    std::string s = std::string(kClockLimitedNote) + ": " + causes[0];
     for (size_t i = 1; i < causes.size(); ++i) s += ", " + causes[i];
     return s;
   }

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "bench/gpu_telemetry.h"
 #include "sim/bytes_model.h"
 #include "sim/csv.h"
 #include "sim/layout.h"
@@ -410,7 +411,7 @@ std::string point_key(const SweepPoint& p, const std::string& commit) {
 }
 
 CsvResume resume_csv(const std::string& path, const std::vector<std::string>& columns,
-                     const std::vector<std::string>& key_columns) {
+                     const std::vector<std::string>& key_columns, bool redo_clock_limited) {
   namespace fs = std::filesystem;
   CsvResume r;
   std::error_code ec;
@@ -446,6 +447,7 @@ CsvResume resume_csv(const std::string& path, const std::vector<std::string>& co
       throw std::invalid_argument(fmt::format("{}: a row has {} fields, the header {}", path, f.size(), header.size()));
     ++r.rows;
     if (note_at < f.size() && f[note_at].rfind("failed:", 0) == 0) continue;  // measured again
+    if (redo_clock_limited && note_at < f.size() && f[note_at].find(kClockLimitedNote) != std::string::npos) continue;
     std::vector<std::string> parts;
     for (size_t i : key_at) parts.push_back(f.at(i));
     r.finished.insert(join(parts, "\x1f"));

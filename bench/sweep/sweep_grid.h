@@ -57,6 +57,8 @@ struct SweepSettings {
   // Idle seconds before each timed point, so that the board cools between points: a long grid on
   // the H200 reaches its 700 W cap as it warms, and the rows timed under the cap say so in the note.
   double rest_s = 0;
+  // Points whose rows in the CSV were timed with the SM clock held down run again (resume_csv).
+  bool redo_clock_limited = false;
   uint64_t seed = 1;
   std::string commit;  // of the rows and the resume keys
 };
@@ -132,9 +134,10 @@ struct CsvResume {
 };
 // Reads an existing results CSV before a run appends to it: cuts off a torn last line, checks that
 // the header is `columns` (std::invalid_argument otherwise: an older sweep's file, say) and collects
-// the keys of its rows, except rows whose note starts with "failed:" (those points run again). A
-// missing or empty file gives an empty result.
+// the keys of its rows, except rows whose note starts with "failed:" and, with redo_clock_limited,
+// rows whose note says the SM clock was held down (those points run again; readers take each point's
+// fastest row). A missing or empty file gives an empty result.
 CsvResume resume_csv(const std::string& path, const std::vector<std::string>& columns,
-                     const std::vector<std::string>& key_columns);
+                     const std::vector<std::string>& key_columns, bool redo_clock_limited = false);
 
 }  // namespace kvbuf

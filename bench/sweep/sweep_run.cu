@@ -74,8 +74,8 @@ int run_sweep_on_gpu(const std::vector<SweepPoint>& points, const SweepSettings&
   bool any_decode = false, any_verify = false;
   for (const SweepPoint& p : points) (p.decode() ? any_decode : any_verify) = true;
   CsvResume done_decode, done_verify;
-  if (any_decode) done_decode = resume_csv(st.decode_csv, decode_columns(), decode_key_columns());
-  if (any_verify) done_verify = resume_csv(st.verify_csv, verify_columns(), verify_key_columns());
+  if (any_decode) done_decode = resume_csv(st.decode_csv, decode_columns(), decode_key_columns(), st.redo_clock_limited);
+  if (any_verify) done_verify = resume_csv(st.verify_csv, verify_columns(), verify_key_columns(), st.redo_clock_limited);
   for (const auto& [path, r] : {std::pair{st.decode_csv, &done_decode}, std::pair{st.verify_csv, &done_verify}})
     if (r->dropped_torn_line) fmt::print(stderr, "kvbuf sweep: {}: dropped a torn last line (an interrupted write)\n", path);
   std::vector<const SweepPoint*> pending;

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "bench/csv.h"
+#include "bench/gpu_telemetry.h"
 
 namespace kvbuf {
 namespace {
@@ -199,9 +200,11 @@ TEST(SweepGrid, ResumeSkipsFinishedPointsAndDropsATornLine) {
     CsvWriter csv(path, decode_columns());
     for (size_t i = 0; i < 6; ++i) {
       // Rows as the GPU driver writes them: base columns (measured ones made up), then the grid's;
-      // the sixth point failed (its row says so) and runs again.
+      // the sixth point failed (its row says so) and runs again; the fifth was timed under the power
+      // cap (runs again only with redo_clock_limited).
       auto c = point_columns(ps[i], "NVIDIA H200", "abc123");
       if (i == 5) c["note"] = "failed: an illegal memory access, say";
+      if (i == 4) c["note"] = std::string(kClockLimitedNote) + ": power cap in 3 of 9 samples";
       std::vector<std::string> base;
       for (const std::string& name : decode_base_columns()) base.push_back(c.count(name) ? c.at(name) : "1.5");
       csv.set_row_suffix(grid_fields(ps[i]));
@@ -222,6 +225,10 @@ TEST(SweepGrid, ResumeSkipsFinishedPointsAndDropsATornLine) {
     EXPECT_EQ(r.finished.count(point_key(ps[i], "abc123")), i < 5 ? 1u : 0u) << ps[i].label();
     EXPECT_EQ(r.finished.count(point_key(ps[i], "other-commit")), 0u);  // another commit measures again
   }
+  // --redo-clock-limited: the capped point runs again, the others stay finished.
+  const CsvResume redo = resume_csv(path, decode_columns(), decode_key_columns(), true);
+  for (size_t i = 0; i < ps.size(); ++i)
+    EXPECT_EQ(redo.finished.count(point_key(ps[i], "abc123")), i < 4 ? 1u : 0u) << ps[i].label();
   // Resuming again finds the same rows and nothing torn.
   const CsvResume again = resume_csv(path, decode_columns(), decode_key_columns());
   EXPECT_FALSE(again.dropped_torn_line);
