@@ -19,7 +19,9 @@ bandwidth (bytes read + written by a 2 GiB device-to-device copy) measured in th
 layer per step come from kvbuf's bytes model (`kvbuf bytes`, mode recurrent: these kernels move the
 recurrent decode's tensors). Before it is timed, each kernel's step is checked against the float64
 step of python/tests/references.py on a small batch (not timed if it disagrees). Rows are written to
-the CSV as they are measured, each with its package's version, torch's and triton's.
+the CSV as they are measured, each with its package's version, torch's and triton's, the SM clock and
+board power (pynvml, where it imports), and in its note, as kvbuf's sweep writes it, whether the
+driver held the SM clock down while it was timed (the power cap, a hardware or thermal slowdown).
 
 Public kernels that do not install by name (vLLM's, ReplaySSM's) stay recorded figures, with their
 source, date and GPU: results/public_mamba2_<gpu>.csv, results/public_16bit_<gpu>.csv.
@@ -48,7 +50,11 @@ KERNELS = {  # name -> (kernel id in the CSV, family, loader in public_kernels.p
 PACKAGES = {"fla": "fla-core", "flashinfer": "flashinfer-python", "mamba-ssm": "mamba-ssm"}
 FIELDS = ["model", "kernel", "package", "package_version", "state_dtype", "batch", "layers", "latency_us_median",
           "latency_us_min", "latency_us_max", "samples", "bytes_per_layer_step", "gbps", "frac_copy_bw", "copy_gbps",
-          "sm_clock_mhz", "power_w", "gpu", "commit", "torch_version", "triton_version"]
+          "sm_clock_mhz", "power_w", "gpu", "commit", "torch_version", "triton_version", "note"]
+# As kvbuf's sweep (bench/gpu_telemetry.h): NVML's clock event reason bits that slow a timed kernel,
+# by cause, and the start of the note on a row timed with the SM clock held down.
+CLOCK_CAUSES = (("power cap", 0x4), ("hardware slowdown", 0x8 | 0x80), ("thermal slowdown", 0x20 | 0x40))
+CLOCK_LIMITED = "SM clock held down while timed"
 
 
 def parse_list(text, cast=int):
@@ -90,17 +96,38 @@ def recurrent_bytes(kvbuf, model, batches, state_dtype):
 
 
 def nvml_reader(cuda_device):
-    """A function returning (SM clock MHz, board power W), as kvbuf's sweep records them after each
-    sample, or None where pynvml is missing. NVML numbers devices by PCI bus; CUDA does too on a
-    one-GPU machine or with CUDA_DEVICE_ORDER=PCI_BUS_ID."""
+    """A function returning (SM clock MHz, board power W, clock event reason bits or None), as kvbuf's
+    sweep records them after each sample, or None where pynvml is missing. NVML numbers devices by
+    PCI bus; CUDA does too on a one-GPU machine or with CUDA_DEVICE_ORDER=PCI_BUS_ID."""
     try:
         import pynvml
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(cuda_device)
     except Exception:
         return None
-    return lambda: (pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-                    pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3)
+    # Drivers before r535 name the reasons "throttle" reasons.
+    reasons = (getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+               or getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
+
+    def read():
+        bits = None
+        if reasons:
+            try:
+                bits = reasons(handle)
+            except Exception:
+                pass
+        return (pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3, bits)
+    return read
+
+
+def clock_limit_note(readings):
+    """kvbuf sweep's note for these (clock, power, reason bits) readings: '' when no sample found the
+    SM clock held down, else e.g. 'SM clock held down while timed: power cap in 37 of 50 samples'."""
+    known = [r[2] for r in readings if r[2] is not None]
+    causes = [f"{name} in {sum(1 for b in known if b & mask)} of {len(known)} samples"
+              for name, mask in CLOCK_CAUSES if any(b & mask for b in known)]
+    return f"{CLOCK_LIMITED}: " + ", ".join(causes) if causes else ""
 
 
 def commit_id():
@@ -351,6 +378,7 @@ def main():
                         readings.append(telemetry())
                 med = statistics.median(samples)
                 gbps = nbytes[batch] / (med * 1e-6) / 1e9
+                note = clock_limit_note(readings)
                 w.writerow(dict(model=model, kernel=kernel_id, package=PACKAGES[name], package_version=pkg_version,
                                 state_dtype=sd, batch=batch, layers=layers, latency_us_median=f"{med:.4f}",
                                 latency_us_min=f"{min(samples):.4f}", latency_us_max=f"{max(samples):.4f}",
@@ -359,10 +387,10 @@ def main():
                                 sm_clock_mhz=f"{statistics.mean(r[0] for r in readings):.0f}" if readings else "",
                                 power_w=f"{statistics.mean(r[1] for r in readings):.1f}" if readings else "",
                                 gpu=gpu, commit=commit, torch_version=torch.__version__,
-                                triton_version=triton.__version__))
+                                triton_version=triton.__version__, note=note))
                 f.flush()
                 print(f"{name} {sd} batch {batch:4d}: {med:9.2f} us per layer ({gbps:.0f} GB/s, "
-                      f"{gbps / copy_gbps:.1%} of copy)")
+                      f"{gbps / copy_gbps:.1%} of copy)" + (f"  {note}" if note else ""))
                 del graph, outs, pools, ios
                 torch.cuda.empty_cache()
 

@@ -19,7 +19,22 @@ def run(*args):
     return subprocess.run([sys.executable, SCRIPT, "--kvbuf", KVBUF, *args], capture_output=True, text=True)
 
 
+sys.path.insert(0, os.path.dirname(SCRIPT))
+import bench_public  # noqa: E402  (the module imports torch only in main)
+
+
 class BenchPublic(unittest.TestCase):
+    def test_clock_limit_note_as_the_sweep_writes_it(self):
+        note = bench_public.clock_limit_note
+        self.assertEqual(note([]), "")
+        self.assertEqual(note([(1980, 300.0, 0), (1980, 310.0, 0x1 | 0x2 | 0x10)]), "")  # idle, app clocks, boost
+        self.assertEqual(note([(1980, 300.0, None), (1850, 700.0, 0x4)]),  # unknown reasons are not counted
+                         "SM clock held down while timed: power cap in 1 of 1 samples")
+        self.assertEqual(note([(1850, 700.0, 0x4), (1700, 700.0, 0x4 | 0x40), (1980, 500.0, 0)]),
+                         "SM clock held down while timed: power cap in 2 of 3 samples, "
+                         "thermal slowdown in 1 of 3 samples")
+        self.assertEqual(note([(1500, 600.0, 0x80)]), "SM clock held down while timed: hardware slowdown in 1 of 1 samples")
+
     def test_dry_run_gdn_bytes_are_the_recurrent_tensors(self):
         r = run("--kernels", "fla,flashinfer", "--gdn-model", "qwen3.5-27b", "--batch", "1,3,256", "--dry-run")
         self.assertEqual(r.returncode, 0, r.stderr)
