@@ -31,7 +31,7 @@ inline ClockLimits clock_limits_from_nvml(uint64_t reasons) {
 }
 
 // The start of a row's note when a sample found the clock held down (clock_limit_note below; the
-// sweep's --redo-clock-limited and scripts/summary.py, scripts/figures.py look for it).
+// sweep's --redo-clock-limited and scripts/results_csv.py's CLOCK_LIMITED look for it).
 inline constexpr const char* kClockLimitedNote = "SM clock held down while timed";
 
 struct GpuTelemetry {

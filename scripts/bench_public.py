@@ -42,6 +42,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "python", "tests"))
 
+from results_csv import CLOCK_LIMITED  # noqa: E402
+
 KERNELS = {  # name -> (kernel id in the CSV, family, loader in public_kernels.py)
     "fla": ("fla-fused-recurrent-vfirst-oop", "gdn", "fla_fused_recurrent"),
     "flashinfer": ("flashinfer-gdn-decode-pretranspose", "gdn", "flashinfer_gdn_decode"),
@@ -52,9 +54,8 @@ FIELDS = ["model", "kernel", "package", "package_version", "state_dtype", "batch
           "latency_us_min", "latency_us_max", "samples", "bytes_per_layer_step", "gbps", "frac_copy_bw", "copy_gbps",
           "sm_clock_mhz", "power_w", "gpu", "commit", "torch_version", "triton_version", "note"]
 # As kvbuf's sweep (bench/gpu_telemetry.h): NVML's clock event reason bits that slow a timed kernel,
-# by cause, and the start of the note on a row timed with the SM clock held down.
+# by cause (the note starts with results_csv.CLOCK_LIMITED).
 CLOCK_CAUSES = (("power cap", 0x4), ("hardware slowdown", 0x8 | 0x80), ("thermal slowdown", 0x20 | 0x40))
-CLOCK_LIMITED = "SM clock held down while timed"
 
 
 def parse_list(text, cast=int):

@@ -54,7 +54,7 @@ matplotlib.use("Agg")
 matplotlib.rcParams["svg.hashsalt"] = "kvbuf"  # the same inputs give byte-identical SVGs
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
-from results_csv import InputError, read_table  # noqa: E402
+from results_csv import InputError, clock_limited, read_table  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIGURES = ("decode_latency", "speedup_vs_chunk", "verify", "capacity", "short_context", "bytes_per_step", "telemetry",
@@ -825,9 +825,6 @@ def ratio_per_kernel(ax, ncu):
 
 # ---------------------------------------------------------------- 7. bandwidth, SM clock and power vs batch
 
-# The start of kvbuf sweep's note on a row timed with the SM clock held down (bench/gpu_telemetry.h).
-CLOCK_LIMITED = "SM clock held down while timed"
-
 
 def fig_telemetry(inputs, fam):
     rows = family_rows(inputs, fam)
@@ -850,7 +847,7 @@ def fig_telemetry(inputs, fam):
         if has_telemetry:
             ax_clk.plot(bs, [r.get("sm_clock_mhz") for _, r in pts], "o-", ms=4, label=label)
             ax_pw.plot(bs, [r.get("power_w") for _, r in pts], "o-", ms=4, label=label)
-            limited = [(b, r) for b, r in pts if CLOCK_LIMITED in (r.get("note") or "")]
+            limited = [(b, r) for b, r in pts if clock_limited(r)]
             if limited:  # kvbuf sweep's note: the power cap or a slowdown held the clock down
                 ax_clk.plot([b for b, _ in limited], [r.get("sm_clock_mhz") for _, r in limited], "o", ms=10,
                             mfc="none", mec="red", label=limited_label)

@@ -1,8 +1,18 @@
-"""Reads the CSVs of results/ for scripts/figures.py and scripts/ncu_bytes.py. Every problem with an
+"""Reads the CSVs of results/ for scripts/figures.py, scripts/summary.py and scripts/ncu_bytes.py. Every problem with an
 input file raises InputError with a message naming the file (and the line and column where one value
 is wrong); the scripts print it and exit with status 2."""
 import csv
 import os
+
+
+# The start of kvbuf sweep's note on a row timed with the SM clock held down (bench/gpu_telemetry.h,
+# kClockLimitedNote); scripts/bench_public.py writes the same note.
+CLOCK_LIMITED = "SM clock held down while timed"
+
+
+def clock_limited(row):
+    """Whether the row was timed with the SM clock held down (its note says so)."""
+    return CLOCK_LIMITED in (row.get("note") or "")
 
 
 def steady_state(row):

@@ -31,7 +31,7 @@ import argparse
 import os
 import sys
 
-from results_csv import InputError, read_table, steady_state
+from results_csv import InputError, clock_limited, read_table, steady_state
 
 PAPER_DECODE_REDUCTION = 45.17  # percent, the paper's largest linear-attention decode latency reduction
 PAPER_CAPACITY_RATIO = 5.0  # concurrent requests with 4 draft tokens
@@ -44,9 +44,7 @@ FAMILIES = (  # (title, recurrent kernels, ours and public, KVBuffer kernel, ker
 CAPACITY_DRAFTS = 4
 VERIFY_DRAFTS = 4
 STATE_DTYPES = ("fp32", "bf16", "fp16")
-# The start of kvbuf sweep's note on a row timed with the SM clock held down (bench/gpu_telemetry.h).
-CLOCK_LIMITED = "SM clock held down while timed"
-LIMITED_MARK = "*"
+LIMITED_MARK = "*"  # after a latency timed with the SM clock held down
 # The recorded public recurrent decode kernels with a 16-bit state (public_16bit_GPU.csv), per family.
 PUBLIC_16BIT_RECURRENT = {"Gated DeltaNet": ("vllm-gdn-packed-decode", "fla-fused-recurrent-vfirst"),
                           "Mamba-2": ("vllm-selective-state-update",)}
@@ -86,7 +84,7 @@ def load(path, required, ints, floats):
 def latency(row):
     """The row's median latency, marked where the row was timed with the SM clock held down."""
     text = f"{row['latency_us_median']:.2f}"
-    return text + LIMITED_MARK if CLOCK_LIMITED in (row.get("note") or "") else text
+    return text + LIMITED_MARK if clock_limited(row) else text
 
 
 def fastest(rows, **match):

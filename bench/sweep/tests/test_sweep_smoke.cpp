@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gpu_telemetry.h"
 #include "sim/bytes_model.h"
 #include "sim/catalog.h"
 #include "sim/csv.h"
@@ -70,7 +71,7 @@ TEST(SweepSmoke, TinyGridWritesRowsThatMatchTheBytesModel) {
     EXPECT_FALSE(r.at("gpu").empty());
     // A measured row's only note is the clock limits it was timed under (bench/gpu_telemetry.h).
     const std::string& note = r.at("note");
-    if (!note.empty() && note.rfind("SM clock held down while timed: ", 0) != 0) {
+    if (!note.empty() && note.rfind(std::string(kClockLimitedNote) + ": ", 0) != 0) {
       ++notes;
       EXPECT_EQ(context, 2);
       EXPECT_TRUE((k == "direct" && C == 2) || (k == "kvbuffer-raw" && C == 4)) << note;
