@@ -168,8 +168,24 @@ __device__ __forceinline__ float silu(float z) { return __fdividef(z, 1.f + __ex
 // Block decomposition: grid (P / rows_per_block, NH, batch), rows_per_block / R warps per block
 // of R rows (8 unless a kernel says otherwise); warp w of block x owns rows p0 = (x * warps + w) R
 // .. p0 + R - 1 of head blockIdx.y.
+// Head h's group g = h / (NH / G) and whether h is the group's first head, by fast float divisions:
+// two integer divisions took 48 of the 16-bit recurrent warp's 472 instructions
+// (kernels/mamba2/notes/mamba2_decode.md). Exact: (a + 0.5) / b lies at least 0.5 / b from an
+// integer, and __fdividef's relative error (~2^-22) moves the quotient by less than that while NH
+// < 2^20 (a grid's y dimension holds at most 65535 heads).
+struct HeadGroup {
+  int g;
+  bool first;
+};
+__device__ __forceinline__ HeadGroup head_group(int h, int NH, int G) {
+  const int heads_per_group = int(__fdividef(float(NH) + 0.5f, float(G)));
+  const int g = int(__fdividef(float(h) + 0.5f, float(heads_per_group)));
+  return {g, h == g * heads_per_group};
+}
+
 struct WarpCoords {
   int row, h, g, p0, lane, warp;
+  bool group_first;  // h is its group's first head
 };
 template <int R = kWarpRows>
 __device__ __forceinline__ WarpCoords warp_coords(const Mamba2StepIO& io) {
@@ -178,7 +194,9 @@ __device__ __forceinline__ WarpCoords warp_coords(const Mamba2StepIO& io) {
   c.warp = threadIdx.x >> 5;
   c.row = blockIdx.z;
   c.h = blockIdx.y;
-  c.g = c.h / (io.NH / io.G);
+  const HeadGroup hg = head_group(c.h, io.NH, io.G);
+  c.g = hg.g;
+  c.group_first = hg.first;
   c.p0 = (blockIdx.x * (blockDim.x >> 5) + c.warp) * R;
   return c;
 }

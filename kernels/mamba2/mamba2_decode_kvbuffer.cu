@@ -39,7 +39,7 @@
 // KiB fp32 tile its blocks fit 6 per SM at every C; mamba2_decode_kvbuffer's 16-bit wide warps:
 // each warp's loads of its 16 or 32 rows are in flight at once); (2) one
 // barrier, the n dots c_j split over the warps, lane 0 forms w_j and a_j = w_j c_j, a barrier (n =
-// 0 skips both); (3) outputs: lane j adds a_j x_j into the R partial sums of its S0 . C_t slice, one
+// 0 skips both); (3) outputs: lane j adds a_j x_j into the R partial sums of its S0 . (e^{G_t} C_t) slice, one
 // halving reduction; (4) fold 4 rows at a time from shared memory, or append entry n.
 // Registers, not bytes, set the pace (kernels/mamba2/notes/mamba2_decode.md runs 2-4): S0 rows held in
 // registers allowed 3-4 blocks per SM; in the tile 5 (48 registers; 35 KiB of shared memory at C =
@@ -204,6 +204,10 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
     __syncthreads();
   }
   const float eG = expf(G_t);
+  // e^{G_t} S0[p,:] . C_t as S0[p,:] . (e^{G_t} C_t): NL products per lane, not one per row (C_t's
+  // other uses, the dots, are done).
+#pragma unroll
+  for (int e = 0; e < NL; ++e) Cv[e] *= eG;
 
   // Phase 3: the outputs, in passes of up to 16 rows (32-row warps: two, each with its own
   // registers). Lane l adds entries j = l, l + 32 to the pass's partial sums of its S0 . C_t
@@ -218,7 +222,7 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
     for (int i = 0; i < kPassRows; ++i) {
       float s0[NL];
       if (has_state) load_row<N>(s0rows + (pass * kPassRows + i) * N + lane * NL, s0);
-      y8[i] = has_state ? eG * dot<NL>(s0, Cv) : 0.f;
+      y8[i] = has_state ? dot<NL>(s0, Cv) : 0.f;
     }
     for (int j = lane; j < n; j += 32) {
       float xj[kPassRows];
@@ -289,7 +293,7 @@ __device__ __forceinline__ void decode_row(const Mamba2KVBufferParams& p, unsign
         p.buf_gcum[(size_t(slot) * C + n) * NH + c.h] = G_t;
         p.buf_beta[(size_t(slot) * C + n) * NH + c.h] = dt;
       }
-      if (c.h % (NH / G) == 0)
+      if (c.group_first)
         reinterpret_cast<typename RowVec<N>::H*>(p.buf_k + ((size_t(slot) * C + n) * G + c.g) * N)[lane] = braw;
     }
   }

@@ -363,12 +363,8 @@ __global__ void __launch_bounds__(kMaxRowsPerBlock * 4, kOneHeadBlocksPerSM)
   // (griddepcontrol.wait) for its completion.
   wait_prior_grid();
   allow_dependent_grids();
-  // The head's group by fast float divisions, exact here: (a + 0.5) / b is >= 0.5 / b from an
-  // integer and its error is ~2^-22 relative, for head counts far below 2^10.
   const int T = io.tokens, C = p.capacity, NH = io.NH, P = io.P, G = io.G;
-  const int heads_per_group = int(__fdividef(float(NH) + 0.5f, float(G)));
-  const int g = int(__fdividef(float(h) + 0.5f, float(heads_per_group)));
-  const bool group_leader = h == g * heads_per_group;
+  const auto [g, group_leader] = head_group(h, NH, G);  // B's window rows: written by the group's first head
   extern __shared__ __align__(128) unsigned char smem[];
   const int WS = L.ws;
   S* s_tile = reinterpret_cast<S*>(smem + L.tile);

@@ -454,6 +454,8 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
     add(r);
     r.G = 8, r.NH = 16, r.name = "recurrent-G8-NH16-b3-z";
     add(r);
+    r.G = 2, r.NH = 6, r.name = "recurrent-G2-NH6-b3-z";  // 3 heads per group: head_group's divisions
+    add(r);
     r.G = 8, r.NH = 64, r.z_gate = true, r.name = "recurrent-nemotron-nano-shape-b3-z";
     add(r);
     r.batch = 8, r.pad_rows = 2, r.name = "recurrent-nemotron-nano-shape-b8-z";  // the vLLM comparison's small batch
@@ -502,6 +504,8 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
     add(c);
     c.dt = DtRegime::Typical, c.direct_every = 0;
     c.G = 1, c.z_gate = true, c.name = "kvbuffer-C8-G1-b3-z";
+    add(c);
+    c.G = 2, c.NH = 6, c.name = "kvbuffer-C8-G2-NH6-b3-z";  // 3 heads per group: heads 0 and 3 append B_t
     add(c);
     c.G = 8, c.NH = 64, c.capacity = 16, c.name = "kvbuffer-nemotron-nano-shape-C16-b3-z";
     add(c);
@@ -653,6 +657,17 @@ std::vector<Mamba2DecodeCase> decode_cases(bool quick) {
       Mamba2DecodeCase c;
       c.state = st, c.warp_rows = 16, c.rows_per_block = 16, c.capacity = 8, c.z_gate = true;
       c.name = "kvbuffer" + t + "-warp16-rows16-C8-b3-z";
+      add(c);
+    }
+    {
+      // 3 heads per group (no power of two): each head's group and the group's first head, which
+      // appends B_t, from head_group's float divisions.
+      Mamba2DecodeCase r;
+      r.kernel = Kernel::Recurrent, r.state = st, r.G = 2, r.NH = 6, r.z_gate = true, r.name = "recurrent" + t + "-G2-NH6-b3-z";
+      add(r);
+      Mamba2DecodeCase c;
+      c.state = st, c.warp_rows = 32, c.capacity = 4, c.G = 2, c.NH = 6, c.z_gate = true;
+      c.name = "kvbuffer" + t + "-warp32-G2-NH6-C4-b3-z";
       add(c);
     }
     {
