@@ -23,11 +23,11 @@
 // __half: GdnRecurrentParams::state_type through dispatch_state_type). The tile shape is a
 // programmatic dependent of the kernel before (gdn_decode.h, pools_ready_at_launch: its state copies
 // before the wait, the inputs after; log v8), the one-warp shape is launched plainly. 16-bit states
-// (b99c638, results/decode16_h200.csv): in place bf16 2.24 / 6.66 / 20.47 / 37.49 / 71.45 / 139.15 /
-// 274.80 us at the same batches, 86% of copy at 64 and 90-94% from 128, ahead of vLLM's packed bf16
-// decode (recorded, results/public_16bit_h200.csv) at every batch. Two-warp 16-bit blocks (b84ae85,
-// log v11; A/B against the one-warp blocks in one session, notes): bf16 1.3-2.1% faster from batch 32
-// (36.91 against 37.60 us at 64, 136.42 against 139.30 at 256), fp16 within 2% either way.
+// (10d2068, results/decode16_h200.csv, full clock): in place bf16 2.29 / 6.63 / 20.23 / 36.86 / 70.01 /
+// 136.33 / 269.09 us at the same batches, 87% of copy at 64 (out of place 88%) and 92-95% from 128,
+// ahead of vLLM's packed bf16 decode (recorded, results/public_16bit_h200.csv) at every batch. The
+// 16-bit warp shape runs two warps per block (b84ae85, log v11; A/B against one warp per block in
+// one session, notes): bf16 1.3-2.1% faster from batch 32, fp16 within 2% either way.
 //
 // Current result (f831236, results/decode_h200.csv and fla_h200.csv; H200, Qwen3-Next shapes, 36
 // layer pools in one CUDA graph, per layer, median): out of place 3.51 / 10.91 / 34.76 / 67.02 /

@@ -48,11 +48,11 @@
 // Template: d_state N in {64, 128}, kTile, the state element type S (float, __nv_bfloat16, __half:
 // Mamba2KVBufferParams::state_type through dispatch_state_type); P and C are runtime values. The
 // register and shared-memory figures above and the result below are the fp32 state's. 16-bit states
-// (b99c638, results/decode16_h200.csv, bf16, best C): 16.03 / 27.26 / 48.89 / 86.21 / 173.58 us at
-// batch 32 / 64 / 128 / 256 / 512 (512: C = 8 at the power cap, 162.3 in the notes' A/B) with 16
-// rows per warp from batch 13 and 32 from 99, tile-less (64 registers; 8 rows in the tile: 127.25 at
-// 256); at 256 1.56x our recurrent (134.33, the fastest 16-bit baseline known), 1.65x ReplaySSM's
-// recorded bf16 buffered decode (142.17), 88% of copy (notes/mamba2_decode.md).
+// (b0b1180, results/decode16_h200.csv, bf16, best C): 15.69 / 26.70 / 48.02 / 84.73 / 162.96 us at
+// batch 32 / 64 / 128 / 256 / 512 with 16 rows per warp from batch 13 and 32 from 99, tile-less (64
+// registers; 8 rows in the tile: 127.25 at 256); at 256 1.58x our recurrent (133.96, the fastest
+// 16-bit baseline known), 1.68x ReplaySSM's recorded bf16 buffered decode (142.17), 89% of copy
+// (notes/mamba2_decode.md; e^{G_t} C_t and the head's group by float division: 2-5% from batch 64).
 // Current result (28cea4f, the paper preset, results/decode_h200.csv, H200, Nemotron-3 Nano, 23
 // layer pools per graph): KVBuffer at its best C (8) 4.24 / 9.25 / 43.30 / 80.04 / 155.31 / 305.00
 // us at batch 1 / 8 / 64 / 128 / 256 / 512: 0.89x / 1.18x / 1.60x / 1.68x / 1.70x / 1.72x the

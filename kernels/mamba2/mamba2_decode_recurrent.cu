@@ -27,9 +27,9 @@
 //   5.16 / 7.45 / 11.69; notes, "loads in order").
 // A programmatic dependent of the kernel before (mamba2_decode.h, pools_ready_at_launch): with ready
 //   pools each warp loads its rows before griddepcontrol.wait and the token's inputs after it.
-// Results (b99c638, results/decode16_h200.csv; H200, Nemotron-3 Nano, 23 layer pools per graph, per
-//   layer, median): bf16 1.58 / 6.39 / 19.47 / 35.92 / 68.75 / 134.33 / 265.41 us at batch 1 / 8 /
-//   32 / 64 / 128 / 256 / 512, 0.895 of copy at 64, 0.94-0.97 from 128; ahead of vLLM's recorded bf16
+// Results (b0b1180, results/decode16_h200.csv; H200, Nemotron-3 Nano, 23 layer pools per graph, per
+//   layer, median): bf16 1.52 / 6.07 / 19.15 / 35.59 / 68.37 / 133.96 / 264.98 us at batch 1 / 8 /
+//   32 / 64 / 128 / 256 / 512, 0.90 of copy at 64, 0.94-0.97 from 128; ahead of vLLM's recorded bf16
 //   selective_state_update (2.49 / 6.63 / - / 40.27 / 74.58 / 146.87 / 289.48) at every batch. fp32 (the paper preset, 5050f52,
 //   results/decode_h200.csv): 69.28 / 264.43 us at 64 / 256 (this kernel 68.31 / 262.15 in the notes'
 //   A/B).
