@@ -39,8 +39,8 @@
 // KiB fp32 tile its blocks fit 6 per SM at every C; mamba2_decode_kvbuffer's 16-bit wide warps:
 // each warp's loads of its 16 or 32 rows are in flight at once); (2) one
 // barrier, the n dots c_j split over the warps, lane 0 forms w_j and a_j = w_j c_j, a barrier (n =
-// 0 skips both); (3) outputs: lane j adds a_j x_j into the R partial sums of its S0 . (e^{G_t} C_t) slice, one
-// halving reduction; (4) fold 4 rows at a time from shared memory, or append entry n.
+// 0 skips both); (3) outputs: lane j adds a_j x_j into the R partial sums of its S0 . (e^{G_t} C_t)
+// slice, one halving reduction; (4) fold 4 rows at a time from shared memory, or append entry n.
 // Registers, not bytes, set the pace (kernels/mamba2/notes/mamba2_decode.md runs 2-4): S0 rows held in
 // registers allowed 3-4 blocks per SM; in the tile 5 (48 registers; 35 KiB of shared memory at C =
 // 8); the token's x waits in shared memory, not registers.
