@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kWarpRows / R * 32) mamba2_verify_classic_kern
   const Mamba2VerifyIO& io = p.io;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, h = blockIdx.y, row = blockIdx.z;
   const int pb = blockIdx.x * kWarpRows, p0 = pb + warp * R;  // the block's and the warp's first row
-  const int T = io.tokens, g = h / (io.NH / io.G);
+  const int T = io.tokens, g = head_group(h, io.NH, io.G).g;
   __shared__ __align__(16) __nv_bfloat16 s_B[kTMax][N], s_C[kTMax][N], s_x[kTMax][kWarpRows];
 
   const int slot = io.slot[row];
