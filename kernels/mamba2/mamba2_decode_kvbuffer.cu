@@ -57,8 +57,9 @@
 // layer pools per graph): KVBuffer at its best C (8) 4.24 / 9.25 / 43.30 / 80.04 / 155.31 / 305.00
 // us at batch 1 / 8 / 64 / 128 / 256 / 512: 0.89x / 1.18x / 1.60x / 1.68x / 1.70x / 1.72x the
 // recurrent kernel (at batch 1 the recurrent kernel is faster), faster than ReplaySSM at every batch.
-// Since b0b1180 (the instruction cuts, notes) the fp32 step at 256 runs 1.8% slower than
-// this (155.18 -> 157.98 us in an A/B of one session); batch 64 unchanged.
+// b0b1180 (the instruction cuts, notes) made the fp32 step at 256 1.8% slower than this (155.18 ->
+// 157.98 us in an A/B of one session); ac16a2a gives the 8-row warps their per-row product back:
+// 0.5-1.1% faster than b0b1180 at every fp32 point on an H100, not yet measured on an H200.
 // Direct at C = 64 (split path): 26.46 / 63.35 / 100.33 us at batch 64 / 256 / 512, 0.38x / 0.24x /
 // 0.19x recurrent (single kernel, a631d6a: 0.60x / 0.57x / 0.56x).
 #include <algorithm>
