@@ -797,10 +797,9 @@ std::vector<VerifyCase> verify_cases(bool quick) {
     add(v, false);
     v.batch = 3, v.pad_rows = 1, v.G = 1, v.NH = 4, v.rounds = 0, v.name = "G1-T4-b3-z";
     add(v, false);
-    v.G = 2, v.NH = 6, v.name = "G2-NH6-T4-b3-z";  // 3 heads per group: head_group's divisions
+    v.G = 2, v.NH = 6, v.name = "G2-NH6-T5-b3-z";  // 3 heads per group: head_group's divisions
     add(v, false);
-    v.NH = 4;
-    v.G = 2, v.z_gate = false, v.N = 64, v.name = "P64-N64-T4-b3";
+    v.NH = 4, v.z_gate = false, v.N = 64, v.name = "P64-N64-T4-b3";
     add(v, false);
     v.P = 128, v.name = "P128-N64-T4-b3";
     add(v, false);
