@@ -58,8 +58,8 @@
 // us at batch 1 / 8 / 64 / 128 / 256 / 512: 0.89x / 1.18x / 1.60x / 1.68x / 1.70x / 1.72x the
 // recurrent kernel (at batch 1 the recurrent kernel is faster), faster than ReplaySSM at every batch.
 // b0b1180 (the instruction cuts, notes) made the fp32 step at 256 1.8% slower than this (155.18 ->
-// 157.98 us in an A/B of one session); ac16a2a gives the 8-row warps their per-row product back:
-// 0.3-1.1% faster than b0b1180 at every fp32 point on an H100, not yet measured on an H200.
+// 157.98 us in an A/B of one session); ac16a2a gives the 8-row warps their per-row product back,
+// not yet measured on an H200 (notes/mamba2_decode.md).
 // Direct at C = 64 (split path): 26.46 / 63.35 / 100.33 us at batch 64 / 256 / 512, 0.38x / 0.24x /
 // 0.19x recurrent (single kernel, a631d6a: 0.60x / 0.57x / 0.56x).
 #include <algorithm>
